@@ -1,0 +1,137 @@
+//! The command line (SPEC §7): clap definitions with an environment
+//! variable for every serve flag, and one runner per subcommand.
+
+pub mod check;
+pub mod serve;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+pub use check::CheckArgs;
+pub use serve::ServeArgs;
+
+#[derive(Debug, Parser)]
+#[command(name = "mrguard", version, about = "Admission webhook and controller for Crossplane managed resources")]
+pub struct Cli {
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the mutating and validating webhooks over HTTPS.
+    Serve(Box<ServeArgs>),
+    /// Mutate and validate manifests offline, as the webhooks would.
+    Check(Box<CheckArgs>),
+    /// Work with configuration files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a configuration file; exits 0 when valid and 1 when not.
+    Check {
+        /// The configuration file (YAML).
+        file: PathBuf,
+    },
+    /// Print the built-in default configuration.
+    Default,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log filter, in tracing's EnvFilter syntax (e.g. "info,mrguard=debug").
+    #[arg(long, global = true, env = "MRGUARD_LOG", default_value = "info")]
+    pub log_level: String,
+    /// Log output format.
+    #[arg(long, global = true, env = "MRGUARD_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// Parses "250ms", "5s", "2m", "1h" or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 5s or 2m"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?} has an unknown unit {unit:?}; use ms, s, m or h")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("{s:?} is not a valid duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn init_logging(log: &LogArgs) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&log.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match log.log_format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Runs the command line; returns the process exit code.
+pub fn run(cli: Cli) -> i32 {
+    match cli.command {
+        Command::Serve(args) => {
+            init_logging(&cli.log);
+            serve::run(*args)
+        }
+        Command::Check(args) => check::run(*args),
+        Command::Config(ConfigCommand::Check { file }) => match crate::config::Config::from_file(&file) {
+            Ok(_) => {
+                println!("{}: valid", file.display());
+                0
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", file.display());
+                1
+            }
+        },
+        Command::Config(ConfigCommand::Default) => {
+            print!("{}", crate::config::BUILTIN_YAML);
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

@@ -1,0 +1,256 @@
+//! `mrguard serve`: wires configuration, certificates, metrics and the
+//! HTTPS server together, and handles signals.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use tracing::Instrument;
+
+use super::parse_duration;
+use crate::config::{Config, ConfigMetrics, ConfigStore, ConfigWatcher};
+use crate::metrics::AdmissionMetrics;
+use crate::server::{ConnLimits, HttpsServer, RouteLimits};
+use crate::shutdown;
+use crate::tls::{self, CertStore, CertWatcher, PemPair, TlsMetrics};
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address of the HTTPS admission listener.
+    #[arg(long, env = "MRGUARD_LISTEN", default_value = "0.0.0.0:9443")]
+    pub listen: SocketAddr,
+    /// Address of the plain-HTTP metrics listener (GET /metrics).
+    #[arg(long, env = "MRGUARD_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
+    pub metrics_listen: SocketAddr,
+    /// PEM certificate chain to serve; reloaded when it changes.
+    #[arg(long, env = "MRGUARD_TLS_CERT_FILE", requires = "tls_key_file", conflicts_with = "self_signed")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of the certificate; reloaded when it changes.
+    #[arg(long, env = "MRGUARD_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Generate a CA and a certificate for localhost, for local use.
+    #[arg(long, env = "MRGUARD_SELF_SIGNED")]
+    pub self_signed: bool,
+    /// Where --self-signed writes its CA certificate [default: <tmp>/mrguard-ca.crt].
+    #[arg(long, env = "MRGUARD_SELF_SIGNED_CA_FILE")]
+    pub self_signed_ca_file: Option<PathBuf>,
+    /// Configuration file (YAML, SPEC §5); the built-in default when absent.
+    #[arg(long, env = "MRGUARD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// How often the config and certificate files are checked for changes.
+    #[arg(long, env = "MRGUARD_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub reload_interval: Duration,
+    /// Time a client gets for the TLS handshake and for each request's headers.
+    #[arg(long, env = "MRGUARD_HEADER_READ_TIMEOUT", default_value = "1s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// Time to receive a request body; below the webhooks' 2 s and 5 s timeouts.
+    #[arg(long, env = "MRGUARD_REQUEST_TIMEOUT", default_value = "1500ms", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+    /// Admission requests handled at once; more get 503 with Retry-After.
+    #[arg(long, env = "MRGUARD_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
+    pub max_concurrent_requests: usize,
+    /// Largest accepted request body in bytes; larger bodies get 413.
+    #[arg(long, env = "MRGUARD_MAX_BODY_BYTES", default_value_t = crate::server::MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+    /// After SIGTERM, how long /readyz fails before the listener closes.
+    #[arg(long, env = "MRGUARD_DRAIN_DELAY", default_value = "2s", value_parser = parse_duration)]
+    pub drain_delay: Duration,
+    /// After the listener closes, how long in-flight requests get to finish.
+    #[arg(long, env = "MRGUARD_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+}
+
+/// A started server, for the binary and for tests.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    /// The CA certificate written by --self-signed.
+    pub ca_file: Option<PathBuf>,
+    pub ready: Arc<AtomicBool>,
+    pub config: Arc<ConfigStore>,
+    pub certs: Arc<CertStore>,
+    trigger: shutdown::Trigger,
+    drain_delay: Duration,
+    tasks: tokio::task::JoinSet<()>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Readiness goes false first so endpoints stop routing here, then the
+    /// listener closes and in-flight requests drain.
+    pub async fn shutdown(mut self) {
+        self.ready.store(false, Ordering::Release);
+        tokio::time::sleep(self.drain_delay).await;
+        self.trigger.fire();
+        let _ = self.server.await;
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+fn load_config(args: &ServeArgs) -> anyhow::Result<(Config, Vec<u8>)> {
+    match &args.config {
+        None => Ok((Config::builtin(), Vec::new())),
+        Some(path) => {
+            let bytes = std::fs::read(path).with_context(|| format!("failed to read config file {}", path.display()))?;
+            let text = std::str::from_utf8(&bytes).with_context(|| format!("config file {} is not UTF-8", path.display()))?;
+            let config = Config::from_yaml(text).with_context(|| format!("invalid config file {}", path.display()))?;
+            Ok((config, bytes))
+        }
+    }
+}
+
+/// Binds, loads and starts everything; returns once the server is ready.
+pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
+    let registry = crate::metrics::registry();
+    let (config, config_bytes) = load_config(&args)?;
+    let config_store = ConfigStore::new(config, Some(ConfigMetrics::register(&registry)?));
+
+    let tls_metrics = TlsMetrics::register(&registry)?;
+    let (certs, cert_files, ca_file) = match (&args.tls_cert_file, &args.tls_key_file, args.self_signed) {
+        (Some(cert), Some(key), _) => {
+            let pair = PemPair::read(cert, key)?;
+            let ck = pair.certified_key().with_context(|| format!("failed to load {}", cert.display()))?;
+            (CertStore::new(ck, Some(tls_metrics)), Some((cert.clone(), key.clone(), pair)), None)
+        }
+        (None, None, true) => {
+            let (pair, ca) = tls::self_signed(&tls::local_names())?;
+            let ca_file = args
+                .self_signed_ca_file
+                .clone()
+                .unwrap_or_else(|| std::env::temp_dir().join("mrguard-ca.crt"));
+            tls::write_file(&ca_file, ca.cert.as_bytes(), false)?;
+            (CertStore::new(pair.certified_key()?, Some(tls_metrics)), None, Some(ca_file))
+        }
+        _ => bail!("no certificate: pass --tls-cert-file and --tls-key-file, or --self-signed for local use"),
+    };
+
+    let admission_metrics = Arc::new(AdmissionMetrics::register(&registry)?);
+    let ready = Arc::new(AtomicBool::new(false));
+    let state = crate::server::AppState {
+        config: config_store.clone(),
+        metrics: Some(admission_metrics),
+        ready: ready.clone(),
+        limits: Arc::new(RouteLimits::new(args.max_body_bytes, args.request_timeout, args.max_concurrent_requests)),
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("failed to listen on {}", args.listen))?;
+    let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
+        .await
+        .with_context(|| format!("failed to listen on {}", args.metrics_listen))?;
+    let metrics_addr = metrics_listener.local_addr()?;
+    let server = HttpsServer::new(
+        listener,
+        certs.server_config(),
+        crate::server::router(state),
+        ConnLimits {
+            header_read_timeout: args.header_read_timeout,
+            drain_timeout: args.drain_timeout,
+        },
+    );
+    let addr = server.local_addr()?;
+
+    let (trigger, signal) = shutdown::channel();
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(path) = &args.config {
+        let watcher = ConfigWatcher {
+            path: path.clone(),
+            interval: args.reload_interval,
+        };
+        tasks.spawn(
+            watcher
+                .run(config_store.clone(), config_bytes, signal.clone())
+                .instrument(tracing::info_span!("config_watcher")),
+        );
+    }
+    if let Some((cert, key, pair)) = cert_files {
+        let watcher = CertWatcher {
+            cert,
+            key,
+            interval: args.reload_interval,
+        };
+        tasks.spawn(
+            watcher
+                .run(certs.clone(), pair, signal.clone())
+                .instrument(tracing::info_span!("cert_watcher")),
+        );
+    }
+    {
+        let signal = signal.clone();
+        tasks.spawn(
+            async move {
+                if let Err(e) = crate::metrics::serve_on(metrics_listener, registry, signal).await {
+                    tracing::error!(error = %e, "metrics listener failed");
+                }
+            }
+            .instrument(tracing::info_span!("metrics")),
+        );
+    }
+    let server = tokio::spawn(server.run(signal).instrument(tracing::info_span!("https")));
+    ready.store(true, Ordering::Release);
+    tracing::info!(%addr, %metrics_addr, "mrguard is serving");
+    Ok(Running {
+        addr,
+        metrics_addr,
+        ca_file,
+        ready,
+        config: config_store,
+        certs,
+        trigger,
+        drain_delay: args.drain_delay,
+        tasks,
+        server,
+    })
+}
+
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+pub fn run(args: ServeArgs) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("failed to start the async runtime: {e}");
+            return 1;
+        }
+    };
+    runtime.block_on(async move {
+        let running = match start(args).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("mrguard: {e:#}");
+                return 1;
+            }
+        };
+        if let Some(ca) = &running.ca_file {
+            println!("mrguard: serving https://{} with a self-signed certificate; CA written to {}", running.addr, ca.display());
+        }
+        terminated().await;
+        tracing::info!("shutting down: readiness off, draining");
+        running.shutdown().await;
+        0
+    })
+}

@@ -1,0 +1,141 @@
+//! Prometheus metrics (SPEC §9). Each component registers its own struct on
+//! a shared [`Registry`]; this module owns the registry, the admission
+//! metrics and the plain-HTTP `/metrics` listener.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
+
+use crate::admission::{Outcome, Webhook};
+use crate::rules::Finding;
+
+/// A registry with the standard process metrics.
+pub fn registry() -> Registry {
+    let r = Registry::new();
+    #[cfg(target_os = "linux")]
+    {
+        let pc = prometheus::process_collector::ProcessCollector::for_self();
+        if let Err(e) = r.register(Box::new(pc)) {
+            tracing::warn!(error = %e, "failed to register process metrics");
+        }
+    }
+    r
+}
+
+/// Distinct group/kind label pairs kept before the rest become "other", so
+/// a client that invents kinds cannot grow the series without bound.
+const MAX_KINDS: usize = 1000;
+
+pub struct AdmissionMetrics {
+    requests: IntCounterVec,
+    duration: HistogramVec,
+    findings: IntCounterVec,
+    kinds: RwLock<HashSet<String>>,
+}
+
+impl AdmissionMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let requests = IntCounterVec::new(
+            Opts::new("mrguard_admission_requests_total", "Admission requests by webhook, operation, kind and result."),
+            &["webhook", "operation", "group", "kind", "result"],
+        )?;
+        let duration = HistogramVec::new(
+            HistogramOpts::new("mrguard_admission_duration_seconds", "Time to answer an admission request.").buckets(vec![
+                0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+            ]),
+            &["webhook"],
+        )?;
+        let findings = IntCounterVec::new(
+            Opts::new("mrguard_rule_findings_total", "Rule findings by rule and action."),
+            &["rule", "action"],
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(duration.clone()))?;
+        registry.register(Box::new(findings.clone()))?;
+        Ok(Self {
+            requests,
+            duration,
+            findings,
+            kinds: RwLock::new(HashSet::new()),
+        })
+    }
+
+    fn bounded<'a>(&self, group: &'a str, kind: &'a str) -> (&'a str, &'a str) {
+        let key = format!("{group}/{kind}");
+        if let Ok(k) = self.kinds.read() {
+            if k.contains(&key) {
+                return (group, kind);
+            }
+        }
+        match self.kinds.write() {
+            Ok(mut k) if k.len() < MAX_KINDS => {
+                k.insert(key);
+                (group, kind)
+            }
+            _ => ("other", "other"),
+        }
+    }
+
+    pub fn observe(
+        &self,
+        webhook: Webhook,
+        operation: &str,
+        group: &str,
+        kind: &str,
+        outcome: Outcome,
+        seconds: f64,
+        findings: &[Finding],
+    ) {
+        let (group, kind) = self.bounded(group, kind);
+        self.requests
+            .with_label_values(&[webhook.as_str(), operation, group, kind, outcome.as_str()])
+            .inc();
+        self.duration.with_label_values(&[webhook.as_str()]).observe(seconds);
+        for f in findings {
+            self.findings.with_label_values(&[&f.rule, f.action.as_str()]).inc();
+        }
+    }
+}
+
+/// Renders the registry in the Prometheus text format.
+pub fn render(registry: &Registry) -> Result<Vec<u8>, prometheus::Error> {
+    let mut buf = Vec::new();
+    TextEncoder::new().encode(&registry.gather(), &mut buf)?;
+    Ok(buf)
+}
+
+/// Serves `GET /metrics` on plain HTTP until `shutdown` fires.
+pub async fn serve(addr: SocketAddr, registry: Registry, shutdown: crate::shutdown::Signal) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    serve_on(listener, registry, shutdown).await
+}
+
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    registry: Registry,
+    shutdown: crate::shutdown::Signal,
+) -> std::io::Result<()> {
+    let registry = Arc::new(registry);
+    let app = Router::new().route(
+        "/metrics",
+        get(move || {
+            let registry = registry.clone();
+            async move {
+                match render(&registry) {
+                    Ok(body) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response(),
+                    Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("failed to encode metrics: {e}")).into_response(),
+                }
+            }
+        }),
+    );
+    tracing::info!(addr = %listener.local_addr()?, "serving metrics");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.wait().await })
+        .await
+}

@@ -1,0 +1,30 @@
+//! A shutdown signal shared by background tasks: fired once on SIGTERM.
+use tokio::sync::watch;
+
+#[derive(Clone)]
+pub struct Signal(watch::Receiver<bool>);
+
+pub struct Trigger(watch::Sender<bool>);
+
+pub fn channel() -> (Trigger, Signal) {
+    let (tx, rx) = watch::channel(false);
+    (Trigger(tx), Signal(rx))
+}
+
+impl Trigger {
+    pub fn fire(&self) {
+        let _ = self.0.send(true);
+    }
+}
+
+impl Signal {
+    pub async fn wait(&self) {
+        let mut rx = self.0.clone();
+        // An error means the trigger is gone, which also means stop.
+        let _ = rx.wait_for(|v| *v).await;
+    }
+
+    pub fn is_fired(&self) -> bool {
+        *self.0.borrow()
+    }
+}
