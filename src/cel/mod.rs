@@ -51,6 +51,9 @@ pub struct CelRule {
 
 /// Evaluates a configured rule; `Some` when it fails. Filled in by the CEL
 /// engine; until then every rule passes.
-pub fn check_rule(_rule: &CelRule, _ctx: &crate::rules::RuleContext) -> Option<crate::rules::Violation> {
+pub fn check_rule(
+    _rule: &CelRule,
+    _ctx: &crate::rules::RuleContext,
+) -> Option<crate::rules::Violation> {
     None
 }

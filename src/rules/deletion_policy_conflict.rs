@@ -39,8 +39,10 @@ mod tests {
 
     #[test]
     fn orphan_with_delete_in_a_custom_set_warns() {
-        let v = Case::create(mr(json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]})))
-            .check(&DeletionPolicyConflict);
+        let v = Case::create(mr(
+            json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}),
+        ))
+        .check(&DeletionPolicyConflict);
         assert_eq!(v.len(), 1);
         assert!(v[0].message.contains("WILL be deleted"));
     }
@@ -54,7 +56,12 @@ mod tests {
             json!({"deletionPolicy": "Delete", "managementPolicies": ["Observe", "Delete"]}),
             json!({"managementPolicies": ["Observe", "Delete"]}),
         ] {
-            assert!(Case::create(mr(spec.clone())).check(&DeletionPolicyConflict).is_empty(), "{spec}");
+            assert!(
+                Case::create(mr(spec.clone()))
+                    .check(&DeletionPolicyConflict)
+                    .is_empty(),
+                "{spec}"
+            );
         }
     }
 }
