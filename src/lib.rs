@@ -32,3 +32,13 @@ pub mod rules;
 pub mod server;
 pub mod shutdown;
 pub mod tls;
+
+// The allocator is chosen here, in the library, so that every binary built
+// on it (the server, the benchmark's baseline) uses the same one.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -2,7 +2,7 @@
 //! a shared [`Registry`]; this module owns the registry, the admission
 //! metrics and the plain-HTTP `/metrics` listener.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
@@ -38,7 +38,13 @@ pub struct AdmissionMetrics {
     requests: IntCounterVec,
     duration: HistogramVec,
     findings: IntCounterVec,
-    kinds: RwLock<HashSet<String>>,
+    kinds: RwLock<Kinds>,
+}
+
+#[derive(Default)]
+struct Kinds {
+    by_group: HashMap<String, HashSet<String>>,
+    count: usize,
 }
 
 impl AdmissionMetrics {
@@ -75,20 +81,29 @@ impl AdmissionMetrics {
             requests,
             duration,
             findings,
-            kinds: RwLock::new(HashSet::new()),
+            kinds: RwLock::new(Kinds::default()),
         })
     }
 
+    // Looked up by borrowed strings: no allocation once a kind is known.
     fn bounded<'a>(&self, group: &'a str, kind: &'a str) -> (&'a str, &'a str) {
-        let key = format!("{group}/{kind}");
         if let Ok(k) = self.kinds.read() {
-            if k.contains(&key) {
+            if k.by_group
+                .get(group)
+                .is_some_and(|kinds| kinds.contains(kind))
+            {
                 return (group, kind);
             }
         }
         match self.kinds.write() {
-            Ok(mut k) if k.len() < MAX_KINDS => {
-                k.insert(key);
+            Ok(mut k) if k.count < MAX_KINDS => {
+                if k.by_group
+                    .entry(group.to_string())
+                    .or_default()
+                    .insert(kind.to_string())
+                {
+                    k.count += 1;
+                }
                 (group, kind)
             }
             _ => ("other", "other"),

@@ -10,6 +10,7 @@ use kube::core::Status;
 use serde_json::Value;
 
 use crate::config::{Config, Operation};
+use crate::fieldpath::{FieldPath, Segment};
 use crate::rules::{self, Action, Finding, RuleContext};
 
 pub use review::{decode, encode, DecodeError, RawObject, Request};
@@ -83,6 +84,81 @@ fn allow(req: &Request) -> Decision {
 
 /// The mutating webhook (SPEC §3).
 pub fn mutate(req: &Request, config: &Config) -> Decision {
+    mutate_with(req, config, true)
+}
+
+/// As [`mutate`], but `Decision::mutated` stays `None`: the server only
+/// sends the patch, and building the whole mutated object costs a copy of
+/// the parts mutation never touches.
+pub fn mutate_patch_only(req: &Request, config: &Config) -> Decision {
+    mutate_with(req, config, false)
+}
+
+/// Subtrees no mutation step reads or writes, and often most of an object:
+/// they are left out of the working copy and of the diff.
+const UNTOUCHED: [&str; 2] = ["/metadata/managedFields", "/status"];
+
+/// `obj` without the [`UNTOUCHED`] subtrees, unless a configured tags
+/// field lies under one; returns the pointers it left out.
+fn working_copy(obj: &Value, tags_field: Option<&FieldPath>) -> (Value, Vec<&'static str>) {
+    let tag_root: Vec<&str> = tags_field
+        .map(|f| {
+            f.segments()
+                .iter()
+                .take(2)
+                .map(|s| match s {
+                    Segment::Field(k) | Segment::Key(k) => k.as_str(),
+                    Segment::Wildcard => "*",
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let left_out: Vec<&'static str> = UNTOUCHED
+        .into_iter()
+        .filter(|p| {
+            let under = p[1..]
+                .split('/')
+                .zip(&tag_root)
+                .all(|(a, b)| a == *b || *b == "*");
+            tag_root.is_empty() || !under
+        })
+        .collect();
+    let Value::Object(top) = obj else {
+        return (obj.clone(), vec![]);
+    };
+    let mut copy = serde_json::Map::new();
+    for (k, v) in top {
+        if k == "status" && left_out.contains(&"/status") {
+            continue;
+        }
+        if k == "metadata" && left_out.contains(&"/metadata/managedFields") {
+            if let Value::Object(meta) = v {
+                let meta = meta
+                    .iter()
+                    .filter(|(k, _)| *k != "managedFields")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                copy.insert(k.clone(), Value::Object(meta));
+                continue;
+            }
+        }
+        copy.insert(k.clone(), v.clone());
+    }
+    (Value::Object(copy), left_out)
+}
+
+/// Puts the left-out subtrees of `obj` back into `mutated`.
+fn restore(obj: &Value, mutated: &mut Value, left_out: &[&str]) {
+    for p in left_out {
+        if let (Some(v), Some((parent, key))) = (obj.pointer(p), p.rsplit_once('/')) {
+            if let Some(m) = mutated.pointer_mut(parent).and_then(Value::as_object_mut) {
+                m.insert(key.to_string(), v.clone());
+            }
+        }
+    }
+}
+
+fn mutate_with(req: &Request, config: &Config, want_object: bool) -> Decision {
     let op = operation(&req.operation);
     if !matches!(op, Operation::Create | Operation::Update)
         || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
@@ -104,13 +180,13 @@ pub fn mutate(req: &Request, config: &Config) -> Decision {
         config,
         resource,
     };
-    let mut mutated = obj.clone();
+    let (mut mutated, left_out) = working_copy(obj, resource.tags_field.as_ref());
     let warnings = mutate::mutate(&mut mutated, &ctx);
     let mut response = AdmissionResponse::from(req);
     if !warnings.is_empty() {
         response.warnings = Some(warnings);
     }
-    match patch::build(obj, &mutated) {
+    match patch::build_except(obj, &mutated, &left_out) {
         None => Decision {
             response,
             outcome: Outcome::Allowed,
@@ -122,7 +198,10 @@ pub fn mutate(req: &Request, config: &Config) -> Decision {
                 response,
                 outcome: Outcome::Patched,
                 findings: vec![],
-                mutated: Some(mutated),
+                mutated: want_object.then(|| {
+                    restore(obj, &mut mutated, &left_out);
+                    mutated
+                }),
             },
             // Mutation is best-effort: never block a write over it.
             Err(e) => {
@@ -249,4 +328,67 @@ pub fn denial_message(ctx: &RuleContext, denials: &[&Finding]) -> String {
         msg.push(if i + 1 == denials.len() { '.' } else { ';' });
     }
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The working copy and the skipping diff give exactly what mutating a
+    /// full copy and diffing it whole gives, for every review a real API
+    /// server sent and with a tags field under `status` too.
+    #[test]
+    fn patch_only_path_matches_mutating_the_whole_object() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/reviews");
+        let configs = [
+            Config::builtin(),
+            Config::from_yaml(
+                "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    tagsField: spec.forProvider.tags\n",
+            )
+            .unwrap(),
+            Config::from_yaml("resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    tagsField: status.atProvider.tags\n")
+                .unwrap(),
+        ];
+        let mut checked = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let body = std::fs::read(entry.unwrap().path()).unwrap();
+            let mut req = decode(&body).unwrap();
+            if let Some(o) = req.object.as_mut() {
+                // A status as providers write it, so leaving it out matters.
+                o.value["status"] =
+                    serde_json::json!({"atProvider": {"id": "x"}, "conditions": []});
+            }
+            for config in &configs {
+                let full = mutate(&req, config);
+                let lean = mutate_patch_only(&req, config);
+                assert_eq!(full.response.patch, lean.response.patch);
+                assert!(lean.mutated.is_none());
+                let Some(obj) = req.object.as_ref().map(|o| &o.value) else {
+                    continue;
+                };
+                let mut expected = obj.clone();
+                let resource = config.resource(&req.kind.group, &req.kind.kind);
+                let ctx = mutate::MutateContext {
+                    operation: operation(&req.operation),
+                    group: &req.kind.group,
+                    kind: &req.kind.kind,
+                    namespace: namespace(&req),
+                    config,
+                    resource,
+                };
+                if full.outcome == Outcome::Patched {
+                    mutate::mutate(&mut expected, &ctx);
+                    assert_eq!(full.mutated.as_ref(), Some(&expected));
+                    let patch: json_patch::Patch =
+                        serde_json::from_slice(full.response.patch.as_ref().unwrap()).unwrap();
+                    let mut applied = obj.clone();
+                    json_patch::patch(&mut applied, &patch).unwrap();
+                    assert_eq!(applied, expected);
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 20, "only {checked} patched reviews");
+    }
 }

@@ -132,21 +132,40 @@ fn check_types(types: &kube::core::TypeMeta) -> Result<(), DecodeError> {
     Ok(())
 }
 
+/// The wire form of an answer, serialised in one pass.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: WireResponse<'a>,
+}
+
+#[derive(Serialize)]
+struct WireResponse<'a> {
+    #[serde(flatten)]
+    response: &'a AdmissionResponse,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+}
+
 /// Encodes a response as an `admission.k8s.io/v1` AdmissionReview.
-pub fn encode(response: AdmissionResponse) -> Vec<u8> {
-    let patch = response.patch.clone();
-    let review = response.into_review();
-    let mut value = match serde_json::to_value(&review) {
-        Ok(v) => v,
-        // Serialising plain structs of strings cannot fail; answer safely anyway.
-        Err(e) => return fallback(&e.to_string()),
+pub fn encode(mut response: AdmissionResponse) -> Vec<u8> {
+    // The patch goes out as base64 text, not as kube's list of numbers.
+    let patch = response
+        .patch
+        .take()
+        .map(|p| base64::engine::general_purpose::STANDARD.encode(p));
+    let envelope = Envelope {
+        api_version: "admission.k8s.io/v1",
+        kind: "AdmissionReview",
+        response: WireResponse {
+            response: &response,
+            patch,
+        },
     };
-    value["apiVersion"] = Value::from("admission.k8s.io/v1");
-    value["kind"] = Value::from("AdmissionReview");
-    if let (Some(p), Some(r)) = (patch, value.get_mut("response")) {
-        r["patch"] = Value::from(base64::engine::general_purpose::STANDARD.encode(p));
-    }
-    serde_json::to_vec(&value).unwrap_or_else(|e| fallback(&e.to_string()))
+    // Serialising plain structs of strings cannot fail; answer safely anyway.
+    serde_json::to_vec(&envelope).unwrap_or_else(|e| fallback(&e.to_string()))
 }
 
 fn fallback(reason: &str) -> Vec<u8> {

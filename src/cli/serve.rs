@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// Time a client gets for the TLS handshake and for each request's headers.
     #[arg(long, env = "MRGUARD_HEADER_READ_TIMEOUT", default_value = "1s", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
+    /// How long an idle HTTP/1.1 keep-alive connection is kept; longer than
+    /// clients keep theirs (Go: 90 s), so the client closes first.
+    #[arg(long, env = "MRGUARD_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
     /// Time to receive a request body; below the webhooks' 2 s and 5 s timeouts.
     #[arg(long, env = "MRGUARD_REQUEST_TIMEOUT", default_value = "1500ms", value_parser = parse_duration)]
     pub request_timeout: Duration,
@@ -161,6 +165,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         crate::server::router(state),
         ConnLimits {
             header_read_timeout: args.header_read_timeout,
+            idle_timeout: args.idle_timeout,
             drain_timeout: args.drain_timeout,
         },
     );

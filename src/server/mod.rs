@@ -1,27 +1,32 @@
 //! The HTTPS admission server: a TCP accept loop, a bounded TLS handshake
-//! per connection, then hyper's auto (HTTP/1.1 or HTTP/2) connection
-//! serving the axum router. On shutdown it stops accepting and drains.
+//! per connection, then hyper's HTTP/1.1 or HTTP/2 connection (as ALPN
+//! chose) serving the axum router, with read deadlines from [`guard`]. On
+//! shutdown it stops accepting and drains.
 
+pub mod guard;
 pub mod routes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
 use tracing::Instrument;
 
 pub use routes::{router, AppState, RouteLimits, MAX_BODY_BYTES};
 
 #[derive(Debug, Clone)]
 pub struct ConnLimits {
-    /// Time for the TLS handshake and for each request's headers.
+    /// Time for the TLS handshake and for each request's headers (from the
+    /// first byte of the request; the first request from the handshake).
     pub header_read_timeout: Duration,
+    /// How long an HTTP/1.1 keep-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
     /// How long in-flight requests get to finish after shutdown starts.
     pub drain_timeout: Duration,
 }
@@ -61,18 +66,16 @@ impl HttpsServer {
             limits,
         } = self;
         let graceful = GracefulShutdown::new();
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout)
+        let mut h1 = hyper::server::conn::http1::Builder::new();
+        // guard::Guarded keeps the header and idle deadlines instead.
+        h1.timer(TokioTimer::new())
+            .header_read_timeout(None)
             .keep_alive(true);
-        builder
-            .http2()
-            .timer(TokioTimer::new())
+        let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
             .max_concurrent_streams(250)
             .keep_alive_interval(Some(Duration::from_secs(30)));
-        let builder = Arc::new(builder);
+        let (h1, h2) = (Arc::new(h1), Arc::new(h2));
         loop {
             let (tcp, peer) = tokio::select! {
                 r = listener.accept() => match r {
@@ -89,26 +92,54 @@ impl HttpsServer {
             let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             let app = app.clone();
-            let builder = builder.clone();
-            let handshake_timeout = limits.header_read_timeout;
+            let (h1, h2) = (h1.clone(), h2.clone());
+            let limits = limits.clone();
             let watcher = graceful.watcher();
             tokio::spawn(
                 async move {
-                    let tls =
-                        match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
-                            Ok(Ok(s)) => s,
-                            Ok(Err(e)) => {
-                                tracing::debug!(error = %e, "TLS handshake failed");
-                                return;
+                    let tls = match tokio::time::timeout(
+                        limits.header_read_timeout,
+                        acceptor.accept(tcp),
+                    )
+                    .await
+                    {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!("TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    // ALPN decides; HTTP/2 over TLS without ALPN is not a thing
+                    // (RFC 9113 §3.2), so no sniffing read without a deadline.
+                    let is_h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                    let activity = Arc::new(guard::Activity::default());
+                    let io = TokioIo::new(guard::Guarded::new(
+                        tls,
+                        activity.clone(),
+                        limits.header_read_timeout,
+                        limits.idle_timeout,
+                        is_h2,
+                    ));
+                    let service =
+                        hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+                            let in_flight = activity.begin();
+                            let answer = app.clone().oneshot(req.map(axum::body::Body::new));
+                            async move {
+                                let response = answer.await;
+                                drop(in_flight);
+                                response
                             }
-                            Err(_) => {
-                                tracing::debug!("TLS handshake timed out");
-                                return;
-                            }
-                        };
-                    let service = TowerToHyperService::new(app);
-                    let conn = builder.serve_connection(TokioIo::new(tls), service);
-                    if let Err(e) = watcher.watch(conn.into_owned()).await {
+                        });
+                    let result = if is_h2 {
+                        watcher.watch(h2.serve_connection(io, service)).await
+                    } else {
+                        watcher.watch(h1.serve_connection(io, service)).await
+                    };
+                    if let Err(e) = result {
                         tracing::debug!(error = %e, "connection ended with an error");
                     }
                 }

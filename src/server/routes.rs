@@ -161,7 +161,7 @@ async fn handle(state: AppState, webhook: Webhook, req: Request) -> Response {
     // Decisions are pure; catching a panic here is defence in depth so one
     // bad input can never take the answer down with it.
     let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match webhook {
-        Webhook::Mutate => admission::mutate(&request, &config),
+        Webhook::Mutate => admission::mutate_patch_only(&request, &config),
         Webhook::Validate => admission::validate(&request, &config),
     }));
     let (response, outcome, findings) = match decided {

@@ -344,3 +344,47 @@ impl Conn {
         self.request("GET", path, vec![]).await
     }
 }
+
+/// A raw TLS stream to the server (no HTTP client), for tests that need to
+/// send bytes slowly or malformed; `alpn` is offered as the only protocol.
+pub async fn raw_tls(
+    addr: SocketAddr,
+    ca_pems: &[&[u8]],
+    alpn: &[u8],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for pem in ca_pems {
+        for c in mrguard::tls::parse_certs(pem, "CA").unwrap() {
+            roots.add(c).unwrap();
+        }
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(mrguard::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+}
+
+/// Reads until the peer closes the stream or `limit` passes; returns what
+/// arrived and whether the peer closed (EOF or an error) within the limit.
+pub async fn read_until_closed<S: tokio::io::AsyncRead + Unpin>(
+    s: &mut S,
+    limit: std::time::Duration,
+) -> (Vec<u8>, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => return (out, false),
+            Ok(Ok(0)) | Ok(Err(_)) => return (out, true),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}

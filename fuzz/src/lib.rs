@@ -1,0 +1,91 @@
+//! What the fuzz targets share: the full review path with its invariants.
+
+use base64::Engine;
+use mrguard::admission::{self, Request};
+use mrguard::config::Config;
+use serde_json::Value;
+
+/// A configuration that switches on every mutation step and rule kind, so
+/// the fuzzers reach them: tags, deletion protection, namespace defaults,
+/// immutable paths with wildcards and keys, and CEL rules.
+pub const CONFIG: &str = r#"
+providerConfig:
+  defaultName: fallback
+  namespaceProviderConfigs: {team-a: aws-team-a}
+exemptUsernames: ["system:serviceaccount:crossplane-system:*"]
+rules:
+  paused-delete: Warn
+  deletion-policy-conflict: Deny
+resources:
+  - apiGroups: ["ec2.aws.upbound.io", "ec2.aws.m.upbound.io"]
+    kinds: ["VPC", "Subnet"]
+    externalName: IdentifierFromProvider
+    immutableFields: ["spec.forProvider.region", "spec.forProvider.subnets[*].availabilityZone", "metadata.labels[team]"]
+    tagsField: spec.forProvider.tags
+    deletionProtection: true
+    celRules:
+      - name: team-label
+        expression: "has(self.metadata.labels) && 'team' in self.metadata.labels"
+        message: "needs a team label"
+        action: Warn
+      - name: region
+        expression: "!has(self.spec.forProvider.region) || self.spec.forProvider.region.startsWith('us-')"
+        messageExpression: "'region ' + string(self.spec.forProvider.region) + ' is not allowed'"
+        action: Deny
+        operations: [CREATE, UPDATE, DELETE]
+  - apiGroups: ["*"]
+    kinds: ["*"]
+    immutableFields: ["spec.forProvider.location"]
+    tagsField: spec.forProvider.labels
+"#;
+
+pub fn configs() -> &'static [Config] {
+    static CONFIGS: std::sync::OnceLock<Vec<Config>> = std::sync::OnceLock::new();
+    CONFIGS.get_or_init(|| vec![Config::builtin(), Config::from_yaml(CONFIG).expect("the fuzz config is valid")])
+}
+
+/// Decodes a body and runs both webhooks over it, checking what must hold
+/// for every input: answers are AdmissionReviews echoing the uid, a patch
+/// applies to the object it was computed for, and mutation is idempotent.
+pub fn review_bytes(body: &[u8]) {
+    let Ok(request) = admission::decode(body) else {
+        return;
+    };
+    review_request(&request);
+}
+
+pub fn review_request(request: &Request) {
+    for config in configs() {
+        let decision = admission::validate(request, config);
+        check_encoded(&admission::encode(decision.response), &request.uid);
+
+        let decision = admission::mutate(request, config);
+        let encoded = admission::encode(decision.response);
+        let response = check_encoded(&encoded, &request.uid);
+        if let Some(patch) = response.get("patch") {
+            assert_eq!(response["patchType"], "JSONPatch");
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(patch.as_str().expect("patch is a string"))
+                .expect("patch is base64");
+            let patch: json_patch::Patch = serde_json::from_slice(&raw).expect("patch is a JSON Patch");
+            let mut object = request.object.as_ref().expect("a patch needs an object").value.clone();
+            json_patch::patch(&mut object, &patch).expect("the patch applies to the object");
+            assert_eq!(Some(&object), decision.mutated.as_ref(), "the patch yields the mutated object");
+            // Idempotence: mutating the result again changes nothing.
+            let mut again = request.clone();
+            again.object = Some(admission::RawObject::new(object));
+            let second = admission::mutate(&again, config);
+            assert!(second.response.patch.is_none(), "mutation is not idempotent: {:?}", second.mutated);
+        } else {
+            assert!(response.get("patchType").is_none(), "patchType without patch");
+        }
+    }
+}
+
+fn check_encoded(encoded: &[u8], uid: &str) -> Value {
+    let v: Value = serde_json::from_slice(encoded).expect("the answer is JSON");
+    assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(v["kind"], "AdmissionReview");
+    assert_eq!(v["response"]["uid"], uid);
+    v["response"].clone()
+}
