@@ -17,7 +17,7 @@ root=$PWD
 
 seconds=${FUZZ_SECONDS:-30}
 jobs=${FUZZ_JOBS:-1}
-cargo_fuzz_version=${CARGO_FUZZ_VERSION:-0.13.1}
+cargo_fuzz_version=${CARGO_FUZZ_VERSION:-0.13.2}
 export RUSTC_BOOTSTRAP=1
 export PATH="$root/.tools/bin:$PATH"
 

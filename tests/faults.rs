@@ -153,7 +153,13 @@ async fn run() {
     .await;
     let cases = Arc::new(cases());
     let (new_pair, new_ca) = mrguard::tls::self_signed(&mrguard::tls::local_names()).unwrap();
-    let cas: Arc<Vec<Vec<u8>>> = Arc::new(vec![h.ca_pem.clone(), new_ca.cert.clone().into_bytes()]);
+    let (third_pair, third_ca) = mrguard::tls::self_signed(&mrguard::tls::local_names()).unwrap();
+    // Clients trust every CA of the rotation, as a caBundle does during one.
+    let cas: Arc<Vec<Vec<u8>>> = Arc::new(vec![
+        h.ca_pem.clone(),
+        new_ca.cert.clone().into_bytes(),
+        third_ca.cert.clone().into_bytes(),
+    ]);
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
     let addr = h.addr;
@@ -318,7 +324,25 @@ async fn run() {
             .contains("mrguard_config_reloads_total{result=\"failure\"} 1")
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // 4. Another rotation, to a third CA, written in place (cert first,
+    //    then key) while the broken config is still on disk.
+    std::fs::write(&h.cert_file, &third_pair.cert).unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    std::fs::write(&h.key_file, &third_pair.key).unwrap();
+    let third_leaf = mrguard::tls::parse_certs(&third_pair.cert, "third").unwrap()[0].to_vec();
+    let only_third = TlsClient::new(&[third_ca.cert.as_bytes()], Proto::Http2);
+    wait_for("the third certificate", || async {
+        only_third
+            .connect(addr)
+            .await
+            .is_ok_and(|c| c.peer_cert == third_leaf)
+    })
+    .await;
+    // Keep the load and the bad clients going a while longer, so every
+    // kind of bad request overlaps the steady load several times.
+    while started.elapsed() < Duration::from_secs(6) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let faults_took = started.elapsed();
     stop.store(true, Ordering::Relaxed);
     while let Some(r) = workers.join_next().await {
@@ -349,7 +373,7 @@ async fn run() {
     );
     // After it all, the server still serves and uses the last good config.
     let resp = post_review(
-        &mut TlsClient::new(&[new_ca.cert.as_bytes()], Proto::Http2)
+        &mut TlsClient::new(&[third_ca.cert.as_bytes()], Proto::Http2)
             .connect(addr)
             .await
             .unwrap(),

@@ -55,6 +55,36 @@ async fn slow_headers_on_http1_are_cut_by_the_header_read_timeout() {
 }
 
 #[tokio::test]
+async fn slow_headers_on_http2_are_cut_by_the_header_read_timeout() {
+    let h = Harness::start_with(None, &["--header-read-timeout", "300ms"]).await;
+    let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"h2").await.unwrap();
+    // The client preface and SETTINGS, then a HEADERS frame announcing
+    // 64 bytes of header block whose bytes trickle in one at a time.
+    tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    tls.write_all(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]).await.unwrap();
+    tls.write_all(&[0, 0, 64, 0x1, 0x4 | 0x1, 0, 0, 0, 1]).await.unwrap();
+    tls.flush().await.unwrap();
+    let trickle = async {
+        for _ in 0..64 {
+            if tls.write_all(&[0x82]).await.is_err() || tls.flush().await.is_err() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // All sent: the frame is complete; the connection must be gone by now.
+        let (_, closed) = read_until_closed(&mut tls, Duration::from_millis(100)).await;
+        closed
+    };
+    let cut = tokio::time::timeout(Duration::from_secs(10), trickle).await;
+    assert!(
+        matches!(cut, Ok(true)),
+        "the server kept an HTTP/2 connection with a trickling header block open"
+    );
+    still_serving(&h).await;
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn a_silent_connection_is_cut_before_and_after_the_handshake() {
     let h = Harness::start_with(None, &["--header-read-timeout", "300ms"]).await;
     // No TLS handshake at all.
@@ -65,6 +95,9 @@ async fn a_silent_connection_is_cut_before_and_after_the_handshake() {
     let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"http/1.1").await.unwrap();
     let (_, closed) = read_until_closed(&mut tls, Duration::from_secs(5)).await;
     assert!(closed, "a connection that never sends a request stays open");
+    let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"h2").await.unwrap();
+    let (_, closed) = read_until_closed(&mut tls, Duration::from_secs(5)).await;
+    assert!(closed, "an HTTP/2 connection that never sends its preface stays open");
     still_serving(&h).await;
     h.stop().await;
 }
@@ -98,14 +131,15 @@ async fn a_slow_body_on_http1_gets_408_from_the_request_timeout() {
     h.stop().await;
 }
 
+type Chunks =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<Frame<Bytes>, Infallible>> + Send>>;
+
 /// A body that yields `chunk`-sized pieces of `body` every `every`.
 fn trickled(
     body: Vec<u8>,
     chunk: usize,
     every: Duration,
-) -> StreamBody<
-    std::pin::Pin<Box<dyn futures::Stream<Item = Result<Frame<Bytes>, Infallible>> + Send>>,
-> {
+) -> StreamBody<Chunks> {
     let stream = futures::stream::unfold((body, 0usize), move |(body, at)| async move {
         if at >= body.len() {
             return None;

@@ -237,7 +237,7 @@ mod tests {
         let mut buf = [0u8; 8];
         let req = activity.begin();
         client.write_all(b"GET").await.unwrap();
-        g.read(&mut buf).await.unwrap();
+        assert_eq!(g.read(&mut buf).await.unwrap(), 3);
         drop(req);
         let started = Instant::now();
         let err = g.read(&mut buf).await.unwrap_err();
