@@ -60,9 +60,13 @@ async fn slow_headers_on_http2_are_cut_by_the_header_read_timeout() {
     let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"h2").await.unwrap();
     // The client preface and SETTINGS, then a HEADERS frame announcing
     // 64 bytes of header block whose bytes trickle in one at a time.
-    tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
     tls.write_all(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]).await.unwrap();
-    tls.write_all(&[0, 0, 64, 0x1, 0x4 | 0x1, 0, 0, 0, 1]).await.unwrap();
+    tls.write_all(&[0, 0, 64, 0x1, 0x4 | 0x1, 0, 0, 0, 1])
+        .await
+        .unwrap();
     tls.flush().await.unwrap();
     let trickle = async {
         for _ in 0..64 {
@@ -97,7 +101,10 @@ async fn a_silent_connection_is_cut_before_and_after_the_handshake() {
     assert!(closed, "a connection that never sends a request stays open");
     let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"h2").await.unwrap();
     let (_, closed) = read_until_closed(&mut tls, Duration::from_secs(5)).await;
-    assert!(closed, "an HTTP/2 connection that never sends its preface stays open");
+    assert!(
+        closed,
+        "an HTTP/2 connection that never sends its preface stays open"
+    );
     still_serving(&h).await;
     h.stop().await;
 }
@@ -135,11 +142,7 @@ type Chunks =
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<Frame<Bytes>, Infallible>> + Send>>;
 
 /// A body that yields `chunk`-sized pieces of `body` every `every`.
-fn trickled(
-    body: Vec<u8>,
-    chunk: usize,
-    every: Duration,
-) -> StreamBody<Chunks> {
+fn trickled(body: Vec<u8>, chunk: usize, every: Duration) -> StreamBody<Chunks> {
     let stream = futures::stream::unfold((body, 0usize), move |(body, at)| async move {
         if at >= body.len() {
             return None;

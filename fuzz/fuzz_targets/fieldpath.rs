@@ -18,7 +18,10 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     });
     let selected = path.select(&object);
     if path.is_concrete() {
-        assert!(selected.len() <= 1, "a concrete path selects at most one value");
+        assert!(
+            selected.len() <= 1,
+            "a concrete path selects at most one value"
+        );
         assert_eq!(path.get(&object), selected.first().map(|(_, v)| *v));
         let mut copy = object.clone();
         let _ = path.get_or_create_object(&mut copy);

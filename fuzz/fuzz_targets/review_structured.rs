@@ -7,19 +7,68 @@ use arbitrary::{Arbitrary, Unstructured};
 use serde_json::{json, Map, Value};
 
 const WORDS: &[&str] = &[
-    "", "default", "Delete", "Orphan", "delete", "*", "Create", "Update", "Observe", "LateInitialize",
-    "true", "false", "True", "yes", "Always", "IfNotPresent", "Required", "Optional", "ProviderConfig",
-    "ClusterProviderConfig", "us-east-1", "eu-west-1", "team-a", "name", "2026-11-22T03:50:00Z",
-    "2026-11-22T03:52:00Z", "not-a-time", "Ready", "Synced",
+    "",
+    "default",
+    "Delete",
+    "Orphan",
+    "delete",
+    "*",
+    "Create",
+    "Update",
+    "Observe",
+    "LateInitialize",
+    "true",
+    "false",
+    "True",
+    "yes",
+    "Always",
+    "IfNotPresent",
+    "Required",
+    "Optional",
+    "ProviderConfig",
+    "ClusterProviderConfig",
+    "us-east-1",
+    "eu-west-1",
+    "team-a",
+    "name",
+    "2026-11-22T03:50:00Z",
+    "2026-11-22T03:52:00Z",
+    "not-a-time",
+    "Ready",
+    "Synced",
 ];
 const KEYS: &[&str] = &[
-    "name", "namespace", "kind", "policy", "resolve", "resolution", "matchLabels", "matchControllerRef",
-    "region", "location", "tags", "labels", "vpcIdRef", "vpcIdSelector", "subnetIdRefs", "nodeSelector",
-    "subnets", "availabilityZone", "forProvider", "initProvider", "spec", "metadata", "team",
+    "name",
+    "namespace",
+    "kind",
+    "policy",
+    "resolve",
+    "resolution",
+    "matchLabels",
+    "matchControllerRef",
+    "region",
+    "location",
+    "tags",
+    "labels",
+    "vpcIdRef",
+    "vpcIdSelector",
+    "subnetIdRefs",
+    "nodeSelector",
+    "subnets",
+    "availabilityZone",
+    "forProvider",
+    "initProvider",
+    "spec",
+    "metadata",
+    "team",
 ];
 const ANNOTATIONS: &[&str] = &[
-    "crossplane.io/external-name", "crossplane.io/external-create-pending", "crossplane.io/external-create-succeeded",
-    "crossplane.io/external-create-failed", "crossplane.io/paused", "mrguard.io/deletion-protection",
+    "crossplane.io/external-name",
+    "crossplane.io/external-create-pending",
+    "crossplane.io/external-create-succeeded",
+    "crossplane.io/external-create-failed",
+    "crossplane.io/paused",
+    "mrguard.io/deletion-protection",
 ];
 const KINDS: &[(&str, &str, &str)] = &[
     ("ec2.aws.upbound.io", "v1beta1", "VPC"),
@@ -28,7 +77,11 @@ const KINDS: &[(&str, &str, &str)] = &[
     ("nop.crossplane.io", "v1alpha1", "NopResource"),
     ("aws.upbound.io", "v1beta1", "ProviderConfig"),
 ];
-const USERS: &[&str] = &["alice", "system:serviceaccount:crossplane-system:provider-aws", ""];
+const USERS: &[&str] = &[
+    "alice",
+    "system:serviceaccount:crossplane-system:provider-aws",
+    "",
+];
 
 fn word(u: &mut Unstructured) -> arbitrary::Result<Value> {
     Ok(match u.int_in_range(0..=9u8)? {
@@ -54,7 +107,11 @@ fn value(u: &mut Unstructured, depth: u32) -> arbitrary::Result<Value> {
     }
     Ok(match u.int_in_range(0..=5u8)? {
         0 | 1 => word(u)?,
-        2 => Value::Array((0..u.int_in_range(0..=3u8)?).map(|_| value(u, depth - 1)).collect::<Result<_, _>>()?),
+        2 => Value::Array(
+            (0..u.int_in_range(0..=3u8)?)
+                .map(|_| value(u, depth - 1))
+                .collect::<Result<_, _>>()?,
+        ),
         _ => object(u, depth - 1)?,
     })
 }
@@ -67,11 +124,22 @@ fn object(u: &mut Unstructured, depth: u32) -> arbitrary::Result<Value> {
     Ok(Value::Object(m))
 }
 
-fn maybe(u: &mut Unstructured, f: impl FnOnce(&mut Unstructured) -> arbitrary::Result<Value>) -> arbitrary::Result<Option<Value>> {
-    Ok(if bool::arbitrary(u)? { Some(f(u)?) } else { None })
+fn maybe(
+    u: &mut Unstructured,
+    f: impl FnOnce(&mut Unstructured) -> arbitrary::Result<Value>,
+) -> arbitrary::Result<Option<Value>> {
+    Ok(if bool::arbitrary(u)? {
+        Some(f(u)?)
+    } else {
+        None
+    })
 }
 
-fn mr(u: &mut Unstructured, (group, version, kind): (&str, &str, &str), namespace: Option<&str>) -> arbitrary::Result<Value> {
+fn mr(
+    u: &mut Unstructured,
+    (group, version, kind): (&str, &str, &str),
+    namespace: Option<&str>,
+) -> arbitrary::Result<Value> {
     let mut annotations = Map::new();
     for _ in 0..u.int_in_range(0..=4u8)? {
         annotations.insert(u.choose(ANNOTATIONS)?.to_string(), word(u)?);
@@ -92,7 +160,16 @@ fn mr(u: &mut Unstructured, (group, version, kind): (&str, &str, &str), namespac
     }
     let fields: [(&str, Option<Value>); 6] = [
         ("initProvider", maybe(u, |u| object(u, 2))?),
-        ("managementPolicies", maybe(u, |u| Ok(Value::Array((0..u.int_in_range(0..=5u8)?).map(|_| word(u)).collect::<Result<_, _>>()?)))?),
+        (
+            "managementPolicies",
+            maybe(u, |u| {
+                Ok(Value::Array(
+                    (0..u.int_in_range(0..=5u8)?)
+                        .map(|_| word(u))
+                        .collect::<Result<_, _>>()?,
+                ))
+            })?,
+        ),
         ("deletionPolicy", maybe(u, word)?),
         ("providerConfigRef", maybe(u, |u| value(u, 1))?),
         ("writeConnectionSecretToRef", maybe(u, |u| value(u, 1))?),
@@ -105,7 +182,8 @@ fn mr(u: &mut Unstructured, (group, version, kind): (&str, &str, &str), namespac
     }
     let mut obj = json!({"apiVersion": format!("{group}/{version}"), "kind": kind, "metadata": meta, "spec": spec});
     if bool::arbitrary(u)? {
-        obj["status"] = json!({"conditions": [{"type": u.choose(WORDS)?, "status": u.choose(WORDS)?}]});
+        obj["status"] =
+            json!({"conditions": [{"type": u.choose(WORDS)?, "status": u.choose(WORDS)?}]});
     }
     Ok(obj)
 }
@@ -133,7 +211,9 @@ fn edit(u: &mut Unstructured, v: &mut Value, depth: u32) -> arbitrary::Result<()
 
 fn review(u: &mut Unstructured) -> arbitrary::Result<Value> {
     let k = *u.choose(KINDS)?;
-    let namespace = (k.0.contains(".m.") || u.ratio(1, 4)?).then(|| if bool::arbitrary(u)? { "team-a" } else { "team-b" });
+    let namespaced = k.0.contains(".m.") || u.ratio(1, 4)?;
+    let team_a = bool::arbitrary(u)?;
+    let namespace = namespaced.then_some(if team_a { "team-a" } else { "team-b" });
     let op = *u.choose(&["CREATE", "UPDATE", "DELETE", "CONNECT"])?;
     let object = mr(u, k, namespace)?;
     let old = if bool::arbitrary(u)? {

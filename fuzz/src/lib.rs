@@ -41,7 +41,12 @@ resources:
 
 pub fn configs() -> &'static [Config] {
     static CONFIGS: std::sync::OnceLock<Vec<Config>> = std::sync::OnceLock::new();
-    CONFIGS.get_or_init(|| vec![Config::builtin(), Config::from_yaml(CONFIG).expect("the fuzz config is valid")])
+    CONFIGS.get_or_init(|| {
+        vec![
+            Config::builtin(),
+            Config::from_yaml(CONFIG).expect("the fuzz config is valid"),
+        ]
+    })
 }
 
 /// Decodes a body and runs both webhooks over it, checking what must hold
@@ -67,17 +72,34 @@ pub fn review_request(request: &Request) {
             let raw = base64::engine::general_purpose::STANDARD
                 .decode(patch.as_str().expect("patch is a string"))
                 .expect("patch is base64");
-            let patch: json_patch::Patch = serde_json::from_slice(&raw).expect("patch is a JSON Patch");
-            let mut object = request.object.as_ref().expect("a patch needs an object").value.clone();
+            let patch: json_patch::Patch =
+                serde_json::from_slice(&raw).expect("patch is a JSON Patch");
+            let mut object = request
+                .object
+                .as_ref()
+                .expect("a patch needs an object")
+                .value
+                .clone();
             json_patch::patch(&mut object, &patch).expect("the patch applies to the object");
-            assert_eq!(Some(&object), decision.mutated.as_ref(), "the patch yields the mutated object");
+            assert_eq!(
+                Some(&object),
+                decision.mutated.as_ref(),
+                "the patch yields the mutated object"
+            );
             // Idempotence: mutating the result again changes nothing.
             let mut again = request.clone();
             again.object = Some(admission::RawObject::new(object));
             let second = admission::mutate(&again, config);
-            assert!(second.response.patch.is_none(), "mutation is not idempotent: {:?}", second.mutated);
+            assert!(
+                second.response.patch.is_none(),
+                "mutation is not idempotent: {:?}",
+                second.mutated
+            );
         } else {
-            assert!(response.get("patchType").is_none(), "patchType without patch");
+            assert!(
+                response.get("patchType").is_none(),
+                "patchType without patch"
+            );
         }
     }
 }
