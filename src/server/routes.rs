@@ -180,8 +180,12 @@ async fn handle(state: AppState, webhook: Webhook, req: Request) -> Response {
             (r, Outcome::Error, vec![])
         }
     };
+    // Debug, not info: the user sees the denial through the API server and
+    // metrics count it; a synchronous log line per denial cost about 5 % of
+    // throughput under load (BENCHMARKS.md). Gatekeeper's --log-denies is
+    // off by default for the same reason.
     if outcome == Outcome::Denied {
-        tracing::info!(uid = %request.uid, kind = %request.kind.kind, name = %request.name, message = %response.result.message, "denied");
+        tracing::debug!(uid = %request.uid, kind = %request.kind.kind, name = %request.name, message = %response.result.message, "denied");
     }
     let encoded = admission::encode(response);
     if let Some(m) = &state.metrics {
