@@ -10,7 +10,7 @@
 #   FUZZ_JOBS=2 FUZZ_SECONDS=600 scripts/fuzz.sh   # parallel workers per target
 #
 # A crash fails the script and leaves the input in fuzz/artifacts/<target>/;
-# reproduce it with: .tools/bin/cargo-fuzz fuzz run <target> <file>
+# reproduce it with: RUSTC_BOOTSTRAP=1 .tools/bin/cargo-fuzz fuzz run <target> <file>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
