@@ -4,4 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# No OpenSSL or aws-lc in the binary: rustls runs on ring.
+if cargo tree -e normal,build --target all 2>/dev/null | grep -E 'openssl-sys|aws-lc-(rs|sys)|native-tls' ; then
+  echo "error: a forbidden TLS/crypto dependency is in the tree (see above)" >&2
+  exit 1
+fi
+
 cargo test --all-targets
