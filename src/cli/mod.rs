@@ -1,6 +1,7 @@
 //! The command line (SPEC §7): clap definitions with an environment
 //! variable for every serve flag, and one runner per subcommand.
 
+pub mod certs;
 pub mod check;
 pub mod serve;
 
@@ -34,6 +35,9 @@ pub enum Command {
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Development certificates for local TLS.
+    #[command(subcommand)]
+    Certs(certs::CertsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -116,6 +120,7 @@ pub fn run(cli: Cli) -> i32 {
             serve::run(*args)
         }
         Command::Check(args) => check::run(*args),
+        Command::Certs(cmd) => certs::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => {
             match crate::config::Config::from_file(&file) {
                 Ok(_) => {
