@@ -10,4 +10,7 @@ if cargo tree -e normal,build --target all 2>/dev/null | grep -E 'openssl-sys|aw
   exit 1
 fi
 
+# helm for tests/chart.rs, into .tools/bin/helm (idempotent).
+scripts/install-helm.sh
+
 cargo test --all-targets

@@ -194,10 +194,21 @@ pub fn run(cmd: CertsCommand) -> i32 {
         CertsCommand::Generate(args) => match generate(&args) {
             Ok(g) => {
                 let ca = if g.reused_ca { "reused" } else { "new" };
-                println!("CA ({ca}):      {}  (key {})", g.ca_cert.display(), g.ca_key.display());
-                println!("serving cert: {}  (key {})", g.cert.display(), g.key.display());
+                println!(
+                    "CA ({ca}):      {}  (key {})",
+                    g.ca_cert.display(),
+                    g.ca_key.display()
+                );
+                println!(
+                    "serving cert: {}  (key {})",
+                    g.cert.display(),
+                    g.key.display()
+                );
                 println!("names:        {}", g.names.join(", "));
-                if let Some(t) = g.not_after.and_then(|t| jiff::Timestamp::from_second(t).ok()) {
+                if let Some(t) = g
+                    .not_after
+                    .and_then(|t| jiff::Timestamp::from_second(t).ok())
+                {
                     println!("expires:      {t}");
                 }
                 println!();
@@ -278,7 +289,12 @@ mod tests {
         assert!(!g.reused_ca);
         let cert = std::fs::read(&g.cert).unwrap();
         let key = std::fs::read(&g.key).unwrap();
-        tls::PemPair { cert: cert.clone(), key }.certified_key().unwrap();
+        tls::PemPair {
+            cert: cert.clone(),
+            key,
+        }
+        .certified_key()
+        .unwrap();
         let got = sans(&cert);
         for want in [
             "localhost",
@@ -292,7 +308,10 @@ mod tests {
         }
         let now = jiff::Timestamp::now().as_second();
         let exp = g.not_after.unwrap();
-        assert!(exp > now + 29 * DAY as i64 && exp <= now + 30 * DAY as i64, "{exp}");
+        assert!(
+            exp > now + 29 * DAY as i64 && exp <= now + 30 * DAY as i64,
+            "{exp}"
+        );
         #[cfg(unix)]
         for k in [&g.key, &g.ca_key] {
             use std::os::unix::fs::PermissionsExt;
