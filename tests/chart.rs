@@ -736,10 +736,10 @@ fn rbac_is_exactly_the_least_privilege_listed() {
                 &["get", "list", "watch", "patch"]
             ),
             rule(
-                &["", "events.k8s.io"],
+                &["events.k8s.io"],
                 &["events"],
                 &[],
-                &["create", "patch"]
+                &["create", "patch", "list"]
             ),
         ]
     );
@@ -754,6 +754,7 @@ fn rbac_is_exactly_the_least_privilege_listed() {
                 &["mrguard-tls"],
                 &["get", "list", "watch", "update", "patch"]
             ),
+            rule(&["discovery.k8s.io"], &["endpointslices"], &[], &["list"]),
             rule(&["coordination.k8s.io"], &["leases"], &[], &["create"]),
             rule(
                 &["coordination.k8s.io"],
@@ -793,9 +794,19 @@ fn rbac_is_exactly_the_least_privilege_listed() {
                 }
                 if kind == "ClusterRole" {
                     assert!(!resources.contains("secrets"), "Secrets cluster-wide");
-                    assert!(!groups.contains("") || resources == BTreeSet::from(["events".into()]));
+                    assert!(
+                        !groups.contains(""),
+                        "core resources cluster-wide: {resources:?}"
+                    );
                 } else if names.is_empty() {
-                    assert_eq!(verbs, BTreeSet::from(["create".to_string()]));
+                    // Unnamed: create, or listing the Service's own EndpointSlices.
+                    let create = BTreeSet::from(["create".to_string()]);
+                    let slices = BTreeSet::from(["endpointslices".to_string()]);
+                    let list = BTreeSet::from(["list".to_string()]);
+                    assert!(
+                        verbs == create || (resources == slices && verbs == list),
+                        "{kind} grants {verbs:?} on {resources:?} without resourceNames"
+                    );
                 }
             }
         }
