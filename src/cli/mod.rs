@@ -1,6 +1,7 @@
 //! The command line (SPEC §7): clap definitions with an environment
 //! variable for every serve flag, and one runner per subcommand.
 
+pub mod audit;
 pub mod certs;
 pub mod check;
 pub mod serve;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use audit::AuditArgs;
 pub use check::CheckArgs;
 pub use serve::ServeArgs;
 
@@ -32,6 +34,8 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Mutate and validate manifests offline, as the webhooks would.
     Check(Box<CheckArgs>),
+    /// Evaluate the validation rules on every MR in a cluster.
+    Audit(Box<AuditArgs>),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -120,6 +124,7 @@ pub fn run(cli: Cli) -> i32 {
             serve::run(*args)
         }
         Command::Check(args) => check::run(*args),
+        Command::Audit(args) => audit::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => {
             match crate::config::Config::from_file(&file) {
