@@ -737,6 +737,7 @@ pub async fn run_loader(
         .boxed();
     let mut last: Option<PemPair> = None;
     let mut seen_in_list = false;
+    let mut watch_error = super::ErrorOnce::default();
     loop {
         let event = tokio::select! {
             e = stream.next() => e,
@@ -750,6 +751,7 @@ pub async fn run_loader(
             }
             Ok(watcher::Event::Delete(_)) => None,
             Ok(watcher::Event::Init) => {
+                watch_error.ok();
                 seen_in_list = false;
                 continue;
             }
@@ -767,7 +769,17 @@ pub async fn run_loader(
                 continue;
             }
             Err(e) => {
-                tracing::warn!(error = %e, secret = %name, "failed to watch the TLS Secret; retrying");
+                let e = ControllerError::Api {
+                    verb: "watch",
+                    resource: "secrets",
+                    object: name.clone(),
+                    source: super::coverage::watcher_source(e),
+                };
+                watch_error.failed(
+                    &e,
+                    None,
+                    "failed to watch the TLS Secret; retrying with backoff",
+                );
                 continue;
             }
         };

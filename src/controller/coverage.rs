@@ -240,7 +240,11 @@ pub async fn run_crd_watch(
     let mut current = Coverage::default();
     let mut listing: Option<Coverage> = None;
     let mut synced = false;
+    let mut watch_error = super::ErrorOnce::default();
     while let Some(event) = stream.next().await {
+        if event.is_ok() {
+            watch_error.ok();
+        }
         match event {
             Ok(watcher::Event::Init) => listing = Some(Coverage::default()),
             Ok(watcher::Event::InitApply(crd)) => {

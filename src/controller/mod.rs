@@ -284,9 +284,17 @@ impl ControllerError {
         self.status_code() == Some(404)
     }
 
-    /// Logs the error once, naming the refused verb and resource on an RBAC
-    /// denial, and counts it.
+    /// Counts a failed API call in `mrguard_controller_api_errors_total`.
+    pub fn count(&self, metrics: Option<&ControllerMetrics>) {
+        if let (Some(m), ControllerError::Api { verb, resource, .. }) = (metrics, self) {
+            m.api_error(verb, resource, self.status_code());
+        }
+    }
+
+    /// Counts and logs the error, naming the refused verb and resource on
+    /// an RBAC denial.
     pub fn log(&self, metrics: Option<&ControllerMetrics>, what: &str) {
+        self.count(metrics);
         if let ControllerError::Api {
             verb,
             resource,
@@ -294,11 +302,7 @@ impl ControllerError {
             source,
         } = self
         {
-            let code = self.status_code();
-            if let Some(m) = metrics {
-                m.api_error(verb, resource, code);
-            }
-            if code == Some(403) {
+            if self.status_code() == Some(403) {
                 tracing::error!(
                     verb,
                     resource,
@@ -310,6 +314,30 @@ impl ControllerError {
             }
         }
         tracing::warn!(error = %self, "{what}");
+    }
+}
+
+/// Logs a watch's error once until the watch works again, so a missing
+/// permission does not flood the log at every backoff step; every failure
+/// is still counted.
+#[derive(Debug, Default)]
+pub(crate) struct ErrorOnce(Option<String>);
+
+impl ErrorOnce {
+    pub fn failed(&mut self, e: &ControllerError, metrics: Option<&ControllerMetrics>, what: &str) {
+        let message = e.to_string();
+        if self.0.as_deref() == Some(message.as_str()) {
+            e.count(metrics);
+            return;
+        }
+        e.log(metrics, what);
+        self.0 = Some(message);
+    }
+
+    pub fn ok(&mut self) {
+        if self.0.take().is_some() {
+            tracing::info!("watch recovered");
+        }
     }
 }
 
@@ -643,5 +671,230 @@ mod tests {
     #[test]
     fn namespace_flag_wins() {
         assert_eq!(resolve_namespace(Some("team")), "team");
+    }
+
+    /// The whole controller against a small in-memory API server: it takes
+    /// the Lease, creates the Secret, loads it (readiness), and writes the
+    /// Secret's CA and the fixture CRDs' rules into both configurations;
+    /// on shutdown it releases the Lease.
+    #[tokio::test]
+    async fn a_leader_bootstraps_certificates_and_webhooks() {
+        use crate::controller::coverage::tests::fixture_crds;
+        use crate::controller::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
+        use crate::controller::mock::{self, list, status, Reply};
+        use crate::controller::webhooks::{tests_support::config_json, ConfigKind};
+        use serde_json::{json, Value};
+        use std::collections::BTreeMap;
+        use std::sync::atomic::Ordering;
+        use std::sync::Mutex;
+
+        #[derive(Default)]
+        struct Cluster {
+            lease: Option<Value>,
+            secret: Option<Value>,
+            configs: BTreeMap<&'static str, Value>,
+        }
+        let cluster = Arc::new(Mutex::new(Cluster::default()));
+        for (res, kind) in [
+            ("mutatingwebhookconfigurations", ConfigKind::Mutating),
+            ("validatingwebhookconfigurations", ConfigKind::Validating),
+        ] {
+            cluster
+                .lock()
+                .unwrap()
+                .configs
+                .insert(res, config_json(kind, "mrguard", b"", json!([]), "1"));
+        }
+        let crds = fixture_crds();
+        let c = cluster.clone();
+        let (client, api) = mock::client(move |r| {
+            let mut c = c.lock().unwrap();
+            let watch = r.query.contains("watch=true");
+            let path = r.path.as_str();
+            if path.contains("/leases/") || path.ends_with("/leases") {
+                return match r.method.as_str() {
+                    "GET" => match &c.lease {
+                        Some(l) => Reply::Json(200, l.clone()),
+                        None => Reply::Json(404, status(404, "NotFound", "not found")),
+                    },
+                    _ => {
+                        let mut l = r.body.clone();
+                        l["metadata"]["resourceVersion"] = json!("2");
+                        c.lease = Some(l.clone());
+                        Reply::Json(200, l)
+                    }
+                };
+            }
+            if path.contains("/secrets") {
+                return match (r.method.as_str(), watch) {
+                    ("GET", true) => Reply::Watch(vec![]),
+                    ("GET", false) if path.ends_with("/secrets") => Reply::Json(
+                        200,
+                        list("SecretList", "v1", c.secret.iter().cloned().collect()),
+                    ),
+                    ("GET", false) => match &c.secret {
+                        Some(s) => Reply::Json(200, s.clone()),
+                        None => Reply::Json(404, status(404, "NotFound", "not found")),
+                    },
+                    _ => {
+                        let mut s = r.body.clone();
+                        s["metadata"]["resourceVersion"] = json!("7");
+                        s["metadata"]["namespace"] = json!("crossplane-system");
+                        c.secret = Some(s.clone());
+                        Reply::Json(201, s)
+                    }
+                };
+            }
+            for res in [
+                "mutatingwebhookconfigurations",
+                "validatingwebhookconfigurations",
+            ] {
+                if !path.contains(res) {
+                    continue;
+                }
+                let cur = c.configs[res].clone();
+                return match (r.method.as_str(), watch) {
+                    ("GET", true) => Reply::Watch(vec![]),
+                    ("GET", false) if path.ends_with(res) => Reply::Json(
+                        200,
+                        list("List", "admissionregistration.k8s.io/v1", vec![cur]),
+                    ),
+                    ("GET", false) => Reply::Json(200, cur),
+                    _ => {
+                        let mut obj = cur;
+                        let w = &r.body["webhooks"][0];
+                        obj["webhooks"][0]["clientConfig"]["caBundle"] =
+                            w["clientConfig"]["caBundle"].clone();
+                        obj["webhooks"][0]["rules"] = w["rules"].clone();
+                        obj["metadata"]["resourceVersion"] = json!("2");
+                        c.configs.insert(res, obj.clone());
+                        Reply::Json(200, obj)
+                    }
+                };
+            }
+            if path.contains("customresourcedefinitions") {
+                return if watch {
+                    Reply::Watch(vec![])
+                } else {
+                    Reply::Json(
+                        200,
+                        list(
+                            "CustomResourceDefinitionList",
+                            "apiextensions.k8s.io/v1",
+                            crds.clone(),
+                        ),
+                    )
+                };
+            }
+            if path.contains("endpointslices") {
+                return Reply::Json(
+                    200,
+                    list("EndpointSliceList", "discovery.k8s.io/v1", vec![]),
+                );
+            }
+            if path.contains("/events") {
+                return Reply::Json(200, list("EventList", "events.k8s.io/v1", vec![]));
+            }
+            // Every MR kind: none exist.
+            if watch {
+                Reply::Watch(vec![])
+            } else {
+                Reply::Json(200, list("List", "v1", vec![]))
+            }
+        });
+
+        let args = ControllerArgs {
+            controller: true,
+            no_controller: false,
+            kubeconfig: None,
+            namespace: Some("crossplane-system".into()),
+            service_name: "mrguard".into(),
+            tls_secret_name: "mrguard-tls".into(),
+            mutating_webhook_name: "mrguard".into(),
+            validating_webhook_name: "mrguard".into(),
+            lease_name: "mrguard-leader".into(),
+            lease_duration: Duration::from_secs(15),
+            audit_interval: Duration::from_secs(600),
+            ca_lifetime: Duration::from_secs(365 * 86400),
+            cert_lifetime: Duration::from_secs(90 * 86400),
+            cert_renew_fraction: 1.0 / 3.0,
+            cert_extra_names: vec![],
+        };
+        let (pair, _) = crate::tls::self_signed(&crate::tls::local_names()).unwrap();
+        let certs = CertStore::new(pair.certified_key().unwrap(), None);
+        let ready = Arc::new(AtomicBool::new(false));
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let controller = Controller {
+            client,
+            settings: Settings::from_args(&args, 9443),
+            certs: certs.clone(),
+            config: ConfigStore::new(crate::config::Config::builtin(), None),
+            ready: ready.clone(),
+            metrics: metrics.clone(),
+            clock: Arc::new(SystemClock),
+        };
+        let (trigger, signal) = crate::shutdown::channel();
+        let task = tokio::spawn(controller.run(signal));
+
+        // The leader creates the Secret; the API server tells every replica.
+        api.wait_for("the Secret", |r| {
+            r.iter()
+                .any(|r| r.method == "POST" && r.path.ends_with("/secrets"))
+        })
+        .await;
+        assert!(
+            !ready.load(Ordering::Acquire),
+            "ready before a certificate was loaded"
+        );
+        api.wait_watch("/secrets").await;
+        let secret = cluster.lock().unwrap().secret.clone().unwrap();
+        assert_eq!(api.push("/secrets", "ADDED", secret.clone()), 1);
+
+        // Both configurations get the Secret's ca.crt and the exact rules.
+        let ca = secret["data"]["ca.crt"].clone();
+        let cov = Coverage::from_crds(&crate::controller::coverage::tests::summaries(
+            &fixture_crds(),
+        ));
+        api.wait_for("both configurations", |_| {
+            let c = cluster.lock().unwrap();
+            c.configs
+                .values()
+                .all(|v| v["webhooks"][0]["clientConfig"]["caBundle"] == ca)
+        })
+        .await;
+        {
+            let c = cluster.lock().unwrap();
+            assert_eq!(
+                c.configs["mutatingwebhookconfigurations"]["webhooks"][0]["rules"],
+                json!(cov.rules(MUTATE_OPERATIONS))
+            );
+            assert_eq!(
+                c.configs["validatingwebhookconfigurations"]["webhooks"][0]["rules"],
+                json!(cov.rules(VALIDATE_OPERATIONS))
+            );
+        }
+        assert!(ready.load(Ordering::Acquire));
+        assert_eq!(metrics.leader.get(), 1);
+        assert_eq!(metrics.covered_kinds.get(), 7);
+        // The server now serves the Secret's certificate.
+        let served = certs.current();
+        let leaf = crate::controller::certs::SecretContents::from_secret(
+            &serde_json::from_value(secret).unwrap(),
+        )
+        .leaf
+        .unwrap();
+        assert_eq!(
+            served.cert[0],
+            crate::tls::parse_certs(&leaf.cert, "leaf").unwrap()[0]
+        );
+
+        trigger.fire();
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .unwrap()
+            .unwrap();
+        let lease = cluster.lock().unwrap().lease.clone().unwrap();
+        assert!(lease["spec"]["holderIdentity"].is_null(), "{lease}");
+        assert_eq!(metrics.leader.get(), 0);
     }
 }

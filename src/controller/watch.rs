@@ -387,11 +387,12 @@ pub async fn watch_kind(
     let mut retry: Vec<(ObjRef, String)> = Vec::new();
     let mut backoff = Backoff::default();
     let mut retry_at: Option<tokio::time::Instant> = None;
+    let mut watch_error = super::ErrorOnce::default();
     loop {
         let due = retry_at;
         let mut report: Vec<(ObjRef, String)> = Vec::new();
         tokio::select! {
-            ev = stream.next() => match ev {
+            ev = stream.next() => match ev.inspect(|e| if e.is_ok() { watch_error.ok() }) {
                 None => return,
                 Some(Ok(watcher::Event::Init)) => listing = Some(HashMap::new()),
                 Some(Ok(watcher::Event::InitApply(o))) => {
@@ -430,7 +431,7 @@ pub async fn watch_kind(
                         object: kind.key(),
                         source: super::coverage::watcher_source(e),
                     };
-                    e.log(Some(&metrics), "failed to watch MRs; retrying with backoff");
+                    watch_error.failed(&e, Some(&metrics), "failed to watch MRs; retrying with backoff");
                 }
             },
             _ = async {

@@ -348,6 +348,7 @@ pub async fn run(
     // None: not seen yet; Some(None): absent.
     let mut state: BTreeMap<ConfigKind, Option<Observed>> = BTreeMap::new();
     let mut missing_webhook_warned = BTreeMap::new();
+    let mut watch_errors: BTreeMap<ConfigKind, super::ErrorOnce> = BTreeMap::new();
     let mut backoff = Backoff::default();
     let mut retry: Option<tokio::time::Instant> = None;
     loop {
@@ -355,6 +356,7 @@ pub async fn run(
         tokio::select! {
             u = updates.next() => match u {
                 Some(Update::Seen(kind, observed)) => {
+                    watch_errors.entry(kind).or_default().ok();
                     let was_present = state.get(&kind).is_some_and(Option::is_some);
                     if observed.is_none() && was_present {
                         tracing::warn!(
@@ -377,7 +379,11 @@ pub async fn run(
                         object: api.name(kind).to_string(),
                         source: super::coverage::watcher_source(e),
                     };
-                    e.log(Some(&metrics), "failed to watch a webhook configuration; retrying with backoff");
+                    watch_errors.entry(kind).or_default().failed(
+                        &e,
+                        Some(&metrics),
+                        "failed to watch a webhook configuration; retrying with backoff",
+                    );
                     continue;
                 }
                 None => return,
@@ -444,20 +450,8 @@ pub async fn run(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests_support {
     use super::*;
-    use crate::controller::coverage::tests::{fixture_crds, summaries};
-    use crate::controller::mock::{self, list, status, Reply};
-    use std::time::Duration;
-
-    fn b64(b: &[u8]) -> String {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(b)
-    }
-
-    fn coverage() -> Coverage {
-        Coverage::from_crds(&summaries(&fixture_crds()))
-    }
 
     /// A configuration as the chart creates it (no caBundle, no rules), in
     /// the shape of the provider-nop fixture.
@@ -481,10 +475,30 @@ mod tests {
         w["clientConfig"] = json!({"service": {"name": "mrguard", "namespace": "crossplane-system",
             "path": if kind == ConfigKind::Mutating { "/mutate" } else { "/validate" }}});
         if !bundle.is_empty() {
-            w["clientConfig"]["caBundle"] = json!(b64(bundle));
+            use base64::Engine;
+            w["clientConfig"]["caBundle"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(bundle));
         }
         w["rules"] = rules;
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::config_json;
+    use super::*;
+    use crate::controller::coverage::tests::{fixture_crds, summaries};
+    use crate::controller::mock::{self, list, status, Reply};
+    use std::time::Duration;
+
+    fn b64(b: &[u8]) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(b)
+    }
+
+    fn coverage() -> Coverage {
+        Coverage::from_crds(&summaries(&fixture_crds()))
     }
 
     fn names() -> WebhookNames {
