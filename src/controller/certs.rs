@@ -932,6 +932,38 @@ mod tests {
     }
 
     #[test]
+    fn extra_names_may_be_addresses() {
+        let s = CertSettings {
+            names: vec![
+                "mrguard.default.svc".into(),
+                "127.0.0.1".into(),
+                "::1".into(),
+            ],
+            ..settings()
+        };
+        let new = create(&s);
+        let c = contents(&new);
+        let chain = tls::parse_certs(&new.leaf.cert, "leaf").unwrap();
+        for name in &s.names {
+            assert!(
+                chain_verifies(
+                    &chain,
+                    &c.bundle[0].der,
+                    std::slice::from_ref(name),
+                    Timestamp::now()
+                ),
+                "{name}"
+            );
+        }
+        assert!(!chain_verifies(
+            &chain,
+            &c.bundle[0].der,
+            &["10.0.0.1".into()],
+            Timestamp::now()
+        ));
+    }
+
+    #[test]
     fn renewal_follows_the_injected_clock() {
         let s = settings();
         let c = contents(&create(&s));

@@ -524,8 +524,16 @@ impl Controller {
                 break;
             }
         }
-        // The elector releases the Lease when shutdown fires.
-        let _ = election.await;
+        // The elector releases the Lease when shutdown fires; an API server
+        // that does not answer must not hold the shutdown up.
+        let abort = election.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(5), election)
+            .await
+            .is_err()
+        {
+            abort.abort();
+            tracing::warn!("gave up releasing the lease; it expires on its own");
+        }
         loader.abort();
         let _ = loader.await;
     }
