@@ -208,7 +208,10 @@ async fn controller_and_webhooks_against_a_real_api_server() {
         Duration::from_secs(86400),
     )
     .unwrap();
-    let sa_key = rcgen::KeyPair::generate().unwrap().serialize_pem();
+    // The API server reads the verification key as a public key and the
+    // signing key as PKCS#8.
+    let sa = rcgen::KeyPair::generate().unwrap();
+    let (sa_key, sa_pub) = (sa.serialize_pem(), sa.public_key_pem());
     let api_port = free_port();
     procs.spawn(
         "kube-apiserver",
@@ -236,11 +239,11 @@ async fn controller_and_webhooks_against_a_real_api_server() {
             ),
             format!(
                 "--service-account-key-file={}",
-                write(&d.join("sa.key"), &sa_key)
+                write(&d.join("sa.pub"), &sa_pub)
             ),
             format!(
                 "--service-account-signing-key-file={}",
-                d.join("sa.key").display()
+                write(&d.join("sa.key"), &sa_key)
             ),
             "--service-account-issuer=https://127.0.0.1".into(),
             "--service-cluster-ip-range=10.0.0.0/24".into(),

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::channel::mpsc;
-use http::{Request, Response};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Frame};
+use hyper::{Request, Response};
 use jiff::Timestamp;
 use kube::client::Body;
 use serde_json::{json, Value};
