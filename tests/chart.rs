@@ -987,16 +987,7 @@ fn the_default_config_value_is_the_builtin_configuration() {
 
 /// Flags the chart passes that the controller work (issue "companion
 /// controller") adds to `mrguard serve`. Remove each once it lands.
-const PENDING_CONTROLLER_FLAGS: &[&str] = &[
-    "--controller",
-    "--namespace",
-    "--service-name",
-    "--tls-secret-name",
-    "--mutating-webhook-name",
-    "--validating-webhook-name",
-    "--lease-name",
-    "--audit-interval",
-];
+const PENDING_CONTROLLER_FLAGS: &[&str] = &[];
 
 #[test]
 fn every_flag_the_chart_passes_is_known_to_mrguard_serve() {
