@@ -189,6 +189,8 @@ pub fn evaluate(ctx: &RuleContext) -> Vec<Finding> {
             }
         }
     }
+    // Built once per request, only when a CEL rule applies.
+    let mut scope = None;
     for cel in &ctx.resource.cel_rules {
         if !cel.operations.contains(&ctx.operation) {
             continue;
@@ -198,7 +200,8 @@ pub fn evaluate(ctx: &RuleContext) -> Vec<Finding> {
         if action == Action::Off {
             continue;
         }
-        if let Some(v) = crate::cel::check_rule(cel, ctx) {
+        let scope = scope.get_or_insert_with(|| crate::cel::Scope::for_request(ctx));
+        if let Some(v) = crate::cel::check_rule(cel, scope) {
             findings.push(Finding {
                 rule: Cow::Owned(name),
                 action,
@@ -352,7 +355,8 @@ mod tests {
 
     #[test]
     fn overrides_change_and_silence_actions() {
-        let obj = mr(json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}));
+        let obj =
+            mr(json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}));
         let f = Case::create(obj.clone()).evaluate();
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].rule, "deletion-policy-conflict");
@@ -399,13 +403,24 @@ mod tests {
         let mut new_annotations = created;
         new_annotations["crossplane.io/external-name"] = json!("b");
         let new = with_annotations(
-            mr(json!({"forProvider": {"region": "us-west-1"}, "initProvider": {"x": 2},
-                      "deletionPolicy": "Nope"})),
+            mr(
+                json!({"forProvider": {"region": "us-west-1"}, "initProvider": {"x": 2},
+                      "deletionPolicy": "Nope"}),
+            ),
             new_annotations,
         );
-        let rules = |f: Vec<Finding>| f.into_iter().map(|f| f.rule.into_owned()).collect::<Vec<_>>();
+        let rules = |f: Vec<Finding>| {
+            f.into_iter()
+                .map(|f| f.rule.into_owned())
+                .collect::<Vec<_>>()
+        };
         let all = rules(Case::update(old.clone(), new.clone()).evaluate());
-        for r in ["immutable-field", "external-name-change", "init-provider-change", "deletion-policy"] {
+        for r in [
+            "immutable-field",
+            "external-name-change",
+            "init-provider-change",
+            "deletion-policy",
+        ] {
             assert!(all.iter().any(|x| x == r), "{r} in {all:?}");
         }
         let exempt = rules(
