@@ -355,8 +355,7 @@ mod tests {
 
     #[test]
     fn overrides_change_and_silence_actions() {
-        let obj =
-            mr(json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}));
+        let obj = mr(json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}));
         let f = Case::create(obj.clone()).evaluate();
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].rule, "deletion-policy-conflict");
@@ -403,24 +402,13 @@ mod tests {
         let mut new_annotations = created;
         new_annotations["crossplane.io/external-name"] = json!("b");
         let new = with_annotations(
-            mr(
-                json!({"forProvider": {"region": "us-west-1"}, "initProvider": {"x": 2},
-                      "deletionPolicy": "Nope"}),
-            ),
+            mr(json!({"forProvider": {"region": "us-west-1"}, "initProvider": {"x": 2},
+                      "deletionPolicy": "Nope"})),
             new_annotations,
         );
-        let rules = |f: Vec<Finding>| {
-            f.into_iter()
-                .map(|f| f.rule.into_owned())
-                .collect::<Vec<_>>()
-        };
+        let rules = |f: Vec<Finding>| f.into_iter().map(|f| f.rule.into_owned()).collect::<Vec<_>>();
         let all = rules(Case::update(old.clone(), new.clone()).evaluate());
-        for r in [
-            "immutable-field",
-            "external-name-change",
-            "init-provider-change",
-            "deletion-policy",
-        ] {
+        for r in ["immutable-field", "external-name-change", "init-provider-change", "deletion-policy"] {
             assert!(all.iter().any(|x| x == r), "{r} in {all:?}");
         }
         let exempt = rules(
