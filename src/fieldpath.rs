@@ -303,7 +303,11 @@ mod tests {
             {"availabilityZone": "a"}, {"other": 1}, {"availabilityZone": "c"}
         ], "tags": {"x.y/z": "1"}}}});
         let p = FieldPath::parse("spec.forProvider.subnets[*].availabilityZone").unwrap();
-        let got: Vec<_> = p.select(&v).into_iter().map(|(p, v)| (p, v.clone())).collect();
+        let got: Vec<_> = p
+            .select(&v)
+            .into_iter()
+            .map(|(p, v)| (p, v.clone()))
+            .collect();
         assert_eq!(
             got,
             vec![
@@ -321,10 +325,7 @@ mod tests {
         assert_eq!(p.get(&v), Some(&json!("1")));
         let p = FieldPath::parse("spec.forProvider.subnets[1].other").unwrap();
         assert_eq!(p.get(&v), Some(&json!(1)));
-        assert_eq!(
-            FieldPath::parse("spec.nothing.here").unwrap().get(&v),
-            None
-        );
+        assert_eq!(FieldPath::parse("spec.nothing.here").unwrap().get(&v), None);
     }
 
     #[test]
@@ -338,7 +339,9 @@ mod tests {
     fn creates_missing_objects_but_not_through_scalars() {
         let mut v = json!({"spec": {"forProvider": {}}});
         let p = FieldPath::parse("spec.forProvider.tags").unwrap();
-        p.get_or_create_object(&mut v).unwrap().insert("k".into(), json!("v"));
+        p.get_or_create_object(&mut v)
+            .unwrap()
+            .insert("k".into(), json!("v"));
         assert_eq!(v, json!({"spec": {"forProvider": {"tags": {"k": "v"}}}}));
         let mut v = json!({"spec": {"forProvider": {"tags": "oops"}}});
         assert_eq!(

@@ -10,7 +10,9 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+};
 
 use crate::admission::{Outcome, Webhook};
 use crate::rules::Finding;
@@ -42,17 +44,28 @@ pub struct AdmissionMetrics {
 impl AdmissionMetrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let requests = IntCounterVec::new(
-            Opts::new("mrguard_admission_requests_total", "Admission requests by webhook, operation, kind and result."),
+            Opts::new(
+                "mrguard_admission_requests_total",
+                "Admission requests by webhook, operation, kind and result.",
+            ),
             &["webhook", "operation", "group", "kind", "result"],
         )?;
         let duration = HistogramVec::new(
-            HistogramOpts::new("mrguard_admission_duration_seconds", "Time to answer an admission request.").buckets(vec![
-                0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+            HistogramOpts::new(
+                "mrguard_admission_duration_seconds",
+                "Time to answer an admission request.",
+            )
+            .buckets(vec![
+                0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                0.25, 0.5, 1.0,
             ]),
             &["webhook"],
         )?;
         let findings = IntCounterVec::new(
-            Opts::new("mrguard_rule_findings_total", "Rule findings by rule and action."),
+            Opts::new(
+                "mrguard_rule_findings_total",
+                "Rule findings by rule and action.",
+            ),
             &["rule", "action"],
         )?;
         registry.register(Box::new(requests.clone()))?;
@@ -82,25 +95,30 @@ impl AdmissionMetrics {
         }
     }
 
-    pub fn observe(
-        &self,
-        webhook: Webhook,
-        operation: &str,
-        group: &str,
-        kind: &str,
-        outcome: Outcome,
-        seconds: f64,
-        findings: &[Finding],
-    ) {
-        let (group, kind) = self.bounded(group, kind);
+    pub fn observe(&self, r: &Observed, outcome: Outcome, seconds: f64, findings: &[Finding]) {
+        let webhook = r.webhook;
+        let operation = r.operation;
+        let (group, kind) = self.bounded(r.group, r.kind);
         self.requests
             .with_label_values(&[webhook.as_str(), operation, group, kind, outcome.as_str()])
             .inc();
-        self.duration.with_label_values(&[webhook.as_str()]).observe(seconds);
+        self.duration
+            .with_label_values(&[webhook.as_str()])
+            .observe(seconds);
         for f in findings {
-            self.findings.with_label_values(&[&f.rule, f.action.as_str()]).inc();
+            self.findings
+                .with_label_values(&[&f.rule, f.action.as_str()])
+                .inc();
         }
     }
+}
+
+/// The request labels of one observation.
+pub struct Observed<'a> {
+    pub webhook: Webhook,
+    pub operation: &'a str,
+    pub group: &'a str,
+    pub kind: &'a str,
 }
 
 /// Renders the registry in the Prometheus text format.
@@ -111,7 +129,11 @@ pub fn render(registry: &Registry) -> Result<Vec<u8>, prometheus::Error> {
 }
 
 /// Serves `GET /metrics` on plain HTTP until `shutdown` fires.
-pub async fn serve(addr: SocketAddr, registry: Registry, shutdown: crate::shutdown::Signal) -> std::io::Result<()> {
+pub async fn serve(
+    addr: SocketAddr,
+    registry: Registry,
+    shutdown: crate::shutdown::Signal,
+) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     serve_on(listener, registry, shutdown).await
 }
@@ -128,8 +150,13 @@ pub async fn serve_on(
             let registry = registry.clone();
             async move {
                 match render(&registry) {
-                    Ok(body) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response(),
-                    Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("failed to encode metrics: {e}")).into_response(),
+                    Ok(body) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+                        .into_response(),
+                    Err(e) => (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("failed to encode metrics: {e}"),
+                    )
+                        .into_response(),
                 }
             }
         }),

@@ -16,7 +16,8 @@ pub const DELETION_PROTECTION: &str = "mrguard.io/deletion-protection";
 
 /// An object is an MR when `spec.forProvider` is a JSON object.
 pub fn is_managed(obj: &Value) -> bool {
-    obj.pointer("/spec/forProvider").is_some_and(Value::is_object)
+    obj.pointer("/spec/forProvider")
+        .is_some_and(Value::is_object)
 }
 
 /// Read-only accessors and derived states of one MR object.
@@ -366,7 +367,14 @@ mod tests {
             json!(["Observe", "LateInitialize"]),
             json!(["Create", "Update", "Delete"]),
             json!(["Observe", "Update", "Delete"]),
-            json!(["Observe", "Create", "Update", "LateInitialize", "Delete", "Delete"]),
+            json!([
+                "Observe",
+                "Create",
+                "Update",
+                "LateInitialize",
+                "Delete",
+                "Delete"
+            ]),
         ] {
             assert!(set(s.clone()).is_err(), "{s}");
         }
@@ -398,7 +406,14 @@ mod tests {
         use DeletionOutcome::*;
         let star = PolicySet::DEFAULT;
         let with_delete = set(json!(["Observe", "Delete"])).unwrap();
-        let full = set(json!(["Observe", "Create", "Update", "LateInitialize", "Delete"])).unwrap();
+        let full = set(json!([
+            "Observe",
+            "Create",
+            "Update",
+            "LateInitialize",
+            "Delete"
+        ]))
+        .unwrap();
         let without = set(json!(["Observe", "Create", "Update"])).unwrap();
         assert_eq!(deletion_outcome(None, star), Delete);
         assert_eq!(deletion_outcome(Some("Delete"), star), Delete);

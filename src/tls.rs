@@ -13,8 +13,8 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use prometheus::{Gauge, IntCounterVec, Opts, Registry};
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
 };
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
@@ -57,7 +57,9 @@ pub struct PemPair {
 
 impl std::fmt::Debug for PemPair {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PemPair").field("cert_bytes", &self.cert.len()).finish_non_exhaustive()
+        f.debug_struct("PemPair")
+            .field("cert_bytes", &self.cert.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -118,7 +120,10 @@ pub fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
 /// `(not_before, not_after)` in seconds since the epoch.
 pub fn validity(cert: &CertificateDer<'_>) -> Option<(i64, i64)> {
     let (_, c) = x509_parser::parse_x509_certificate(cert).ok()?;
-    Some((c.validity().not_before.timestamp(), c.validity().not_after.timestamp()))
+    Some((
+        c.validity().not_before.timestamp(),
+        c.validity().not_after.timestamp(),
+    ))
 }
 
 pub struct TlsMetrics {
@@ -133,7 +138,10 @@ impl TlsMetrics {
             "When the serving certificate expires, in seconds since the epoch.",
         )?;
         let reloads = IntCounterVec::new(
-            Opts::new("mrguard_tls_reloads_total", "Certificate reloads by result."),
+            Opts::new(
+                "mrguard_tls_reloads_total",
+                "Certificate reloads by result.",
+            ),
             &["result"],
         )?;
         registry.register(Box::new(expiry.clone()))?;
@@ -222,7 +230,12 @@ pub struct CertWatcher {
 }
 
 impl CertWatcher {
-    pub async fn run(self, store: Arc<CertStore>, mut last: PemPair, shutdown: crate::shutdown::Signal) {
+    pub async fn run(
+        self,
+        store: Arc<CertStore>,
+        mut last: PemPair,
+        shutdown: crate::shutdown::Signal,
+    ) {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_failed: Option<PemPair> = None;
@@ -287,7 +300,11 @@ pub fn generate_ca(common_name: &str, lifetime: Duration) -> Result<CaPem, TlsEr
     dn.push(DnType::CommonName, common_name);
     params.distinguished_name = dn;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     validity_window(&mut params, lifetime);
     let cert = params.self_signed(&key)?;
     Ok(CaPem {
@@ -298,16 +315,26 @@ pub fn generate_ca(common_name: &str, lifetime: Duration) -> Result<CaPem, TlsEr
 
 /// Issues a serving certificate for `names` (DNS names or IP addresses),
 /// signed by `ca`. Returns the PEM pair.
-pub fn issue_serving_cert(ca: &CaPem, names: &[String], lifetime: Duration) -> Result<PemPair, TlsError> {
+pub fn issue_serving_cert(
+    ca: &CaPem,
+    names: &[String],
+    lifetime: Duration,
+) -> Result<PemPair, TlsError> {
     let ca_key = KeyPair::from_pem(&ca.key)?;
     let issuer = Issuer::from_ca_cert_pem(&ca.cert, ca_key)?;
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(names.to_vec())?;
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, names.first().map(String::as_str).unwrap_or("mrguard"));
+    dn.push(
+        DnType::CommonName,
+        names.first().map(String::as_str).unwrap_or("mrguard"),
+    );
     params.distinguished_name = dn;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
     validity_window(&mut params, lifetime);
     let cert = params.signed_by(&key, &issuer)?;
     Ok(PemPair {
@@ -367,15 +394,24 @@ mod tests {
     fn mismatched_key_is_rejected() {
         let (a, _) = self_signed(&local_names()).unwrap();
         let (b, _) = self_signed(&local_names()).unwrap();
-        let mixed = PemPair { cert: a.cert, key: b.key };
+        let mixed = PemPair {
+            cert: a.cert,
+            key: b.key,
+        };
         let e = mixed.certified_key().err().unwrap().to_string();
         assert!(e.contains("does not match"), "{e}");
     }
 
     #[test]
     fn garbage_is_rejected_with_a_reason() {
-        let p = PemPair { cert: b"nope".to_vec(), key: b"nope".to_vec() };
+        let p = PemPair {
+            cert: b"nope".to_vec(),
+            key: b"nope".to_vec(),
+        };
         let e = p.certified_key().err().unwrap().to_string();
-        assert!(e.starts_with("failed to parse PEM in the certificate"), "{e}");
+        assert!(
+            e.starts_with("failed to parse PEM in the certificate"),
+            "{e}"
+        );
     }
 }

@@ -84,7 +84,9 @@ fn allow(req: &Request) -> Decision {
 /// The mutating webhook (SPEC §3).
 pub fn mutate(req: &Request, config: &Config) -> Decision {
     let op = operation(&req.operation);
-    if !matches!(op, Operation::Create | Operation::Update) || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+    if !matches!(op, Operation::Create | Operation::Update)
+        || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+    {
         return allow(req);
     }
     let Some(obj) = req.object.as_ref().map(|o| &o.value) else {
@@ -125,10 +127,9 @@ pub fn mutate(req: &Request, config: &Config) -> Decision {
             // Mutation is best-effort: never block a write over it.
             Err(e) => {
                 let mut response = response;
-                response
-                    .warnings
-                    .get_or_insert_with(Vec::new)
-                    .push(format!("mrguard: failed to serialise the patch, nothing changed: {e}"));
+                response.warnings.get_or_insert_with(Vec::new).push(format!(
+                    "mrguard: failed to serialise the patch, nothing changed: {e}"
+                ));
                 Decision {
                     response,
                     outcome: Outcome::Error,
@@ -146,10 +147,22 @@ pub fn validate(req: &Request, config: &Config) -> Decision {
     if op == Operation::Connect || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
         return allow(req);
     }
-    let object = req.object.as_ref().map(|o| &o.value).filter(|v| !v.is_null());
-    let old = req.old_object.as_ref().map(|o| &o.value).filter(|v| !v.is_null());
+    let object = req
+        .object
+        .as_ref()
+        .map(|o| &o.value)
+        .filter(|v| !v.is_null());
+    let old = req
+        .old_object
+        .as_ref()
+        .map(|o| &o.value)
+        .filter(|v| !v.is_null());
     // On DELETE only the old object is sent.
-    let Some(subject) = (if op == Operation::Delete { old.or(object) } else { object }) else {
+    let Some(subject) = (if op == Operation::Delete {
+        old.or(object)
+    } else {
+        object
+    }) else {
         return allow(req);
     };
     if !crate::mr::is_managed(subject) {
@@ -186,7 +199,11 @@ pub fn validate(req: &Request, config: &Config) -> Decision {
 
 /// Turns findings into the response: one denial listing every Deny finding,
 /// and every Warn finding as a `rule: text` warning.
-pub fn respond(mut response: AdmissionResponse, ctx: &RuleContext, findings: &[Finding]) -> AdmissionResponse {
+pub fn respond(
+    mut response: AdmissionResponse,
+    ctx: &RuleContext,
+    findings: &[Finding],
+) -> AdmissionResponse {
     let warnings: Vec<String> = findings
         .iter()
         .filter(|f| f.action == Action::Warn)
@@ -195,7 +212,10 @@ pub fn respond(mut response: AdmissionResponse, ctx: &RuleContext, findings: &[F
     if !warnings.is_empty() {
         response.warnings = Some(warnings);
     }
-    let denials: Vec<&Finding> = findings.iter().filter(|f| f.action == Action::Deny).collect();
+    let denials: Vec<&Finding> = findings
+        .iter()
+        .filter(|f| f.action == Action::Deny)
+        .collect();
     if denials.is_empty() {
         return response;
     }

@@ -58,7 +58,11 @@ fn provider_config_ref(obj: &mut Value, ctx: &MutateContext, warnings: &mut Vec<
             spec.insert("providerConfigRef".into(), fresh());
         }
         Some(Value::String(s)) => {
-            let name = if s.is_empty() { default.to_string() } else { s.clone() };
+            let name = if s.is_empty() {
+                default.to_string()
+            } else {
+                s.clone()
+            };
             warnings.push(format!(
                 "provider-config-ref: spec.providerConfigRef was the string {s:?}; rewritten as {{name: {name}}}"
             ));
@@ -168,7 +172,14 @@ fn tags(obj: &mut Value, ctx: &MutateContext, warnings: &mut Vec<String>) {
 mod tests {
     use super::*;
 
-    fn run(obj: &mut Value, op: Operation, ns: &str, cfg: &Config, group: &str, kind: &str) -> Vec<String> {
+    fn run(
+        obj: &mut Value,
+        op: Operation,
+        ns: &str,
+        cfg: &Config,
+        group: &str,
+        kind: &str,
+    ) -> Vec<String> {
         let ctx = MutateContext {
             operation: op,
             group,
@@ -185,7 +196,14 @@ mod tests {
     }
 
     fn create(obj: &mut Value, ns: &str, cfg: &Config) -> Vec<String> {
-        run(obj, Operation::Create, ns, cfg, "s3.aws.upbound.io", "Bucket")
+        run(
+            obj,
+            Operation::Create,
+            ns,
+            cfg,
+            "s3.aws.upbound.io",
+            "Bucket",
+        )
     }
 
     #[test]
@@ -201,10 +219,16 @@ mod tests {
 
     #[test]
     fn namespaced_defaults_have_kind_and_no_deletion_policy() {
-        let cfg = Config::from_yaml("providerConfig: {defaultName: main, namespaceProviderConfigs: {team-a: aws-team-a}}\n").unwrap();
+        let cfg = Config::from_yaml(
+            "providerConfig: {defaultName: main, namespaceProviderConfigs: {team-a: aws-team-a}}\n",
+        )
+        .unwrap();
         let mut o = bucket(json!({"forProvider": {}}));
         create(&mut o, "team-a", &cfg);
-        assert_eq!(o["spec"]["providerConfigRef"], json!({"kind": "ClusterProviderConfig", "name": "aws-team-a"}));
+        assert_eq!(
+            o["spec"]["providerConfigRef"],
+            json!({"kind": "ClusterProviderConfig", "name": "aws-team-a"})
+        );
         assert!(o["spec"].get("deletionPolicy").is_none());
         let mut o = bucket(json!({"forProvider": {}}));
         create(&mut o, "team-b", &cfg);
@@ -238,14 +262,22 @@ mod tests {
         assert!(w[0].starts_with("provider-config-ref: "), "{w:?}");
         let mut o = bucket(json!({"forProvider": {}, "providerConfigRef": "aws"}));
         create(&mut o, "ns", &cfg);
-        assert_eq!(o["spec"]["providerConfigRef"], json!({"name": "aws", "kind": "ClusterProviderConfig"}));
+        assert_eq!(
+            o["spec"]["providerConfigRef"],
+            json!({"name": "aws", "kind": "ClusterProviderConfig"})
+        );
         let mut o = bucket(json!({"forProvider": {}, "providerConfigRef": {"name": "aws"}}));
         let w = create(&mut o, "ns", &cfg);
-        assert_eq!(o["spec"]["providerConfigRef"]["kind"], "ClusterProviderConfig");
+        assert_eq!(
+            o["spec"]["providerConfigRef"]["kind"],
+            "ClusterProviderConfig"
+        );
         assert_eq!(w.len(), 1);
         assert!(w[0].starts_with("provider-config-ref: "));
         // A ProviderConfig kind the user chose is kept.
-        let mut o = bucket(json!({"forProvider": {}, "providerConfigRef": {"name": "aws", "kind": "ProviderConfig"}}));
+        let mut o = bucket(
+            json!({"forProvider": {}, "providerConfigRef": {"name": "aws", "kind": "ProviderConfig"}}),
+        );
         assert!(create(&mut o, "ns", &cfg).is_empty());
         assert_eq!(o["spec"]["providerConfigRef"]["kind"], "ProviderConfig");
     }
@@ -254,10 +286,24 @@ mod tests {
     fn external_name_only_on_create_for_name_based_kinds_with_a_name() {
         let cfg = Config::builtin();
         let mut o = bucket(json!({"forProvider": {}}));
-        run(&mut o, Operation::Update, "", &cfg, "s3.aws.upbound.io", "Bucket");
+        run(
+            &mut o,
+            Operation::Update,
+            "",
+            &cfg,
+            "s3.aws.upbound.io",
+            "Bucket",
+        );
         assert!(o["metadata"].get("annotations").is_none());
         let mut o = bucket(json!({"forProvider": {}}));
-        run(&mut o, Operation::Create, "", &cfg, "ec2.aws.upbound.io", "VPC");
+        run(
+            &mut o,
+            Operation::Create,
+            "",
+            &cfg,
+            "ec2.aws.upbound.io",
+            "VPC",
+        );
         assert!(o["metadata"].get("annotations").is_none());
         let mut o = json!({"metadata": {"generateName": "b-"}, "spec": {"forProvider": {}}});
         create(&mut o, "", &cfg);
@@ -271,7 +317,9 @@ mod tests {
     #[test]
     fn user_values_are_never_overwritten() {
         let cfg = Config::builtin();
-        let mut o = bucket(json!({"forProvider": {}, "deletionPolicy": "Orphan", "managementPolicies": ["Observe"]}));
+        let mut o = bucket(
+            json!({"forProvider": {}, "deletionPolicy": "Orphan", "managementPolicies": ["Observe"]}),
+        );
         create(&mut o, "", &cfg);
         assert_eq!(o["spec"]["deletionPolicy"], "Orphan");
         assert_eq!(o["spec"]["managementPolicies"], json!(["Observe"]));
@@ -282,8 +330,16 @@ mod tests {
     #[test]
     fn tags_are_added_without_overwriting() {
         let cfg = Config::from_yaml(TAGS).unwrap();
-        let mut o = bucket(json!({"forProvider": {"tags": {"crossplane-name": "mine", "team": "a"}}}));
-        let w = run(&mut o, Operation::Create, "", &cfg, "s3.aws.upbound.io", "Bucket");
+        let mut o =
+            bucket(json!({"forProvider": {"tags": {"crossplane-name": "mine", "team": "a"}}}));
+        let w = run(
+            &mut o,
+            Operation::Create,
+            "",
+            &cfg,
+            "s3.aws.upbound.io",
+            "Bucket",
+        );
         assert!(w.is_empty());
         assert_eq!(
             o["spec"]["forProvider"]["tags"],
@@ -296,8 +352,18 @@ mod tests {
     fn tags_field_is_created_and_skipped_without_create() {
         let cfg = Config::from_yaml(TAGS).unwrap();
         let mut o = bucket(json!({"forProvider": {}}));
-        run(&mut o, Operation::Create, "", &cfg, "ec2.aws.upbound.io", "VPC");
-        assert_eq!(o["spec"]["forProvider"]["tags"]["crossplane-kind"], "vpc.ec2.aws.upbound.io");
+        run(
+            &mut o,
+            Operation::Create,
+            "",
+            &cfg,
+            "ec2.aws.upbound.io",
+            "VPC",
+        );
+        assert_eq!(
+            o["spec"]["forProvider"]["tags"]["crossplane-kind"],
+            "vpc.ec2.aws.upbound.io"
+        );
         assert_eq!(o["spec"]["forProvider"]["tags"]["crossplane-name"], "b1");
         let mut o = bucket(json!({"forProvider": {}, "managementPolicies": ["Observe"]}));
         create(&mut o, "", &cfg);
@@ -318,7 +384,8 @@ mod tests {
 
     #[test]
     fn mutation_is_idempotent() {
-        let cfg = Config::from_yaml(&format!("providerConfig: {{defaultName: prod}}\n{TAGS}")).unwrap();
+        let cfg =
+            Config::from_yaml(&format!("providerConfig: {{defaultName: prod}}\n{TAGS}")).unwrap();
         for ns in ["", "team"] {
             for spec in [
                 json!({"forProvider": {}}),

@@ -89,7 +89,9 @@ pub type Request = AdmissionRequest<RawObject>;
 pub enum DecodeError {
     #[error("failed to decode AdmissionReview: {0}")]
     Json(#[from] serde_json::Error),
-    #[error("failed to decode AdmissionReview: apiVersion is {0:?}, expected \"admission.k8s.io/v1\"")]
+    #[error(
+        "failed to decode AdmissionReview: apiVersion is {0:?}, expected \"admission.k8s.io/v1\""
+    )]
     ApiVersion(String),
     #[error("failed to decode AdmissionReview: kind is {0:?}, expected \"AdmissionReview\"")]
     Kind(String),
@@ -101,18 +103,33 @@ pub enum DecodeError {
 
 /// Decodes a request body into an admission request.
 pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
-    let review: AdmissionReview<RawObject> = serde_json::from_slice(body)?;
-    if review.types.api_version != "admission.k8s.io/v1" {
-        return Err(DecodeError::ApiVersion(review.types.api_version));
-    }
-    if review.types.kind != "AdmissionReview" {
-        return Err(DecodeError::Kind(review.types.kind));
-    }
+    let review: AdmissionReview<RawObject> = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        // Name the envelope problem first when there is one: "wrong version"
+        // says more than the missing field it leads to.
+        Err(e) => {
+            if let Ok(types) = serde_json::from_slice::<kube::core::TypeMeta>(body) {
+                check_types(&types)?;
+            }
+            return Err(e.into());
+        }
+    };
+    check_types(&review.types)?;
     let request: Request = review.try_into().map_err(|_| DecodeError::NoRequest)?;
     if request.uid.is_empty() {
         return Err(DecodeError::NoUid);
     }
     Ok(request)
+}
+
+fn check_types(types: &kube::core::TypeMeta) -> Result<(), DecodeError> {
+    if types.api_version != "admission.k8s.io/v1" {
+        return Err(DecodeError::ApiVersion(types.api_version.clone()));
+    }
+    if types.kind != "AdmissionReview" {
+        return Err(DecodeError::Kind(types.kind.clone()));
+    }
+    Ok(())
 }
 
 /// Encodes a response as an `admission.k8s.io/v1` AdmissionReview.
@@ -182,7 +199,9 @@ mod tests {
         let resp = AdmissionResponse::from(&r).with_patch(patch).unwrap();
         let out: Value = serde_json::from_slice(&encode(resp)).unwrap();
         let b64 = out["response"]["patch"].as_str().expect("a string");
-        let raw = base64::engine::general_purpose::STANDARD.decode(b64).unwrap();
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
         let ops: Value = serde_json::from_slice(&raw).unwrap();
         assert_eq!(ops[0]["path"], "/a");
         assert_eq!(out["response"]["patchType"], "JSONPatch");

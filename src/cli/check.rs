@@ -53,11 +53,20 @@ pub enum CheckError {
     #[error("failed to parse {path}: {reason}")]
     Parse { path: String, reason: String },
     #[error("failed to read {path}, document {doc}: {reason}")]
-    Document { path: String, doc: usize, reason: String },
+    Document {
+        path: String,
+        doc: usize,
+        reason: String,
+    },
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
     #[error("failed to match {what} (document {doc} of {path}) in {old}: no object with that kind, namespace and name")]
-    NoOld { what: String, doc: usize, path: String, old: String },
+    NoOld {
+        what: String,
+        doc: usize,
+        path: String,
+        old: String,
+    },
 }
 
 /// One judged document.
@@ -74,10 +83,18 @@ fn read_docs(path: &Path) -> Result<Vec<Value>, CheckError> {
     let p = path.display().to_string();
     let text = if path == Path::new("-") {
         let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|source| CheckError::Read { path: p.clone(), source })?;
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|source| {
+            CheckError::Read {
+                path: p.clone(),
+                source,
+            }
+        })?;
         s
     } else {
-        std::fs::read_to_string(path).map_err(|source| CheckError::Read { path: p.clone(), source })?
+        std::fs::read_to_string(path).map_err(|source| CheckError::Read {
+            path: p.clone(),
+            source,
+        })?
     };
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| CheckError::Parse {
         path: p.clone(),
@@ -90,7 +107,10 @@ fn read_docs(path: &Path) -> Result<Vec<Value>, CheckError> {
             Value::Object(_) => {
                 let doc = i + 1;
                 for field in ["apiVersion", "kind"] {
-                    if d.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+                    if d.get(field)
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+                    {
                         return Err(CheckError::Document {
                             path: p.clone(),
                             doc,
@@ -113,8 +133,18 @@ fn read_docs(path: &Path) -> Result<Vec<Value>, CheckError> {
 }
 
 fn identity(v: &Value) -> (String, String, String, String) {
-    let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
-    (s("/apiVersion"), s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
+    let s = |p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    (
+        s("/apiVersion"),
+        s("/kind"),
+        s("/metadata/namespace"),
+        s("/metadata/name"),
+    )
 }
 
 fn label(v: &Value) -> String {
@@ -127,9 +157,17 @@ fn label(v: &Value) -> String {
 }
 
 /// Wraps an object in the AdmissionReview the API server would send.
-pub fn review_for(op: CheckOperation, object: Option<&Value>, old: Option<&Value>, username: &str) -> Value {
+pub fn review_for(
+    op: CheckOperation,
+    object: Option<&Value>,
+    old: Option<&Value>,
+    username: &str,
+) -> Value {
     let subject = object.or(old).cloned().unwrap_or(Value::Null);
-    let api_version = subject.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let api_version = subject
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let kind = subject.get("kind").and_then(Value::as_str).unwrap_or("");
     let (_, _, ns, name) = identity(&subject);
@@ -156,7 +194,13 @@ fn decode(review: Value) -> Result<admission::Request, String> {
 }
 
 /// Mutates then validates one object, as the API server chains the webhooks.
-pub fn judge(op: CheckOperation, object: &Value, old: Option<&Value>, username: &str, config: &Config) -> Result<Judged, String> {
+pub fn judge(
+    op: CheckOperation,
+    object: &Value,
+    old: Option<&Value>,
+    username: &str,
+    config: &Config,
+) -> Result<Judged, String> {
     let label = label(object);
     let (mut current, mut patch, mut warnings) = (object.clone(), None, Vec::new());
     if op != CheckOperation::Delete {
@@ -164,7 +208,10 @@ pub fn judge(op: CheckOperation, object: &Value, old: Option<&Value>, username: 
         let d = admission::mutate(&req, config);
         warnings.extend(d.response.warnings.clone().unwrap_or_default());
         if let Some(m) = d.mutated {
-            patch = Some(serde_json::to_value(crate::admission::patch::build(object, &m)).map_err(|e| e.to_string())?);
+            patch = Some(
+                serde_json::to_value(crate::admission::patch::build(object, &m))
+                    .map_err(|e| e.to_string())?,
+            );
             current = m;
         }
     }
@@ -195,29 +242,43 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         Some(p) => Some((p, read_docs(p)?)),
         None => None,
     };
-    let op = args.operation.unwrap_or(if olds.is_some() { CheckOperation::Update } else { CheckOperation::Create });
+    let op = args.operation.unwrap_or(if olds.is_some() {
+        CheckOperation::Update
+    } else {
+        CheckOperation::Create
+    });
     let mut any_denied = false;
     for (i, doc) in docs.iter().enumerate() {
-        let old = match (&olds, op) {
-            (Some((path, olds)), CheckOperation::Update) => {
-                let id = identity(doc);
-                Some(olds.iter().find(|o| identity(o) == id).ok_or_else(|| CheckError::NoOld {
-                    what: label(doc),
-                    doc: i + 1,
-                    path: args.file.display().to_string(),
-                    old: path.display().to_string(),
-                })?)
+        let old =
+            match (&olds, op) {
+                (Some((path, olds)), CheckOperation::Update) => {
+                    let id = identity(doc);
+                    Some(olds.iter().find(|o| identity(o) == id).ok_or_else(|| {
+                        CheckError::NoOld {
+                            what: label(doc),
+                            doc: i + 1,
+                            path: args.file.display().to_string(),
+                            old: path.display().to_string(),
+                        }
+                    })?)
+                }
+                _ => None,
+            };
+        let judged = judge(op, doc, old, &args.username, &config).map_err(|reason| {
+            CheckError::Document {
+                path: args.file.display().to_string(),
+                doc: i + 1,
+                reason,
             }
-            _ => None,
-        };
-        let judged = judge(op, doc, old, &args.username, &config).map_err(|reason| CheckError::Document {
-            path: args.file.display().to_string(),
-            doc: i + 1,
-            reason,
         })?;
         if args.patch {
             let p = judged.patch.clone().unwrap_or_else(|| json!([]));
-            let _ = writeln!(out, "# {}\n{}", judged.label, serde_json::to_string_pretty(&p).unwrap_or_default());
+            let _ = writeln!(
+                out,
+                "# {}\n{}",
+                judged.label,
+                serde_json::to_string_pretty(&p).unwrap_or_default()
+            );
         } else if op != CheckOperation::Delete {
             let yaml = serde_saphyr::to_string(&judged.object).unwrap_or_default();
             let _ = write!(out, "---\n{yaml}");

@@ -1,6 +1,7 @@
 //! The command line (SPEC §7): clap definitions with an environment
 //! variable for every serve flag, and one runner per subcommand.
 
+pub mod certs;
 pub mod check;
 pub mod serve;
 
@@ -13,7 +14,11 @@ pub use check::CheckArgs;
 pub use serve::ServeArgs;
 
 #[derive(Debug, Parser)]
-#[command(name = "mrguard", version, about = "Admission webhook and controller for Crossplane managed resources")]
+#[command(
+    name = "mrguard",
+    version,
+    about = "Admission webhook and controller for Crossplane managed resources"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub log: LogArgs,
@@ -30,6 +35,9 @@ pub enum Command {
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Development certificates for local TLS.
+    #[command(subcommand)]
+    Certs(certs::CertsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -55,7 +63,13 @@ pub struct LogArgs {
     #[arg(long, global = true, env = "MRGUARD_LOG", default_value = "info")]
     pub log_level: String,
     /// Log output format.
-    #[arg(long, global = true, env = "MRGUARD_LOG_FORMAT", value_enum, default_value = "text")]
+    #[arg(
+        long,
+        global = true,
+        env = "MRGUARD_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
 }
 
@@ -66,13 +80,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         Some(i) => s.split_at(i),
         None => (s, "s"),
     };
-    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 5s or 2m"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 5s or 2m"))?;
     let secs = match unit {
         "ms" => n / 1000.0,
         "s" => n,
         "m" => n * 60.0,
         "h" => n * 3600.0,
-        _ => return Err(format!("{s:?} has an unknown unit {unit:?}; use ms, s, m or h")),
+        _ => {
+            return Err(format!(
+                "{s:?} has an unknown unit {unit:?}; use ms, s, m or h"
+            ))
+        }
     };
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("{s:?} is not a valid duration"));
@@ -83,7 +103,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 fn init_logging(log: &LogArgs) {
     let filter = tracing_subscriber::EnvFilter::try_new(&log.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match log.log_format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
@@ -98,16 +120,19 @@ pub fn run(cli: Cli) -> i32 {
             serve::run(*args)
         }
         Command::Check(args) => check::run(*args),
-        Command::Config(ConfigCommand::Check { file }) => match crate::config::Config::from_file(&file) {
-            Ok(_) => {
-                println!("{}: valid", file.display());
-                0
+        Command::Certs(cmd) => certs::run(cmd),
+        Command::Config(ConfigCommand::Check { file }) => {
+            match crate::config::Config::from_file(&file) {
+                Ok(_) => {
+                    println!("{}: valid", file.display());
+                    0
+                }
+                Err(e) => {
+                    eprintln!("{}: {e}", file.display());
+                    1
+                }
             }
-            Err(e) => {
-                eprintln!("{}: {e}", file.display());
-                1
-            }
-        },
+        }
         Command::Config(ConfigCommand::Default) => {
             print!("{}", crate::config::BUILTIN_YAML);
             0

@@ -27,7 +27,12 @@ pub struct ServeArgs {
     #[arg(long, env = "MRGUARD_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
     pub metrics_listen: SocketAddr,
     /// PEM certificate chain to serve; reloaded when it changes.
-    #[arg(long, env = "MRGUARD_TLS_CERT_FILE", requires = "tls_key_file", conflicts_with = "self_signed")]
+    #[arg(
+        long,
+        env = "MRGUARD_TLS_CERT_FILE",
+        requires = "tls_key_file",
+        conflicts_with = "self_signed"
+    )]
     pub tls_cert_file: Option<PathBuf>,
     /// PEM private key of the certificate; reloaded when it changes.
     #[arg(long, env = "MRGUARD_TLS_KEY_FILE", requires = "tls_cert_file")]
@@ -95,9 +100,12 @@ fn load_config(args: &ServeArgs) -> anyhow::Result<(Config, Vec<u8>)> {
     match &args.config {
         None => Ok((Config::builtin(), Vec::new())),
         Some(path) => {
-            let bytes = std::fs::read(path).with_context(|| format!("failed to read config file {}", path.display()))?;
-            let text = std::str::from_utf8(&bytes).with_context(|| format!("config file {} is not UTF-8", path.display()))?;
-            let config = Config::from_yaml(text).with_context(|| format!("invalid config file {}", path.display()))?;
+            let bytes = std::fs::read(path)
+                .with_context(|| format!("failed to read config file {}", path.display()))?;
+            let text = std::str::from_utf8(&bytes)
+                .with_context(|| format!("config file {} is not UTF-8", path.display()))?;
+            let config = Config::from_yaml(text)
+                .with_context(|| format!("invalid config file {}", path.display()))?;
             Ok((config, bytes))
         }
     }
@@ -134,7 +142,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         config: config_store.clone(),
         metrics: Some(admission_metrics),
         ready: ready.clone(),
-        limits: Arc::new(RouteLimits::new(args.max_body_bytes, args.request_timeout, args.max_concurrent_requests)),
+        limits: Arc::new(RouteLimits::new(
+            args.max_body_bytes,
+            args.request_timeout,
+            args.max_concurrent_requests,
+        )),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -230,7 +242,10 @@ async fn terminated() {
 }
 
 pub fn run(args: ServeArgs) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("failed to start the async runtime: {e}");
@@ -246,7 +261,11 @@ pub fn run(args: ServeArgs) -> i32 {
             }
         };
         if let Some(ca) = &running.ca_file {
-            println!("mrguard: serving https://{} with a self-signed certificate; CA written to {}", running.addr, ca.display());
+            println!(
+                "mrguard: serving https://{} with a self-signed certificate; CA written to {}",
+                running.addr,
+                ca.display()
+            );
         }
         terminated().await;
         tracing::info!("shutting down: readiness off, draining");

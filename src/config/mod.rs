@@ -177,7 +177,8 @@ pub struct ResourceConfig {
 
 impl ResourceConfig {
     pub fn matches(&self, group: &str, kind: &str) -> bool {
-        self.api_groups.iter().any(|g| g.matches(group)) && self.kinds.iter().any(|k| k.matches(kind))
+        self.api_groups.iter().any(|g| g.matches(group))
+            && self.kinds.iter().any(|k| k.matches(kind))
     }
 }
 
@@ -488,7 +489,10 @@ resources:
         assert!(!c.is_exempt("system:serviceaccount:default:x"));
         assert!(!c.is_exempt(""));
         let vpc = c.resource("ec2.aws.upbound.io", "VPC");
-        assert_eq!(vpc.external_name, ExternalNameStrategy::IdentifierFromProvider);
+        assert_eq!(
+            vpc.external_name,
+            ExternalNameStrategy::IdentifierFromProvider
+        );
         assert_eq!(vpc.immutable_fields.len(), 2);
         assert_eq!(vpc.cel_rules.len(), 1);
         // First matching entry wins, even though the second also matches.
@@ -496,7 +500,12 @@ resources:
         assert_eq!(bucket.external_name, ExternalNameStrategy::NameAsIdentifier);
         assert_eq!(bucket.immutable_fields.len(), 1);
         // Kinds are matched case-sensitively, like Kubernetes does.
-        assert_eq!(c.resource("ec2.aws.upbound.io", "vpc").immutable_fields.len(), 1);
+        assert_eq!(
+            c.resource("ec2.aws.upbound.io", "vpc")
+                .immutable_fields
+                .len(),
+            1
+        );
         let none = c.resource("example.org", "Thing");
         assert!(none.immutable_fields.is_empty());
     }
@@ -515,13 +524,32 @@ resources:
         let c = Config::builtin();
         assert!(c.is_exempt("system:serviceaccount:crossplane-system:provider-aws-ec2-1"));
         let has = |g: &str, k: &str, f: &str| {
-            c.resource(g, k).immutable_fields.iter().any(|p| p.as_str() == f)
+            c.resource(g, k)
+                .immutable_fields
+                .iter()
+                .any(|p| p.as_str() == f)
         };
-        assert!(has("s3.aws.upbound.io", "Bucket", "spec.forProvider.region"));
-        assert!(has("s3.aws.m.upbound.io", "Bucket", "spec.forProvider.region"));
+        assert!(has(
+            "s3.aws.upbound.io",
+            "Bucket",
+            "spec.forProvider.region"
+        ));
+        assert!(has(
+            "s3.aws.m.upbound.io",
+            "Bucket",
+            "spec.forProvider.region"
+        ));
         assert!(has("ec2.aws.upbound.io", "VPC", "spec.forProvider.region"));
-        assert!(has("network.azure.upbound.io", "VirtualNetwork", "spec.forProvider.location"));
-        assert!(has("azure.upbound.io", "ResourceGroup", "spec.forProvider.location"));
+        assert!(has(
+            "network.azure.upbound.io",
+            "VirtualNetwork",
+            "spec.forProvider.location"
+        ));
+        assert!(has(
+            "azure.upbound.io",
+            "ResourceGroup",
+            "spec.forProvider.location"
+        ));
         assert!(has(
             "network.azure.upbound.io",
             "VirtualNetwork",
@@ -534,7 +562,13 @@ resources:
                 &format!("spec.forProvider.{f}")
             ));
         }
-        for k in ["VPC", "Subnet", "SecurityGroup", "InternetGateway", "RouteTable"] {
+        for k in [
+            "VPC",
+            "Subnet",
+            "SecurityGroup",
+            "InternetGateway",
+            "RouteTable",
+        ] {
             for g in ["ec2.aws.upbound.io", "ec2.aws.m.upbound.io"] {
                 assert_eq!(
                     c.resource(g, k).external_name,
@@ -551,9 +585,11 @@ resources:
 
     #[test]
     fn unknown_keys_are_errors_with_a_line() {
-        let e = Config::from_yaml("resources:\n  - apiGroups: [a]\n    kinds: [b]\n    immutableField: [x]\n")
-            .unwrap_err()
-            .to_string();
+        let e = Config::from_yaml(
+            "resources:\n  - apiGroups: [a]\n    kinds: [b]\n    immutableField: [x]\n",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("line 4"), "{e}");
         assert!(e.contains("immutableField"), "{e}");
         let e = Config::from_yaml("rulez: {}\n").unwrap_err().to_string();

@@ -19,7 +19,10 @@ pub struct ConfigMetrics {
 impl ConfigMetrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let reloads = IntCounterVec::new(
-            Opts::new("mrguard_config_reloads_total", "Configuration reloads by result."),
+            Opts::new(
+                "mrguard_config_reloads_total",
+                "Configuration reloads by result.",
+            ),
             &["result"],
         )?;
         let last_success = Gauge::new(
@@ -31,7 +34,10 @@ impl ConfigMetrics {
         for r in ["success", "failure"] {
             reloads.with_label_values(&[r]);
         }
-        Ok(Self { reloads, last_success })
+        Ok(Self {
+            reloads,
+            last_success,
+        })
     }
 
     fn success(&self) {
@@ -40,7 +46,8 @@ impl ConfigMetrics {
     }
 
     fn mark_loaded(&self) {
-        self.last_success.set(jiff::Timestamp::now().as_millisecond() as f64 / 1000.0);
+        self.last_success
+            .set(jiff::Timestamp::now().as_millisecond() as f64 / 1000.0);
     }
 
     fn failure(&self) {
@@ -91,7 +98,12 @@ pub struct ConfigWatcher {
 }
 
 impl ConfigWatcher {
-    pub async fn run(self, store: Arc<ConfigStore>, mut last: Vec<u8>, shutdown: crate::shutdown::Signal) {
+    pub async fn run(
+        self,
+        store: Arc<ConfigStore>,
+        mut last: Vec<u8>,
+        shutdown: crate::shutdown::Signal,
+    ) {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -25,13 +25,17 @@ impl Rule for ConnectionSecretRef {
             return vec![];
         };
         let Some(obj) = r.as_object() else {
-            return vec![Violation::new("spec.writeConnectionSecretToRef must be an object with a name")
-                .fix("write it as {name: my-secret}")];
+            return vec![Violation::new(
+                "spec.writeConnectionSecretToRef must be an object with a name",
+            )
+            .fix("write it as {name: my-secret}")];
         };
         let mut out = Vec::new();
         if !non_empty(obj.get("name")) {
-            out.push(Violation::new("spec.writeConnectionSecretToRef.name is missing or empty")
-                .fix("set spec.writeConnectionSecretToRef.name"));
+            out.push(
+                Violation::new("spec.writeConnectionSecretToRef.name is missing or empty")
+                    .fix("set spec.writeConnectionSecretToRef.name"),
+            );
         }
         let ns = obj.get("namespace").filter(|v| !v.is_null());
         if ctx.namespaced() {
@@ -40,8 +44,12 @@ impl Rule for ConnectionSecretRef {
                     .fix("remove spec.writeConnectionSecretToRef.namespace"));
             }
         } else if !non_empty(ns) {
-            out.push(Violation::new("spec.writeConnectionSecretToRef.namespace is missing on a cluster-scoped MR")
-                .fix("set spec.writeConnectionSecretToRef.namespace, e.g. crossplane-system"));
+            out.push(
+                Violation::new(
+                    "spec.writeConnectionSecretToRef.namespace is missing on a cluster-scoped MR",
+                )
+                .fix("set spec.writeConnectionSecretToRef.namespace, e.g. crossplane-system"),
+            );
         }
         out
     }
@@ -59,22 +67,51 @@ mod tests {
 
     #[test]
     fn cluster_scoped_needs_name_and_namespace() {
-        assert!(Case::create(r(json!({"name": "s", "namespace": "n"}))).check(&ConnectionSecretRef).is_empty());
-        assert_eq!(Case::create(r(json!({"name": "s"}))).check(&ConnectionSecretRef).len(), 1);
-        assert_eq!(Case::create(r(json!({"namespace": "n"}))).check(&ConnectionSecretRef).len(), 1);
-        assert_eq!(Case::create(r(json!({"name": "", "namespace": ""}))).check(&ConnectionSecretRef).len(), 2);
-        assert_eq!(Case::create(r(json!("s"))).check(&ConnectionSecretRef).len(), 1);
+        assert!(Case::create(r(json!({"name": "s", "namespace": "n"})))
+            .check(&ConnectionSecretRef)
+            .is_empty());
+        assert_eq!(
+            Case::create(r(json!({"name": "s"})))
+                .check(&ConnectionSecretRef)
+                .len(),
+            1
+        );
+        assert_eq!(
+            Case::create(r(json!({"namespace": "n"})))
+                .check(&ConnectionSecretRef)
+                .len(),
+            1
+        );
+        assert_eq!(
+            Case::create(r(json!({"name": "", "namespace": ""})))
+                .check(&ConnectionSecretRef)
+                .len(),
+            2
+        );
+        assert_eq!(
+            Case::create(r(json!("s")))
+                .check(&ConnectionSecretRef)
+                .len(),
+            1
+        );
     }
 
     #[test]
     fn namespaced_needs_name_and_no_namespace() {
-        assert!(Case::create(r(json!({"name": "s"}))).namespaced("a").check(&ConnectionSecretRef).is_empty());
-        let v = Case::create(r(json!({"name": "s", "namespace": "b"}))).namespaced("a").check(&ConnectionSecretRef);
+        assert!(Case::create(r(json!({"name": "s"})))
+            .namespaced("a")
+            .check(&ConnectionSecretRef)
+            .is_empty());
+        let v = Case::create(r(json!({"name": "s", "namespace": "b"})))
+            .namespaced("a")
+            .check(&ConnectionSecretRef);
         assert!(v[0].message.contains("namespaced MR"));
     }
 
     #[test]
     fn absent_is_fine() {
-        assert!(Case::create(mr(json!({}))).check(&ConnectionSecretRef).is_empty());
+        assert!(Case::create(mr(json!({})))
+            .check(&ConnectionSecretRef)
+            .is_empty());
     }
 }

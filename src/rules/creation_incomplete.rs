@@ -19,7 +19,7 @@ impl Rule for CreationIncomplete {
         if !ctx.state().creation_incomplete() || !ctx.mr().has_annotation(CREATE_PENDING) {
             return vec![];
         }
-        vec![Violation::new("creation is incomplete: the provider stopped because it may have leaked an external resource")
+        vec![Violation::new(format!("possible leak: check the external system, then remove {CREATE_PENDING}"))
             .fix(format!("check the external system for a leaked resource, then remove the {CREATE_PENDING} annotation when safe"))]
     }
 }
@@ -32,18 +32,35 @@ mod tests {
 
     #[test]
     fn warns_while_pending_stays() {
-        let o = with_annotations(mr(json!({})), json!({CREATE_PENDING: "2024-01-01T00:00:00Z"}));
+        let o = with_annotations(
+            mr(json!({})),
+            json!({CREATE_PENDING: "2024-01-01T00:00:00Z"}),
+        );
         let v = Case::update(o.clone(), o).check(&CreationIncomplete);
         assert_eq!(v.len(), 1);
-        assert!(v[0].fix.as_deref().unwrap().contains("remove the crossplane.io/external-create-pending"));
+        assert!(v[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("remove the crossplane.io/external-create-pending"));
     }
 
     #[test]
     fn removing_pending_or_complete_creation_is_silent() {
-        let o = with_annotations(mr(json!({})), json!({CREATE_PENDING: "2024-01-01T00:00:00Z"}));
-        assert!(Case::update(o, mr(json!({}))).check(&CreationIncomplete).is_empty());
-        let done = with_annotations(mr(json!({})), json!({CREATE_PENDING: "2024-01-01T00:00:00Z",
-            "crossplane.io/external-create-succeeded": "2024-01-01T00:00:05Z"}));
-        assert!(Case::update(done.clone(), done).check(&CreationIncomplete).is_empty());
+        let o = with_annotations(
+            mr(json!({})),
+            json!({CREATE_PENDING: "2024-01-01T00:00:00Z"}),
+        );
+        assert!(Case::update(o, mr(json!({})))
+            .check(&CreationIncomplete)
+            .is_empty());
+        let done = with_annotations(
+            mr(json!({})),
+            json!({CREATE_PENDING: "2024-01-01T00:00:00Z",
+            "crossplane.io/external-create-succeeded": "2024-01-01T00:00:05Z"}),
+        );
+        assert!(Case::update(done.clone(), done)
+            .check(&CreationIncomplete)
+            .is_empty());
     }
 }

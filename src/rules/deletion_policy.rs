@@ -21,7 +21,7 @@ impl Rule for DeletionPolicy {
         };
         if ctx.namespaced() {
             return vec![Violation::new(
-                "namespaced MRs have no spec.deletionPolicy; it is ignored",
+                "namespaced MRs have no spec.deletionPolicy; it is ignored; use managementPolicies",
             )
             .fix("remove spec.deletionPolicy and use spec.managementPolicies to keep the external resource")
             .warn_only()];
@@ -45,14 +45,24 @@ mod tests {
 
     #[test]
     fn accepts_delete_orphan_and_absent() {
-        for spec in [json!({"deletionPolicy": "Delete"}), json!({"deletionPolicy": "Orphan"}), json!({})] {
+        for spec in [
+            json!({"deletionPolicy": "Delete"}),
+            json!({"deletionPolicy": "Orphan"}),
+            json!({}),
+        ] {
             assert!(Case::create(mr(spec)).check(&DeletionPolicy).is_empty());
         }
     }
 
     #[test]
     fn rejects_other_values_case_sensitively() {
-        for bad in [json!("delete"), json!("orphan"), json!("Retain"), json!(""), json!(1)] {
+        for bad in [
+            json!("delete"),
+            json!("orphan"),
+            json!("Retain"),
+            json!(""),
+            json!(1),
+        ] {
             let v = Case::create(mr(json!({"deletionPolicy": bad}))).check(&DeletionPolicy);
             assert_eq!(v.len(), 1);
             assert!(!v[0].warn_only);

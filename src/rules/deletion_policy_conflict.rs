@@ -23,7 +23,7 @@ impl Rule for DeletionPolicyConflict {
         }
         match mr.policies() {
             Ok(set) if !set.is_default() && set.has(PolicyAction::Delete) => vec![Violation::new(
-                format!("deletionPolicy Orphan is overridden by managementPolicies {set}: the external resource WILL be deleted"),
+                "Orphan is ignored because managementPolicies has Delete: the external resource WILL be deleted".to_string(),
             )
             .fix("remove Delete from spec.managementPolicies to keep the external resource")],
             _ => vec![],
@@ -39,8 +39,10 @@ mod tests {
 
     #[test]
     fn orphan_with_delete_in_a_custom_set_warns() {
-        let v = Case::create(mr(json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]})))
-            .check(&DeletionPolicyConflict);
+        let v = Case::create(mr(
+            json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}),
+        ))
+        .check(&DeletionPolicyConflict);
         assert_eq!(v.len(), 1);
         assert!(v[0].message.contains("WILL be deleted"));
     }
@@ -54,7 +56,12 @@ mod tests {
             json!({"deletionPolicy": "Delete", "managementPolicies": ["Observe", "Delete"]}),
             json!({"managementPolicies": ["Observe", "Delete"]}),
         ] {
-            assert!(Case::create(mr(spec.clone())).check(&DeletionPolicyConflict).is_empty(), "{spec}");
+            assert!(
+                Case::create(mr(spec.clone()))
+                    .check(&DeletionPolicyConflict)
+                    .is_empty(),
+                "{spec}"
+            );
         }
     }
 }

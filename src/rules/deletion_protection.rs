@@ -48,19 +48,38 @@ mod tests {
 
     #[test]
     fn protected_mr_with_delete_outcome_is_denied_even_for_exempt_users() {
-        assert_eq!(Case::delete(protected(json!({}))).check(&DeletionProtection).len(), 1);
+        assert_eq!(
+            Case::delete(protected(json!({})))
+                .check(&DeletionProtection)
+                .len(),
+            1
+        );
         // A custom set with Delete overrides Orphan: still deleted.
-        let o = protected(json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}));
+        let o = protected(
+            json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}),
+        );
         assert_eq!(Case::delete(o.clone()).check(&DeletionProtection).len(), 1);
-        let f = Case::delete(o).user("system:serviceaccount:crossplane-system:p").evaluate();
-        assert!(f.iter().any(|f| f.rule == "deletion-protection" && f.action == Action::Deny));
+        let f = Case::delete(o)
+            .user("system:serviceaccount:crossplane-system:p")
+            .evaluate();
+        assert!(f
+            .iter()
+            .any(|f| f.rule == "deletion-protection" && f.action == Action::Deny));
     }
 
     #[test]
     fn orphaned_or_unprotected_mrs_can_be_deleted() {
-        assert!(Case::delete(protected(json!({"deletionPolicy": "Orphan"}))).check(&DeletionProtection).is_empty());
-        assert!(Case::delete(protected(json!({"managementPolicies": ["Observe", "Create", "Update"]}))).check(&DeletionProtection).is_empty());
-        assert!(Case::delete(mr(json!({}))).check(&DeletionProtection).is_empty());
+        assert!(Case::delete(protected(json!({"deletionPolicy": "Orphan"})))
+            .check(&DeletionProtection)
+            .is_empty());
+        assert!(Case::delete(protected(
+            json!({"managementPolicies": ["Observe", "Create", "Update"]})
+        ))
+        .check(&DeletionProtection)
+        .is_empty());
+        assert!(Case::delete(mr(json!({})))
+            .check(&DeletionProtection)
+            .is_empty());
         let o = with_annotations(mr(json!({})), json!({DELETION_PROTECTION: "True"}));
         assert!(Case::delete(o).check(&DeletionProtection).is_empty());
     }
@@ -68,8 +87,14 @@ mod tests {
     #[test]
     fn config_entry_protects_a_kind() {
         let cfg = "resources:\n  - apiGroups: ['rds.aws.upbound.io']\n    kinds: [Instance]\n    deletionProtection: true\n";
-        let v = Case::delete(mr(json!({}))).kind("rds.aws.upbound.io", "Instance").config(cfg).check(&DeletionProtection);
+        let v = Case::delete(mr(json!({})))
+            .kind("rds.aws.upbound.io", "Instance")
+            .config(cfg)
+            .check(&DeletionProtection);
         assert!(v[0].message.contains("configuration"));
-        assert!(Case::delete(mr(json!({}))).config(cfg).check(&DeletionProtection).is_empty());
+        assert!(Case::delete(mr(json!({})))
+            .config(cfg)
+            .check(&DeletionProtection)
+            .is_empty());
     }
 }

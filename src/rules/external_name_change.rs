@@ -51,22 +51,43 @@ mod tests {
 
     #[test]
     fn change_or_removal_after_attempt_is_denied() {
-        let old = obj(json!({"crossplane.io/external-name": "a", "crossplane.io/external-create-pending": "2024-01-01T00:00:00Z"}));
-        let v = Case::update(old.clone(), obj(json!({"crossplane.io/external-name": "b"}))).check(&ExternalNameChange);
+        let old = obj(
+            json!({"crossplane.io/external-name": "a", "crossplane.io/external-create-pending": "2024-01-01T00:00:00Z"}),
+        );
+        let v = Case::update(
+            old.clone(),
+            obj(json!({"crossplane.io/external-name": "b"})),
+        )
+        .check(&ExternalNameChange);
         assert!(v[0].message.contains("changed from \"a\" to \"b\""));
         let v = Case::update(old.clone(), obj(json!({}))).check(&ExternalNameChange);
         assert!(v[0].message.contains("was removed"));
-        let v = Case::update(old, obj(json!({"crossplane.io/external-name": ""}))).check(&ExternalNameChange);
+        let v = Case::update(old, obj(json!({"crossplane.io/external-name": ""})))
+            .check(&ExternalNameChange);
         assert_eq!(v.len(), 1);
     }
 
     #[test]
     fn setting_an_absent_name_and_changes_before_any_attempt_are_allowed() {
         let old = obj(json!({"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"}));
-        assert!(Case::update(old, obj(json!({"crossplane.io/external-name": "vpc-1"}))).check(&ExternalNameChange).is_empty());
+        assert!(
+            Case::update(old, obj(json!({"crossplane.io/external-name": "vpc-1"})))
+                .check(&ExternalNameChange)
+                .is_empty()
+        );
         let old = obj(json!({"crossplane.io/external-name": "a"}));
-        assert!(Case::update(old, obj(json!({"crossplane.io/external-name": "b"}))).check(&ExternalNameChange).is_empty());
-        let old = obj(json!({"crossplane.io/external-name": "", "crossplane.io/external-create-failed": "2024-01-01T00:00:00Z"}));
-        assert!(Case::update(old, obj(json!({"crossplane.io/external-name": "b"}))).check(&ExternalNameChange).is_empty());
+        assert!(
+            Case::update(old, obj(json!({"crossplane.io/external-name": "b"})))
+                .check(&ExternalNameChange)
+                .is_empty()
+        );
+        let old = obj(
+            json!({"crossplane.io/external-name": "", "crossplane.io/external-create-failed": "2024-01-01T00:00:00Z"}),
+        );
+        assert!(
+            Case::update(old, obj(json!({"crossplane.io/external-name": "b"})))
+                .check(&ExternalNameChange)
+                .is_empty()
+        );
     }
 }

@@ -28,7 +28,8 @@ impl Rule for ImmutableField {
         }
         let mut out = Vec::new();
         for path in &ctx.resource.immutable_fields {
-            let new: HashMap<String, &serde_json::Value> = path.select(ctx.object).into_iter().collect();
+            let new: HashMap<String, &serde_json::Value> =
+                path.select(ctx.object).into_iter().collect();
             for (at, before) in path.select(old) {
                 match new.get(&at) {
                     Some(after) if *after == before => {}
@@ -38,11 +39,17 @@ impl Rule for ImmutableField {
                             show(before),
                             show(after)
                         ))
-                        .fix(format!("restore {at} to {}, or create a new resource for the new value", show(before))),
+                        .fix(format!(
+                            "restore {at} to {}, or create a new resource for the new value",
+                            show(before)
+                        )),
                     ),
                     None => out.push(
-                        Violation::new(format!("{at} is immutable and was removed (it was {})", show(before)))
-                            .fix(format!("restore {at} to {}", show(before))),
+                        Violation::new(format!(
+                            "{at} is immutable and was removed (it was {})",
+                            show(before)
+                        ))
+                        .fix(format!("restore {at} to {}", show(before))),
                     ),
                 }
             }
@@ -60,7 +67,10 @@ mod tests {
     const CFG: &str = "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    immutableFields: [spec.forProvider.region, 'spec.forProvider.subnets[*].zone', 'metadata.labels[team]']\n";
 
     fn created(fp: Value) -> Value {
-        with_annotations(mr(json!({"forProvider": fp})), json!({"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"}))
+        with_annotations(
+            mr(json!({"forProvider": fp})),
+            json!({"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"}),
+        )
     }
 
     fn check(old: Value, new: Value) -> Vec<Violation> {
@@ -69,9 +79,14 @@ mod tests {
 
     #[test]
     fn change_and_removal_are_denied_after_creation() {
-        let v = check(created(json!({"region": "a"})), created(json!({"region": "b"})));
+        let v = check(
+            created(json!({"region": "a"})),
+            created(json!({"region": "b"})),
+        );
         assert_eq!(v.len(), 1);
-        assert!(v[0].message.contains("spec.forProvider.region is immutable and changed from \"a\" to \"b\""));
+        assert!(v[0]
+            .message
+            .contains("spec.forProvider.region is immutable and changed from \"a\" to \"b\""));
         let v = check(created(json!({"region": "a"})), created(json!({})));
         assert!(v[0].message.contains("was removed"));
     }
@@ -79,7 +94,11 @@ mod tests {
     #[test]
     fn absent_to_set_is_late_initialization() {
         assert!(check(created(json!({})), created(json!({"region": "a"}))).is_empty());
-        assert!(check(created(json!({"region": null})), created(json!({"region": "a"}))).is_empty());
+        assert!(check(
+            created(json!({"region": null})),
+            created(json!({"region": "a"}))
+        )
+        .is_empty());
     }
 
     #[test]
@@ -112,11 +131,17 @@ mod tests {
         old["metadata"]["labels"] = json!({"team": "a"});
         let mut new = old.clone();
         new["metadata"]["labels"] = json!({"team": "b"});
-        assert!(check(old, new)[0].message.starts_with("metadata.labels[team]"));
+        assert!(check(old, new)[0]
+            .message
+            .starts_with("metadata.labels[team]"));
     }
 
     #[test]
     fn unchanged_is_fine() {
-        assert!(check(created(json!({"region": "a"})), created(json!({"region": "a"}))).is_empty());
+        assert!(check(
+            created(json!({"region": "a"})),
+            created(json!({"region": "a"}))
+        )
+        .is_empty());
     }
 }

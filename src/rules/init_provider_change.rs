@@ -26,10 +26,12 @@ impl Rule for InitProviderChange {
         true
     }
     fn check(&self, ctx: &RuleContext) -> Vec<Violation> {
-        if !ctx.state().is_created() || init_provider(ctx.old_object) == init_provider(Some(ctx.object)) {
+        if !ctx.state().is_created()
+            || init_provider(ctx.old_object) == init_provider(Some(ctx.object))
+        {
             return vec![];
         }
-        vec![Violation::new("spec.initProvider changed on a created MR; it applies only at creation, so the change has no effect")
+        vec![Violation::new("spec.initProvider changed after creation; it only applies at creation, so this has no effect")
             .fix("set the value in spec.forProvider to change the external resource")]
     }
 }
@@ -41,26 +43,41 @@ mod tests {
     use serde_json::json;
 
     fn created(spec: Value) -> Value {
-        with_annotations(mr(spec), json!({"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"}))
+        with_annotations(
+            mr(spec),
+            json!({"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"}),
+        )
     }
 
     #[test]
     fn warns_on_change_after_creation() {
-        let v = Case::update(created(json!({"initProvider": {"a": 1}})), created(json!({"initProvider": {"a": 2}})))
-            .check(&InitProviderChange);
+        let v = Case::update(
+            created(json!({"initProvider": {"a": 1}})),
+            created(json!({"initProvider": {"a": 2}})),
+        )
+        .check(&InitProviderChange);
         assert_eq!(v.len(), 1);
-        let v = Case::update(created(json!({"initProvider": {"a": 1}})), created(json!({})))
-            .check(&InitProviderChange);
+        let v = Case::update(
+            created(json!({"initProvider": {"a": 1}})),
+            created(json!({})),
+        )
+        .check(&InitProviderChange);
         assert_eq!(v.len(), 1);
     }
 
     #[test]
     fn silent_before_creation_or_without_change() {
-        let v = Case::update(mr(json!({"initProvider": {"a": 1}})), mr(json!({"initProvider": {"a": 2}})))
-            .check(&InitProviderChange);
+        let v = Case::update(
+            mr(json!({"initProvider": {"a": 1}})),
+            mr(json!({"initProvider": {"a": 2}})),
+        )
+        .check(&InitProviderChange);
         assert!(v.is_empty(), "creation state is read from the old object");
-        let v = Case::update(created(json!({"initProvider": {"a": 1}})), created(json!({"initProvider": {"a": 1}})))
-            .check(&InitProviderChange);
+        let v = Case::update(
+            created(json!({"initProvider": {"a": 1}})),
+            created(json!({"initProvider": {"a": 1}})),
+        )
+        .check(&InitProviderChange);
         assert!(v.is_empty());
         let v = Case::update(created(json!({})), created(json!({"initProvider": {}})))
             .check(&InitProviderChange);
@@ -70,8 +87,11 @@ mod tests {
     #[test]
     fn creation_state_comes_from_the_old_object() {
         // The new object claims creation, the old does not: no finding.
-        let v = Case::update(mr(json!({"initProvider": {"a": 1}})), created(json!({"initProvider": {"a": 2}})))
-            .check(&InitProviderChange);
+        let v = Case::update(
+            mr(json!({"initProvider": {"a": 1}})),
+            created(json!({"initProvider": {"a": 2}})),
+        )
+        .check(&InitProviderChange);
         assert!(v.is_empty());
     }
 }

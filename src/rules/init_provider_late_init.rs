@@ -21,7 +21,7 @@ impl Rule for InitProviderLateInit {
             .is_some_and(|m| !m.is_empty());
         match mr.policies() {
             Ok(set) if set_init && set.can_late_initialize() => vec![Violation::new(
-                "spec.initProvider is set and LateInitialize is on: late initialization can copy these values into forProvider and then enforce them",
+                "LateInitialize may copy spec.initProvider values into forProvider and then enforce them",
             )
             .fix("drop LateInitialize from spec.managementPolicies, e.g. [Observe, Create, Update, Delete]")],
             _ => vec![],
@@ -37,13 +37,23 @@ mod tests {
 
     #[test]
     fn warns_with_star_or_late_initialize() {
-        for set in [json!(["*"]), json!(["Observe", "Create", "Update", "LateInitialize", "Delete"])] {
-            let v = Case::create(mr(json!({"initProvider": {"a": 1}, "managementPolicies": set})))
-                .check(&InitProviderLateInit);
+        for set in [
+            json!(["*"]),
+            json!(["Observe", "Create", "Update", "LateInitialize", "Delete"]),
+        ] {
+            let v = Case::create(mr(
+                json!({"initProvider": {"a": 1}, "managementPolicies": set}),
+            ))
+            .check(&InitProviderLateInit);
             assert_eq!(v.len(), 1);
         }
         // Absent managementPolicies means {*}.
-        assert_eq!(Case::create(mr(json!({"initProvider": {"a": 1}}))).check(&InitProviderLateInit).len(), 1);
+        assert_eq!(
+            Case::create(mr(json!({"initProvider": {"a": 1}})))
+                .check(&InitProviderLateInit)
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -53,7 +63,12 @@ mod tests {
             json!({"initProvider": {}}),
             json!({}),
         ] {
-            assert!(Case::create(mr(spec.clone())).check(&InitProviderLateInit).is_empty(), "{spec}");
+            assert!(
+                Case::create(mr(spec.clone()))
+                    .check(&InitProviderLateInit)
+                    .is_empty(),
+                "{spec}"
+            );
         }
     }
 }

@@ -33,10 +33,19 @@ mod tests {
 
     #[test]
     fn supported_sets_pass_and_others_list_the_supported_ones() {
-        for ok in [json!(["*"]), json!([]), json!(["Observe"]), json!(["Update", "Observe"])] {
-            assert!(Case::create(mr(json!({"managementPolicies": ok}))).check(&ManagementPolicies).is_empty());
+        for ok in [
+            json!(["*"]),
+            json!([]),
+            json!(["Observe"]),
+            json!(["Update", "Observe"]),
+        ] {
+            assert!(Case::create(mr(json!({"managementPolicies": ok})))
+                .check(&ManagementPolicies)
+                .is_empty());
         }
-        assert!(Case::create(mr(json!({}))).check(&ManagementPolicies).is_empty());
+        assert!(Case::create(mr(json!({})))
+            .check(&ManagementPolicies)
+            .is_empty());
         for bad in [
             json!(["*", "Observe"]),
             json!(["Observe", "Observe"]),
@@ -44,10 +53,14 @@ mod tests {
             json!(["observe"]),
             json!("Observe"),
         ] {
-            let v = Case::create(mr(json!({"managementPolicies": bad.clone()}))).check(&ManagementPolicies);
+            let v = Case::create(mr(json!({"managementPolicies": bad.clone()})))
+                .check(&ManagementPolicies);
             assert_eq!(v.len(), 1, "{bad}");
             let fix = v[0].fix.as_deref().unwrap();
-            assert!(fix.contains("[Observe, Update]") && fix.contains("[*]"), "{fix}");
+            assert!(
+                fix.contains("[Observe, Update]") && fix.contains("[*]"),
+                "{fix}"
+            );
         }
     }
 }

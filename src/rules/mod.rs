@@ -355,7 +355,8 @@ mod tests {
 
     #[test]
     fn overrides_change_and_silence_actions() {
-        let obj = mr(json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}));
+        let obj =
+            mr(json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}));
         let f = Case::create(obj.clone()).evaluate();
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].rule, "deletion-policy-conflict");
@@ -402,13 +403,24 @@ mod tests {
         let mut new_annotations = created;
         new_annotations["crossplane.io/external-name"] = json!("b");
         let new = with_annotations(
-            mr(json!({"forProvider": {"region": "us-west-1"}, "initProvider": {"x": 2},
-                      "deletionPolicy": "Nope"})),
+            mr(
+                json!({"forProvider": {"region": "us-west-1"}, "initProvider": {"x": 2},
+                      "deletionPolicy": "Nope"}),
+            ),
             new_annotations,
         );
-        let rules = |f: Vec<Finding>| f.into_iter().map(|f| f.rule.into_owned()).collect::<Vec<_>>();
+        let rules = |f: Vec<Finding>| {
+            f.into_iter()
+                .map(|f| f.rule.into_owned())
+                .collect::<Vec<_>>()
+        };
         let all = rules(Case::update(old.clone(), new.clone()).evaluate());
-        for r in ["immutable-field", "external-name-change", "init-provider-change", "deletion-policy"] {
+        for r in [
+            "immutable-field",
+            "external-name-change",
+            "init-provider-change",
+            "deletion-policy",
+        ] {
             assert!(all.iter().any(|x| x == r), "{r} in {all:?}");
         }
         let exempt = rules(
@@ -417,5 +429,55 @@ mod tests {
                 .evaluate(),
         );
         assert_eq!(exempt, vec!["deletion-policy", "init-provider-late-init"]);
+    }
+}
+
+#[cfg(test)]
+mod warning_length {
+    use super::testing::*;
+    use super::*;
+    use serde_json::json;
+
+    /// Warnings are one short line: at most 120 characters with the rule name.
+    #[test]
+    fn default_warnings_fit_on_one_line() {
+        let created = json!({"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"});
+        let pending = json!({"crossplane.io/external-create-pending": "2024-01-02T00:00:00Z",
+                             "crossplane.io/paused": "True"});
+        let cases = vec![
+            Case::create(mr(json!({"deletionPolicy": "Orphan",
+                "managementPolicies": ["Observe", "Create", "Update", "LateInitialize", "Delete"],
+                "initProvider": {"a": 1}}))),
+            Case::create(mr(json!({"deletionPolicy": "Delete"}))).namespaced("team-a"),
+            Case::update(
+                with_annotations(mr(json!({"initProvider": {"a": 1}})), created.clone()),
+                with_annotations(mr(json!({"initProvider": {"a": 2}})), created),
+            ),
+            Case::update(
+                with_annotations(mr(json!({})), pending.clone()),
+                with_annotations(mr(json!({})), pending),
+            ),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for c in cases {
+            for f in c
+                .evaluate()
+                .into_iter()
+                .filter(|f| f.action == Action::Warn)
+            {
+                let line = format!("{}: {}", f.rule, f.message);
+                assert!(line.len() <= 120, "{} chars: {line}", line.len());
+                seen.insert(f.rule.into_owned());
+            }
+        }
+        let want = [
+            "creation-incomplete",
+            "deletion-policy",
+            "deletion-policy-conflict",
+            "init-provider-change",
+            "init-provider-late-init",
+            "paused-value",
+        ];
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), want);
     }
 }

@@ -43,19 +43,36 @@ mod tests {
 
     #[test]
     fn observe_only_vpc_without_external_name_is_denied() {
-        let v = vpc(Case::create(mr(json!({"managementPolicies": ["Observe"]})))).check(&ObserveOnlyExternalName);
+        let v = vpc(Case::create(mr(json!({"managementPolicies": ["Observe"]}))))
+            .check(&ObserveOnlyExternalName);
         assert_eq!(v.len(), 1);
         assert!(v[0].message.contains("VPC"));
-        let v = vpc(Case::create(mr(json!({"managementPolicies": ["Observe", "Update"]})))).check(&ObserveOnlyExternalName);
+        let v = vpc(Case::create(mr(
+            json!({"managementPolicies": ["Observe", "Update"]}),
+        )))
+        .check(&ObserveOnlyExternalName);
         assert_eq!(v.len(), 1);
     }
 
     #[test]
     fn allowed_with_external_name_create_or_name_based_kinds() {
-        let named = with_annotations(mr(json!({"managementPolicies": ["Observe"]})), json!({"crossplane.io/external-name": "vpc-123"}));
-        assert!(vpc(Case::create(named)).check(&ObserveOnlyExternalName).is_empty());
-        assert!(vpc(Case::create(mr(json!({"managementPolicies": ["Observe", "Create"]})))).check(&ObserveOnlyExternalName).is_empty());
-        assert!(vpc(Case::create(mr(json!({})))).check(&ObserveOnlyExternalName).is_empty());
-        assert!(Case::create(mr(json!({"managementPolicies": ["Observe"]}))).check(&ObserveOnlyExternalName).is_empty());
+        let named = with_annotations(
+            mr(json!({"managementPolicies": ["Observe"]})),
+            json!({"crossplane.io/external-name": "vpc-123"}),
+        );
+        assert!(vpc(Case::create(named))
+            .check(&ObserveOnlyExternalName)
+            .is_empty());
+        assert!(vpc(Case::create(mr(
+            json!({"managementPolicies": ["Observe", "Create"]})
+        )))
+        .check(&ObserveOnlyExternalName)
+        .is_empty());
+        assert!(vpc(Case::create(mr(json!({}))))
+            .check(&ObserveOnlyExternalName)
+            .is_empty());
+        assert!(Case::create(mr(json!({"managementPolicies": ["Observe"]})))
+            .check(&ObserveOnlyExternalName)
+            .is_empty());
     }
 }

@@ -38,7 +38,12 @@ mod tests {
 
     #[test]
     fn paused_with_finalizers_is_denied() {
-        assert_eq!(Case::delete(paused(json!(["finalizer.managedresource.crossplane.io"]))).check(&PausedDelete).len(), 1);
+        assert_eq!(
+            Case::delete(paused(json!(["finalizer.managedresource.crossplane.io"])))
+                .check(&PausedDelete)
+                .len(),
+            1
+        );
         let mut o = mr(json!({"managementPolicies": []}));
         o["metadata"]["finalizers"] = json!(["f"]);
         assert_eq!(Case::delete(o).check(&PausedDelete).len(), 1);
@@ -46,7 +51,9 @@ mod tests {
 
     #[test]
     fn without_finalizers_or_unpaused_it_is_fine() {
-        assert!(Case::delete(paused(json!([]))).check(&PausedDelete).is_empty());
+        assert!(Case::delete(paused(json!([])))
+            .check(&PausedDelete)
+            .is_empty());
         let mut o = with_annotations(mr(json!({})), json!({"crossplane.io/paused": "True"}));
         o["metadata"]["finalizers"] = json!(["f"]);
         assert!(Case::delete(o).check(&PausedDelete).is_empty());

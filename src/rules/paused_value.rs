@@ -15,7 +15,11 @@ impl Rule for PausedValue {
         Action::Warn
     }
     fn check(&self, ctx: &RuleContext) -> Vec<Violation> {
-        let Some(v) = ctx.object.pointer("/metadata/annotations").and_then(|a| a.get(PAUSED)) else {
+        let Some(v) = ctx
+            .object
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(PAUSED))
+        else {
             return vec![];
         };
         match v.as_str() {
@@ -38,7 +42,8 @@ mod tests {
     #[test]
     fn warns_on_near_miss_values() {
         for bad in ["True", "yes", "1", "", "TRUE"] {
-            let v = Case::create(with_annotations(mr(json!({})), json!({PAUSED: bad}))).check(&PausedValue);
+            let v = Case::create(with_annotations(mr(json!({})), json!({PAUSED: bad})))
+                .check(&PausedValue);
             assert_eq!(v.len(), 1, "{bad}");
             assert!(v[0].message.contains("NOT paused"));
         }
@@ -47,7 +52,11 @@ mod tests {
     #[test]
     fn true_false_and_absent_are_fine() {
         for ok in ["true", "false"] {
-            assert!(Case::create(with_annotations(mr(json!({})), json!({PAUSED: ok}))).check(&PausedValue).is_empty());
+            assert!(
+                Case::create(with_annotations(mr(json!({})), json!({PAUSED: ok})))
+                    .check(&PausedValue)
+                    .is_empty()
+            );
         }
         assert!(Case::create(mr(json!({}))).check(&PausedValue).is_empty());
     }

@@ -19,15 +19,29 @@ fn check_policy(at: &str, m: &Map<String, Value>, out: &mut Vec<Violation>) {
         return;
     };
     let Some(p) = p.as_object() else {
-        out.push(Violation::new(format!("{at}.policy must be an object")).fix("write policy as {resolve: Always, resolution: Required}"));
+        out.push(
+            Violation::new(format!("{at}.policy must be an object"))
+                .fix("write policy as {resolve: Always, resolution: Required}"),
+        );
         return;
     };
-    for (key, allowed) in [("resolve", ["Always", "IfNotPresent"]), ("resolution", ["Required", "Optional"])] {
+    for (key, allowed) in [
+        ("resolve", ["Always", "IfNotPresent"]),
+        ("resolution", ["Required", "Optional"]),
+    ] {
         if let Some(v) = p.get(key).filter(|v| !v.is_null()) {
             if !allowed.iter().any(|a| v.as_str() == Some(a)) {
                 out.push(
-                    Violation::new(format!("{at}.policy.{key} is {}; it must be {} or {}", show(v), allowed[0], allowed[1]))
-                        .fix(format!("set {at}.policy.{key} to {} or {}", allowed[0], allowed[1])),
+                    Violation::new(format!(
+                        "{at}.policy.{key} is {}; it must be {} or {}",
+                        show(v),
+                        allowed[0],
+                        allowed[1]
+                    ))
+                    .fix(format!(
+                        "set {at}.policy.{key} to {} or {}",
+                        allowed[0], allowed[1]
+                    )),
                 );
             }
         }
@@ -35,18 +49,33 @@ fn check_policy(at: &str, m: &Map<String, Value>, out: &mut Vec<Violation>) {
 }
 
 fn check_ref(at: &str, m: &Map<String, Value>, out: &mut Vec<Violation>) {
-    if !m.get("name").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) {
-        out.push(Violation::new(format!("{at}.name is missing or empty")).fix(format!("set {at}.name to the referenced object's name")));
+    if m.get("name")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        out.push(
+            Violation::new(format!("{at}.name is missing or empty"))
+                .fix(format!("set {at}.name to the referenced object's name")),
+        );
     }
     check_policy(at, m, out);
 }
 
 fn check_selector(at: &str, m: &Map<String, Value>, out: &mut Vec<Violation>) {
-    let labels = m.get("matchLabels").and_then(Value::as_object).is_some_and(|l| !l.is_empty());
+    let labels = m
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .is_some_and(|l| !l.is_empty());
     let controller = m.get("matchControllerRef").and_then(Value::as_bool) == Some(true);
     if !labels && !controller {
-        out.push(Violation::new(format!("{at} selects nothing: it needs non-empty matchLabels or matchControllerRef: true"))
-            .fix(format!("add matchLabels to {at}, or use a *Ref with a name")));
+        out.push(
+            Violation::new(format!(
+                "{at} selects nothing: it needs non-empty matchLabels or matchControllerRef: true"
+            ))
+            .fix(format!(
+                "add matchLabels to {at}, or use a *Ref with a name"
+            )),
+        );
     }
     check_policy(at, m, out);
 }
@@ -57,7 +86,9 @@ fn walk(at: &str, v: &Value, out: &mut Vec<Violation>) {
             for (k, child) in m {
                 let here = format!("{at}.{k}");
                 match child {
-                    Value::Object(c) if k.ends_with("Ref") && shaped(c, REF_KEYS) => check_ref(&here, c, out),
+                    Value::Object(c) if k.ends_with("Ref") && shaped(c, REF_KEYS) => {
+                        check_ref(&here, c, out)
+                    }
                     Value::Object(c) if k.ends_with("Selector") && shaped(c, SELECTOR_KEYS) => {
                         check_selector(&here, c, out)
                     }
@@ -111,7 +142,11 @@ mod tests {
     use serde_json::json;
 
     fn msgs(fp: Value) -> Vec<String> {
-        Case::create(mr(json!({"forProvider": fp}))).check(&Reference).into_iter().map(|v| v.message).collect()
+        Case::create(mr(json!({"forProvider": fp})))
+            .check(&Reference)
+            .into_iter()
+            .map(|v| v.message)
+            .collect()
     }
 
     #[test]
@@ -135,18 +170,35 @@ mod tests {
             "kmsKeyIdRef": {"name": "k", "policy": {"resolve": "Sometimes", "resolution": "required"}},
         }));
         assert_eq!(m.len(), 6, "{m:#?}");
-        assert!(m.iter().any(|s| s.starts_with("spec.forProvider.vpcIdRef.name is missing")));
-        assert!(m.iter().any(|s| s.starts_with("spec.forProvider.subnetIdRefs[1].name")));
-        assert!(m.iter().any(|s| s.starts_with("spec.forProvider.vpcIdSelector selects nothing")));
-        assert!(m.iter().any(|s| s.starts_with("spec.forProvider.roleSelector selects nothing")));
-        assert!(m.iter().any(|s| s.contains("policy.resolve is \"Sometimes\"")));
-        assert!(m.iter().any(|s| s.contains("policy.resolution is \"required\"")));
+        assert!(m
+            .iter()
+            .any(|s| s.starts_with("spec.forProvider.vpcIdRef.name is missing")));
+        assert!(m
+            .iter()
+            .any(|s| s.starts_with("spec.forProvider.subnetIdRefs[1].name")));
+        assert!(m
+            .iter()
+            .any(|s| s.starts_with("spec.forProvider.vpcIdSelector selects nothing")));
+        assert!(m
+            .iter()
+            .any(|s| s.starts_with("spec.forProvider.roleSelector selects nothing")));
+        assert!(m
+            .iter()
+            .any(|s| s.contains("policy.resolve is \"Sometimes\"")));
+        assert!(m
+            .iter()
+            .any(|s| s.contains("policy.resolution is \"required\"")));
     }
 
     #[test]
     fn references_nested_in_lists_and_init_provider_are_found() {
-        let m = msgs(json!({"subnetMapping": [{"subnetIdRef": {"name": "ok"}}, {"subnetIdRef": {"name": ""}}]}));
-        assert_eq!(m, vec!["spec.forProvider.subnetMapping[1].subnetIdRef.name is missing or empty"]);
+        let m = msgs(
+            json!({"subnetMapping": [{"subnetIdRef": {"name": "ok"}}, {"subnetIdRef": {"name": ""}}]}),
+        );
+        assert_eq!(
+            m,
+            vec!["spec.forProvider.subnetMapping[1].subnetIdRef.name is missing or empty"]
+        );
         let v = Case::create(mr(json!({"initProvider": {"a": {"bRef": {}}}}))).check(&Reference);
         assert!(v[0].message.starts_with("spec.initProvider.a.bRef"));
     }

@@ -34,7 +34,12 @@ pub struct HttpsServer {
 }
 
 impl HttpsServer {
-    pub fn new(listener: TcpListener, tls: Arc<rustls::ServerConfig>, app: axum::Router, limits: ConnLimits) -> Self {
+    pub fn new(
+        listener: TcpListener,
+        tls: Arc<rustls::ServerConfig>,
+        app: axum::Router,
+        limits: ConnLimits,
+    ) -> Self {
         Self {
             listener,
             acceptor: TlsAcceptor::from(tls),
@@ -49,12 +54,18 @@ impl HttpsServer {
 
     /// Serves until `shutdown` fires, then drains open connections.
     pub async fn run(self, shutdown: crate::shutdown::Signal) {
+        let Self {
+            listener,
+            acceptor,
+            app,
+            limits,
+        } = self;
         let graceful = GracefulShutdown::new();
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(self.limits.header_read_timeout)
+            .header_read_timeout(limits.header_read_timeout)
             .keep_alive(true);
         builder
             .http2()
@@ -64,7 +75,7 @@ impl HttpsServer {
         let builder = Arc::new(builder);
         loop {
             let (tcp, peer) = tokio::select! {
-                r = self.listener.accept() => match r {
+                r = listener.accept() => match r {
                     Ok(c) => c,
                     Err(e) => {
                         // EMFILE and friends: back off briefly, keep serving.
@@ -76,24 +87,25 @@ impl HttpsServer {
                 _ = shutdown.wait() => break,
             };
             let _ = tcp.set_nodelay(true);
-            let acceptor = self.acceptor.clone();
-            let app = self.app.clone();
+            let acceptor = acceptor.clone();
+            let app = app.clone();
             let builder = builder.clone();
-            let handshake_timeout = self.limits.header_read_timeout;
+            let handshake_timeout = limits.header_read_timeout;
             let watcher = graceful.watcher();
             tokio::spawn(
                 async move {
-                    let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
-                        Ok(Ok(s)) => s,
-                        Ok(Err(e)) => {
-                            tracing::debug!(error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!("TLS handshake timed out");
-                            return;
-                        }
-                    };
+                    let tls =
+                        match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!("TLS handshake timed out");
+                                return;
+                            }
+                        };
                     let service = TowerToHyperService::new(app);
                     let conn = builder.serve_connection(TokioIo::new(tls), service);
                     if let Err(e) = watcher.watch(conn.into_owned()).await {
@@ -103,7 +115,12 @@ impl HttpsServer {
                 .instrument(tracing::debug_span!("conn", %peer)),
             );
         }
-        if tokio::time::timeout(self.limits.drain_timeout, graceful.shutdown()).await.is_err() {
+        // Close the listener first so new connections are refused at once.
+        drop(listener);
+        if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
+            .await
+            .is_err()
+        {
             tracing::warn!("connections still open after the drain timeout; closing them");
         }
     }

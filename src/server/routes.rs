@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 
 use crate::admission::{self, Outcome, Webhook};
 use crate::config::ConfigStore;
-use crate::metrics::AdmissionMetrics;
+use crate::metrics::{AdmissionMetrics, Observed};
 
 /// Bodies above this get 413 (SPEC §6).
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -58,11 +58,19 @@ pub fn router(state: AppState) -> Router {
 
 pub fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
     let body = serde_json::json!({"error": message.into(), "code": status.as_u16()});
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 async fn not_found(req: Request) -> Response {
-    json_error(StatusCode::NOT_FOUND, format!("no route for {} {}", req.method(), req.uri().path()))
+    json_error(
+        StatusCode::NOT_FOUND,
+        format!("no route for {} {}", req.method(), req.uri().path()),
+    )
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
@@ -88,7 +96,10 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the request body is larger than {limit} bytes"),
         )),
-        Err(e) => Err(json_error(StatusCode::BAD_REQUEST, format!("failed to read the request body: {e}"))),
+        Err(e) => Err(json_error(
+            StatusCode::BAD_REQUEST,
+            format!("failed to read the request body: {e}"),
+        )),
     }
 }
 
@@ -96,20 +107,36 @@ async fn handle(state: AppState, webhook: Webhook, req: Request) -> Response {
     let started = Instant::now();
     let limits = state.limits.clone();
     let Ok(_permit) = limits.in_flight.try_acquire() else {
-        let mut r = json_error(StatusCode::SERVICE_UNAVAILABLE, "too many requests in flight; retry");
-        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        let mut r = json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many requests in flight; retry",
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return r;
     };
-    if let Some(len) = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    {
         if len > limits.max_body_bytes as u64 {
             observe_error(&state, webhook, started);
             return json_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the request body is {len} bytes, more than the limit of {} bytes", limits.max_body_bytes),
+                format!(
+                    "the request body is {len} bytes, more than the limit of {} bytes",
+                    limits.max_body_bytes
+                ),
             );
         }
     }
-    let body = match tokio::time::timeout(limits.request_timeout, read_body(req.into_body(), limits.max_body_bytes)).await {
+    let body = match tokio::time::timeout(
+        limits.request_timeout,
+        read_body(req.into_body(), limits.max_body_bytes),
+    )
+    .await
+    {
         Ok(Ok(b)) => b,
         Ok(Err(resp)) => {
             observe_error(&state, webhook, started);
@@ -117,7 +144,10 @@ async fn handle(state: AppState, webhook: Webhook, req: Request) -> Response {
         }
         Err(_) => {
             observe_error(&state, webhook, started);
-            return json_error(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time");
+            return json_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time",
+            );
         }
     };
     let request = match admission::decode(&body) {
@@ -140,9 +170,12 @@ async fn handle(state: AppState, webhook: Webhook, req: Request) -> Response {
             tracing::error!(uid = %request.uid, webhook = webhook.as_str(), "a rule panicked; answering by failure policy");
             let mut r = kube::core::admission::AdmissionResponse::from(&request);
             if webhook == Webhook::Validate {
-                r = r.deny("mrguard hit an internal error evaluating this object; please report it");
+                r = r
+                    .deny("mrguard hit an internal error evaluating this object; please report it");
             } else {
-                r.warnings = Some(vec!["mrguard: internal error during mutation; nothing was changed".into()]);
+                r.warnings = Some(vec![
+                    "mrguard: internal error during mutation; nothing was changed".into(),
+                ]);
             }
             (r, Outcome::Error, vec![])
         }
@@ -153,20 +186,37 @@ async fn handle(state: AppState, webhook: Webhook, req: Request) -> Response {
     let encoded = admission::encode(response);
     if let Some(m) = &state.metrics {
         m.observe(
-            webhook,
-            admission::operation(&request.operation).as_str(),
-            &request.kind.group,
-            &request.kind.kind,
+            &Observed {
+                webhook,
+                operation: admission::operation(&request.operation).as_str(),
+                group: &request.kind.group,
+                kind: &request.kind.kind,
+            },
             outcome,
             started.elapsed().as_secs_f64(),
             &findings,
         );
     }
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], encoded).into_response()
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        encoded,
+    )
+        .into_response()
 }
 
 fn observe_error(state: &AppState, webhook: Webhook, started: Instant) {
     if let Some(m) = &state.metrics {
-        m.observe(webhook, "", "", "", Outcome::Error, started.elapsed().as_secs_f64(), &[]);
+        m.observe(
+            &Observed {
+                webhook,
+                operation: "",
+                group: "",
+                kind: "",
+            },
+            Outcome::Error,
+            started.elapsed().as_secs_f64(),
+            &[],
+        );
     }
 }
