@@ -273,15 +273,33 @@ impl CrdVersion {
         }
     }
 
-    /// Everything the API server would reject in `obj` (already defaulted).
-    /// Schema errors come first; a type error stops the CEL rules, as it
-    /// does in Kubernetes.
+    /// Fields of `obj` that the schema does not know, as strict field
+    /// validation (kubectl's default) reports them for what a client sends.
+    pub fn unknown_fields(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let mut copy = obj.clone();
+        self.schema
+            .check(&mut copy, &FieldPath::root(), true, true, &mut errors);
+        errors.retain(|e| matches!(e.kind, Kind::Unknown));
+        errors
+    }
+
+    /// Drops unknown fields, as the API server prunes them before storing.
+    pub fn prune(&self, obj: &mut Value) {
+        self.schema
+            .check(obj, &FieldPath::root(), true, false, &mut Vec::new());
+    }
+
+    /// Everything the API server would reject in `obj` (already defaulted
+    /// and mutated): schema errors first; a type error stops the CEL rules,
+    /// as it does in Kubernetes. Unknown fields are pruned silently here;
+    /// see [`CrdVersion::unknown_fields`].
     pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Result<Vec<FieldError>, CrdError> {
         self.ensure_supported()?;
         let mut errors = Vec::new();
         let mut pruned = obj.clone();
         self.schema
-            .check(&mut pruned, &FieldPath::root(), true, &mut errors);
+            .check(&mut pruned, &FieldPath::root(), true, false, &mut errors);
         if errors.iter().any(|e| matches!(e.kind, Kind::Type { .. })) {
             errors.push(FieldError::invalid(
                 &FieldPath::root(),

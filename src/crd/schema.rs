@@ -214,9 +214,17 @@ impl Schema {
     // ---------------------------------------------------------------------
     // Schema validation.
 
-    /// Checks types, enums and required fields; removes unknown fields
-    /// (reporting them) as strict field validation would.
-    pub fn check(&self, v: &mut Value, path: &Path, root: bool, errors: &mut Vec<FieldError>) {
+    /// Checks types, enums and required fields, and prunes unknown fields:
+    /// `strict` reports them too, as strict field validation does for what
+    /// a client sends (fields a webhook adds are pruned silently).
+    pub fn check(
+        &self,
+        v: &mut Value,
+        path: &Path,
+        root: bool,
+        strict: bool,
+        errors: &mut Vec<FieldError>,
+    ) {
         if v.is_null() {
             if !self.nullable && !(self.ty.is_none() && self.preserve_unknown) {
                 errors.push(FieldError::type_error(path, "null", self.type_name()));
@@ -233,11 +241,11 @@ impl Schema {
             }
         }
         match v {
-            Value::Object(map) => self.check_object(map, path, root, errors),
+            Value::Object(map) => self.check_object(map, path, root, strict, errors),
             Value::Array(items) => {
                 if let Some(s) = &self.items {
                     for (i, x) in items.iter_mut().enumerate() {
-                        s.check(x, &path.index(i), false, errors);
+                        s.check(x, &path.index(i), false, strict, errors);
                     }
                 }
             }
@@ -250,6 +258,7 @@ impl Schema {
         map: &mut Map<String, Value>,
         path: &Path,
         root: bool,
+        strict: bool,
         errors: &mut Vec<FieldError>,
     ) {
         for r in &self.required {
@@ -266,13 +275,15 @@ impl Schema {
                 continue;
             }
             match self.child(k) {
-                Some(s) => s.check(x, &path.child(k), false, errors),
+                Some(s) => s.check(x, &path.child(k), false, strict, errors),
                 None if meta || self.preserve_unknown || self.additional_any => {}
                 None => unknown.push(k.clone()),
             }
         }
         for k in unknown {
-            errors.push(FieldError::unknown(&path.child(&k)));
+            if strict {
+                errors.push(FieldError::unknown(&path.child(&k)));
+            }
             map.remove(&k);
         }
     }

@@ -39,11 +39,9 @@ fn judge(obj: &Value, old: Option<&Value>) -> Vec<String> {
         v.apply_defaults(&mut o);
         o
     });
-    v.validate(&obj, old.as_ref())
-        .unwrap()
-        .iter()
-        .map(ToString::to_string)
-        .collect()
+    let mut e = v.unknown_fields(&obj);
+    e.extend(v.validate(&obj, old.as_ref()).unwrap());
+    e.iter().map(ToString::to_string).collect()
 }
 
 const CONTACTS: [&str; 2] = [
@@ -205,9 +203,9 @@ fn type_enum_required_and_unknown_errors_carry_paths() {
     assert_eq!(
         e,
         vec![
+            "unknown field \"spec.forProvider.colour\"",
             "spec.deletionPolicy: Unsupported value: \"delete\": supported values: \"Orphan\", \"Delete\"",
             "spec.forProvider.alternateContactType: Required value",
-            "unknown field \"spec.forProvider.colour\"",
             "spec.managementPolicies[1]: Unsupported value: \"Destroy\": supported values: \"Observe\", \
              \"Create\", \"Update\", \"Delete\", \"LateInitialize\", \"*\"",
         ],
