@@ -143,7 +143,7 @@ impl Walk<'_> {
                     .target
                     .as_deref()
                     .filter(|t| Self::root(t).is_some_and(|r| !self.is_variable(r)))
-                    .and_then(|t| Self::qualified(t));
+                    .and_then(Self::qualified);
                 let function = match &namespaced {
                     Some(ns) => format!("{ns}.{}", call.func_name),
                     None => call.func_name.clone(),

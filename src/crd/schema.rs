@@ -226,7 +226,8 @@ impl Schema {
         errors: &mut Vec<FieldError>,
     ) {
         if v.is_null() {
-            if !self.nullable && !(self.ty.is_none() && self.preserve_unknown) {
+            let untyped_any = self.ty.is_none() && self.preserve_unknown;
+            if !(self.nullable || untyped_any) {
                 errors.push(FieldError::type_error(path, "null", self.type_name()));
             }
             return;
