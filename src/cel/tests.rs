@@ -102,6 +102,14 @@ fn kubernetes_idioms_used_by_provider_crds() {
     // Optional field access.
     t("self.?forProvider.?title.orValue('none') == 'none'", &obj);
     t("self.?forProvider.?name.hasValue()", &obj);
+    t(
+        "self.?forProvider.?title.optMap(t, t + '!').orValue('none') == 'none'",
+        &obj,
+    );
+    t(
+        "self.?forProvider.?name.optMap(t, t + '!').value() == 'x!'",
+        &obj,
+    );
 }
 
 #[test]

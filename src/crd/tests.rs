@@ -455,3 +455,34 @@ fn loading_errors() {
     let e = Crds::load(&twice).unwrap_err().to_string();
     assert!(e.contains("also defined"), "{e}");
 }
+
+#[test]
+fn optional_old_self_runs_on_create_and_nulls_are_defaulted() {
+    let v = synthetic(json!({"type": "object", "properties": {"spec": {
+        "type": "object",
+        "x-kubernetes-validations": [{
+            "rule": "!oldSelf.hasValue() || self.size >= oldSelf.value().size",
+            "optionalOldSelf": true,
+            "message": "size only grows"
+        }, {
+            "rule": "oldSelf.hasValue() || self.size < 100",
+            "optionalOldSelf": true,
+            "message": "start small"
+        }],
+        "properties": {"size": {"type": "integer", "default": 1}, "note": {"type": "string"}}
+    }}}));
+    let mut new = widget(json!({"size": null, "note": null}));
+    v.apply_defaults(&mut new);
+    assert_eq!(new["spec"], json!({"size": 1}));
+    assert_eq!(errors_of(&v, &new, None), Vec::<String>::new());
+    let big = widget(json!({"size": 200}));
+    assert_eq!(
+        errors_of(&v, &big, None),
+        vec!["spec: Invalid value: \"object\": start small"]
+    );
+    let old = widget(json!({"size": 300}));
+    assert_eq!(
+        errors_of(&v, &big, Some(&old)),
+        vec!["spec: Invalid value: \"object\": size only grows"]
+    );
+}
