@@ -26,6 +26,7 @@ pub mod cel;
 pub mod cli;
 pub mod config;
 pub mod controller;
+pub mod crd;
 pub mod fieldpath;
 pub mod metrics;
 pub mod mr;

@@ -189,6 +189,8 @@ pub fn evaluate(ctx: &RuleContext) -> Vec<Finding> {
             }
         }
     }
+    // Built once per request, only when a CEL rule applies.
+    let mut scope = None;
     for cel in &ctx.resource.cel_rules {
         if !cel.operations.contains(&ctx.operation) {
             continue;
@@ -198,7 +200,8 @@ pub fn evaluate(ctx: &RuleContext) -> Vec<Finding> {
         if action == Action::Off {
             continue;
         }
-        if let Some(v) = crate::cel::check_rule(cel, ctx) {
+        let scope = scope.get_or_insert_with(|| crate::cel::Scope::for_request(ctx));
+        if let Some(v) = crate::cel::check_rule(cel, scope) {
             findings.push(Finding {
                 rule: Cow::Owned(name),
                 action,
