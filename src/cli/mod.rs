@@ -107,8 +107,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 fn init_logging(log: &LogArgs) {
     let filter = tracing_subscriber::EnvFilter::try_new(&log.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only for people at a terminal: pods and CI read plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match log.log_format {
         LogFormat::Json => builder.json().try_init(),
