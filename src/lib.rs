@@ -25,6 +25,8 @@ pub mod admission;
 pub mod cel;
 pub mod cli;
 pub mod config;
+pub mod controller;
+pub mod crd;
 pub mod fieldpath;
 pub mod metrics;
 pub mod mr;

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use prometheus::{Gauge, IntCounterVec, Opts, Registry};
@@ -285,8 +285,8 @@ impl std::fmt::Debug for CaPem {
     }
 }
 
-fn validity_window(params: &mut CertificateParams, lifetime: Duration) {
-    let now = time::OffsetDateTime::now_utc();
+fn validity_window(params: &mut CertificateParams, now: SystemTime, lifetime: Duration) {
+    let now = time::OffsetDateTime::from(now);
     // Allow for clock skew between the issuer and the API server.
     params.not_before = now - time::Duration::minutes(5);
     params.not_after = now + time::Duration::seconds(lifetime.as_secs() as i64);
@@ -294,6 +294,15 @@ fn validity_window(params: &mut CertificateParams, lifetime: Duration) {
 
 /// Generates a self-signed CA.
 pub fn generate_ca(common_name: &str, lifetime: Duration) -> Result<CaPem, TlsError> {
+    generate_ca_at(common_name, SystemTime::now(), lifetime)
+}
+
+/// Generates a self-signed CA valid from `now` (minus the skew allowance).
+pub fn generate_ca_at(
+    common_name: &str,
+    now: SystemTime,
+    lifetime: Duration,
+) -> Result<CaPem, TlsError> {
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     let mut dn = DistinguishedName::new();
@@ -305,7 +314,7 @@ pub fn generate_ca(common_name: &str, lifetime: Duration) -> Result<CaPem, TlsEr
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    validity_window(&mut params, lifetime);
+    validity_window(&mut params, now, lifetime);
     let cert = params.self_signed(&key)?;
     Ok(CaPem {
         cert: cert.pem(),
@@ -318,6 +327,16 @@ pub fn generate_ca(common_name: &str, lifetime: Duration) -> Result<CaPem, TlsEr
 pub fn issue_serving_cert(
     ca: &CaPem,
     names: &[String],
+    lifetime: Duration,
+) -> Result<PemPair, TlsError> {
+    issue_serving_cert_at(ca, names, SystemTime::now(), lifetime)
+}
+
+/// Like [`issue_serving_cert`], valid from `now` (minus the skew allowance).
+pub fn issue_serving_cert_at(
+    ca: &CaPem,
+    names: &[String],
+    now: SystemTime,
     lifetime: Duration,
 ) -> Result<PemPair, TlsError> {
     let ca_key = KeyPair::from_pem(&ca.key)?;
@@ -335,7 +354,7 @@ pub fn issue_serving_cert(
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
     ];
-    validity_window(&mut params, lifetime);
+    validity_window(&mut params, now, lifetime);
     let cert = params.signed_by(&key, &issuer)?;
     Ok(PemPair {
         cert: cert.pem().into_bytes(),

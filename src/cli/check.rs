@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::admission;
 use crate::config::Config;
+use crate::crd::{CrdError, CrdVersion, Crds, Lookup};
 use crate::rules::Action;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -40,6 +41,11 @@ pub struct CheckArgs {
     /// Print the JSON Patch of each object instead of the defaulted object.
     #[arg(long)]
     pub patch: bool,
+    /// CRD file, or folder of CRD files: also apply their schema defaults
+    /// before mutation, and check types, enums, required fields and
+    /// x-kubernetes-validations rules after it, as the API server would.
+    #[arg(long, value_name = "PATH")]
+    pub crd: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +66,8 @@ pub enum CheckError {
     },
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Crd(#[from] CrdError),
     #[error("failed to match {what} (document {doc} of {path}) in {old}: no object with that kind, namespace and name")]
     NoOld {
         what: String,
@@ -77,6 +85,8 @@ pub struct Judged {
     pub patch: Option<Value>,
     pub warnings: Vec<String>,
     pub denial: Option<String>,
+    /// What the API server would reject, given `--crd` (kubectl's wording).
+    pub invalid: Option<String>,
 }
 
 fn read_docs(path: &Path) -> Result<Vec<Value>, CheckError> {
@@ -201,7 +211,32 @@ pub fn judge(
     username: &str,
     config: &Config,
 ) -> Result<Judged, String> {
+    judge_with(op, object, old, username, config, None)
+}
+
+/// [`judge`], plus what the API server does with the object's CRD: its
+/// defaults before the mutating webhook (and again after it, as the API
+/// server re-defaults a patched object), then its schema and rules after.
+pub fn judge_with(
+    op: CheckOperation,
+    object: &Value,
+    old: Option<&Value>,
+    username: &str,
+    config: &Config,
+    crd: Option<&CrdVersion>,
+) -> Result<Judged, String> {
     let label = label(object);
+    // The API server does not validate objects being deleted.
+    let crd = crd.filter(|_| op != CheckOperation::Delete);
+    let defaulted = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(c) = crd {
+            c.apply_defaults(&mut v);
+        }
+        v
+    };
+    let (object, old) = (&defaulted(object), old.map(defaulted));
+    let old = old.as_ref();
     let (mut current, mut patch, mut warnings) = (object.clone(), None, Vec::new());
     if op != CheckOperation::Delete {
         let req = decode(review_for(op, Some(object), old, username))?;
@@ -212,8 +247,11 @@ pub fn judge(
                 serde_json::to_value(crate::admission::patch::build(object, &m))
                     .map_err(|e| e.to_string())?,
             );
-            current = m;
+            current = defaulted(&m);
         }
+    }
+    if let Some(c) = crd {
+        c.prune(&mut current);
     }
     let req = match op {
         CheckOperation::Delete => decode(review_for(op, None, Some(object), username))?,
@@ -223,12 +261,23 @@ pub fn judge(
     warnings.extend(d.response.warnings.clone().unwrap_or_default());
     let denial = (!d.response.allowed).then(|| d.response.result.message.clone());
     debug_assert!(d.findings.iter().all(|f| f.action != Action::Off));
+    let invalid = match crd {
+        None => None,
+        Some(c) => {
+            // Strict field validation judges what the client sent.
+            let mut errors = c.unknown_fields(object);
+            errors.extend(c.validate(&current, old).map_err(|e| e.to_string())?);
+            let (_, kind, _, name) = identity(&current);
+            (!errors.is_empty()).then(|| crate::crd::render(&kind, &name, &errors))
+        }
+    };
     Ok(Judged {
         label,
         object: current,
         patch,
         warnings,
         denial,
+        invalid,
     })
 }
 
@@ -236,6 +285,10 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
     let config = match &args.config {
         Some(p) => Config::from_file(p)?,
         None => Config::builtin(),
+    };
+    let crds = match &args.crd {
+        Some(p) => Some(Crds::load(p)?),
+        None => None,
     };
     let docs = read_docs(&args.file)?;
     let olds = match &args.old {
@@ -264,13 +317,32 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
                 }
                 _ => None,
             };
-        let judged = judge(op, doc, old, &args.username, &config).map_err(|reason| {
-            CheckError::Document {
-                path: args.file.display().to_string(),
-                doc: i + 1,
-                reason,
+        let (api_version, kind, _, _) = identity(doc);
+        let (crd, missing) = match crds.as_ref().map(|c| c.lookup(&api_version, &kind)) {
+            Some(Lookup::Found(v)) => {
+                // Never judge with only part of a CRD's rules.
+                v.ensure_supported()?;
+                (Some(v), None)
             }
-        })?;
+            Some(Lookup::NoVersion(c)) if op != CheckOperation::Delete => {
+                let served: Vec<&str> = c.versions.iter().map(|v| v.name.as_str()).collect();
+                let why = format!(
+                    "no matches for kind {kind:?} in version {api_version:?} (CRD {} serves {})",
+                    c.name,
+                    served.join(", ")
+                );
+                (None, Some(why))
+            }
+            _ => (None, None),
+        };
+        let mut judged =
+            judge_with(op, doc, old, &args.username, &config, crd).map_err(|reason| {
+                CheckError::Document {
+                    path: args.file.display().to_string(),
+                    doc: i + 1,
+                    reason,
+                }
+            })?;
         if args.patch {
             let p = judged.patch.clone().unwrap_or_else(|| json!([]));
             let _ = writeln!(
@@ -290,11 +362,19 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             any_denied = true;
             let _ = writeln!(err, "{}: denied: {d}", judged.label);
         }
+        if missing.is_some() {
+            judged.invalid = missing;
+        }
+        if let Some(i) = &judged.invalid {
+            any_denied = true;
+            let _ = writeln!(err, "{}: invalid: {i}", judged.label);
+        }
     }
     Ok(any_denied)
 }
 
-/// Runs the check; 0 allowed, 1 denied, 2 unreadable input.
+/// Runs the check; 0 allowed, 1 denied or invalid, 2 unreadable input
+/// (or a CRD rule mrguard cannot evaluate).
 pub fn run(args: CheckArgs) -> i32 {
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();

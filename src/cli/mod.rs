@@ -1,6 +1,8 @@
 //! The command line (SPEC §7): clap definitions with an environment
 //! variable for every serve flag, and one runner per subcommand.
 
+pub mod audit;
+pub mod certs;
 pub mod check;
 pub mod serve;
 
@@ -9,6 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use audit::AuditArgs;
 pub use check::CheckArgs;
 pub use serve::ServeArgs;
 
@@ -31,9 +34,14 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Mutate and validate manifests offline, as the webhooks would.
     Check(Box<CheckArgs>),
+    /// Evaluate the validation rules on every MR in a cluster.
+    Audit(Box<AuditArgs>),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Development certificates for local TLS.
+    #[command(subcommand)]
+    Certs(certs::CertsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -99,8 +107,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 fn init_logging(log: &LogArgs) {
     let filter = tracing_subscriber::EnvFilter::try_new(&log.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only for people at a terminal: pods and CI read plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match log.log_format {
         LogFormat::Json => builder.json().try_init(),
@@ -116,6 +127,8 @@ pub fn run(cli: Cli) -> i32 {
             serve::run(*args)
         }
         Command::Check(args) => check::run(*args),
+        Command::Audit(args) => audit::run(*args),
+        Command::Certs(cmd) => certs::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => {
             match crate::config::Config::from_file(&file) {
                 Ok(_) => {

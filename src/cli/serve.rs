@@ -71,6 +71,8 @@ pub struct ServeArgs {
     /// After the listener closes, how long in-flight requests get to finish.
     #[arg(long, env = "MRGUARD_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    #[command(flatten)]
+    pub controller: crate::controller::ControllerArgs,
 }
 
 /// A started server, for the binary and for tests.
@@ -121,6 +123,16 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let (config, config_bytes) = load_config(&args)?;
     let config_store = ConfigStore::new(config, Some(ConfigMetrics::register(&registry)?));
 
+    let has_cert_source = args.tls_cert_file.is_some() || args.self_signed;
+    let controller_mode = args.controller.enabled(has_cert_source)?;
+    let controller = match controller_mode {
+        true => Some((
+            crate::controller::client(args.controller.kubeconfig.as_deref(), None).await?,
+            Arc::new(crate::controller::ControllerMetrics::register(&registry)?),
+        )),
+        false => None,
+    };
+
     let tls_metrics = TlsMetrics::register(&registry)?;
     let (certs, cert_files, ca_file) = match (&args.tls_cert_file, &args.tls_key_file, args.self_signed) {
         (Some(cert), Some(key), _) => {
@@ -136,6 +148,12 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
                 .unwrap_or_else(|| std::env::temp_dir().join("mrguard-ca.crt"));
             tls::write_file(&ca_file, ca.cert.as_bytes(), false)?;
             (CertStore::new(pair.certified_key()?, Some(tls_metrics)), None, Some(ca_file))
+        }
+        // The controller swaps in the Secret's certificate; until then a
+        // throwaway one serves and /readyz stays false.
+        (None, None, false) if controller_mode => {
+            let (pair, _) = tls::self_signed(&tls::local_names())?;
+            (CertStore::new(pair.certified_key()?, Some(tls_metrics)), None, None)
         }
         _ => bail!("no certificate: pass --tls-cert-file and --tls-key-file, or --self-signed for local use"),
     };
@@ -207,8 +225,26 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             .instrument(tracing::info_span!("metrics")),
         );
     }
+    if let Some((client, metrics)) = controller {
+        let controller = crate::controller::Controller {
+            client,
+            settings: crate::controller::Settings::from_args(&args.controller, addr.port()),
+            certs: certs.clone(),
+            config: config_store.clone(),
+            ready: ready.clone(),
+            metrics,
+            clock: Arc::new(crate::controller::SystemClock),
+        };
+        tasks.spawn(
+            controller
+                .run(signal.clone())
+                .instrument(tracing::info_span!("controller")),
+        );
+    }
     let server = tokio::spawn(server.run(signal).instrument(tracing::info_span!("https")));
-    ready.store(true, Ordering::Release);
+    if !controller_mode {
+        ready.store(true, Ordering::Release);
+    }
     tracing::info!(%addr, %metrics_addr, "mrguard is serving");
     Ok(Running {
         addr,

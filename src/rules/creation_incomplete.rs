@@ -19,7 +19,7 @@ impl Rule for CreationIncomplete {
         if !ctx.state().creation_incomplete() || !ctx.mr().has_annotation(CREATE_PENDING) {
             return vec![];
         }
-        vec![Violation::new("creation is incomplete: the provider stopped because it may have leaked an external resource")
+        vec![Violation::new(format!("possible leak: check the external system, then remove {CREATE_PENDING}"))
             .fix(format!("check the external system for a leaked resource, then remove the {CREATE_PENDING} annotation when safe"))]
     }
 }

@@ -21,7 +21,7 @@ impl Rule for DeletionPolicy {
         };
         if ctx.namespaced() {
             return vec![Violation::new(
-                "namespaced MRs have no spec.deletionPolicy; it is ignored",
+                "namespaced MRs have no spec.deletionPolicy; it is ignored; use managementPolicies",
             )
             .fix("remove spec.deletionPolicy and use spec.managementPolicies to keep the external resource")
             .warn_only()];

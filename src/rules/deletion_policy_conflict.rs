@@ -23,7 +23,7 @@ impl Rule for DeletionPolicyConflict {
         }
         match mr.policies() {
             Ok(set) if !set.is_default() && set.has(PolicyAction::Delete) => vec![Violation::new(
-                format!("deletionPolicy Orphan is overridden by managementPolicies {set}: the external resource WILL be deleted"),
+                "Orphan is ignored because managementPolicies has Delete: the external resource WILL be deleted".to_string(),
             )
             .fix("remove Delete from spec.managementPolicies to keep the external resource")],
             _ => vec![],

@@ -31,7 +31,7 @@ impl Rule for InitProviderChange {
         {
             return vec![];
         }
-        vec![Violation::new("spec.initProvider changed on a created MR; it applies only at creation, so the change has no effect")
+        vec![Violation::new("spec.initProvider changed after creation; it only applies at creation, so this has no effect")
             .fix("set the value in spec.forProvider to change the external resource")]
     }
 }

@@ -21,7 +21,7 @@ impl Rule for InitProviderLateInit {
             .is_some_and(|m| !m.is_empty());
         match mr.policies() {
             Ok(set) if set_init && set.can_late_initialize() => vec![Violation::new(
-                "spec.initProvider is set and LateInitialize is on: late initialization can copy these values into forProvider and then enforce them",
+                "LateInitialize may copy spec.initProvider values into forProvider and then enforce them",
             )
             .fix("drop LateInitialize from spec.managementPolicies, e.g. [Observe, Create, Update, Delete]")],
             _ => vec![],

@@ -189,6 +189,8 @@ pub fn evaluate(ctx: &RuleContext) -> Vec<Finding> {
             }
         }
     }
+    // Built once per request, only when a CEL rule applies.
+    let mut scope = None;
     for cel in &ctx.resource.cel_rules {
         if !cel.operations.contains(&ctx.operation) {
             continue;
@@ -198,7 +200,8 @@ pub fn evaluate(ctx: &RuleContext) -> Vec<Finding> {
         if action == Action::Off {
             continue;
         }
-        if let Some(v) = crate::cel::check_rule(cel, ctx) {
+        let scope = scope.get_or_insert_with(|| crate::cel::Scope::for_request(ctx));
+        if let Some(v) = crate::cel::check_rule(cel, scope) {
             findings.push(Finding {
                 rule: Cow::Owned(name),
                 action,
@@ -426,5 +429,55 @@ mod tests {
                 .evaluate(),
         );
         assert_eq!(exempt, vec!["deletion-policy", "init-provider-late-init"]);
+    }
+}
+
+#[cfg(test)]
+mod warning_length {
+    use super::testing::*;
+    use super::*;
+    use serde_json::json;
+
+    /// Warnings are one short line: at most 120 characters with the rule name.
+    #[test]
+    fn default_warnings_fit_on_one_line() {
+        let created = json!({"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"});
+        let pending = json!({"crossplane.io/external-create-pending": "2024-01-02T00:00:00Z",
+                             "crossplane.io/paused": "True"});
+        let cases = vec![
+            Case::create(mr(json!({"deletionPolicy": "Orphan",
+                "managementPolicies": ["Observe", "Create", "Update", "LateInitialize", "Delete"],
+                "initProvider": {"a": 1}}))),
+            Case::create(mr(json!({"deletionPolicy": "Delete"}))).namespaced("team-a"),
+            Case::update(
+                with_annotations(mr(json!({"initProvider": {"a": 1}})), created.clone()),
+                with_annotations(mr(json!({"initProvider": {"a": 2}})), created),
+            ),
+            Case::update(
+                with_annotations(mr(json!({})), pending.clone()),
+                with_annotations(mr(json!({})), pending),
+            ),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for c in cases {
+            for f in c
+                .evaluate()
+                .into_iter()
+                .filter(|f| f.action == Action::Warn)
+            {
+                let line = format!("{}: {}", f.rule, f.message);
+                assert!(line.len() <= 120, "{} chars: {line}", line.len());
+                seen.insert(f.rule.into_owned());
+            }
+        }
+        let want = [
+            "creation-incomplete",
+            "deletion-policy",
+            "deletion-policy-conflict",
+            "init-provider-change",
+            "init-provider-late-init",
+            "paused-value",
+        ];
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), want);
     }
 }

@@ -1,0 +1,123 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "mrguard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Base name of every object. Kept at 50 characters so that the derived names
+("<fullname>-leader", "<fullname>-audit", "<fullname>-tls") stay within 63.
+*/}}
+{{- define "mrguard.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mrguard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "mrguard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mrguard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "mrguard.labels" -}}
+helm.sh/chart: {{ include "mrguard.chart" . }}
+{{ include "mrguard.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: mrguard
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "mrguard.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "mrguard.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Names the controller is told about; RBAC restricts itself to them. */}}
+{{- define "mrguard.tlsSecretName" -}}
+{{- printf "%s-tls" (include "mrguard.fullname" .) }}
+{{- end }}
+
+{{- define "mrguard.leaseName" -}}
+{{- printf "%s-leader" (include "mrguard.fullname" .) }}
+{{- end }}
+
+{{- define "mrguard.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+The namespaceSelector of both webhooks: never kube-system, never the
+release namespace (mrguard must not gate its own recovery), plus any
+namespace listed in values.
+*/}}
+{{- define "mrguard.namespaceSelector" -}}
+{{- $excluded := concat (list "kube-system" .Release.Namespace) .Values.webhooks.excludeNamespaces | uniq -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values:
+      {{- toYaml $excluded | nindent 6 }}
+  {{- with .Values.webhooks.namespaceSelector.matchExpressions }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .Values.webhooks.namespaceSelector.matchLabels }}
+matchLabels:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The live webhook named .webhook inside the live configuration (.kind,
+.name), as JSON; "{}" when absent or when rendering offline (helm
+template, --dry-run=client), where lookup returns nothing.
+*/}}
+{{- define "mrguard.liveWebhook" -}}
+{{- $found := dict }}
+{{- $obj := lookup "admissionregistration.k8s.io/v1" .kind "" .name }}
+{{- if $obj }}
+{{- range ($obj.webhooks | default list) }}
+{{- if eq .name $.webhook }}
+{{- $found = . }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $found }}
+{{- end }}
+
+{{/*
+caBundle and rules of one webhook, as JSON {"caBundle": "...", "rules": [...]}.
+The controller owns both after install (server-side apply, field manager
+"mrguard"); an upgrade carries the live values over so that it never leaves a
+wrong CA or empty rules. On first install there is no caBundle, and the rules
+come from values (webhooks.initialRules).
+*/}}
+{{- define "mrguard.webhookOwnedFields" -}}
+{{- $live := include "mrguard.liveWebhook" . | fromJson }}
+{{- $caBundle := "" }}
+{{- with $live.clientConfig }}
+{{- $caBundle = .caBundle | default "" }}
+{{- end }}
+{{- $rules := $live.rules | default .initialRules | default list }}
+{{- toJson (dict "caBundle" $caBundle "rules" $rules) }}
+{{- end }}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The project's test command: installs what the tests need, then runs them.
+# Usage: scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# No OpenSSL or aws-lc in the binary: rustls runs on ring.
+if cargo tree -e normal,build --target all 2>/dev/null | grep -E 'openssl-sys|aws-lc-(rs|sys)|native-tls' ; then
+  echo "error: a forbidden TLS/crypto dependency is in the tree (see above)" >&2
+  exit 1
+fi
+
+# helm for tests/chart.rs, into .tools/bin/helm (idempotent).
+scripts/install-helm.sh
+
+cargo test --all-targets

@@ -1,0 +1,219 @@
+//! `mrguard audit`: the validation rules over every MR in a cluster, as the
+//! controller's audit pass runs them, printed as a table or as JSON.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use crate::config::Config;
+use crate::controller::audit::{audit_kind, discover, AuditFinding};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuditOutput {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AuditArgs {
+    /// Kubeconfig [default: $KUBECONFIG or ~/.kube/config, else in-cluster].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context [default: the current context].
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Configuration file whose rules apply; the built-in default when absent.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: AuditOutput,
+}
+
+/// Renders findings as aligned columns, sorted by kind, namespace and name.
+pub fn render_table(findings: &[AuditFinding]) -> String {
+    const HEADERS: [&str; 6] = ["KIND", "NAMESPACE", "NAME", "RULE", "ACTION", "MESSAGE"];
+    let rows: Vec<[String; 6]> = findings
+        .iter()
+        .map(|f| {
+            let message = match &f.fix {
+                Some(fix) => format!("{} ({fix})", f.message),
+                None => f.message.clone(),
+            };
+            [
+                format!("{}.{}", f.kind, f.group),
+                f.namespace.clone(),
+                f.name.clone(),
+                f.rule.clone(),
+                f.action.clone(),
+                message,
+            ]
+        })
+        .collect();
+    let mut widths = HEADERS.map(str::len);
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        let mut out = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i == 5 {
+                out.push_str(c);
+            } else {
+                out.push_str(&format!("{c:<w$}   ", w = widths[i]));
+            }
+        }
+        out.trim_end().to_string() + "\n"
+    };
+    let mut out = line(HEADERS);
+    for r in &rows {
+        out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
+    }
+    out
+}
+
+fn sort(findings: &mut [AuditFinding]) {
+    findings.sort_by(|a, b| {
+        (&a.group, &a.kind, &a.namespace, &a.name, &a.rule).cmp(&(
+            &b.group,
+            &b.kind,
+            &b.namespace,
+            &b.name,
+            &b.rule,
+        ))
+    });
+}
+
+/// Exit code: 0 when nothing is denied, 1 when a finding's action is Deny,
+/// 2 when the cluster or the configuration could not be read.
+pub fn run(args: AuditArgs) -> i32 {
+    let config = match &args.config {
+        None => Config::builtin(),
+        Some(path) => match Config::from_file(path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{}: {e}", path.display());
+                return 2;
+            }
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("failed to start the async runtime: {e}");
+            return 2;
+        }
+    };
+    runtime.block_on(async move {
+        let client =
+            match crate::controller::client(args.kubeconfig.as_deref(), args.context.as_deref())
+                .await
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("mrguard audit: {e}");
+                    return 2;
+                }
+            };
+        let coverage = match discover(&client).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("mrguard audit: {e}");
+                return 2;
+            }
+        };
+        let mut findings = Vec::new();
+        let (mut objects, mut failed) = (0, false);
+        for kind in coverage.kinds() {
+            match audit_kind(&client, kind, &config).await {
+                Ok(r) => {
+                    objects += r.objects;
+                    findings.extend(r.findings);
+                }
+                Err(e) => {
+                    eprintln!("mrguard audit: {e}");
+                    failed = true;
+                }
+            }
+        }
+        sort(&mut findings);
+        match args.output {
+            AuditOutput::Json => match serde_json::to_string_pretty(&findings) {
+                Ok(s) => println!("{s}"),
+                Err(e) => {
+                    eprintln!("mrguard audit: failed to encode the findings: {e}");
+                    return 2;
+                }
+            },
+            AuditOutput::Table if findings.is_empty() => {}
+            AuditOutput::Table => print!("{}", render_table(&findings)),
+        }
+        eprintln!(
+            "{} finding(s) in {objects} MR(s) of {} kind(s)",
+            findings.len(),
+            coverage.len()
+        );
+        if failed {
+            2
+        } else if findings.iter().any(|f| f.action == "Deny") {
+            1
+        } else {
+            0
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finding(ns: &str, name: &str, rule: &str, action: &str) -> AuditFinding {
+        AuditFinding {
+            group: "s3.aws.upbound.io".into(),
+            kind: "Bucket".into(),
+            namespace: ns.into(),
+            name: name.into(),
+            uid: "u".into(),
+            rule: rule.into(),
+            action: action.into(),
+            message: "deletionPolicy \"delete\" is not Delete or Orphan".into(),
+            fix: Some("use Delete".into()),
+        }
+    }
+
+    #[test]
+    fn table_is_aligned_and_sorted() {
+        let mut f = vec![
+            finding("", "zeta", "deletion-policy", "Deny"),
+            finding("", "alpha-long-name", "paused-value", "Warn"),
+        ];
+        sort(&mut f);
+        let t = render_table(&f);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("KIND"));
+        assert!(lines[1].contains("alpha-long-name") && lines[2].contains("zeta"));
+        let col = |l: &str| {
+            l.find("deletion-policy")
+                .or_else(|| l.find("paused-value"))
+                .or_else(|| l.find("RULE"))
+        };
+        assert_eq!(col(lines[0]), col(lines[1]));
+        assert_eq!(col(lines[1]), col(lines[2]));
+        assert!(lines[2].ends_with("(use Delete)"));
+    }
+
+    #[test]
+    fn json_has_no_uid_and_names_the_object() {
+        let v =
+            serde_json::to_value(vec![finding("team-a", "b", "deletion-policy", "Deny")]).unwrap();
+        assert_eq!(v[0]["namespace"], "team-a");
+        assert_eq!(v[0]["rule"], "deletion-policy");
+        assert!(v[0].get("uid").is_none());
+    }
+}

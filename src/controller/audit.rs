@@ -1,0 +1,466 @@
+//! The audit: the validation rules over every existing MR, for example ones
+//! created before a rule existed or while the webhook was off. Each object
+//! is judged as a CREATE, so rules about transitions (immutable fields,
+//! external-name changes) are skipped. Used by the controller on an
+//! interval and by `mrguard audit`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::ListParams;
+use kube::core::DynamicObject;
+use kube::Api;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::watch as channel;
+
+use super::coverage::{Coverage, CrdSummary, MrKind};
+use super::watch::MrStates;
+use super::{api_err, ControllerError, ControllerMetrics};
+use crate::config::{Config, ConfigStore, Operation};
+use crate::mr::Mr;
+use crate::rules::{evaluate, RuleContext};
+
+/// Objects per list page.
+const PAGE_SIZE: u32 = 250;
+
+/// One rule finding on one existing MR.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditFinding {
+    pub group: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    #[serde(skip)]
+    pub uid: String,
+    pub rule: String,
+    pub action: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl AuditFinding {
+    /// Identifies the finding across passes, for logging it once.
+    fn key(&self) -> String {
+        format!("{}|{}|{}", self.uid, self.rule, self.message)
+    }
+}
+
+/// Judges one object as a CREATE by nobody in particular.
+pub fn audit_object(kind: &MrKind, object: &Value, config: &Config) -> Vec<AuditFinding> {
+    if !crate::mr::is_managed(object) {
+        return Vec::new();
+    }
+    let meta = |k: &str| {
+        object
+            .pointer(&format!("/metadata/{k}"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let (name, namespace, uid) = (meta("name"), meta("namespace"), meta("uid"));
+    let resource = config.resource(&kind.group, &kind.kind);
+    let ctx = RuleContext {
+        operation: Operation::Create,
+        group: &kind.group,
+        kind: &kind.kind,
+        name: &name,
+        namespace: &namespace,
+        username: "",
+        groups: &[],
+        dry_run: false,
+        object,
+        old_object: None,
+        config,
+        resource,
+    };
+    evaluate(&ctx)
+        .into_iter()
+        .map(|f| AuditFinding {
+            group: kind.group.clone(),
+            kind: kind.kind.clone(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+            uid: uid.clone(),
+            rule: f.rule.into_owned(),
+            action: f.action.as_str().to_string(),
+            message: f.message,
+            fix: f.fix,
+        })
+        .collect()
+}
+
+/// What one kind's pass found.
+#[derive(Debug, Default)]
+pub struct KindReport {
+    pub objects: usize,
+    pub findings: Vec<AuditFinding>,
+    /// UIDs with `managementPolicies: []`, which only the spec shows.
+    pub paused_by_policy: HashSet<String>,
+}
+
+/// Lists every object of `kind` page by page and judges each.
+pub async fn audit_kind(
+    client: &kube::Client,
+    kind: &MrKind,
+    config: &Config,
+) -> Result<KindReport, ControllerError> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
+    let mut report = KindReport::default();
+    let mut token: Option<String> = None;
+    loop {
+        let mut lp = ListParams::default().limit(PAGE_SIZE);
+        if let Some(t) = &token {
+            lp = lp.continue_token(t);
+        }
+        let page = api
+            .list(&lp)
+            .await
+            .map_err(api_err("list", "managed resources", kind.key()))?;
+        for obj in page.items {
+            let Ok(mut value) = serde_json::to_value(&obj) else {
+                continue;
+            };
+            // A list's items carry no apiVersion/kind; rules may read them.
+            value["apiVersion"] = Value::String(format!("{}/{}", kind.group, kind.read_version));
+            value["kind"] = Value::String(kind.kind.clone());
+            report.objects += 1;
+            if crate::mr::is_managed(&value) && Mr(&value).is_paused() {
+                if let Some(uid) = obj.metadata.uid.clone() {
+                    report.paused_by_policy.insert(uid);
+                }
+            }
+            report.findings.extend(audit_object(kind, &value, config));
+        }
+        token = page.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            return Ok(report);
+        }
+    }
+}
+
+/// The MR kinds the cluster serves now.
+pub async fn discover(client: &kube::Client) -> Result<Coverage, ControllerError> {
+    let api: Api<CrdSummary> = Api::all(client.clone());
+    let mut crds = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut lp = ListParams::default().limit(50);
+        if let Some(t) = &token {
+            lp = lp.continue_token(t);
+        }
+        let page = api.list(&lp).await.map_err(api_err(
+            "list",
+            "customresourcedefinitions.apiextensions.k8s.io",
+            "",
+        ))?;
+        crds.extend(page.items);
+        token = page.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            return Ok(Coverage::from_crds(&crds));
+        }
+    }
+}
+
+/// Keeps the violation gauges and the once-per-finding log across passes.
+pub struct AuditState {
+    metrics: Arc<ControllerMetrics>,
+    /// Per kind: the gauge label sets last exported and the finding keys
+    /// already logged.
+    kinds: HashMap<String, (Vec<[String; 3]>, HashSet<String>)>,
+}
+
+impl AuditState {
+    pub fn new(metrics: Arc<ControllerMetrics>) -> Self {
+        Self {
+            metrics,
+            kinds: HashMap::new(),
+        }
+    }
+
+    /// Records one kind's pass: sets its gauges, drops series that no
+    /// longer apply, and logs findings not logged before. Returns how many
+    /// were new.
+    pub fn record(&mut self, kind: &MrKind, findings: &[AuditFinding]) -> usize {
+        let mut counts: BTreeMap<[String; 3], i64> = BTreeMap::new();
+        for f in findings {
+            *counts
+                .entry([f.rule.clone(), kind.group.clone(), kind.kind.clone()])
+                .or_default() += 1;
+        }
+        let (labels, logged) = self.kinds.entry(kind.key()).or_default();
+        for old in labels.iter().filter(|l| !counts.contains_key(*l)) {
+            let _ = self
+                .metrics
+                .audit_violations
+                .remove_label_values(&[&old[0], &old[1], &old[2]]);
+        }
+        for (l, n) in &counts {
+            self.metrics
+                .audit_violations
+                .with_label_values(&[&l[0], &l[1], &l[2]])
+                .set(*n);
+        }
+        *labels = counts.into_keys().collect();
+        let mut now_seen = HashSet::new();
+        let mut new = 0;
+        for f in findings {
+            let key = f.key();
+            if !logged.contains(&key) {
+                new += 1;
+                tracing::warn!(
+                    group = %f.group,
+                    kind = %f.kind,
+                    namespace = %f.namespace,
+                    name = %f.name,
+                    rule = %f.rule,
+                    action = %f.action,
+                    message = %f.message,
+                    "audit: existing MR violates a rule"
+                );
+            }
+            now_seen.insert(key);
+        }
+        // A finding that went away and comes back is logged again.
+        *logged = now_seen;
+        new
+    }
+
+    /// The kind is gone: drop its series.
+    pub fn forget(&mut self, key: &str) {
+        if let Some((labels, _)) = self.kinds.remove(key) {
+            for l in labels {
+                let _ = self
+                    .metrics
+                    .audit_violations
+                    .remove_label_values(&[&l[0], &l[1], &l[2]]);
+            }
+        }
+    }
+}
+
+/// Audits every MR kind on `interval`, starting once coverage is known.
+/// Runs only on the Lease holder.
+pub async fn run(
+    client: kube::Client,
+    mut coverage: channel::Receiver<Option<Arc<Coverage>>>,
+    config: Arc<ConfigStore>,
+    states: MrStates,
+    metrics: Arc<ControllerMetrics>,
+    interval: Duration,
+) {
+    if coverage.wait_for(Option::is_some).await.is_err() {
+        return;
+    }
+    let mut state = AuditState::new(metrics.clone());
+    loop {
+        let Some(cov) = coverage.borrow().clone() else {
+            return;
+        };
+        let config = config.load();
+        let keys: HashSet<String> = cov.kinds().map(MrKind::key).collect();
+        let gone: Vec<String> = state
+            .kinds
+            .keys()
+            .filter(|k| !keys.contains(*k))
+            .cloned()
+            .collect();
+        for k in gone {
+            state.forget(&k);
+        }
+        let mut complete = true;
+        let (mut objects, mut findings) = (0, 0);
+        for kind in cov.kinds() {
+            match audit_kind(&client, kind, &config).await {
+                Ok(report) => {
+                    objects += report.objects;
+                    findings += report.findings.len();
+                    state.record(kind, &report.findings);
+                    states.set_paused_by_policy(kind, &report.paused_by_policy);
+                }
+                Err(e) => {
+                    complete = false;
+                    e.log(
+                        Some(&metrics),
+                        "audit: failed to list MRs of a kind; keeping its last results",
+                    );
+                }
+            }
+        }
+        if complete {
+            metrics
+                .audit_last_success
+                .set(jiff::Timestamp::now().as_second());
+        }
+        tracing::info!(
+            kinds = cov.len(),
+            objects,
+            findings,
+            complete,
+            "audit pass done"
+        );
+        tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::coverage::tests::{fixture_crds, summaries};
+    use crate::controller::mock::{self, list, status, Reply};
+    use serde_json::json;
+
+    fn bucket_kind() -> MrKind {
+        Coverage::from_crds(&summaries(&fixture_crds()))
+            .kinds()
+            .find(|k| k.kind == "Bucket")
+            .unwrap()
+            .clone()
+    }
+
+    fn bucket(name: &str, uid: &str, spec: Value) -> Value {
+        json!({"metadata": {"name": name, "uid": uid, "resourceVersion": "1",
+                            "annotations": {"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"}},
+               "spec": spec})
+    }
+
+    fn page(items: Vec<Value>, cont: &str) -> Value {
+        let mut l = list("BucketList", "s3.aws.upbound.io/v1beta2", items);
+        l["metadata"]["continue"] = json!(cont);
+        l
+    }
+
+    #[tokio::test]
+    async fn audits_every_page_as_a_create() {
+        let (client, api) = mock::client(|r| {
+            if r.query.contains("continue=next") {
+                return Reply::Json(
+                    200,
+                    page(
+                        vec![bucket(
+                            "paused",
+                            "u3",
+                            json!({"forProvider": {}, "managementPolicies": []}),
+                        )],
+                        "",
+                    ),
+                );
+            }
+            Reply::Json(
+                200,
+                page(
+                    vec![
+                        // An unsupported policy set and a bad deletion policy.
+                        bucket(
+                            "bad",
+                            "u1",
+                            json!({"forProvider": {"region": "us-east-1"},
+                            "managementPolicies": ["Observe", "Create", "Observe"], "deletionPolicy": "delete"}),
+                        ),
+                        bucket(
+                            "good",
+                            "u2",
+                            json!({"forProvider": {"region": "us-east-1"},
+                            "deletionPolicy": "Delete", "managementPolicies": ["*"]}),
+                        ),
+                        // Not an MR at all.
+                        json!({"metadata": {"name": "odd", "uid": "u4"}, "spec": {}}),
+                    ],
+                    "next",
+                ),
+            )
+        });
+        let r = audit_kind(&client, &bucket_kind(), &Config::builtin())
+            .await
+            .unwrap();
+        assert_eq!(r.objects, 4);
+        let rules: Vec<(&str, &str)> = r
+            .findings
+            .iter()
+            .map(|f| (f.name.as_str(), f.rule.as_str()))
+            .collect();
+        assert_eq!(
+            rules,
+            vec![("bad", "deletion-policy"), ("bad", "management-policies")]
+        );
+        assert!(r
+            .findings
+            .iter()
+            .all(|f| f.action == "Deny" && f.group == "s3.aws.upbound.io"));
+        assert_eq!(r.paused_by_policy, ["u3".to_string()].into());
+        let reqs = api.requests();
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(reqs[0].path, "/apis/s3.aws.upbound.io/v1beta2/buckets");
+        assert!(reqs[0].query.contains("limit=250"));
+    }
+
+    #[test]
+    fn transition_rules_are_skipped() {
+        // A region change can only be seen on UPDATE; the audit judges a
+        // CREATE, so even a created MR with configured immutable fields
+        // yields nothing from immutable-field or external-name-change.
+        let obj = bucket("b", "u", json!({"forProvider": {"region": "eu-west-1"}}));
+        let f = audit_object(&bucket_kind(), &obj, &Config::builtin());
+        assert!(
+            f.iter()
+                .all(|f| f.rule != "immutable-field" && f.rule != "external-name-change"),
+            "{f:?}"
+        );
+        assert!(f.is_empty(), "{f:?}");
+    }
+
+    #[test]
+    fn gauges_follow_passes_and_each_finding_is_logged_once() {
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let mut s = AuditState::new(metrics.clone());
+        let kind = bucket_kind();
+        let bad = bucket(
+            "bad",
+            "u1",
+            json!({"forProvider": {}, "deletionPolicy": "delete"}),
+        );
+        let findings = audit_object(&kind, &bad, &Config::builtin());
+        assert_eq!(findings.len(), 1);
+        assert_eq!(s.record(&kind, &findings), 1);
+        let g = || {
+            metrics
+                .audit_violations
+                .with_label_values(&["deletion-policy", "s3.aws.upbound.io", "Bucket"])
+                .get()
+        };
+        assert_eq!(g(), 1);
+        // The same finding on the next pass is not logged again.
+        assert_eq!(s.record(&kind, &findings), 0);
+        // Fixed: the series goes away.
+        assert_eq!(s.record(&kind, &[]), 0);
+        let families = prometheus::core::Collector::collect(&metrics.audit_violations);
+        assert!(
+            families.iter().all(|f| f.get_metric().is_empty()),
+            "{families:?}"
+        );
+        // Broken again: logged again.
+        assert_eq!(s.record(&kind, &findings), 1);
+        assert_eq!(g(), 1);
+    }
+
+    #[tokio::test]
+    async fn rbac_denial_is_reported_with_verb_and_resource() {
+        let (client, _api) = mock::client(|_| {
+            Reply::Json(
+                403,
+                status(403, "Forbidden", "buckets.s3.aws.upbound.io is forbidden"),
+            )
+        });
+        let e = audit_kind(&client, &bucket_kind(), &Config::builtin())
+            .await
+            .unwrap_err();
+        assert_eq!(e.status_code(), Some(403));
+        assert!(
+            e.to_string()
+                .starts_with("failed to list managed resources buckets.s3.aws.upbound.io"),
+            "{e}"
+        );
+    }
+}

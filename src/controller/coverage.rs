@@ -1,0 +1,429 @@
+//! Which kinds are MRs: CRDs whose `spec.names.categories` include
+//! `managed`. Watches CRDs and publishes the set, from which both webhook
+//! configurations' `rules` are computed.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::ApiResource;
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Resource};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch as channel;
+
+use super::ControllerMetrics;
+
+pub const MANAGED_CATEGORY: &str = "managed";
+pub const MUTATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE"];
+pub const VALIDATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];
+/// CRDs of big providers carry large schemas: list them in small pages.
+const CRD_PAGE_SIZE: u32 = 50;
+
+/// The parts of a CustomResourceDefinition the controller reads. The
+/// schemas, often most of a provider CRD's size, are skipped while decoding.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct CrdSummary {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: CrdSummarySpec,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct CrdSummarySpec {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub names: CrdNames,
+    #[serde(default)]
+    pub scope: String,
+    #[serde(default)]
+    pub versions: Vec<CrdVersion>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct CrdNames {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub plural: String,
+    #[serde(default)]
+    pub categories: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct CrdVersion {
+    pub name: String,
+    #[serde(default)]
+    pub served: bool,
+    #[serde(default)]
+    pub storage: bool,
+}
+
+impl Resource for CrdSummary {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "CustomResourceDefinition".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "apiextensions.k8s.io".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "customresourcedefinitions".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// One MR kind.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MrKind {
+    pub group: String,
+    pub kind: String,
+    pub plural: String,
+    /// Served versions, sorted.
+    pub versions: Vec<String>,
+    /// The version objects are read in: the storage version when served.
+    pub read_version: String,
+    pub namespaced: bool,
+}
+
+impl MrKind {
+    /// The kind, when the CRD is an MR CRD with a served version.
+    pub fn from_crd(crd: &CrdSummary) -> Option<Self> {
+        let s = &crd.spec;
+        if !s.names.categories.iter().any(|c| c == MANAGED_CATEGORY)
+            || s.group.is_empty()
+            || s.names.plural.is_empty()
+        {
+            return None;
+        }
+        let mut versions: Vec<String> = s
+            .versions
+            .iter()
+            .filter(|v| v.served)
+            .map(|v| v.name.clone())
+            .collect();
+        let read_version = s
+            .versions
+            .iter()
+            .find(|v| v.served && v.storage)
+            .or_else(|| s.versions.iter().find(|v| v.served))?
+            .name
+            .clone();
+        versions.sort();
+        versions.dedup();
+        Some(Self {
+            group: s.group.clone(),
+            kind: s.names.kind.clone(),
+            plural: s.names.plural.clone(),
+            versions,
+            read_version,
+            namespaced: s.scope == "Namespaced",
+        })
+    }
+
+    pub fn api_resource(&self) -> ApiResource {
+        ApiResource {
+            group: self.group.clone(),
+            version: self.read_version.clone(),
+            api_version: format!("{}/{}", self.group, self.read_version),
+            kind: self.kind.clone(),
+            plural: self.plural.clone(),
+        }
+    }
+
+    /// `plural.group`, the CRD's name.
+    pub fn key(&self) -> String {
+        format!("{}.{}", self.plural, self.group)
+    }
+}
+
+/// The MR kinds, keyed by CRD name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Coverage {
+    kinds: BTreeMap<String, MrKind>,
+}
+
+impl Coverage {
+    pub fn from_crds<'a>(crds: impl IntoIterator<Item = &'a CrdSummary>) -> Self {
+        let mut c = Self::default();
+        for crd in crds {
+            c.upsert(crd);
+        }
+        c
+    }
+
+    /// Adds, changes or (when it is no longer an MR CRD) removes one CRD.
+    pub fn upsert(&mut self, crd: &CrdSummary) {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        match MrKind::from_crd(crd) {
+            Some(k) => {
+                self.kinds.insert(name, k);
+            }
+            None => {
+                self.kinds.remove(&name);
+            }
+        }
+    }
+
+    pub fn remove(&mut self, crd: &CrdSummary) {
+        if let Some(name) = &crd.metadata.name {
+            self.kinds.remove(name);
+        }
+    }
+
+    pub fn kinds(&self) -> impl Iterator<Item = &MrKind> {
+        self.kinds.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+
+    /// Webhook rules covering exactly these kinds: one rule per group and
+    /// version set, listing that group's plurals. No wildcard anywhere, and
+    /// no subresources.
+    pub fn rules(&self, operations: &[&str]) -> Vec<RuleWithOperations> {
+        let mut by_group: BTreeMap<(&str, &[String]), Vec<&str>> = BTreeMap::new();
+        for k in self.kinds.values() {
+            by_group
+                .entry((k.group.as_str(), k.versions.as_slice()))
+                .or_default()
+                .push(k.plural.as_str());
+        }
+        by_group
+            .into_iter()
+            .map(|((group, versions), mut plurals)| {
+                plurals.sort_unstable();
+                plurals.dedup();
+                RuleWithOperations {
+                    api_groups: Some(vec![group.to_string()]),
+                    api_versions: Some(versions.to_vec()),
+                    operations: Some(operations.iter().map(|o| o.to_string()).collect()),
+                    resources: Some(plurals.into_iter().map(String::from).collect()),
+                    scope: Some("*".into()),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Watches CRDs and publishes the coverage after the first full list and
+/// after every change to the set of MR kinds.
+pub async fn run_crd_watch(
+    client: kube::Client,
+    tx: channel::Sender<Option<Arc<Coverage>>>,
+    metrics: Arc<ControllerMetrics>,
+) {
+    let api: Api<CrdSummary> = Api::all(client);
+    let mut stream = watcher(api, watcher::Config::default().page_size(CRD_PAGE_SIZE))
+        .default_backoff()
+        .boxed();
+    let mut current = Coverage::default();
+    let mut listing: Option<Coverage> = None;
+    let mut synced = false;
+    let mut watch_error = super::ErrorOnce::default();
+    while let Some(event) = stream.next().await {
+        if event.is_ok() {
+            watch_error.ok();
+        }
+        match event {
+            Ok(watcher::Event::Init) => listing = Some(Coverage::default()),
+            Ok(watcher::Event::InitApply(crd)) => {
+                if let Some(l) = listing.as_mut() {
+                    l.upsert(&crd);
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some(l) = listing.take() {
+                    current = l;
+                }
+                synced = true;
+            }
+            Ok(watcher::Event::Apply(crd)) => current.upsert(&crd),
+            Ok(watcher::Event::Delete(crd)) => current.remove(&crd),
+            Err(e) => {
+                let e = super::ControllerError::Api {
+                    verb: "watch",
+                    resource: "customresourcedefinitions.apiextensions.k8s.io",
+                    object: String::new(),
+                    source: watcher_source(e),
+                };
+                e.log(
+                    Some(&metrics),
+                    "failed to watch CRDs; retrying with backoff",
+                );
+                continue;
+            }
+        }
+        if !synced {
+            continue;
+        }
+        let changed = tx.borrow().as_deref() != Some(&current);
+        if changed {
+            tracing::info!(kinds = current.len(), "MR coverage changed");
+            metrics.covered_kinds.set(current.len() as i64);
+            let _ = tx.send(Some(Arc::new(current.clone())));
+        }
+    }
+}
+
+/// The client error inside a watcher error, for uniform logging.
+pub(crate) fn watcher_source(e: watcher::Error) -> kube::Error {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => e,
+        watcher::Error::WatchError(status) => kube::Error::Api(status),
+        other => kube::Error::Service(other.to_string().into()),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// The fixture CRDs, parsed as the API server would return them.
+    pub fn fixture_crds() -> Vec<Value> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/crds");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .map(|p| serde_saphyr::from_str(&std::fs::read_to_string(p).unwrap()).unwrap())
+            .collect()
+    }
+
+    pub fn summaries(crds: &[Value]) -> Vec<CrdSummary> {
+        crds.iter()
+            .map(|v| serde_json::from_value(v.clone()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn fixture_crds_make_exact_rules() {
+        let crds = summaries(&fixture_crds());
+        let c = Coverage::from_crds(&crds);
+        assert_eq!(c.len(), 7);
+        let rules = c.rules(VALIDATE_OPERATIONS);
+        let flat: Vec<(String, Vec<String>, Vec<String>)> = rules
+            .iter()
+            .map(|r| {
+                (
+                    r.api_groups.clone().unwrap().join(","),
+                    r.api_versions.clone().unwrap(),
+                    r.resources.clone().unwrap(),
+                )
+            })
+            .collect();
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            flat,
+            vec![
+                (
+                    "account.aws.m.upbound.io".into(),
+                    s(&["v1beta1"]),
+                    s(&["alternatecontacts"])
+                ),
+                (
+                    "account.aws.upbound.io".into(),
+                    s(&["v1beta1"]),
+                    s(&["alternatecontacts"])
+                ),
+                ("ec2.aws.m.upbound.io".into(), s(&["v1beta1"]), s(&["vpcs"])),
+                (
+                    "ec2.aws.upbound.io".into(),
+                    s(&["v1beta1"]),
+                    s(&["subnets", "vpcs"])
+                ),
+                (
+                    "nop.crossplane.io".into(),
+                    s(&["v1alpha1"]),
+                    s(&["nopresources"])
+                ),
+                (
+                    "s3.aws.upbound.io".into(),
+                    s(&["v1beta1", "v1beta2"]),
+                    s(&["buckets"])
+                ),
+            ]
+        );
+        for r in &rules {
+            assert_eq!(r.operations.as_deref().unwrap(), s(VALIDATE_OPERATIONS));
+            let all: Vec<&String> = r
+                .api_groups
+                .iter()
+                .chain(r.api_versions.iter())
+                .chain(r.resources.iter())
+                .flatten()
+                .collect();
+            assert!(
+                all.iter().all(|x| !x.contains('*') && !x.contains('/')),
+                "{all:?}"
+            );
+        }
+        let m = c.rules(MUTATE_OPERATIONS);
+        assert_eq!(
+            m[0].operations.as_deref().unwrap(),
+            s(&["CREATE", "UPDATE"])
+        );
+        // Objects are read in the storage version.
+        let bucket = c.kinds().find(|k| k.kind == "Bucket").unwrap();
+        assert_eq!(bucket.read_version, "v1beta2");
+        assert!(!bucket.namespaced);
+        assert!(
+            c.kinds()
+                .find(|k| k.group == "ec2.aws.m.upbound.io")
+                .unwrap()
+                .namespaced
+        );
+    }
+
+    #[test]
+    fn only_managed_served_crds_count() {
+        let mut crds = fixture_crds();
+        // A ProviderConfig-like CRD without the category.
+        crds[0]["spec"]["names"]["categories"] = serde_json::json!(["crossplane"]);
+        // A CRD whose versions are all unserved.
+        crds[1]["spec"]["versions"][0]["served"] = Value::Bool(false);
+        let c = Coverage::from_crds(&summaries(&crds));
+        assert_eq!(c.len(), 5);
+        // A CRD that loses the category on update leaves the set.
+        let mut c = Coverage::from_crds(&summaries(&fixture_crds()));
+        let mut vpc = summaries(&fixture_crds())
+            .into_iter()
+            .find(|c| c.metadata.name.as_deref() == Some("vpcs.ec2.aws.upbound.io"))
+            .unwrap();
+        vpc.spec.names.categories.clear();
+        c.upsert(&vpc);
+        assert_eq!(c.len(), 6);
+        assert!(c.kinds().all(|k| k.key() != "vpcs.ec2.aws.upbound.io"));
+    }
+
+    #[test]
+    fn no_kinds_no_rules() {
+        assert!(Coverage::default().rules(MUTATE_OPERATIONS).is_empty());
+    }
+}

@@ -1,0 +1,106 @@
+//! The controller's metrics, registered on the shared registry (SPEC §9).
+//! Only the Lease holder exports the MR and audit gauges; the others clear
+//! them, so summing over replicas does not double-count.
+
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+pub struct ControllerMetrics {
+    /// `mrguard_managed_resources{group,kind,state}`.
+    pub managed_resources: IntGaugeVec,
+    /// `mrguard_audit_violations{rule,group,kind}`.
+    pub audit_violations: IntGaugeVec,
+    pub leader: IntGauge,
+    pub covered_kinds: IntGauge,
+    pub webhook_updates: IntCounterVec,
+    pub webhook_configuration_present: IntGaugeVec,
+    pub events: IntCounterVec,
+    pub api_errors: IntCounterVec,
+    pub audit_last_success: IntGauge,
+}
+
+impl ControllerMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let m = Self {
+            managed_resources: IntGaugeVec::new(
+                Opts::new(
+                    "mrguard_managed_resources",
+                    "Existing MRs that are paused or creation-incomplete, by group and kind (leader only).",
+                ),
+                &["group", "kind", "state"],
+            )?,
+            audit_violations: IntGaugeVec::new(
+                Opts::new(
+                    "mrguard_audit_violations",
+                    "Findings of the last audit pass over existing MRs, by rule, group and kind (leader only).",
+                ),
+                &["rule", "group", "kind"],
+            )?,
+            leader: IntGauge::new(
+                "mrguard_controller_leader",
+                "1 while this replica holds the controller Lease.",
+            )?,
+            covered_kinds: IntGauge::new(
+                "mrguard_controller_covered_kinds",
+                "MR kinds (CRDs in the managed category) the webhook rules cover.",
+            )?,
+            webhook_updates: IntCounterVec::new(
+                Opts::new(
+                    "mrguard_controller_webhook_updates_total",
+                    "Server-side applies of caBundle and rules, by configuration kind.",
+                ),
+                &["kind"],
+            )?,
+            webhook_configuration_present: IntGaugeVec::new(
+                Opts::new(
+                    "mrguard_controller_webhook_configuration_present",
+                    "1 when the webhook configuration exists; 0 after it was deleted (the emergency exit).",
+                ),
+                &["kind"],
+            )?,
+            events: IntCounterVec::new(
+                Opts::new(
+                    "mrguard_controller_events_total",
+                    "Kubernetes Events written, by reason and result.",
+                ),
+                &["reason", "result"],
+            )?,
+            api_errors: IntCounterVec::new(
+                Opts::new(
+                    "mrguard_controller_api_errors_total",
+                    "Failed Kubernetes API calls, by verb, resource and HTTP status (0: no answer).",
+                ),
+                &["verb", "resource", "code"],
+            )?,
+            audit_last_success: IntGauge::new(
+                "mrguard_audit_last_success_timestamp_seconds",
+                "When the last complete audit pass finished, in seconds since the epoch.",
+            )?,
+        };
+        registry.register(Box::new(m.managed_resources.clone()))?;
+        registry.register(Box::new(m.audit_violations.clone()))?;
+        registry.register(Box::new(m.leader.clone()))?;
+        registry.register(Box::new(m.covered_kinds.clone()))?;
+        registry.register(Box::new(m.webhook_updates.clone()))?;
+        registry.register(Box::new(m.webhook_configuration_present.clone()))?;
+        registry.register(Box::new(m.events.clone()))?;
+        registry.register(Box::new(m.api_errors.clone()))?;
+        registry.register(Box::new(m.audit_last_success.clone()))?;
+        Ok(m)
+    }
+
+    pub fn api_error(&self, verb: &str, resource: &str, code: Option<u16>) {
+        let code = code.unwrap_or(0).to_string();
+        self.api_errors
+            .with_label_values(&[verb, resource, &code])
+            .inc();
+    }
+
+    /// Drops what only the leader knows, when leadership ends.
+    pub fn clear_leader_state(&self) {
+        self.leader.set(0);
+        self.managed_resources.reset();
+        self.audit_violations.reset();
+        self.covered_kinds.set(0);
+        self.webhook_configuration_present.reset();
+    }
+}

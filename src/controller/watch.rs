@@ -1,0 +1,740 @@
+//! Metadata-only watches over existing MRs, one per MR kind.
+//!
+//! The annotations say everything these watches need: whether an MR is
+//! paused by `crossplane.io/paused` and whether its creation is incomplete.
+//! An MR paused by `managementPolicies: []` is only visible in its spec; the
+//! audit pass, which reads whole objects, reports those.
+//!
+//! Each creation-incomplete MR gets one `PossiblyLeaked` Warning Event per
+//! incomplete creation (its UID and `external-create-pending` time), not one
+//! per resync: the keys already reported are remembered across leadership
+//! changes and seeded from the Events that exist when leadership starts.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{ListParams, PostParams};
+use kube::core::{DynamicObject, PartialObjectMeta};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Api;
+use serde_json::json;
+use tokio::sync::watch as channel;
+
+use super::coverage::{Coverage, MrKind};
+use super::{api_err, Backoff, Clock, ControllerError, ControllerMetrics};
+use crate::mr::{Mr, CREATE_PENDING};
+
+pub const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
+/// Annotation on our Events naming what they report (`<uid>@<pending time>`).
+pub const EVENT_KEY: &str = "mrguard.io/event-key";
+pub const REPORTING_CONTROLLER: &str = "mrguard.io/controller";
+pub const LEAK_NOTE: &str = "possibly leaked external resource: creation is incomplete, so the provider stopped \
+     because it may have leaked an external resource; check the external system for a leaked resource, then \
+     remove the crossplane.io/external-create-pending annotation when safe";
+
+/// What the gauges count for one MR.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjState {
+    pub paused_annotation: bool,
+    /// From the last audit pass: `managementPolicies: []`.
+    pub paused_policy: bool,
+    /// The `external-create-pending` time while creation is incomplete.
+    pub pending: Option<String>,
+}
+
+impl ObjState {
+    pub fn from_meta(meta: &ObjectMeta) -> Self {
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        let pending = annotations.get(CREATE_PENDING).cloned();
+        let v = json!({"metadata": {"annotations": annotations}});
+        let mr = Mr(&v);
+        Self {
+            paused_annotation: mr.is_paused(),
+            paused_policy: false,
+            pending: pending.filter(|_| mr.creation_incomplete()),
+        }
+    }
+
+    pub fn paused(&self) -> bool {
+        self.paused_annotation || self.paused_policy
+    }
+}
+
+#[derive(Default)]
+struct KindStates {
+    group: String,
+    kind: String,
+    objects: HashMap<String, ObjState>,
+}
+
+/// Per-kind MR states behind the `mrguard_managed_resources` gauges.
+#[derive(Clone)]
+pub struct MrStates {
+    inner: Arc<Mutex<BTreeMap<String, KindStates>>>,
+    metrics: Arc<ControllerMetrics>,
+}
+
+impl MrStates {
+    pub fn new(metrics: Arc<ControllerMetrics>) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(BTreeMap::new())),
+            metrics,
+        }
+    }
+
+    fn with_kind<R>(&self, kind: &MrKind, f: impl FnOnce(&mut KindStates) -> R) -> R {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = inner.entry(kind.key()).or_insert_with(|| KindStates {
+            group: kind.group.clone(),
+            kind: kind.kind.clone(),
+            objects: HashMap::new(),
+        });
+        let r = f(entry);
+        let paused = entry.objects.values().filter(|o| o.paused()).count();
+        let incomplete = entry
+            .objects
+            .values()
+            .filter(|o| o.pending.is_some())
+            .count();
+        let g = &self.metrics.managed_resources;
+        g.with_label_values(&[&entry.group, &entry.kind, "paused"])
+            .set(paused as i64);
+        g.with_label_values(&[&entry.group, &entry.kind, "creation_incomplete"])
+            .set(incomplete as i64);
+        r
+    }
+
+    /// After a full list: the kind's objects are exactly these.
+    pub fn replace_kind(&self, kind: &MrKind, objects: HashMap<String, ObjState>) {
+        self.with_kind(kind, |k| {
+            let old = std::mem::take(&mut k.objects);
+            k.objects = objects;
+            for (uid, o) in k.objects.iter_mut() {
+                o.paused_policy = old.get(uid).is_some_and(|p| p.paused_policy);
+            }
+        });
+    }
+
+    pub fn upsert(&self, kind: &MrKind, uid: &str, mut state: ObjState) {
+        self.with_kind(kind, |k| {
+            state.paused_policy = k.objects.get(uid).is_some_and(|p| p.paused_policy);
+            k.objects.insert(uid.to_string(), state);
+        });
+    }
+
+    pub fn remove(&self, kind: &MrKind, uid: &str) {
+        self.with_kind(kind, |k| {
+            k.objects.remove(uid);
+        });
+    }
+
+    /// From the audit: which objects of the kind have `managementPolicies: []`.
+    pub fn set_paused_by_policy(&self, kind: &MrKind, uids: &HashSet<String>) {
+        self.with_kind(kind, |k| {
+            for (uid, o) in k.objects.iter_mut() {
+                o.paused_policy = uids.contains(uid);
+            }
+        });
+    }
+
+    /// The kind is no longer an MR kind: forget it and its series.
+    pub fn drop_kind(&self, kind: &MrKind) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = inner.remove(&kind.key()) {
+            for state in ["paused", "creation_incomplete"] {
+                let _ = self
+                    .metrics
+                    .managed_resources
+                    .remove_label_values(&[&k.group, &k.kind, state]);
+            }
+        }
+    }
+}
+
+/// Event keys already reported, shared across leadership terms.
+#[derive(Clone, Default)]
+pub struct EventDedup(Arc<Mutex<HashSet<String>>>);
+
+impl EventDedup {
+    pub fn contains(&self, key: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(key)
+    }
+
+    pub fn insert(&self, key: String) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
+    }
+
+    /// Forgets every key of a deleted object.
+    pub fn forget_uid(&self, uid: &str) {
+        let prefix = format!("{uid}@");
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|k| !k.starts_with(&prefix));
+    }
+}
+
+/// Which object an Event is about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjRef {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub namespace: Option<String>,
+    pub uid: String,
+    pub resource_version: Option<String>,
+}
+
+impl ObjRef {
+    pub fn new(kind: &MrKind, meta: &ObjectMeta) -> Option<Self> {
+        Some(Self {
+            api_version: kind.api_resource().api_version,
+            kind: kind.kind.clone(),
+            name: meta.name.clone()?,
+            namespace: meta.namespace.clone().filter(|n| !n.is_empty()),
+            uid: meta.uid.clone()?,
+            resource_version: meta.resource_version.clone(),
+        })
+    }
+}
+
+pub fn event_key(uid: &str, pending: &str) -> String {
+    format!("{uid}@{pending}")
+}
+
+/// Writes `events.k8s.io/v1` Events, at most one per key.
+pub struct EventRecorder {
+    client: kube::Client,
+    instance: String,
+    clock: Arc<dyn Clock>,
+    dedup: EventDedup,
+}
+
+impl EventRecorder {
+    pub fn new(
+        client: kube::Client,
+        instance: String,
+        clock: Arc<dyn Clock>,
+        dedup: EventDedup,
+    ) -> Self {
+        let instance = instance.chars().take(128).collect();
+        Self {
+            client,
+            instance,
+            clock,
+            dedup,
+        }
+    }
+
+    /// Remembers the keys of the `PossiblyLeaked` Events that already exist,
+    /// so a new leader does not repeat its predecessor's.
+    pub async fn seed(&self) -> Result<usize, ControllerError> {
+        let api: Api<Event> = Api::all(self.client.clone());
+        let lp = ListParams::default().fields(&format!("reason={POSSIBLY_LEAKED}"));
+        let list = api
+            .list(&lp)
+            .await
+            .map_err(api_err("list", "events.events.k8s.io", ""))?;
+        let mut n = 0;
+        for e in list.items {
+            if e.reporting_controller.as_deref() != Some(REPORTING_CONTROLLER) {
+                continue;
+            }
+            if let Some(key) = e
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(EVENT_KEY))
+            {
+                self.dedup.insert(key.clone());
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Reports a possibly leaked external resource once per incomplete
+    /// creation. Ok(true) when an Event was written.
+    pub async fn possibly_leaked(
+        &self,
+        obj: &ObjRef,
+        pending: &str,
+    ) -> Result<bool, ControllerError> {
+        let key = event_key(&obj.uid, pending);
+        if self.dedup.contains(&key) {
+            return Ok(false);
+        }
+        // Events about cluster-scoped objects live in "default".
+        let namespace = obj.namespace.clone().unwrap_or_else(|| "default".into());
+        let prefix: String = obj.name.chars().take(200).collect();
+        let event = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{prefix}.")),
+                namespace: Some(namespace.clone()),
+                annotations: Some([(EVENT_KEY.to_string(), key.clone())].into()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(self.clock.now())),
+            action: Some("Observe".into()),
+            reason: Some(POSSIBLY_LEAKED.into()),
+            note: Some(LEAK_NOTE.into()),
+            type_: Some("Warning".into()),
+            reporting_controller: Some(REPORTING_CONTROLLER.into()),
+            reporting_instance: Some(self.instance.clone()),
+            regarding: Some(ObjectReference {
+                api_version: Some(obj.api_version.clone()),
+                kind: Some(obj.kind.clone()),
+                name: Some(obj.name.clone()),
+                namespace: obj.namespace.clone(),
+                uid: Some(obj.uid.clone()),
+                resource_version: obj.resource_version.clone(),
+                ..ObjectReference::default()
+            }),
+            ..Event::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        api.create(&PostParams::default(), &event)
+            .await
+            .map_err(api_err(
+                "create",
+                "events.events.k8s.io",
+                format!("{namespace}/{}", obj.name),
+            ))?;
+        self.dedup.insert(key);
+        tracing::warn!(
+            kind = %obj.kind,
+            name = %obj.name,
+            namespace = obj.namespace.as_deref().unwrap_or(""),
+            pending,
+            "creation incomplete: possibly leaked external resource"
+        );
+        Ok(true)
+    }
+}
+
+/// Watches every MR kind of the coverage; starts and stops per-kind watches
+/// as CRDs come and go. Runs only on the Lease holder.
+pub async fn run(
+    client: kube::Client,
+    mut coverage: channel::Receiver<Option<Arc<Coverage>>>,
+    states: MrStates,
+    recorder: EventRecorder,
+    metrics: Arc<ControllerMetrics>,
+) {
+    match recorder.seed().await {
+        Ok(n) => tracing::debug!(events = n, "remembered existing PossiblyLeaked events"),
+        Err(e) => e.log(
+            Some(&metrics),
+            "failed to list existing events; some may be repeated",
+        ),
+    }
+    let recorder = Arc::new(recorder);
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut running: HashMap<String, (MrKind, tokio::task::AbortHandle)> = HashMap::new();
+    loop {
+        let current = coverage.borrow_and_update().clone();
+        if let Some(cov) = current {
+            let wanted: HashMap<String, &MrKind> = cov.kinds().map(|k| (k.key(), k)).collect();
+            running.retain(|key, (kind, handle)| {
+                let keep = wanted.get(key).is_some_and(|w| *w == kind);
+                if !keep {
+                    handle.abort();
+                    states.drop_kind(kind);
+                }
+                keep
+            });
+            for (key, kind) in wanted {
+                if running.contains_key(&key) {
+                    continue;
+                }
+                let handle = tasks.spawn(watch_kind(
+                    client.clone(),
+                    kind.clone(),
+                    states.clone(),
+                    recorder.clone(),
+                    metrics.clone(),
+                ));
+                running.insert(key, (kind.clone(), handle));
+            }
+        }
+        tokio::select! {
+            r = coverage.changed() => if r.is_err() { return },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
+}
+
+/// One kind's metadata-only watch.
+pub async fn watch_kind(
+    client: kube::Client,
+    kind: MrKind,
+    states: MrStates,
+    recorder: Arc<EventRecorder>,
+    metrics: Arc<ControllerMetrics>,
+) {
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &kind.api_resource());
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut listing: Option<HashMap<String, (ObjRef, ObjState)>> = None;
+    let mut retry: Vec<(ObjRef, String)> = Vec::new();
+    let mut backoff = Backoff::default();
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    let mut watch_error = super::ErrorOnce::default();
+    loop {
+        let due = retry_at;
+        let mut report: Vec<(ObjRef, String)> = Vec::new();
+        tokio::select! {
+            ev = stream.next() => match ev.inspect(|e| if e.is_ok() { watch_error.ok() }) {
+                None => return,
+                Some(Ok(watcher::Event::Init)) => listing = Some(HashMap::new()),
+                Some(Ok(watcher::Event::InitApply(o))) => {
+                    if let (Some(l), Some(r)) = (listing.as_mut(), ObjRef::new(&kind, &o.metadata)) {
+                        l.insert(r.uid.clone(), (r, ObjState::from_meta(&o.metadata)));
+                    }
+                }
+                Some(Ok(watcher::Event::InitDone)) => {
+                    let l = listing.take().unwrap_or_default();
+                    for (r, s) in l.values() {
+                        if let Some(p) = &s.pending {
+                            report.push((r.clone(), p.clone()));
+                        }
+                    }
+                    states.replace_kind(&kind, l.into_iter().map(|(uid, (_, s))| (uid, s)).collect());
+                }
+                Some(Ok(watcher::Event::Apply(o))) => {
+                    if let Some(r) = ObjRef::new(&kind, &o.metadata) {
+                        let s = ObjState::from_meta(&o.metadata);
+                        if let Some(p) = &s.pending {
+                            report.push((r.clone(), p.clone()));
+                        }
+                        states.upsert(&kind, &r.uid, s);
+                    }
+                }
+                Some(Ok(watcher::Event::Delete(o))) => {
+                    if let Some(uid) = o.metadata.uid.as_deref() {
+                        states.remove(&kind, uid);
+                        recorder.dedup.forget_uid(uid);
+                    }
+                }
+                Some(Err(e)) => {
+                    let e = ControllerError::Api {
+                        verb: "watch",
+                        resource: "managed resources",
+                        object: kind.key(),
+                        source: super::coverage::watcher_source(e),
+                    };
+                    watch_error.failed(&e, Some(&metrics), "failed to watch MRs; retrying with backoff");
+                }
+            },
+            _ = async {
+                match due {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                retry_at = None;
+                report = std::mem::take(&mut retry);
+            }
+        }
+        let mut failed = false;
+        for (r, pending) in report {
+            match recorder.possibly_leaked(&r, &pending).await {
+                Ok(written) => {
+                    if written {
+                        metrics
+                            .events
+                            .with_label_values(&[POSSIBLY_LEAKED, "written"])
+                            .inc();
+                    }
+                }
+                Err(e) => {
+                    metrics
+                        .events
+                        .with_label_values(&[POSSIBLY_LEAKED, "failed"])
+                        .inc();
+                    e.log(
+                        Some(&metrics),
+                        "failed to write a PossiblyLeaked event; retrying",
+                    );
+                    retry.push((r, pending));
+                    failed = true;
+                }
+            }
+        }
+        if failed {
+            retry_at = Some(tokio::time::Instant::now() + backoff.next_delay());
+        } else if retry.is_empty() {
+            backoff.reset();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::coverage::tests::{fixture_crds, summaries};
+    use crate::controller::mock::{self, list, status, ManualClock, Reply};
+    use jiff::Timestamp;
+    use serde_json::Value;
+
+    fn vpc_kind() -> MrKind {
+        Coverage::from_crds(&summaries(&fixture_crds()))
+            .kinds()
+            .find(|k| k.group == "ec2.aws.upbound.io" && k.kind == "VPC")
+            .unwrap()
+            .clone()
+    }
+
+    fn meta(name: &str, uid: &str, annotations: Value) -> Value {
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+               "metadata": {"name": name, "uid": uid, "resourceVersion": "3", "annotations": annotations}})
+    }
+
+    fn objects() -> Vec<Value> {
+        vec![
+            meta(
+                "leaky",
+                "u1",
+                json!({CREATE_PENDING: "2024-01-01T00:00:10Z",
+                "crossplane.io/external-create-failed": "2024-01-01T00:00:05Z"}),
+            ),
+            meta("paused", "u2", json!({"crossplane.io/paused": "true"})),
+            meta(
+                "fine",
+                "u3",
+                json!({CREATE_PENDING: "2024-01-01T00:00:10Z",
+                "crossplane.io/external-create-succeeded": "2024-01-01T00:00:11Z"}),
+            ),
+            meta("resumed-later", "u4", json!({})),
+        ]
+    }
+
+    #[test]
+    fn states_from_annotations() {
+        let m: ObjectMeta = serde_json::from_value(objects()[0]["metadata"].clone()).unwrap();
+        assert_eq!(
+            ObjState::from_meta(&m).pending.as_deref(),
+            Some("2024-01-01T00:00:10Z")
+        );
+        let m: ObjectMeta = serde_json::from_value(objects()[2]["metadata"].clone()).unwrap();
+        assert_eq!(ObjState::from_meta(&m), ObjState::default());
+        let m: ObjectMeta = serde_json::from_value(objects()[1]["metadata"].clone()).unwrap();
+        assert!(ObjState::from_meta(&m).paused());
+    }
+
+    fn events_posted(reqs: &[mock::Recorded]) -> Vec<mock::Recorded> {
+        reqs.iter()
+            .filter(|r| r.method == "POST" && r.path.contains("/events"))
+            .cloned()
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn one_event_per_incomplete_creation_across_resyncs_and_leaders() {
+        let lists = Arc::new(Mutex::new(0));
+        let seen = lists.clone();
+        // A predecessor already reported u9's incomplete creation.
+        let (client, api) = mock::client(move |r| {
+            if r.path == "/apis/events.k8s.io/v1/events" {
+                let mut e = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                    "metadata": {"name": "old.1", "namespace": "default",
+                                 "annotations": {EVENT_KEY: event_key("u9", "2024-01-01T00:00:10Z")}},
+                    "reason": POSSIBLY_LEAKED, "reportingController": REPORTING_CONTROLLER, "eventTime": "2024-01-01T00:00:10.000000Z"});
+                e["metadata"]["resourceVersion"] = json!("1");
+                return Reply::Json(200, list("EventList", "events.k8s.io/v1", vec![e]));
+            }
+            if r.method == "POST" {
+                let mut b = r.body.clone();
+                b["metadata"]["name"] = json!("generated");
+                return Reply::Json(201, b);
+            }
+            if r.path.contains("/vpcs") && r.query.contains("watch=true") {
+                // The first watch expires at once, forcing a resync.
+                let n = *seen.lock().unwrap();
+                if n == 1 {
+                    return Reply::Watch(vec![
+                        json!({"type": "ERROR", "object": status(410, "Expired", "too old resource version")}),
+                    ]);
+                }
+                return Reply::Watch(vec![]);
+            }
+            if r.path.contains("/vpcs") {
+                *seen.lock().unwrap() += 1;
+                let mut items = objects();
+                items.push(meta(
+                    "reported-before",
+                    "u9",
+                    json!({CREATE_PENDING: "2024-01-01T00:00:10Z"}),
+                ));
+                return Reply::Json(
+                    200,
+                    list("PartialObjectMetadataList", "meta.k8s.io/v1", items),
+                );
+            }
+            Reply::Json(500, status(500, "InternalError", "unexpected"))
+        });
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let states = MrStates::new(metrics.clone());
+        let dedup = EventDedup::default();
+        let recorder = EventRecorder::new(
+            client.clone(),
+            "pod_1".into(),
+            Arc::new(ManualClock::new(Timestamp::now())),
+            dedup.clone(),
+        );
+        let (tx, rx) = channel::channel(None);
+        tx.send(Some(Arc::new(Coverage::from_crds(
+            &summaries(&fixture_crds())
+                .into_iter()
+                .filter(|c| c.metadata.name.as_deref() == Some("vpcs.ec2.aws.upbound.io"))
+                .collect::<Vec<_>>(),
+        ))))
+        .unwrap();
+        let task = tokio::spawn(run(client, rx, states.clone(), recorder, metrics.clone()));
+        // Two lists, each followed by its watch: the resync happened and
+        // its InitDone was handled.
+        let reqs = api
+            .wait_for("a resync", |r| {
+                r.iter()
+                    .filter(|r| r.path.contains("/vpcs") && r.query.contains("watch=true"))
+                    .count()
+                    >= 2
+            })
+            .await;
+        assert_eq!(*lists.lock().unwrap(), 2);
+        // Metadata-only requests.
+        let vpc_list = reqs.iter().find(|r| r.path.contains("/vpcs")).unwrap();
+        assert!(
+            vpc_list.accept.contains("as=PartialObjectMetadataList"),
+            "{}",
+            vpc_list.accept
+        );
+        assert_eq!(vpc_list.path, "/apis/ec2.aws.upbound.io/v1beta1/vpcs");
+
+        let posted = events_posted(&reqs);
+        assert_eq!(posted.len(), 1, "{posted:#?}");
+        let e = &posted[0];
+        assert_eq!(e.path, "/apis/events.k8s.io/v1/namespaces/default/events");
+        assert_eq!(e.body["reason"], POSSIBLY_LEAKED);
+        assert_eq!(e.body["type"], "Warning");
+        assert_eq!(e.body["regarding"]["name"], "leaky");
+        assert_eq!(e.body["regarding"]["uid"], "u1");
+        assert_eq!(e.body["regarding"]["kind"], "VPC");
+        assert!(e.body["note"]
+            .as_str()
+            .unwrap()
+            .contains("possibly leaked external resource"));
+        assert!(e.body["note"]
+            .as_str()
+            .unwrap()
+            .contains("remove the crossplane.io/external-create-pending"));
+
+        let g = |state: &str| {
+            metrics
+                .managed_resources
+                .with_label_values(&["ec2.aws.upbound.io", "VPC", state])
+                .get()
+        };
+        assert_eq!(g("creation_incomplete"), 2);
+        assert_eq!(g("paused"), 1);
+
+        // The audit finds one MR paused by managementPolicies: [].
+        states.set_paused_by_policy(&vpc_kind(), &["u4".to_string()].into());
+        assert_eq!(g("paused"), 2);
+
+        // A new incomplete creation of the same MR is a new Event.
+        let recorder = EventRecorder::new(
+            api_client_for_events(),
+            "pod_2".into(),
+            Arc::new(ManualClock::new(Timestamp::now())),
+            dedup.clone(),
+        );
+        let r = ObjRef::new(
+            &vpc_kind(),
+            &serde_json::from_value(objects()[0]["metadata"].clone()).unwrap(),
+        )
+        .unwrap();
+        assert!(!recorder
+            .possibly_leaked(&r, "2024-01-01T00:00:10Z")
+            .await
+            .unwrap());
+        assert!(recorder
+            .possibly_leaked(&r, "2024-02-01T00:00:00Z")
+            .await
+            .unwrap());
+        task.abort();
+    }
+
+    fn api_client_for_events() -> kube::Client {
+        mock::client(|r| {
+            let mut b = r.body.clone();
+            b["metadata"]["name"] = json!("x");
+            Reply::Json(201, b)
+        })
+        .0
+    }
+
+    #[tokio::test]
+    async fn a_failed_event_write_is_retried() {
+        let attempts = Arc::new(Mutex::new(0));
+        let a = attempts.clone();
+        let (client, api) = mock::client(move |r| {
+            if r.method == "POST" {
+                let mut n = a.lock().unwrap();
+                *n += 1;
+                if *n == 1 {
+                    return Reply::Json(
+                        403,
+                        status(403, "Forbidden", "events.events.k8s.io is forbidden"),
+                    );
+                }
+                let mut b = r.body.clone();
+                b["metadata"]["name"] = json!("x");
+                return Reply::Json(201, b);
+            }
+            if r.query.contains("watch=true") {
+                return Reply::Watch(vec![]);
+            }
+            Reply::Json(
+                200,
+                list(
+                    "PartialObjectMetadataList",
+                    "meta.k8s.io/v1",
+                    vec![objects()[0].clone()],
+                ),
+            )
+        });
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let recorder = Arc::new(EventRecorder::new(
+            client.clone(),
+            "pod".into(),
+            Arc::new(ManualClock::new(Timestamp::now())),
+            EventDedup::default(),
+        ));
+        let task = tokio::spawn(watch_kind(
+            client,
+            vpc_kind(),
+            MrStates::new(metrics.clone()),
+            recorder,
+            metrics.clone(),
+        ));
+        api.wait_for("the retried event", |r| events_posted(r).len() == 2)
+            .await;
+        assert_eq!(
+            metrics
+                .api_errors
+                .with_label_values(&["create", "events.events.k8s.io", "403"])
+                .get(),
+            1
+        );
+        task.abort();
+    }
+}

@@ -1,0 +1,801 @@
+//! `caBundle` and `rules` of mrguard's two webhook configurations.
+//!
+//! The chart creates both configurations; the controller only patches them,
+//! with server-side apply under the field manager `mrguard`, from a watch,
+//! so drift (a `helm upgrade` resetting the caBundle, a hand edit) is
+//! repaired within seconds. A deleted configuration is never recreated:
+//! deleting it is the documented emergency exit when the webhook blocks a
+//! cluster. Every apply carries the observed `resourceVersion`, so it can
+//! neither overwrite a newer version nor create a configuration.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhookConfiguration,
+};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Api;
+use rustls_pki_types::CertificateDer;
+use serde_json::{json, Value};
+use tokio::sync::watch as channel;
+
+use super::certs::SecretView;
+use super::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
+use super::{api_err, Backoff, ControllerError, ControllerMetrics, FIELD_MANAGER};
+
+/// The webhook inside the MutatingWebhookConfiguration whose rules we keep.
+pub const MUTATE_WEBHOOK: &str = "mutate.mrguard.io";
+/// The webhook inside the ValidatingWebhookConfiguration whose rules we keep.
+pub const VALIDATE_WEBHOOK: &str = "validate.mrguard.io";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookNames {
+    pub mutating: String,
+    pub validating: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ConfigKind {
+    Mutating,
+    Validating,
+}
+
+impl ConfigKind {
+    pub const ALL: [ConfigKind; 2] = [ConfigKind::Mutating, ConfigKind::Validating];
+
+    pub fn kind(self) -> &'static str {
+        match self {
+            ConfigKind::Mutating => "MutatingWebhookConfiguration",
+            ConfigKind::Validating => "ValidatingWebhookConfiguration",
+        }
+    }
+
+    pub fn resource(self) -> &'static str {
+        match self {
+            ConfigKind::Mutating => "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+            ConfigKind::Validating => {
+                "validatingwebhookconfigurations.admissionregistration.k8s.io"
+            }
+        }
+    }
+
+    /// The webhook whose rules are managed.
+    pub fn webhook(self) -> &'static str {
+        match self {
+            ConfigKind::Mutating => MUTATE_WEBHOOK,
+            ConfigKind::Validating => VALIDATE_WEBHOOK,
+        }
+    }
+
+    pub fn operations(self) -> &'static [&'static str] {
+        match self {
+            ConfigKind::Mutating => MUTATE_OPERATIONS,
+            ConfigKind::Validating => VALIDATE_OPERATIONS,
+        }
+    }
+}
+
+/// What the controller manages in one configuration, as last observed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Observed {
+    pub name: String,
+    pub resource_version: Option<String>,
+    pub webhooks: Vec<ObservedWebhook>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedWebhook {
+    pub name: String,
+    pub ca_bundle: Vec<u8>,
+    pub rules: Vec<RuleWithOperations>,
+}
+
+impl From<&MutatingWebhookConfiguration> for Observed {
+    fn from(c: &MutatingWebhookConfiguration) -> Self {
+        Self {
+            name: c.metadata.name.clone().unwrap_or_default(),
+            resource_version: c.metadata.resource_version.clone(),
+            webhooks: c
+                .webhooks
+                .iter()
+                .flatten()
+                .map(|w| ObservedWebhook {
+                    name: w.name.clone(),
+                    ca_bundle: w
+                        .client_config
+                        .ca_bundle
+                        .clone()
+                        .map(|b| b.0)
+                        .unwrap_or_default(),
+                    rules: w.rules.clone().unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<&ValidatingWebhookConfiguration> for Observed {
+    fn from(c: &ValidatingWebhookConfiguration) -> Self {
+        Self {
+            name: c.metadata.name.clone().unwrap_or_default(),
+            resource_version: c.metadata.resource_version.clone(),
+            webhooks: c
+                .webhooks
+                .iter()
+                .flatten()
+                .map(|w| ObservedWebhook {
+                    name: w.name.clone(),
+                    ca_bundle: w
+                        .client_config
+                        .ca_bundle
+                        .clone()
+                        .map(|b| b.0)
+                        .unwrap_or_default(),
+                    rules: w.rules.clone().unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+}
+
+type CanonRule = (Vec<String>, Vec<String>, Vec<String>, Vec<String>, String);
+
+fn canon(rules: &[RuleWithOperations]) -> Vec<CanonRule> {
+    let sorted = |v: &Option<Vec<String>>| {
+        let mut v = v.clone().unwrap_or_default();
+        v.sort();
+        v
+    };
+    let mut out: Vec<CanonRule> = rules
+        .iter()
+        .map(|r| {
+            (
+                sorted(&r.api_groups),
+                sorted(&r.api_versions),
+                sorted(&r.operations),
+                sorted(&r.resources),
+                // The API server defaults an absent scope to "*".
+                r.scope.clone().unwrap_or_else(|| "*".into()),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The server-side apply body that brings `observed` to the desired state,
+/// or `None` when it is already there.
+pub fn desired_patch(
+    kind: ConfigKind,
+    observed: &Observed,
+    bundle: &[u8],
+    rules: &[RuleWithOperations],
+) -> Option<Value> {
+    let want = canon(rules);
+    let in_sync = observed
+        .webhooks
+        .iter()
+        .all(|w| w.ca_bundle == bundle && (w.name != kind.webhook() || canon(&w.rules) == want));
+    if in_sync {
+        return None;
+    }
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(bundle);
+    let webhooks: Vec<Value> = observed
+        .webhooks
+        .iter()
+        .map(|w| {
+            let mut entry = json!({"name": w.name, "clientConfig": {"caBundle": b64}});
+            if w.name == kind.webhook() {
+                entry["rules"] = json!(rules);
+            }
+            entry
+        })
+        .collect();
+    let mut metadata = json!({"name": observed.name});
+    if let Some(rv) = &observed.resource_version {
+        metadata["resourceVersion"] = json!(rv);
+    }
+    Some(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind.kind(),
+        "metadata": metadata,
+        "webhooks": webhooks,
+    }))
+}
+
+/// Typed access to both configurations.
+#[derive(Clone)]
+pub struct WebhookApi {
+    mutating: Api<MutatingWebhookConfiguration>,
+    validating: Api<ValidatingWebhookConfiguration>,
+    pub names: WebhookNames,
+}
+
+impl WebhookApi {
+    pub fn new(client: kube::Client, names: WebhookNames) -> Self {
+        Self {
+            mutating: Api::all(client.clone()),
+            validating: Api::all(client),
+            names,
+        }
+    }
+
+    pub fn name(&self, kind: ConfigKind) -> &str {
+        match kind {
+            ConfigKind::Mutating => &self.names.mutating,
+            ConfigKind::Validating => &self.names.validating,
+        }
+    }
+
+    pub async fn get(&self, kind: ConfigKind) -> Result<Option<Observed>, ControllerError> {
+        let name = self.name(kind).to_string();
+        let err = api_err("get", kind.resource(), &name);
+        Ok(match kind {
+            ConfigKind::Mutating => self
+                .mutating
+                .get_opt(&name)
+                .await
+                .map_err(err)?
+                .as_ref()
+                .map(Observed::from),
+            ConfigKind::Validating => self
+                .validating
+                .get_opt(&name)
+                .await
+                .map_err(err)?
+                .as_ref()
+                .map(Observed::from),
+        })
+    }
+
+    pub async fn apply(&self, kind: ConfigKind, body: &Value) -> Result<Observed, ControllerError> {
+        let name = self.name(kind).to_string();
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let err = api_err("patch", kind.resource(), &name);
+        Ok(match kind {
+            ConfigKind::Mutating => Observed::from(
+                &self
+                    .mutating
+                    .patch(&name, &params, &Patch::Apply(body))
+                    .await
+                    .map_err(err)?,
+            ),
+            ConfigKind::Validating => Observed::from(
+                &self
+                    .validating
+                    .patch(&name, &params, &Patch::Apply(body))
+                    .await
+                    .map_err(err)?,
+            ),
+        })
+    }
+
+    /// Whether every webhook of both configurations trusts every CA in
+    /// `cas`. A deleted configuration calls nobody, so it does not hold a
+    /// rotation back.
+    pub async fn bundle_published(
+        &self,
+        cas: &[CertificateDer<'static>],
+    ) -> Result<bool, ControllerError> {
+        for kind in ConfigKind::ALL {
+            let Some(observed) = self.get(kind).await? else {
+                continue;
+            };
+            for w in &observed.webhooks {
+                let trusted = crate::tls::parse_certs(&w.ca_bundle, "caBundle").unwrap_or_default();
+                if !cas.iter().all(|ca| trusted.contains(ca)) {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Brings one configuration in line; returns the new state when it wrote.
+pub async fn reconcile(
+    api: &WebhookApi,
+    kind: ConfigKind,
+    observed: Option<&Observed>,
+    bundle: &[u8],
+    coverage: &Coverage,
+) -> Result<Option<Observed>, ControllerError> {
+    let Some(observed) = observed else {
+        // Deleted or never installed: the emergency exit. Never recreate.
+        return Ok(None);
+    };
+    let rules = coverage.rules(kind.operations());
+    match desired_patch(kind, observed, bundle, &rules) {
+        None => Ok(None),
+        Some(body) => api.apply(kind, &body).await.map(Some),
+    }
+}
+
+enum Update {
+    Seen(ConfigKind, Option<Observed>),
+    Failed(ConfigKind, watcher::Error),
+}
+
+/// Watches both configurations and keeps them in line with the Secret's CA
+/// bundle and the MR coverage. Runs only on the Lease holder.
+pub async fn run(
+    api: WebhookApi,
+    mut secret: channel::Receiver<SecretView>,
+    mut coverage: channel::Receiver<Option<Arc<Coverage>>>,
+    metrics: Arc<ControllerMetrics>,
+) {
+    let mutating =
+        kube::runtime::watcher::watch_object(api.mutating.clone(), api.name(ConfigKind::Mutating))
+            .default_backoff()
+            .map(|r| match r {
+                Ok(o) => Update::Seen(ConfigKind::Mutating, o.as_ref().map(Observed::from)),
+                Err(e) => Update::Failed(ConfigKind::Mutating, e),
+            });
+    let validating = kube::runtime::watcher::watch_object(
+        api.validating.clone(),
+        api.name(ConfigKind::Validating),
+    )
+    .default_backoff()
+    .map(|r| match r {
+        Ok(o) => Update::Seen(ConfigKind::Validating, o.as_ref().map(Observed::from)),
+        Err(e) => Update::Failed(ConfigKind::Validating, e),
+    });
+    let mut updates = futures::stream::select(mutating.boxed(), validating.boxed());
+    // None: not seen yet; Some(None): absent.
+    let mut state: BTreeMap<ConfigKind, Option<Observed>> = BTreeMap::new();
+    let mut missing_webhook_warned = BTreeMap::new();
+    let mut watch_errors: BTreeMap<ConfigKind, super::ErrorOnce> = BTreeMap::new();
+    let mut backoff = Backoff::default();
+    let mut retry: Option<tokio::time::Instant> = None;
+    loop {
+        let retry_at = retry;
+        tokio::select! {
+            u = updates.next() => match u {
+                Some(Update::Seen(kind, observed)) => {
+                    watch_errors.entry(kind).or_default().ok();
+                    let was_present = state.get(&kind).is_some_and(Option::is_some);
+                    if observed.is_none() && was_present {
+                        tracing::warn!(
+                            configuration = api.name(kind),
+                            kind = kind.kind(),
+                            "webhook configuration deleted; mrguard will not recreate it (emergency exit). \
+                             Reinstall or upgrade the chart to restore it"
+                        );
+                    }
+                    metrics
+                        .webhook_configuration_present
+                        .with_label_values(&[kind.kind()])
+                        .set(i64::from(observed.is_some()));
+                    state.insert(kind, observed);
+                }
+                Some(Update::Failed(kind, e)) => {
+                    let e = ControllerError::Api {
+                        verb: "watch",
+                        resource: kind.resource(),
+                        object: api.name(kind).to_string(),
+                        source: super::coverage::watcher_source(e),
+                    };
+                    watch_errors.entry(kind).or_default().failed(
+                        &e,
+                        Some(&metrics),
+                        "failed to watch a webhook configuration; retrying with backoff",
+                    );
+                    continue;
+                }
+                None => return,
+            },
+            r = secret.changed() => if r.is_err() { return },
+            r = coverage.changed() => if r.is_err() { return },
+            _ = async {
+                match retry_at {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            } => retry = None,
+        }
+        let Some(bundle) = secret.borrow().bundle.clone() else {
+            continue;
+        };
+        let Some(cov) = coverage.borrow().clone() else {
+            continue;
+        };
+        let mut failed = false;
+        for kind in ConfigKind::ALL {
+            let Some(Some(observed)) = state.get(&kind) else {
+                continue;
+            };
+            if !observed.webhooks.iter().any(|w| w.name == kind.webhook())
+                && missing_webhook_warned.insert(kind, ()).is_none()
+            {
+                tracing::warn!(
+                    configuration = %observed.name,
+                    webhook = kind.webhook(),
+                    "the webhook configuration has no webhook of this name; only its caBundle is kept"
+                );
+            }
+            match reconcile(&api, kind, Some(observed), &bundle, &cov).await {
+                Ok(Some(new)) => {
+                    tracing::info!(
+                        configuration = %new.name,
+                        kind = kind.kind(),
+                        kinds = cov.len(),
+                        "updated caBundle and rules"
+                    );
+                    metrics
+                        .webhook_updates
+                        .with_label_values(&[kind.kind()])
+                        .inc();
+                    state.insert(kind, Some(new));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    e.log(
+                        Some(&metrics),
+                        "failed to update a webhook configuration; retrying",
+                    );
+                    failed = true;
+                }
+            }
+        }
+        if failed {
+            retry = Some(tokio::time::Instant::now() + backoff.next_delay());
+        } else {
+            backoff.reset();
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// A configuration as the chart creates it (no caBundle, no rules), in
+    /// the shape of the provider-nop fixture.
+    pub fn config_json(
+        kind: ConfigKind,
+        name: &str,
+        bundle: &[u8],
+        rules: Value,
+        rv: &str,
+    ) -> Value {
+        let fixture = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/fixtures/nop_webhookconfigurations.yaml"),
+        )
+        .unwrap();
+        let mut v: Value = serde_saphyr::from_str(&fixture).unwrap();
+        v["kind"] = json!(kind.kind());
+        v["metadata"] = json!({"name": name, "resourceVersion": rv});
+        let w = &mut v["webhooks"][0];
+        w["name"] = json!(kind.webhook());
+        w["clientConfig"] = json!({"service": {"name": "mrguard", "namespace": "crossplane-system",
+            "path": if kind == ConfigKind::Mutating { "/mutate" } else { "/validate" }}});
+        if !bundle.is_empty() {
+            use base64::Engine;
+            w["clientConfig"]["caBundle"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(bundle));
+        }
+        w["rules"] = rules;
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::config_json;
+    use super::*;
+    use crate::controller::coverage::tests::{fixture_crds, summaries};
+    use crate::controller::mock::{self, list, status, Reply};
+    use std::time::Duration;
+
+    fn b64(b: &[u8]) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(b)
+    }
+
+    fn coverage() -> Coverage {
+        Coverage::from_crds(&summaries(&fixture_crds()))
+    }
+
+    fn names() -> WebhookNames {
+        WebhookNames {
+            mutating: "mrguard".into(),
+            validating: "mrguard".into(),
+        }
+    }
+
+    #[test]
+    fn in_sync_configurations_need_no_patch() {
+        let cov = coverage();
+        for kind in ConfigKind::ALL {
+            let rules = cov.rules(kind.operations());
+            let v = config_json(kind, "mrguard", b"CA", json!(rules), "1");
+            let observed = match kind {
+                ConfigKind::Mutating => Observed::from(
+                    &serde_json::from_value::<MutatingWebhookConfiguration>(v).unwrap(),
+                ),
+                ConfigKind::Validating => Observed::from(
+                    &serde_json::from_value::<ValidatingWebhookConfiguration>(v).unwrap(),
+                ),
+            };
+            assert_eq!(desired_patch(kind, &observed, b"CA", &rules), None);
+            // Same rules in another order are still in sync.
+            let mut reversed = rules.clone();
+            reversed.reverse();
+            assert_eq!(desired_patch(kind, &observed, b"CA", &reversed), None);
+            // A different bundle is drift.
+            let p = desired_patch(kind, &observed, b"NEW", &rules).unwrap();
+            assert_eq!(p["webhooks"][0]["clientConfig"]["caBundle"], b64(b"NEW"));
+            assert_eq!(p["metadata"]["resourceVersion"], "1");
+            assert_eq!(p["kind"], kind.kind());
+        }
+    }
+
+    #[test]
+    fn the_fixture_configuration_gets_mrguard_rules() {
+        // provider-nop's own webhook configuration, renamed to ours: its
+        // hand-written rules are replaced by the computed ones.
+        let fixture = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/fixtures/nop_webhookconfigurations.yaml"),
+        )
+        .unwrap();
+        let mut v: Value = serde_saphyr::from_str(&fixture).unwrap();
+        v["webhooks"][0]["name"] = json!(VALIDATE_WEBHOOK);
+        let c: ValidatingWebhookConfiguration = serde_json::from_value(v).unwrap();
+        let observed = Observed::from(&c);
+        let rules = coverage().rules(VALIDATE_OPERATIONS);
+        let p = desired_patch(ConfigKind::Validating, &observed, b"CA", &rules).unwrap();
+        let applied: Vec<RuleWithOperations> =
+            serde_json::from_value(p["webhooks"][0]["rules"].clone()).unwrap();
+        assert_eq!(applied.len(), 6);
+        assert!(applied
+            .iter()
+            .all(|r| r.operations.as_deref().unwrap() == ["CREATE", "UPDATE", "DELETE"]));
+        assert_eq!(p["metadata"]["name"], "validating-webhook-configuration");
+        // Only the fields mrguard owns are in the apply body.
+        let keys: Vec<&String> = p["webhooks"][0].as_object().unwrap().keys().collect();
+        assert_eq!(keys, vec!["clientConfig", "name", "rules"]);
+    }
+
+    #[tokio::test]
+    async fn a_deleted_configuration_is_not_recreated() {
+        let (client, api) =
+            mock::client(|_| Reply::Json(500, status(500, "InternalError", "unexpected")));
+        let wh = WebhookApi::new(client, names());
+        for kind in ConfigKind::ALL {
+            let r = reconcile(&wh, kind, None, b"CA", &coverage())
+                .await
+                .unwrap();
+            assert!(r.is_none());
+        }
+        assert!(api.requests().is_empty(), "{:?}", api.requests());
+    }
+
+    fn respond_with_configs(
+        state: Arc<std::sync::Mutex<BTreeMap<ConfigKind, Option<Value>>>>,
+    ) -> impl FnMut(&mock::Recorded) -> Reply + Send + 'static {
+        move |r| {
+            let kind = if r.path.contains("mutatingwebhookconfigurations") {
+                ConfigKind::Mutating
+            } else {
+                ConfigKind::Validating
+            };
+            let api_version = "admissionregistration.k8s.io/v1";
+            let current = state.lock().unwrap().get(&kind).cloned().flatten();
+            match r.method.as_str() {
+                "GET" if r.query.contains("watch=true") => Reply::Watch(vec![]),
+                "GET" => Reply::Json(
+                    200,
+                    list(
+                        &format!("{}List", kind.kind()),
+                        api_version,
+                        current.into_iter().collect(),
+                    ),
+                ),
+                "PATCH" => {
+                    let Some(mut obj) = current else {
+                        return Reply::Json(404, status(404, "NotFound", "not found"));
+                    };
+                    // Apply the caBundle and rules of the body, as SSA would.
+                    for w in r.body["webhooks"].as_array().unwrap() {
+                        let target = obj["webhooks"]
+                            .as_array_mut()
+                            .unwrap()
+                            .iter_mut()
+                            .find(|x| x["name"] == w["name"])
+                            .unwrap();
+                        target["clientConfig"]["caBundle"] = w["clientConfig"]["caBundle"].clone();
+                        if let Some(rules) = w.get("rules") {
+                            target["rules"] = rules.clone();
+                        }
+                    }
+                    let rv: u64 = obj["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    obj["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
+                    state.lock().unwrap().insert(kind, Some(obj.clone()));
+                    Reply::Json(200, obj)
+                }
+                _ => Reply::Json(500, status(500, "InternalError", "unexpected")),
+            }
+        }
+    }
+
+    fn patches(reqs: &[mock::Recorded], kind: &str) -> Vec<mock::Recorded> {
+        reqs.iter()
+            .filter(|r| r.method == "PATCH" && r.path.contains(kind))
+            .cloned()
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn drift_seen_by_the_watch_is_repaired() {
+        let cov = coverage();
+        let bundle = b"-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n".to_vec();
+        let state = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        for kind in ConfigKind::ALL {
+            let rules = json!(cov.rules(kind.operations()));
+            state.lock().unwrap().insert(
+                kind,
+                Some(config_json(kind, "mrguard", &bundle, rules, "5")),
+            );
+        }
+        let (client, api) = mock::client(respond_with_configs(state.clone()));
+        let (_stx, srx) = channel::channel(SecretView {
+            synced: true,
+            exists: true,
+            bundle: Some(Arc::new(bundle.clone())),
+        });
+        let (_ctx, crx) = channel::channel(Some(Arc::new(cov.clone())));
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let task = tokio::spawn(run(
+            WebhookApi::new(client, names()),
+            srx,
+            crx,
+            metrics.clone(),
+        ));
+        api.wait_watch("mutatingwebhookconfigurations").await;
+        api.wait_watch("validatingwebhookconfigurations").await;
+        // In sync: nothing written.
+        assert!(api.writes().is_empty());
+
+        // A helm upgrade resets the caBundle and the rules.
+        let drifted = config_json(ConfigKind::Mutating, "mrguard", b"", json!([]), "9");
+        state
+            .lock()
+            .unwrap()
+            .insert(ConfigKind::Mutating, Some(drifted.clone()));
+        assert_eq!(
+            api.push("mutatingwebhookconfigurations", "MODIFIED", drifted),
+            1
+        );
+        let reqs = api
+            .wait_for("the repair", |r| {
+                !patches(r, "mutatingwebhookconfigurations").is_empty()
+            })
+            .await;
+        let p = &patches(&reqs, "mutatingwebhookconfigurations")[0];
+        assert_eq!(p.content_type, "application/apply-patch+yaml");
+        assert!(
+            p.query.contains("fieldManager=mrguard") && p.query.contains("force=true"),
+            "{}",
+            p.query
+        );
+        assert_eq!(p.body["metadata"]["resourceVersion"], "9");
+        assert_eq!(
+            p.body["webhooks"][0]["clientConfig"]["caBundle"],
+            b64(&bundle)
+        );
+        assert_eq!(
+            p.body["webhooks"][0]["rules"],
+            json!(cov.rules(MUTATE_OPERATIONS))
+        );
+        assert!(patches(&reqs, "validatingwebhookconfigurations").is_empty());
+        assert_eq!(
+            metrics
+                .webhook_updates
+                .with_label_values(&["MutatingWebhookConfiguration"])
+                .get(),
+            1
+        );
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn new_coverage_and_bundles_are_applied_but_deleted_configurations_stay_deleted() {
+        let cov = coverage();
+        let state = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        for kind in ConfigKind::ALL {
+            let rules = json!(cov.rules(kind.operations()));
+            state
+                .lock()
+                .unwrap()
+                .insert(kind, Some(config_json(kind, "mrguard", b"A", rules, "5")));
+        }
+        let (client, api) = mock::client(respond_with_configs(state.clone()));
+        let (stx, srx) = channel::channel(SecretView {
+            synced: true,
+            exists: true,
+            bundle: Some(Arc::new(b"A".to_vec())),
+        });
+        let (ctx, crx) = channel::channel(Some(Arc::new(cov.clone())));
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let task = tokio::spawn(run(
+            WebhookApi::new(client, names()),
+            srx,
+            crx,
+            metrics.clone(),
+        ));
+        api.wait_watch("mutatingwebhookconfigurations").await;
+        api.wait_watch("validatingwebhookconfigurations").await;
+
+        // A new provider's CRD: both configurations cover it.
+        let mut crds = summaries(&fixture_crds());
+        let mut extra = crds[0].clone();
+        extra.metadata.name = Some("widgets.new.example.org".into());
+        extra.spec.group = "new.example.org".into();
+        extra.spec.names.plural = "widgets".into();
+        crds.push(extra);
+        let bigger = Coverage::from_crds(&crds);
+        ctx.send(Some(Arc::new(bigger.clone()))).unwrap();
+        let reqs = api
+            .wait_for("both patches", |r| {
+                !patches(r, "mutatingwebhookconfigurations").is_empty()
+                    && !patches(r, "validatingwebhookconfigurations").is_empty()
+            })
+            .await;
+        let v = &patches(&reqs, "validatingwebhookconfigurations")[0];
+        assert_eq!(
+            v.body["webhooks"][0]["rules"],
+            json!(bigger.rules(VALIDATE_OPERATIONS))
+        );
+        assert!(v.body["webhooks"][0]["rules"]
+            .to_string()
+            .contains("new.example.org"));
+
+        // The operator deletes the mutating configuration (emergency exit).
+        state.lock().unwrap().insert(ConfigKind::Mutating, None);
+        let old = config_json(ConfigKind::Mutating, "mrguard", b"A", json!([]), "6");
+        assert_eq!(api.push("mutatingwebhookconfigurations", "DELETED", old), 1);
+        // Once the deletion arrived, change the bundle: only the validating
+        // configuration is patched; nothing recreates the other.
+        let present = metrics
+            .webhook_configuration_present
+            .with_label_values(&["MutatingWebhookConfiguration"]);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while present.get() != 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the deletion never arrived"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let before_m = patches(&api.requests(), "mutatingwebhookconfigurations").len();
+        stx.send(SecretView {
+            synced: true,
+            exists: true,
+            bundle: Some(Arc::new(b"B".to_vec())),
+        })
+        .unwrap();
+        let reqs = api
+            .wait_for("the validating patch", |r| {
+                patches(r, "validatingwebhookconfigurations")
+                    .iter()
+                    .any(|p| p.body["webhooks"][0]["clientConfig"]["caBundle"] == b64(b"B"))
+            })
+            .await;
+        assert_eq!(
+            patches(&reqs, "mutatingwebhookconfigurations").len(),
+            before_m
+        );
+        assert!(reqs.iter().all(|r| r.method != "POST" && r.method != "PUT"));
+        task.abort();
+    }
+}

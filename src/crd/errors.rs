@@ -1,0 +1,226 @@
+//! Field paths and field errors, printed the way the API server words them
+//! and kubectl shows them.
+
+use std::fmt;
+
+use serde_json::Value;
+
+/// A field path: `spec.forProvider.tags[team]`, `spec.items[0]`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Path(Vec<Segment>);
+
+#[derive(Debug, Clone, PartialEq)]
+enum Segment {
+    Field(String),
+    Index(usize),
+    IndexAny,
+    Key(String),
+}
+
+impl Path {
+    pub fn root() -> Self {
+        Path(Vec::new())
+    }
+
+    fn with(&self, s: Segment) -> Self {
+        let mut p = self.clone();
+        p.0.push(s);
+        p
+    }
+
+    pub fn child(&self, name: &str) -> Self {
+        self.with(Segment::Field(name.to_string()))
+    }
+
+    pub fn index(&self, i: usize) -> Self {
+        self.with(Segment::Index(i))
+    }
+
+    pub fn index_any(&self) -> Self {
+        self.with(Segment::IndexAny)
+    }
+
+    pub fn key(&self, k: &str) -> Self {
+        self.with(Segment::Key(k.to_string()))
+    }
+
+    /// Appends a rule's `fieldPath` (`.a.b`, `.a['b.c']`, `.a[0]`); a path
+    /// it cannot read is appended as one field, so the error still shows it.
+    pub fn join_field_path(&self, fp: &str) -> Self {
+        let mut out = self.clone();
+        let mut rest = fp.trim();
+        while !rest.is_empty() {
+            if let Some(r) = rest.strip_prefix('.') {
+                let end = r.find(['.', '[']).unwrap_or(r.len());
+                out.0.push(Segment::Field(r[..end].to_string()));
+                rest = &r[end..];
+            } else if let Some(r) = rest.strip_prefix("['") {
+                let Some(end) = r.find("']") else { break };
+                out.0.push(Segment::Field(r[..end].to_string()));
+                rest = &r[end + 2..];
+            } else if let Some(r) = rest.strip_prefix('[') {
+                let Some(end) = r.find(']') else { break };
+                match r[..end].parse() {
+                    Ok(i) => out.0.push(Segment::Index(i)),
+                    Err(_) => out.0.push(Segment::Key(r[..end].to_string())),
+                }
+                rest = &r[end + 1..];
+            } else {
+                out.0.push(Segment::Field(rest.to_string()));
+                break;
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("<nil>");
+        }
+        for (i, s) in self.0.iter().enumerate() {
+            match s {
+                Segment::Field(n) if i == 0 => f.write_str(n)?,
+                Segment::Field(n) => write!(f, ".{n}")?,
+                Segment::Index(n) => write!(f, "[{n}]")?,
+                Segment::IndexAny => f.write_str("[*]")?,
+                Segment::Key(k) => write!(f, "[{k}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One failure, as a `field.Error` of the API server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    pub path: String,
+    pub kind: Kind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    Required(Option<String>),
+    /// A value of the wrong type; it stops the CEL rules from running.
+    Type {
+        value: String,
+        detail: String,
+    },
+    Invalid {
+        value: String,
+        detail: String,
+    },
+    NotSupported {
+        value: String,
+        supported: Vec<String>,
+    },
+    Forbidden(String),
+    Duplicate(String),
+    /// Strict field validation: the field is not in the schema.
+    Unknown,
+}
+
+impl FieldError {
+    pub fn required(path: &Path) -> Self {
+        FieldError {
+            path: path.to_string(),
+            kind: Kind::Required(None),
+        }
+    }
+
+    pub fn unknown(path: &Path) -> Self {
+        FieldError {
+            path: path.to_string(),
+            kind: Kind::Unknown,
+        }
+    }
+
+    pub fn type_error(path: &Path, got: &str, want: &str) -> Self {
+        let body = if path.0.is_empty() {
+            "body".to_string()
+        } else {
+            format!("{path} in body")
+        };
+        FieldError {
+            path: path.to_string(),
+            kind: Kind::Type {
+                value: format!("{got:?}"),
+                detail: format!("{body} must be of type {want}: {got:?}"),
+            },
+        }
+    }
+
+    pub fn not_supported(path: &Path, v: &Value, allowed: &[Value]) -> Self {
+        FieldError {
+            path: path.to_string(),
+            kind: Kind::NotSupported {
+                value: v.to_string(),
+                supported: allowed.iter().map(Value::to_string).collect(),
+            },
+        }
+    }
+
+    pub fn invalid(path: &Path, ty: &str, detail: String) -> Self {
+        FieldError {
+            path: path.to_string(),
+            kind: Kind::Invalid {
+                value: format!("{ty:?}"),
+                detail,
+            },
+        }
+    }
+
+    /// A failed `x-kubernetes-validations` rule, by its `reason`.
+    pub fn rule(path: &Path, ty: &str, reason: Option<&str>, message: String) -> Self {
+        let kind = match reason {
+            Some("FieldValueRequired") => Kind::Required(Some(message)),
+            Some("FieldValueForbidden") => Kind::Forbidden(message),
+            Some("FieldValueDuplicate") => Kind::Duplicate(message),
+            _ => {
+                return Self::invalid(path, ty, message);
+            }
+        };
+        FieldError {
+            path: path.to_string(),
+            kind,
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = &self.path;
+        match &self.kind {
+            Kind::Required(None) => write!(f, "{p}: Required value"),
+            Kind::Required(Some(m)) => write!(f, "{p}: Required value: {m}"),
+            Kind::Type { value, detail } | Kind::Invalid { value, detail } => {
+                write!(f, "{p}: Invalid value: {value}: {detail}")
+            }
+            Kind::NotSupported { value, supported } => {
+                write!(
+                    f,
+                    "{p}: Unsupported value: {value}: supported values: {}",
+                    supported.join(", ")
+                )
+            }
+            Kind::Forbidden(m) => write!(f, "{p}: Forbidden: {m}"),
+            Kind::Duplicate(m) => write!(f, "{p}: Duplicate value: {m:?}"),
+            Kind::Unknown => write!(f, "unknown field {p:?}"),
+        }
+    }
+}
+
+/// The message kubectl prints for a rejected object.
+pub fn render(kind: &str, name: &str, errors: &[FieldError]) -> String {
+    match errors {
+        [one] => format!("The {kind} {name:?} is invalid: {one}"),
+        many => {
+            let mut s = format!("The {kind} {name:?} is invalid: ");
+            for e in many {
+                s.push_str(&format!("\n* {e}"));
+            }
+            s
+        }
+    }
+}

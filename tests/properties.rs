@@ -1,0 +1,152 @@
+//! Properties over arbitrary objects: mutating twice equals mutating once,
+//! and no input makes the decision functions or the decoder panic.
+
+use mrguard::admission;
+use mrguard::config::Config;
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+fn leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        "[a-zA-Z*]{0,8}".prop_map(Value::from),
+        prop::sample::select(vec![
+            "Delete",
+            "Orphan",
+            "*",
+            "Observe",
+            "Create",
+            "true",
+            "True",
+            "default",
+            "2024-01-01T00:00:00Z",
+            "2024-01-02T00:00:00+02:00",
+        ])
+        .prop_map(Value::from),
+    ]
+}
+
+fn value() -> impl Strategy<Value = Value> {
+    let keys = prop::sample::select(vec![
+        "forProvider",
+        "initProvider",
+        "providerConfigRef",
+        "deletionPolicy",
+        "managementPolicies",
+        "name",
+        "kind",
+        "tags",
+        "vpcIdRef",
+        "subnetIdRefs",
+        "vpcIdSelector",
+        "matchLabels",
+        "matchControllerRef",
+        "policy",
+        "resolve",
+        "writeConnectionSecretToRef",
+        "namespace",
+        "region",
+    ]);
+    leaf().prop_recursive(4, 48, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(keys.clone(), inner, 0..5).prop_map(|m| Value::Object(
+                m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+            )),
+        ]
+    })
+}
+
+fn annotations() -> impl Strategy<Value = Value> {
+    let keys = prop::sample::select(vec![
+        "crossplane.io/external-name",
+        "crossplane.io/external-create-pending",
+        "crossplane.io/external-create-succeeded",
+        "crossplane.io/external-create-failed",
+        "crossplane.io/paused",
+        "mrguard.io/deletion-protection",
+    ]);
+    prop::collection::btree_map(keys, leaf(), 0..4)
+        .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
+}
+
+fn object() -> impl Strategy<Value = Value> {
+    (value(), value(), annotations(), prop::option::of("[a-z]{1,6}")).prop_map(|(mut spec, fp, ann, name)| {
+        if !spec.is_object() {
+            spec = json!({});
+        }
+        spec["forProvider"] = if fp.is_object() { fp } else { json!({}) };
+        let mut meta = json!({"annotations": ann});
+        if let Some(n) = name {
+            meta["name"] = json!(n);
+        }
+        json!({"apiVersion": "ec2.aws.upbound.io/v1beta1", "kind": "VPC", "metadata": meta, "spec": spec})
+    })
+}
+
+fn request(op: &str, object: &Value, old: Option<&Value>, ns: Option<&str>) -> admission::Request {
+    let mut r = json!({
+        "uid": "p", "kind": {"group": "ec2.aws.upbound.io", "version": "v1beta1", "kind": "VPC"},
+        "resource": {"group": "ec2.aws.upbound.io", "version": "v1beta1", "resource": "vpcs"},
+        "operation": op, "userInfo": {"username": "u"}, "object": object, "oldObject": old,
+    });
+    if let Some(ns) = ns {
+        r["namespace"] = json!(ns);
+    }
+    let review =
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": r});
+    admission::decode(&serde_json::to_vec(&review).unwrap()).unwrap()
+}
+
+fn config() -> Config {
+    Config::from_yaml(
+        "providerConfig: {defaultName: prod, namespaceProviderConfigs: {a: team-a}}\nresources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    tagsField: spec.forProvider.tags\n    immutableFields: [spec.forProvider.region, 'spec.forProvider.subnetIdRefs[*].name']\n",
+    )
+    .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn mutating_twice_is_mutating_once(obj in object(), ns in prop::option::of(prop::sample::select(vec!["a", "b"]))) {
+        let cfg = config();
+        let first = admission::mutate(&request("CREATE", &obj, None, ns), &cfg);
+        let once = first.mutated.clone().unwrap_or(obj.clone());
+        let second = admission::mutate(&request("CREATE", &once, None, ns), &cfg);
+        prop_assert!(second.response.patch.is_none(), "second pass patched {:?}", second.mutated);
+        let again = admission::mutate(&request("UPDATE", &once, Some(&once), ns), &cfg);
+        prop_assert!(again.response.patch.is_none());
+    }
+
+    #[test]
+    fn decisions_never_panic(new in object(), old in object(), op in prop::sample::select(vec!["CREATE", "UPDATE", "DELETE"])) {
+        let cfg = config();
+        let req = request(op, &new, Some(&old), None);
+        let _ = admission::mutate(&req, &cfg);
+        let d = admission::validate(&req, &cfg);
+        // A denial always carries 403 and a message naming mrguard.
+        if !d.response.allowed {
+            prop_assert_eq!(d.response.result.code, 403);
+            prop_assert!(d.response.result.message.starts_with("mrguard denied"));
+        }
+        let _ = admission::encode(d.response);
+    }
+
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = admission::decode(&bytes);
+    }
+
+    #[test]
+    fn decoding_arbitrary_json_reviews_never_panics(v in value()) {
+        let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": v});
+        if let Ok(req) = admission::decode(&serde_json::to_vec(&review).unwrap()) {
+            let cfg = Config::builtin();
+            let _ = admission::mutate(&req, &cfg);
+            let _ = admission::validate(&req, &cfg);
+        }
+    }
+}
