@@ -14,3 +14,7 @@ fi
 scripts/install-helm.sh
 
 cargo test --all-targets
+
+# Fuzz smoke: every libFuzzer target briefly (FUZZ_SECONDS each, default 30).
+# Longer runs: see "Fuzzing" in README.md.
+scripts/fuzz.sh
