@@ -92,8 +92,10 @@ pub fn review_request(request: &Request) {
             let second = admission::mutate(&again, config);
             assert!(
                 second.response.patch.is_none(),
-                "mutation is not idempotent: {:?}",
-                second.mutated
+                "mutation is not idempotent: first patch {}, second patch {}, request {}",
+                String::from_utf8_lossy(&raw),
+                String::from_utf8_lossy(second.response.patch.as_deref().unwrap_or_default()),
+                serde_json::to_string(request).unwrap_or_default()
             );
         } else {
             assert!(

@@ -58,7 +58,9 @@ fn provider_config_ref(obj: &mut Value, ctx: &MutateContext, warnings: &mut Vec<
             spec.insert("providerConfigRef".into(), fresh());
         }
         Some(Value::String(s)) => {
-            let name = if s.is_empty() {
+            // "default" counts as unset here too, as in the object form
+            // below; otherwise a second pass would rename it (found by fuzzing).
+            let name = if s.is_empty() || s == "default" {
                 default.to_string()
             } else {
                 s.clone()
@@ -251,6 +253,21 @@ mod tests {
         let mut o = bucket(json!({"forProvider": {}, "providerConfigRef": {"name": "default"}}));
         create(&mut o, "", &builtin);
         assert_eq!(o["spec"]["providerConfigRef"], json!({"name": "default"}));
+    }
+
+    /// Regression (fuzz/review_structured): a bare-string reference to
+    /// "default" was kept, and a second pass then renamed it.
+    #[test]
+    fn a_bare_string_default_takes_the_configured_name_and_is_idempotent() {
+        let cfg = Config::from_yaml("providerConfig: {defaultName: fallback}\n").unwrap();
+        for ns in ["", "team-b"] {
+            let mut o = bucket(json!({"forProvider": {}, "providerConfigRef": "default"}));
+            create(&mut o, ns, &cfg);
+            assert_eq!(o["spec"]["providerConfigRef"]["name"], "fallback");
+            let once = o.clone();
+            create(&mut o, ns, &cfg);
+            assert_eq!(o, once, "a second pass changed the object");
+        }
     }
 
     #[test]
