@@ -164,23 +164,7 @@ async fn streamed_oversized_body_without_length_is_cut_at_the_limit() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let h = Harness::start(None).await;
     // Chunked transfer: no Content-Length, so the limit must apply while reading.
-    let tcp = tokio::net::TcpStream::connect(h.addr).await.unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    for c in mrguard::tls::parse_certs(&h.ca_pem, "CA").unwrap() {
-        roots.add(c).unwrap();
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(mrguard::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))
-        .connect(
-            rustls::pki_types::ServerName::try_from("localhost").unwrap(),
-            tcp,
-        )
-        .await
-        .unwrap();
+    let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"http/1.1").await.unwrap();
     tls.write_all(b"POST /validate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
         .await
         .unwrap();
@@ -479,23 +463,7 @@ async fn shutdown_drains_in_flight_requests() {
     let review =
         serde_json::to_vec(&fixture_review("002_validate_CREATE_VPC_sample-vpc.json")).unwrap();
     // Start a request whose body arrives slowly, then shut down mid-way.
-    let tcp = tokio::net::TcpStream::connect(h.addr).await.unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    for c in mrguard::tls::parse_certs(&h.ca_pem, "CA").unwrap() {
-        roots.add(c).unwrap();
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(mrguard::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))
-        .connect(
-            rustls::pki_types::ServerName::try_from("localhost").unwrap(),
-            tcp,
-        )
-        .await
-        .unwrap();
+    let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"http/1.1").await.unwrap();
     let head = format!(
         "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
         review.len()
