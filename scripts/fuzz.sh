@@ -26,7 +26,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install --locked --root "$root/.tools" cargo-fuzz --version "$cargo_fuzz_version"
 fi
 
-fixtures=${FIXTURES:-$root/../shared/fixtures}
+fixtures=${FIXTURES:-$root/tests/fixtures}
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(cargo fuzz list)

@@ -1,46 +1,33 @@
-//! mrguard: an admission webhook and companion controller for Crossplane
-//! managed resources (MRs).
+//! The `mrguard` runtime: everything around the pure decisions of
+//! [`mrguard_policy`] that touches the network, the file system or the
+//! cluster.
 //!
 //! Data flow of one admission request:
 //!
 //! 1. [`server`] accepts a TCP connection, completes a rustls handshake with
 //!    the certificate currently in [`tls::CertStore`], and serves HTTP/1.1 or
-//!    HTTP/2 with axum.
-//! 2. [`server::routes`] bounds and reads the body, and
-//!    [`admission::review`] decodes the AdmissionReview, keeping the object
-//!    as a `serde_json::Value`.
-//! 3. A pure decision function runs against the [`config::Config`] snapshot
-//!    in force:
-//!    - [`admission::mutate`] runs the mutation steps on a copy of the
-//!      object and [`admission::patch`] diffs the two into a JSON Patch;
-//!    - [`admission::validate`] runs every rule of [`rules`] (and the CEL
-//!      rules of [`cel`]) and merges the findings into one response.
-//! 4. The response is encoded (patch as base64) and [`metrics`] records it.
+//!    HTTP/2 with axum. Tower layers shed load, bound the body and time the
+//!    request out before the handler runs.
+//! 2. The handler decodes the AdmissionReview, asks `mrguard_policy` for a
+//!    decision against the [`config::ConfigStore`] snapshot in force, and
+//!    encodes the answer; [`metrics`] records it.
 //!
-//! Alongside: [`config`] hot-reloads the configuration file, [`tls`] reloads
-//! or generates certificates, and [`cli`] offers the same decisions offline
-//! (`mrguard check`).
+//! Alongside the server:
+//! - [`config`] and [`tls`] reload the configuration file and the
+//!   certificate files when their contents change, through one file poller;
+//! - [`controller`] (with `serve --controller`) holds a Lease and, as leader,
+//!   keeps the TLS Secret, the webhook configurations' caBundle and rules
+//!   (coverage of every CRD in the `managed` category) right, watches
+//!   existing MRs for leaked-resource states and audits them with the same
+//!   rules;
+//! - [`cli`] is the command line: `serve`, `check` (offline decisions),
+//!   `audit`, `config` and `certs`.
 
-pub mod admission;
-pub mod cel;
 pub mod cli;
 pub mod config;
 pub mod controller;
-pub mod crd;
-pub mod fieldpath;
 pub mod metrics;
-pub mod mr;
-pub mod rules;
+mod poll;
 pub mod server;
 pub mod shutdown;
 pub mod tls;
-
-// The allocator is chosen here, in the library, so that every binary built
-// on it (the server, the benchmark's baseline) uses the same one.
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
-#[global_allocator]
-static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

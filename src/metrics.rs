@@ -14,8 +14,8 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
-use crate::admission::{Outcome, Webhook};
-use crate::rules::Finding;
+use mrguard_policy::admission::{Outcome, Webhook};
+use mrguard_policy::model::Finding;
 
 /// A registry with the standard process metrics.
 pub fn registry() -> Registry {
@@ -110,7 +110,7 @@ impl AdmissionMetrics {
         }
     }
 
-    pub fn observe(&self, r: &Observed, outcome: Outcome, seconds: f64, findings: &[Finding]) {
+    pub fn observe(&self, r: &Observed<'_>, outcome: Outcome, seconds: f64, findings: &[Finding]) {
         let webhook = r.webhook;
         let operation = r.operation;
         let (group, kind) = self.bounded(r.group, r.kind);

@@ -22,6 +22,8 @@ use rustls::ServerConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::poll::{FilePoller, Polled};
+
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error("failed to read {path}: {source}")]
@@ -221,55 +223,44 @@ impl ResolvesServerCert for CertStore {
     }
 }
 
-/// Polls a certificate and key file pair and swaps the store when their
-/// contents change. A broken pair is logged and the last good one stays.
-pub struct CertWatcher {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub interval: Duration,
-}
-
-impl CertWatcher {
-    pub async fn run(
-        self,
-        store: Arc<CertStore>,
-        mut last: PemPair,
-        shutdown: crate::shutdown::Signal,
-    ) {
-        let mut tick = tokio::time::interval(self.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_failed: Option<PemPair> = None;
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.wait() => return,
+/// Swaps `store` to the certificate pair in `cert` and `key` whenever
+/// their contents change, until shutdown. A broken pair (often one
+/// half-written) is logged and counted, and the last good one stays.
+pub(crate) async fn watch(
+    cert: PathBuf,
+    key: PathBuf,
+    interval: Duration,
+    store: Arc<CertStore>,
+    loaded: PemPair,
+    shutdown: crate::shutdown::Signal,
+) {
+    let poller = FilePoller {
+        paths: vec![cert.clone(), key],
+        interval,
+    };
+    poller
+        .run(vec![loaded.cert, loaded.key], shutdown, |polled| match polled {
+            Polled::Unreadable(path, e) => {
+                tracing::warn!(path = %path.display(), error = %e, "failed to read the certificate, keeping the current one");
             }
-            let pair = match PemPair::read(&self.cert, &self.key) {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!(error = %e, "keeping the current certificate");
-                    continue;
-                }
-            };
-            if pair == last || last_failed.as_ref() == Some(&pair) {
-                continue;
-            }
-            match pair.certified_key() {
-                Ok(ck) => {
-                    store.replace(ck);
-                    tracing::info!(cert = %self.cert.display(), "reloaded the serving certificate");
-                    last = pair;
-                    last_failed = None;
-                }
-                Err(e) => {
-                    // Often a half-written pair; the next poll sees the rest.
-                    tracing::warn!(error = %e, cert = %self.cert.display(), "new certificate pair rejected, keeping the last good one");
-                    store.record_failure();
-                    last_failed = Some(pair);
+            Polled::Changed(contents) => {
+                let pair = PemPair {
+                    cert: contents[0].clone(),
+                    key: contents[1].clone(),
+                };
+                match pair.certified_key() {
+                    Ok(ck) => {
+                        store.replace(ck);
+                        tracing::info!(cert = %cert.display(), "reloaded the serving certificate");
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, cert = %cert.display(), "new certificate pair rejected, keeping the last good one");
+                        store.record_failure();
+                    }
                 }
             }
-        }
-    }
+        })
+        .await;
 }
 
 /// A CA and its key, as PEM.

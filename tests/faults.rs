@@ -16,7 +16,7 @@ use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use mrguard::config::Config;
+use mrguard_policy::config::Config;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
@@ -52,13 +52,14 @@ struct Case {
 }
 
 fn expected(path: &str, body: &[u8], config: &Config) -> Value {
-    let req = mrguard::admission::decode(body).unwrap();
+    let req = mrguard_policy::admission::decode(body).unwrap();
     let decision = if path == "/mutate" {
-        mrguard::admission::mutate(&req, config)
+        mrguard_policy::admission::mutate(&req, config)
     } else {
-        mrguard::admission::validate(&req, config)
+        mrguard_policy::admission::validate(&req, config)
     };
-    let v: Value = serde_json::from_slice(&mrguard::admission::encode(decision.response)).unwrap();
+    let v: Value =
+        serde_json::from_slice(&mrguard_policy::admission::encode(decision.response)).unwrap();
     v["response"].clone()
 }
 
@@ -473,7 +474,7 @@ async fn bad_clients(
     let mut i = 0u32;
     while !stop.load(Ordering::Relaxed) {
         i += 1;
-        let client_is_h1 = i % 2 == 0;
+        let client_is_h1 = i.is_multiple_of(2);
         let client = if client_is_h1 { &h1 } else { &h2 };
         let mut conn = client.connect(addr).await.unwrap();
         // Malformed: not JSON, JSON that is not a review, a review without uid.

@@ -1,8 +1,8 @@
 //! Properties over arbitrary objects: mutating twice equals mutating once,
 //! and no input makes the decision functions or the decoder panic.
 
-use mrguard::admission;
-use mrguard::config::Config;
+use mrguard_policy::admission;
+use mrguard_policy::config::Config;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

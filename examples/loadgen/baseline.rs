@@ -42,7 +42,7 @@ async fn review(body: Body) -> Response {
         .into_response()
 }
 
-pub fn router() -> axum::Router {
+pub(crate) fn router() -> axum::Router {
     axum::Router::new()
         .route("/mutate", post(|b: Body| review(b)))
         .route("/validate", post(|b: Body| review(b)))
@@ -50,7 +50,7 @@ pub fn router() -> axum::Router {
 }
 
 /// Serves until killed; prints nothing (the parent polls /healthz).
-pub fn serve(listen: SocketAddr, cert: &Path, key: &Path) -> anyhow::Result<()> {
+pub(crate) fn serve(listen: SocketAddr, cert: &Path, key: &Path) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -16,13 +16,13 @@ use rustls::pki_types::ServerName;
 use crate::mix::Item;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Proto {
+pub(crate) enum Proto {
     H1,
     H2,
 }
 
 impl Proto {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Proto::H1 => "HTTP/1.1",
             Proto::H2 => "HTTP/2",
@@ -30,7 +30,7 @@ impl Proto {
     }
 }
 
-pub fn tls_config(ca_pem: &[u8], proto: Proto) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+pub(crate) fn tls_config(ca_pem: &[u8], proto: Proto) -> anyhow::Result<Arc<rustls::ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     for c in mrguard::tls::parse_certs(ca_pem, "CA")? {
         roots.add(c)?;
@@ -47,12 +47,12 @@ pub fn tls_config(ca_pem: &[u8], proto: Proto) -> anyhow::Result<Arc<rustls::Cli
 }
 
 #[derive(Clone)]
-pub enum Sender {
+pub(crate) enum Sender {
     H1(Arc<tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<Full<Bytes>>>>),
     H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
 }
 
-pub async fn connect(
+pub(crate) async fn connect(
     addr: SocketAddr,
     tls: &Arc<rustls::ClientConfig>,
     proto: Proto,
@@ -87,14 +87,14 @@ pub async fn connect(
 
 /// How one answer looked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     Allowed,
     Patched,
     Denied,
 }
 
 /// Sends one review; checks the status and that the envelope came back.
-pub async fn send(sender: &Sender, item: &Item) -> anyhow::Result<Answer> {
+pub(crate) async fn send(sender: &Sender, item: &Item) -> anyhow::Result<Answer> {
     let req = hyper::Request::builder()
         .method("POST")
         .header("content-type", "application/json")
@@ -144,7 +144,7 @@ fn find(hay: &[u8], needle: &[u8]) -> bool {
 }
 
 #[derive(Debug, Default, Clone)]
-pub struct Counts {
+pub(crate) struct Counts {
     pub allowed: u64,
     pub patched: u64,
     pub denied: u64,
@@ -166,12 +166,12 @@ impl Counts {
         self.denied += o.denied;
         self.errors += o.errors;
     }
-    pub fn ok(&self) -> u64 {
+    pub(crate) fn ok(&self) -> u64 {
         self.allowed + self.patched + self.denied
     }
 }
 
-pub struct RunResult {
+pub(crate) struct RunResult {
     pub requests: u64,
     pub seconds: f64,
     /// Latency in nanoseconds: from the request's start (closed loop) or
@@ -182,10 +182,10 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    pub fn rps(&self) -> f64 {
+    pub(crate) fn rps(&self) -> f64 {
         self.requests as f64 / self.seconds
     }
-    pub fn p(&self, q: f64) -> Duration {
+    pub(crate) fn p(&self, q: f64) -> Duration {
         Duration::from_nanos(self.hist.value_at_quantile(q))
     }
 }
@@ -194,7 +194,7 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("valid histogram bounds")
 }
 
-pub struct Plan {
+pub(crate) struct Plan {
     pub addr: SocketAddr,
     pub proto: Proto,
     pub concurrency: usize,
@@ -220,7 +220,7 @@ async fn senders(plan: &Plan, tls: &Arc<rustls::ClientConfig>) -> anyhow::Result
 
 /// Runs the plan: `concurrency` workers, each sending reviews back to back
 /// (closed loop) or taking the next scheduled slot (open loop).
-pub async fn run(
+pub(crate) async fn run(
     plan: &Plan,
     tls: &Arc<rustls::ClientConfig>,
     items: Arc<Vec<Item>>,

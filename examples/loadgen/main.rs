@@ -110,7 +110,7 @@ fn config_path(args: &Args) -> Option<PathBuf> {
 fn fixtures(args: &Args) -> PathBuf {
     args.fixtures
         .clone()
-        .unwrap_or_else(|| Path::new(MANIFEST).join("../shared/fixtures"))
+        .unwrap_or_else(|| Path::new(MANIFEST).join("tests/fixtures"))
 }
 
 /// mrguard's router as `serve` builds it, with metrics, minus TLS and HTTP.
@@ -118,8 +118,8 @@ fn mrguard_router(config: Option<&Path>) -> anyhow::Result<axum::Router> {
     use std::sync::atomic::AtomicBool;
     let registry = mrguard::metrics::registry();
     let config = match config {
-        Some(p) => mrguard::config::Config::from_file(p)?,
-        None => mrguard::config::Config::builtin(),
+        Some(p) => mrguard::config::load_file(p)?.0,
+        None => mrguard_policy::config::Config::builtin(),
     };
     let state = mrguard::server::AppState {
         config: mrguard::config::ConfigStore::new(config, None),

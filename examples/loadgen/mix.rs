@@ -11,14 +11,14 @@ use serde_json::{json, Map, Value};
 
 /// What the server is expected to answer (for the mix summary only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expect {
+pub(crate) enum Expect {
     Allow,
     Deny,
     Any,
 }
 
 #[derive(Debug, Clone)]
-pub struct Item {
+pub(crate) struct Item {
     pub path: &'static str,
     pub body: Bytes,
     pub label: String,
@@ -29,7 +29,7 @@ pub struct Item {
 /// Whole review bodies (bytes) the synthesised reviews are grown to.
 const SIZES: &[usize] = &[2_000, 4_000, 8_000, 12_000, 20_000, 36_000];
 
-pub fn build(fixtures: &Path) -> anyhow::Result<Vec<Item>> {
+pub(crate) fn build(fixtures: &Path) -> anyhow::Result<Vec<Item>> {
     let mut items = Vec::new();
     let mut names: Vec<_> = std::fs::read_dir(fixtures.join("reviews"))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -325,7 +325,7 @@ fn review(op: &str, object: Option<&Value>, old: Option<&Value>, namespaced: boo
 }
 
 /// A short description of the mix for the report.
-pub fn summary(items: &[Item]) -> String {
+pub(crate) fn summary(items: &[Item]) -> String {
     let mut sizes: Vec<usize> = items.iter().map(|i| i.body.len()).collect();
     sizes.sort_unstable();
     let count = |f: &dyn Fn(&Item) -> bool| items.iter().filter(|i| f(i)).count();

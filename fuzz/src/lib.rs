@@ -1,8 +1,8 @@
 //! What the fuzz targets share: the full review path with its invariants.
 
 use base64::Engine;
-use mrguard::admission::{self, Request};
-use mrguard::config::Config;
+use mrguard_policy::admission::{self, Request};
+use mrguard_policy::config::Config;
 use serde_json::Value;
 
 /// A configuration that switches on every mutation step and rule kind, so

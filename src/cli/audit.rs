@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use crate::config::Config;
 use crate::controller::audit::{audit_kind, discover, AuditFinding};
+use mrguard_policy::config::Config;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AuditOutput {
@@ -91,10 +91,10 @@ fn sort(findings: &mut [AuditFinding]) {
 pub fn run(args: AuditArgs) -> i32 {
     let config = match &args.config {
         None => Config::builtin(),
-        Some(path) => match Config::from_file(path) {
-            Ok(c) => c,
+        Some(path) => match crate::config::load_file(path) {
+            Ok((c, _)) => c,
             Err(e) => {
-                eprintln!("{}: {e}", path.display());
+                eprintln!("mrguard audit: {e}");
                 return 2;
             }
         },

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 
-use crate::admission;
-use crate::config::Config;
-use crate::crd::{CrdError, CrdVersion, Crds, Lookup};
-use crate::rules::Action;
+use mrguard_policy::config::Config;
+use mrguard_policy::crd::{CrdError, Crds, Lookup};
+use mrguard_policy::model::Operation;
+use mrguard_policy::offline::{self, identity, label};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "UPPER")]
@@ -65,9 +65,11 @@ pub enum CheckError {
         reason: String,
     },
     #[error("{0}")]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] crate::config::ConfigFileError),
     #[error("{0}")]
     Crd(#[from] CrdError),
+    #[error("failed to find a CustomResourceDefinition in {0}")]
+    NoCrd(String),
     #[error("failed to match {what} (document {doc} of {path}) in {old}: no object with that kind, namespace and name")]
     NoOld {
         what: String,
@@ -75,18 +77,6 @@ pub enum CheckError {
         path: String,
         old: String,
     },
-}
-
-/// One judged document.
-#[derive(Debug)]
-pub struct Judged {
-    pub label: String,
-    pub object: Value,
-    pub patch: Option<Value>,
-    pub warnings: Vec<String>,
-    pub denial: Option<String>,
-    /// What the API server would reject, given `--crd` (kubectl's wording).
-    pub invalid: Option<String>,
 }
 
 fn read_docs(path: &Path) -> Result<Vec<Value>, CheckError> {
@@ -134,7 +124,7 @@ fn read_docs(path: &Path) -> Result<Vec<Value>, CheckError> {
                 return Err(CheckError::Document {
                     path: p.clone(),
                     doc: i + 1,
-                    reason: format!("expected a mapping, found {}", crate::rules::show(&other)),
+                    reason: format!("expected a mapping, found {}", json_type(&other)),
                 })
             }
         }
@@ -142,152 +132,71 @@ fn read_docs(path: &Path) -> Result<Vec<Value>, CheckError> {
     Ok(out)
 }
 
-fn identity(v: &Value) -> (String, String, String, String) {
-    let s = |p: &str| {
-        v.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    (
-        s("/apiVersion"),
-        s("/kind"),
-        s("/metadata/namespace"),
-        s("/metadata/name"),
-    )
-}
-
-fn label(v: &Value) -> String {
-    let (_, kind, ns, name) = identity(v);
-    if ns.is_empty() {
-        format!("{kind}/{name}")
-    } else {
-        format!("{kind}/{ns}/{name}")
-    }
-}
-
-/// Wraps an object in the AdmissionReview the API server would send.
-pub fn review_for(
-    op: CheckOperation,
-    object: Option<&Value>,
-    old: Option<&Value>,
-    username: &str,
-) -> Value {
-    let subject = object.or(old).cloned().unwrap_or(Value::Null);
-    let api_version = subject
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let kind = subject.get("kind").and_then(Value::as_str).unwrap_or("");
-    let (_, _, ns, name) = identity(&subject);
-    let mut request = json!({
-        "uid": "mrguard-check",
-        "kind": {"group": group, "version": version, "kind": kind},
-        "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
-        "name": name,
-        "operation": match op { CheckOperation::Create => "CREATE", CheckOperation::Update => "UPDATE", CheckOperation::Delete => "DELETE" },
-        "userInfo": {"username": username},
-        "object": object,
-        "oldObject": old,
-        "dryRun": true,
-    });
-    if !ns.is_empty() {
-        request["namespace"] = json!(ns);
-    }
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
-}
-
-fn decode(review: Value) -> Result<admission::Request, String> {
-    let bytes = serde_json::to_vec(&review).map_err(|e| e.to_string())?;
-    admission::decode(&bytes).map_err(|e| e.to_string())
-}
-
-/// Mutates then validates one object, as the API server chains the webhooks.
-pub fn judge(
-    op: CheckOperation,
-    object: &Value,
-    old: Option<&Value>,
-    username: &str,
-    config: &Config,
-) -> Result<Judged, String> {
-    judge_with(op, object, old, username, config, None)
-}
-
-/// [`judge`], plus what the API server does with the object's CRD: its
-/// defaults before the mutating webhook (and again after it, as the API
-/// server re-defaults a patched object), then its schema and rules after.
-pub fn judge_with(
-    op: CheckOperation,
-    object: &Value,
-    old: Option<&Value>,
-    username: &str,
-    config: &Config,
-    crd: Option<&CrdVersion>,
-) -> Result<Judged, String> {
-    let label = label(object);
-    // The API server does not validate objects being deleted.
-    let crd = crd.filter(|_| op != CheckOperation::Delete);
-    let defaulted = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(c) = crd {
-            c.apply_defaults(&mut v);
-        }
-        v
-    };
-    let (object, old) = (&defaulted(object), old.map(defaulted));
-    let old = old.as_ref();
-    let (mut current, mut patch, mut warnings) = (object.clone(), None, Vec::new());
-    if op != CheckOperation::Delete {
-        let req = decode(review_for(op, Some(object), old, username))?;
-        let d = admission::mutate(&req, config);
-        warnings.extend(d.response.warnings.clone().unwrap_or_default());
-        if let Some(m) = d.mutated {
-            patch = Some(
-                serde_json::to_value(crate::admission::patch::build(object, &m))
-                    .map_err(|e| e.to_string())?,
-            );
-            current = defaulted(&m);
+impl From<CheckOperation> for Operation {
+    fn from(op: CheckOperation) -> Self {
+        match op {
+            CheckOperation::Create => Operation::Create,
+            CheckOperation::Update => Operation::Update,
+            CheckOperation::Delete => Operation::Delete,
         }
     }
-    if let Some(c) = crd {
-        c.prune(&mut current);
+}
+
+/// Reads a CRD file, or every `.yaml`, `.yml` and `.json` file under a
+/// folder; documents that are not CRDs are ignored.
+fn load_crds(path: &Path) -> Result<Crds, CheckError> {
+    let mut files = Vec::new();
+    collect_files(path, &mut files)?;
+    let mut crds = Crds::default();
+    for f in &files {
+        let text = std::fs::read_to_string(f).map_err(|source| CheckError::Read {
+            path: f.display().to_string(),
+            source,
+        })?;
+        crds.add_yaml(&f.display().to_string(), &text)?;
     }
-    let req = match op {
-        CheckOperation::Delete => decode(review_for(op, None, Some(object), username))?,
-        _ => decode(review_for(op, Some(&current), old, username))?,
+    if crds.is_empty() {
+        return Err(CheckError::NoCrd(path.display().to_string()));
+    }
+    Ok(crds)
+}
+
+fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), CheckError> {
+    let read_err = |source| CheckError::Read {
+        path: path.display().to_string(),
+        source,
     };
-    let d = admission::validate(&req, config);
-    warnings.extend(d.response.warnings.clone().unwrap_or_default());
-    let denial = (!d.response.allowed).then(|| d.response.result.message.clone());
-    debug_assert!(d.findings.iter().all(|f| f.action != Action::Off));
-    let invalid = match crd {
-        None => None,
-        Some(c) => {
-            // Strict field validation judges what the client sent.
-            let mut errors = c.unknown_fields(object);
-            errors.extend(c.validate(&current, old).map_err(|e| e.to_string())?);
-            let (_, kind, _, name) = identity(&current);
-            (!errors.is_empty()).then(|| crate::crd::render(&kind, &name, &errors))
+    let meta = std::fs::metadata(path).map_err(read_err)?;
+    if !meta.is_dir() {
+        out.push(path.to_path_buf());
+        return Ok(());
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(read_err)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for e in entries {
+        if e.is_dir() {
+            collect_files(&e, out)?;
+        } else if e
+            .extension()
+            .and_then(|x| x.to_str())
+            .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
+        {
+            out.push(e);
         }
-    };
-    Ok(Judged {
-        label,
-        object: current,
-        patch,
-        warnings,
-        denial,
-        invalid,
-    })
+    }
+    Ok(())
 }
 
 fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<bool, CheckError> {
     let config = match &args.config {
-        Some(p) => Config::from_file(p)?,
+        Some(p) => crate::config::load_file(p)?.0,
         None => Config::builtin(),
     };
     let crds = match &args.crd {
-        Some(p) => Some(Crds::load(p)?),
+        Some(p) => Some(load_crds(p)?),
         None => None,
     };
     let docs = read_docs(&args.file)?;
@@ -335,13 +244,11 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             }
             _ => (None, None),
         };
-        let mut judged =
-            judge_with(op, doc, old, &args.username, &config, crd).map_err(|reason| {
-                CheckError::Document {
-                    path: args.file.display().to_string(),
-                    doc: i + 1,
-                    reason,
-                }
+        let mut judged = offline::judge(op.into(), doc, old, &args.username, &config, crd)
+            .map_err(|reason| CheckError::Document {
+                path: args.file.display().to_string(),
+                doc: i + 1,
+                reason,
             })?;
         if args.patch {
             let p = judged.patch.clone().unwrap_or_else(|| json!([]));
@@ -373,6 +280,17 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
     Ok(any_denied)
 }
 
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
 /// Runs the check; 0 allowed, 1 denied or invalid, 2 unreadable input
 /// (or a CRD rule mrguard cannot evaluate).
 pub fn run(args: CheckArgs) -> i32 {
@@ -393,25 +311,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn review_carries_scope_and_operation() {
-        let obj = json!({"apiVersion": "s3.aws.m.upbound.io/v1beta1", "kind": "Bucket", "metadata": {"name": "b", "namespace": "t"}, "spec": {"forProvider": {}}});
-        let r = review_for(CheckOperation::Create, Some(&obj), None, "u");
-        assert_eq!(r["request"]["namespace"], "t");
-        assert_eq!(r["request"]["kind"]["group"], "s3.aws.m.upbound.io");
-        let req = decode(r).unwrap();
-        assert_eq!(req.name, "b");
-    }
-
-    #[test]
-    fn judge_defaults_and_denies() {
-        let cfg = Config::builtin();
-        let obj = json!({"apiVersion": "s3.aws.upbound.io/v1beta1", "kind": "Bucket", "metadata": {"name": "b"}, "spec": {"forProvider": {"region": "us-east-1"}}});
-        let j = judge(CheckOperation::Create, &obj, None, "", &cfg).unwrap();
-        assert_eq!(j.object["spec"]["deletionPolicy"], "Delete");
-        assert!(j.denial.is_none());
-        let mut bad = obj.clone();
-        bad["spec"]["deletionPolicy"] = json!("delete");
-        let j = judge(CheckOperation::Create, &bad, None, "", &cfg).unwrap();
-        assert!(j.denial.unwrap().contains("[deletion-policy]"));
+    fn crd_files_name_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(load_crds(dir.path()), Err(CheckError::NoCrd(_))));
+        std::fs::write(dir.path().join("bad.yaml"), "a: [").unwrap();
+        let e = load_crds(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("bad.yaml"), "{e}");
+        assert!(matches!(
+            load_crds(&dir.path().join("nope")),
+            Err(CheckError::Read { .. })
+        ));
     }
 }

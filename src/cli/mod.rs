@@ -129,20 +129,18 @@ pub fn run(cli: Cli) -> i32 {
         Command::Check(args) => check::run(*args),
         Command::Audit(args) => audit::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
-        Command::Config(ConfigCommand::Check { file }) => {
-            match crate::config::Config::from_file(&file) {
-                Ok(_) => {
-                    println!("{}: valid", file.display());
-                    0
-                }
-                Err(e) => {
-                    eprintln!("{}: {e}", file.display());
-                    1
-                }
+        Command::Config(ConfigCommand::Check { file }) => match crate::config::load_file(&file) {
+            Ok(_) => {
+                println!("{}: valid", file.display());
+                0
             }
-        }
+            Err(e) => {
+                eprintln!("{e}");
+                1
+            }
+        },
         Command::Config(ConfigCommand::Default) => {
-            print!("{}", crate::config::BUILTIN_YAML);
+            print!("{}", mrguard_policy::config::BUILTIN_YAML);
             0
         }
     }

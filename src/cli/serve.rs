@@ -12,11 +12,12 @@ use clap::Args;
 use tracing::Instrument;
 
 use super::parse_duration;
-use crate::config::{Config, ConfigMetrics, ConfigStore, ConfigWatcher};
+use crate::config::{ConfigMetrics, ConfigStore};
 use crate::metrics::AdmissionMetrics;
 use crate::server::{ConnLimits, HttpsServer, RouteLimits};
 use crate::shutdown;
-use crate::tls::{self, CertStore, CertWatcher, PemPair, TlsMetrics};
+use crate::tls::{self, CertStore, PemPair, TlsMetrics};
+use mrguard_policy::config::Config;
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -105,15 +106,7 @@ impl Running {
 fn load_config(args: &ServeArgs) -> anyhow::Result<(Config, Vec<u8>)> {
     match &args.config {
         None => Ok((Config::builtin(), Vec::new())),
-        Some(path) => {
-            let bytes = std::fs::read(path)
-                .with_context(|| format!("failed to read config file {}", path.display()))?;
-            let text = std::str::from_utf8(&bytes)
-                .with_context(|| format!("config file {} is not UTF-8", path.display()))?;
-            let config = Config::from_yaml(text)
-                .with_context(|| format!("invalid config file {}", path.display()))?;
-            Ok((config, bytes))
-        }
+        Some(path) => Ok(crate::config::load_file(path)?),
     }
 }
 
@@ -192,26 +185,28 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let (trigger, signal) = shutdown::channel();
     let mut tasks = tokio::task::JoinSet::new();
     if let Some(path) = &args.config {
-        let watcher = ConfigWatcher {
-            path: path.clone(),
-            interval: args.reload_interval,
-        };
         tasks.spawn(
-            watcher
-                .run(config_store.clone(), config_bytes, signal.clone())
-                .instrument(tracing::info_span!("config_watcher")),
+            crate::config::watch(
+                path.clone(),
+                args.reload_interval,
+                config_store.clone(),
+                config_bytes,
+                signal.clone(),
+            )
+            .instrument(tracing::info_span!("config_watcher")),
         );
     }
     if let Some((cert, key, pair)) = cert_files {
-        let watcher = CertWatcher {
-            cert,
-            key,
-            interval: args.reload_interval,
-        };
         tasks.spawn(
-            watcher
-                .run(certs.clone(), pair, signal.clone())
-                .instrument(tracing::info_span!("cert_watcher")),
+            tls::watch(
+                cert,
+                key,
+                args.reload_interval,
+                certs.clone(),
+                pair,
+                signal.clone(),
+            )
+            .instrument(tracing::info_span!("cert_watcher")),
         );
     }
     {

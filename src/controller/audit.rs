@@ -18,9 +18,10 @@ use tokio::sync::watch as channel;
 use super::coverage::{Coverage, CrdSummary, MrKind};
 use super::watch::MrStates;
 use super::{api_err, ControllerError, ControllerMetrics};
-use crate::config::{Config, ConfigStore, Operation};
-use crate::mr::Mr;
-use crate::rules::{evaluate, RuleContext};
+use crate::config::ConfigStore;
+use mrguard_policy::admission::{validate, RequestBuilder};
+use mrguard_policy::config::Config;
+use mrguard_policy::mr::Mr;
 
 /// Objects per list page.
 const PAGE_SIZE: u32 = 250;
@@ -50,7 +51,7 @@ impl AuditFinding {
 
 /// Judges one object as a CREATE by nobody in particular.
 pub fn audit_object(kind: &MrKind, object: &Value, config: &Config) -> Vec<AuditFinding> {
-    if !crate::mr::is_managed(object) {
+    if !mrguard_policy::mr::is_managed(object) {
         return Vec::new();
     }
     let meta = |k: &str| {
@@ -61,22 +62,11 @@ pub fn audit_object(kind: &MrKind, object: &Value, config: &Config) -> Vec<Audit
             .to_string()
     };
     let (name, namespace, uid) = (meta("name"), meta("namespace"), meta("uid"));
-    let resource = config.resource(&kind.group, &kind.kind);
-    let ctx = RuleContext {
-        operation: Operation::Create,
-        group: &kind.group,
-        kind: &kind.kind,
-        name: &name,
-        namespace: &namespace,
-        username: "",
-        groups: &[],
-        dry_run: false,
-        object,
-        old_object: None,
-        config,
-        resource,
-    };
-    evaluate(&ctx)
+    // Judged as a CREATE by nobody in particular: what a new object of
+    // this shape would meet today.
+    let req = RequestBuilder::create(object.clone()).build();
+    validate(&req, config)
+        .findings
         .into_iter()
         .map(|f| AuditFinding {
             group: kind.group.clone(),
@@ -127,7 +117,7 @@ pub async fn audit_kind(
             value["apiVersion"] = Value::String(format!("{}/{}", kind.group, kind.read_version));
             value["kind"] = Value::String(kind.kind.clone());
             report.objects += 1;
-            if crate::mr::is_managed(&value) && Mr(&value).is_paused() {
+            if mrguard_policy::mr::is_managed(&value) && Mr(&value).is_paused() {
                 if let Some(uid) = obj.metadata.uid.clone() {
                     report.paused_by_policy.insert(uid);
                 }

@@ -303,8 +303,8 @@ pub(crate) mod tests {
     use serde_json::Value;
 
     /// The fixture CRDs, parsed as the API server would return them.
-    pub fn fixture_crds() -> Vec<Value> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/crds");
+    pub(crate) fn fixture_crds() -> Vec<Value> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crds");
         let mut files: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -316,7 +316,7 @@ pub(crate) mod tests {
             .collect()
     }
 
-    pub fn summaries(crds: &[Value]) -> Vec<CrdSummary> {
+    pub(crate) fn summaries(crds: &[Value]) -> Vec<CrdSummary> {
         crds.iter()
             .map(|v| serde_json::from_value(v.clone()).unwrap())
             .collect()

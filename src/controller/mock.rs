@@ -22,7 +22,7 @@ type Frames = mpsc::UnboundedSender<Result<Frame<Bytes>, Infallible>>;
 
 /// One request as the API server saw it.
 #[derive(Debug, Clone)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     pub method: String,
     pub path: String,
     pub query: String,
@@ -31,7 +31,7 @@ pub struct Recorded {
     pub body: Value,
 }
 
-pub enum Reply {
+pub(crate) enum Reply {
     Json(u16, Value),
     /// Never answered, like a watch with nothing to say.
     Hang,
@@ -46,18 +46,18 @@ struct State {
 }
 
 #[derive(Clone)]
-pub struct MockApi {
+pub(crate) struct MockApi {
     state: Arc<Mutex<State>>,
     changed: Arc<Notify>,
 }
 
 /// A Status body as the API server sends with errors.
-pub fn status(code: u16, reason: &str, message: &str) -> Value {
+pub(crate) fn status(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
            "message": message, "reason": reason, "code": code})
 }
 
-pub fn client<F>(mut respond: F) -> (kube::Client, MockApi)
+pub(crate) fn client<F>(mut respond: F) -> (kube::Client, MockApi)
 where
     F: FnMut(&Recorded) -> Reply + Send + 'static,
 {
@@ -122,12 +122,12 @@ where
 }
 
 impl MockApi {
-    pub fn requests(&self) -> Vec<Recorded> {
+    pub(crate) fn requests(&self) -> Vec<Recorded> {
         self.state.lock().unwrap().requests.clone()
     }
 
     /// Every request that is not a GET.
-    pub fn writes(&self) -> Vec<Recorded> {
+    pub(crate) fn writes(&self) -> Vec<Recorded> {
         self.requests()
             .into_iter()
             .filter(|r| r.method != "GET")
@@ -135,7 +135,7 @@ impl MockApi {
     }
 
     /// Waits until `pred` holds for the recorded requests; panics after 10 s.
-    pub async fn wait_for(&self, what: &str, pred: impl Fn(&[Recorded]) -> bool) -> Vec<Recorded> {
+    pub(crate) async fn wait_for(&self, what: &str, pred: impl Fn(&[Recorded]) -> bool) -> Vec<Recorded> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let notified = self.changed.notified();
@@ -155,7 +155,7 @@ impl MockApi {
     }
 
     /// Sends a watch event on every open watch whose path contains `path`.
-    pub fn push(&self, path: &str, event_type: &str, object: Value) -> usize {
+    pub(crate) fn push(&self, path: &str, event_type: &str, object: Value) -> usize {
         let line = json!({"type": event_type, "object": object});
         let mut state = self.state.lock().unwrap();
         state.watches.retain(|(_, tx)| !tx.is_closed());
@@ -173,7 +173,7 @@ impl MockApi {
     }
 
     /// Waits until a watch on `path` is open.
-    pub async fn wait_watch(&self, path: &str) {
+    pub(crate) async fn wait_watch(&self, path: &str) {
         self.wait_for(&format!("a watch on {path}"), |r| {
             r.iter()
                 .any(|r| r.path.contains(path) && r.query.contains("watch=true"))
@@ -183,19 +183,19 @@ impl MockApi {
 }
 
 /// A list response as the API server sends it.
-pub fn list(kind: &str, api_version: &str, items: Vec<Value>) -> Value {
+pub(crate) fn list(kind: &str, api_version: &str, items: Vec<Value>) -> Value {
     json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": "100"}, "items": items})
 }
 
 /// A clock the test moves by hand.
-pub struct ManualClock(Mutex<Timestamp>);
+pub(crate) struct ManualClock(Mutex<Timestamp>);
 
 impl ManualClock {
-    pub fn new(t: Timestamp) -> Self {
+    pub(crate) fn new(t: Timestamp) -> Self {
         Self(Mutex::new(t))
     }
 
-    pub fn advance(&self, d: Duration) {
+    pub(crate) fn advance(&self, d: Duration) {
         let mut t = self.0.lock().unwrap();
         *t += jiff::SignedDuration::try_from(d).unwrap();
     }

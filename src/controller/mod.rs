@@ -324,7 +324,12 @@ impl ControllerError {
 pub(crate) struct ErrorOnce(Option<String>);
 
 impl ErrorOnce {
-    pub fn failed(&mut self, e: &ControllerError, metrics: Option<&ControllerMetrics>, what: &str) {
+    pub(crate) fn failed(
+        &mut self,
+        e: &ControllerError,
+        metrics: Option<&ControllerMetrics>,
+        what: &str,
+    ) {
         let message = e.to_string();
         if self.0.as_deref() == Some(message.as_str()) {
             e.count(metrics);
@@ -334,7 +339,7 @@ impl ErrorOnce {
         self.0 = Some(message);
     }
 
-    pub fn ok(&mut self) {
+    pub(crate) fn ok(&mut self) {
         if self.0.take().is_some() {
             tracing::info!("watch recovered");
         }
@@ -836,7 +841,7 @@ mod tests {
             client,
             settings: Settings::from_args(&args, 9443),
             certs: certs.clone(),
-            config: ConfigStore::new(crate::config::Config::builtin(), None),
+            config: ConfigStore::new(mrguard_policy::config::Config::builtin(), None),
             ready: ready.clone(),
             metrics: metrics.clone(),
             clock: Arc::new(SystemClock),

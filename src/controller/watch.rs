@@ -26,7 +26,7 @@ use tokio::sync::watch as channel;
 
 use super::coverage::{Coverage, MrKind};
 use super::{api_err, Backoff, Clock, ControllerError, ControllerMetrics};
-use crate::mr::{Mr, CREATE_PENDING};
+use mrguard_policy::mr::{Mr, CREATE_PENDING};
 
 pub const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
 /// Annotation on our Events naming what they report (`<uid>@<pending time>`).

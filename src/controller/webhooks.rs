@@ -455,7 +455,7 @@ pub(crate) mod tests_support {
 
     /// A configuration as the chart creates it (no caBundle, no rules), in
     /// the shape of the provider-nop fixture.
-    pub fn config_json(
+    pub(crate) fn config_json(
         kind: ConfigKind,
         name: &str,
         bundle: &[u8],
@@ -464,7 +464,7 @@ pub(crate) mod tests_support {
     ) -> Value {
         let fixture = std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../shared/fixtures/nop_webhookconfigurations.yaml"),
+                .join("tests/fixtures/nop_webhookconfigurations.yaml"),
         )
         .unwrap();
         let mut v: Value = serde_saphyr::from_str(&fixture).unwrap();
@@ -541,7 +541,7 @@ mod tests {
         // hand-written rules are replaced by the computed ones.
         let fixture = std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../shared/fixtures/nop_webhookconfigurations.yaml"),
+                .join("tests/fixtures/nop_webhookconfigurations.yaml"),
         )
         .unwrap();
         let mut v: Value = serde_saphyr::from_str(&fixture).unwrap();

@@ -14,9 +14,9 @@ use axum::Router;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tokio::sync::Semaphore;
 
-use crate::admission::{self, Outcome, Webhook};
 use crate::config::ConfigStore;
 use crate::metrics::{AdmissionMetrics, Observed};
+use mrguard_policy::admission::{self, Outcome, Webhook};
 
 /// Bodies above this get 413 (SPEC §6).
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -192,7 +192,7 @@ async fn handle(state: AppState, webhook: Webhook, req: Request) -> Response {
         m.observe(
             &Observed {
                 webhook,
-                operation: admission::operation(&request.operation).as_str(),
+                operation: mrguard_policy::model::Operation::from(&request.operation).as_str(),
                 group: &request.kind.group,
                 kind: &request.kind.kind,
             },

@@ -17,19 +17,19 @@ use mrguard::cli::{Cli, Command};
 use rustls::pki_types::ServerName;
 use serde_json::Value;
 
-pub fn shared() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures")
+pub(crate) fn shared() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
 /// An AdmissionReview a real kube-apiserver sent (fixtures/reviews/).
-pub fn fixture_review(name: &str) -> Value {
+pub(crate) fn fixture_review(name: &str) -> Value {
     let p = shared().join("reviews").join(name);
     serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
         .unwrap()
 }
 
 /// The documents of an example manifest (fixtures/examples/).
-pub fn example(name: &str) -> Vec<Value> {
+pub(crate) fn example(name: &str) -> Vec<Value> {
     let p = shared().join("examples").join(name);
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     serde_saphyr::from_multiple::<Value>(&text)
@@ -40,7 +40,7 @@ pub fn example(name: &str) -> Vec<Value> {
 }
 
 /// Builds the AdmissionReview the API server would send for `object`.
-pub fn review(op: &str, object: Option<&Value>, old: Option<&Value>) -> Value {
+pub(crate) fn review(op: &str, object: Option<&Value>, old: Option<&Value>) -> Value {
     let subject = object.or(old).cloned().unwrap_or(Value::Null);
     let api_version = subject["apiVersion"].as_str().unwrap_or("");
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -69,7 +69,7 @@ fn rand_id() -> u64 {
 }
 
 /// Applies the base64 JSON Patch of an AdmissionReview response to `obj`.
-pub fn apply_patch(obj: &Value, response: &Value) -> Value {
+pub(crate) fn apply_patch(obj: &Value, response: &Value) -> Value {
     let mut out = obj.clone();
     if let Some(p) = response["patch"].as_str() {
         assert_eq!(response["patchType"], "JSONPatch");
@@ -87,7 +87,7 @@ pub fn apply_patch(obj: &Value, response: &Value) -> Value {
     out
 }
 
-pub struct Harness {
+pub(crate) struct Harness {
     pub running: Option<Running>,
     pub addr: SocketAddr,
     pub metrics_addr: SocketAddr,
@@ -100,11 +100,11 @@ pub struct Harness {
 
 impl Harness {
     /// Starts the server with certificate files and, when given, a config file.
-    pub async fn start(config: Option<&str>) -> Self {
+    pub(crate) async fn start(config: Option<&str>) -> Self {
         Self::start_with(config, &[]).await
     }
 
-    pub async fn start_with(config: Option<&str>, extra: &[&str]) -> Self {
+    pub(crate) async fn start_with(config: Option<&str>, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let (pair, ca) = mrguard::tls::self_signed(&mrguard::tls::local_names()).unwrap();
         let cert_file = dir.path().join("tls.crt");
@@ -151,18 +151,18 @@ impl Harness {
         }
     }
 
-    pub fn client(&self, proto: Proto) -> TlsClient {
+    pub(crate) fn client(&self, proto: Proto) -> TlsClient {
         TlsClient::new(&[&self.ca_pem], proto)
     }
 
     /// POSTs a review over a fresh HTTP/1.1 connection; returns the
     /// AdmissionReview `response` after checking the envelope and uid.
-    pub async fn review(&self, path: &str, review: &Value) -> Value {
+    pub(crate) async fn review(&self, path: &str, review: &Value) -> Value {
         let mut conn = self.client(Proto::Http1).connect(self.addr).await.unwrap();
         post_review(&mut conn, path, review).await
     }
 
-    pub async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         let mut s = tokio::net::TcpStream::connect(self.metrics_addr)
             .await
             .unwrap();
@@ -176,14 +176,14 @@ impl Harness {
         out
     }
 
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         if let Some(r) = self.running.take() {
             r.shutdown().await;
         }
     }
 }
 
-pub fn serve_args(args: &[String]) -> ServeArgs {
+pub(crate) fn serve_args(args: &[String]) -> ServeArgs {
     match Cli::try_parse_from(args)
         .expect("valid serve flags")
         .command
@@ -194,7 +194,7 @@ pub fn serve_args(args: &[String]) -> ServeArgs {
 }
 
 /// Sends a review and checks the response envelope; returns `response`.
-pub async fn post_review(conn: &mut Conn, path: &str, review: &Value) -> Value {
+pub(crate) async fn post_review(conn: &mut Conn, path: &str, review: &Value) -> Value {
     let (status, body) = conn
         .post(path, serde_json::to_vec(review).unwrap())
         .await
@@ -208,22 +208,22 @@ pub async fn post_review(conn: &mut Conn, path: &str, review: &Value) -> Value {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Proto {
+pub(crate) enum Proto {
     Http1,
     Http2,
 }
 
-pub struct TlsClient {
+pub(crate) struct TlsClient {
     config: Arc<rustls::ClientConfig>,
     proto: Proto,
 }
 
 impl TlsClient {
-    pub fn new(ca_pems: &[&[u8]], proto: Proto) -> Self {
+    pub(crate) fn new(ca_pems: &[&[u8]], proto: Proto) -> Self {
         Self::with_versions(ca_pems, proto, rustls::DEFAULT_VERSIONS)
     }
 
-    pub fn with_versions(
+    pub(crate) fn with_versions(
         ca_pems: &[&[u8]],
         proto: Proto,
         versions: &[&'static rustls::SupportedProtocolVersion],
@@ -251,7 +251,7 @@ impl TlsClient {
         }
     }
 
-    pub async fn connect(&self, addr: SocketAddr) -> std::io::Result<Conn> {
+    pub(crate) async fn connect(&self, addr: SocketAddr) -> std::io::Result<Conn> {
         let tcp = tokio::net::TcpStream::connect(addr).await?;
         let connector = tokio_rustls::TlsConnector::from(self.config.clone());
         let tls = connector
@@ -296,7 +296,7 @@ enum Sender {
     H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
 }
 
-pub struct Conn {
+pub(crate) struct Conn {
     sender: Sender,
     /// DER of the certificate the server presented.
     pub peer_cert: Vec<u8>,
@@ -305,7 +305,7 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub async fn request(
+    pub(crate) async fn request(
         &mut self,
         method: &str,
         path: &str,
@@ -332,7 +332,7 @@ impl Conn {
         Ok((status, body))
     }
 
-    pub async fn post(
+    pub(crate) async fn post(
         &mut self,
         path: &str,
         body: Vec<u8>,
@@ -340,14 +340,14 @@ impl Conn {
         self.request("POST", path, body).await
     }
 
-    pub async fn get(&mut self, path: &str) -> Result<(u16, Vec<u8>), hyper::Error> {
+    pub(crate) async fn get(&mut self, path: &str) -> Result<(u16, Vec<u8>), hyper::Error> {
         self.request("GET", path, vec![]).await
     }
 }
 
 /// A raw TLS stream to the server (no HTTP client), for tests that need to
 /// send bytes slowly or malformed; `alpn` is offered as the only protocol.
-pub async fn raw_tls(
+pub(crate) async fn raw_tls(
     addr: SocketAddr,
     ca_pems: &[&[u8]],
     alpn: &[u8],
@@ -372,7 +372,7 @@ pub async fn raw_tls(
 
 /// Reads until the peer closes the stream or `limit` passes; returns what
 /// arrived and whether the peer closed (EOF or an error) within the limit.
-pub async fn read_until_closed<S: tokio::io::AsyncRead + Unpin>(
+pub(crate) async fn read_until_closed<S: tokio::io::AsyncRead + Unpin>(
     s: &mut S,
     limit: std::time::Duration,
 ) -> (Vec<u8>, bool) {

@@ -1,0 +1,530 @@
+use super::*;
+use crate::rules::testing::{mr, Case};
+use serde_json::json;
+
+fn eval_on(expr: &str, this: &Value) -> Result<bool, EvalError> {
+    let p = CelProgram::compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
+    let mut scope = Scope::new();
+    scope.bind("self", Some(this));
+    scope.bind("oldSelf", None);
+    p.eval_bool(&scope)
+}
+
+fn t(expr: &str, this: &Value) {
+    assert_eq!(eval_on(expr, this), Ok(true), "{expr}");
+}
+
+fn compile_err(expr: &str) -> String {
+    CelProgram::compile(expr)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn empty_and_broken_sources_are_errors_not_panics() {
+    for src in [
+        "",
+        " ",
+        "(",
+        "\t\n",
+        ")",
+        "self.",
+        "'unterminated",
+        "1 +",
+        "[1, 2",
+        "{'a': }",
+    ] {
+        let r = std::panic::catch_unwind(|| CelProgram::compile(src).map(|_| ()));
+        match r {
+            Ok(Err(e)) => assert!(!e.to_string().is_empty(), "{src:?}"),
+            Ok(Ok(())) => panic!("{src:?} compiled"),
+            Err(_) => panic!("{src:?} panicked"),
+        }
+    }
+}
+
+#[test]
+fn json_integers_are_ints() {
+    let obj =
+        json!({"spec": {"size": 21, "replicas": 3, "ratio": 0.5, "big": 18446744073709551615u64}});
+    t("self.spec.size * 2 == 42", &obj);
+    t("self.spec.replicas == 3", &obj);
+    t("self.spec.replicas > 2 && self.spec.replicas < 4", &obj);
+    t("type(self.spec.replicas) == int", &obj);
+    t("self.spec.size - 22 == -1", &obj);
+    t("self.spec.ratio * 2.0 == 1.0", &obj);
+    t("type(self.spec.big) == double", &obj);
+    t("self.spec.replicas in [1, 2, 3]", &obj);
+}
+
+#[test]
+fn kubernetes_idioms_used_by_provider_crds() {
+    let obj = json!({
+        "managementPolicies": ["Observe", "Create"],
+        "forProvider": {"name": "x", "tags": {"team": "a"}, "cidrs": ["10.0.0.0/16", "10.1.0.0/16"]},
+        "labels": {"app.kubernetes.io/name": "web"},
+    });
+    t("'Create' in self.managementPolicies", &obj);
+    t("!('*' in self.managementPolicies)", &obj);
+    t(
+        "has(self.forProvider.name) && !has(self.forProvider.title)",
+        &obj,
+    );
+    t(
+        "!has(self.initProvider) || has(self.initProvider.name)",
+        &obj,
+    );
+    t("self.forProvider.cidrs.all(c, c.startsWith('10.'))", &obj);
+    t("self.forProvider.cidrs.exists(c, c.endsWith('/16'))", &obj);
+    t(
+        "self.forProvider.cidrs.exists_one(c, c.contains('.1.'))",
+        &obj,
+    );
+    t(
+        "self.forProvider.cidrs.map(c, c.split('/')[1]) == ['16', '16']",
+        &obj,
+    );
+    t(
+        "self.forProvider.cidrs.filter(c, c.matches('^10[.]1')).size() == 1",
+        &obj,
+    );
+    t(
+        "size(self.forProvider.tags) == 1 && 'team' in self.forProvider.tags",
+        &obj,
+    );
+    t("self.forProvider.tags.all(k, k.lowerAscii() == k)", &obj);
+    t("self.labels['app.kubernetes.io/name'] == 'web'", &obj);
+    t("self == self", &obj);
+    // Error absorption: the right side decides when the left one errors.
+    t("self.forProvider.missing == 1 || true", &obj);
+    t("!(self.forProvider.missing == 1 && false)", &obj);
+    // Optional field access.
+    t("self.?forProvider.?title.orValue('none') == 'none'", &obj);
+    t("self.?forProvider.?name.hasValue()", &obj);
+    t(
+        "self.?forProvider.?title.optMap(t, t + '!').orValue('none') == 'none'",
+        &obj,
+    );
+    t(
+        "self.?forProvider.?name.optMap(t, t + '!').value() == 'x!'",
+        &obj,
+    );
+}
+
+#[test]
+fn string_and_list_extension_functions() {
+    let obj =
+        json!({"s": "Hello, World", "n": [3, 1, 2], "sorted": [1, 2, 2, 5], "words": ["a", "b"]});
+    for expr in [
+        "self.s.charAt(0) == 'H'",
+        "self.s.indexOf('o') == 4 && self.s.lastIndexOf('o') == 8",
+        "self.s.lowerAscii() == 'hello, world' && self.s.upperAscii() == 'HELLO, WORLD'",
+        "self.s.replace('l', 'L') == 'HeLLo, WorLd'",
+        "self.s.replace('l', 'L', 1) == 'HeLlo, World'",
+        "self.s.split(', ') == ['Hello', 'World']",
+        "self.s.substring(7) == 'World' && self.s.substring(0, 5) == 'Hello'",
+        "'  x '.trim() == 'x'",
+        "self.words.join('-') == 'a-b' && self.words.join() == 'ab'",
+        "'%s has %d'.format(['x', 2]) == 'x has 2'",
+        "strings.quote('a') == '\"a\"'",
+        "self.sorted.isSorted() && !self.n.isSorted()",
+        "self.n.sum() == 6 && self.n.min() == 1 && self.n.max() == 3",
+        "self.n.indexOf(2) == 2 && self.sorted.lastIndexOf(2) == 2 && self.n.indexOf(9) == -1",
+        "self.s.find('[A-Z][a-z]+') == 'Hello' && self.s.findAll('[A-Z]') == ['H', 'W']",
+        "self.s.findAll('l', 2) == ['l', 'l']",
+        "sets.contains(self.n, [1, 2]) && !sets.contains(self.n, [4])",
+        "sets.equivalent(self.n, [1, 2, 3, 3]) && sets.intersects(self.n, [9, 3])",
+        "int('42') == 42 && string(42) == '42' && double(1) == 1.0",
+        "duration('1h') > duration('30m')",
+        "timestamp('2024-01-02T03:04:05Z').getFullYear() == 2024",
+        "optional.of(1).value() == 1 && !optional.none().hasValue()",
+    ] {
+        t(expr, &obj);
+    }
+}
+
+#[test]
+fn every_listed_function_is_registered() {
+    // A compile-time allowlist that named an unregistered function would
+    // turn into "undeclared reference" at run time; each one is exercised
+    // above, and here by name: evaluating a call with wrong argument types
+    // must say "no matching overload", never "undeclared".
+    for f in FUNCTIONS {
+        let args = "self, self, self, self, self";
+        let forms = match f.rsplit_once('.') {
+            Some((ns, name)) => vec![format!("{ns}.{name}({args})")],
+            None => vec![format!("{f}({args})"), format!("self.{f}({args})")],
+        };
+        let errors: Vec<String> = forms
+            .iter()
+            .map(|e| eval_on(e, &json!({"x": 1})).unwrap_err().to_string())
+            .collect();
+        assert!(
+            errors.iter().any(|e| !e.contains("ndeclared")),
+            "{f}: {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn unsupported_functions_and_variables_fail_at_compile_time() {
+    let e = compile_err("url(self.spec.endpoint) == 'x'");
+    assert!(e.contains("function 'url' is not supported"), "{e}");
+    let e = compile_err("self.spec.endpoint.getHost() == 'x'");
+    assert!(e.contains("function 'getHost' is not supported"), "{e}");
+    let e = compile_err("self.spec.q.isQuantity()");
+    assert!(e.contains("'isQuantity'"), "{e}");
+    let e = compile_err("cel.bind(x, 1, x == 1)");
+    assert!(e.contains("'cel.bind'"), "{e}");
+    let e = compile_err("spec.size > 1");
+    assert!(e.contains("undeclared reference to 'spec'"), "{e}");
+    let e = compile_err("google.protobuf.Int64Value{value: 1} == 1");
+    assert!(e.contains("not supported"), "{e}");
+    // CRD rules have no `request`.
+    let e = CelProgram::compile_with("request.name == 'x'", CRD_VARS)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("undeclared reference to 'request'"), "{e}");
+    // Comprehension variables are in scope only inside their comprehension.
+    assert!(CelProgram::compile("self.a.all(x, x > 0) && x > 0").is_err());
+    assert!(CelProgram::compile("self.a.all(x, self.b.all(y, x > y))").is_ok());
+}
+
+#[test]
+fn runtime_errors_and_non_bool_results() {
+    let obj = json!({"spec": {"n": 1, "s": "a"}});
+    let e = eval_on("self.spec.missing == 1", &obj).unwrap_err();
+    assert!(
+        matches!(&e, EvalError::Runtime(m) if m.contains("missing")),
+        "{e}"
+    );
+    let e = eval_on("self.spec.n + self.spec.s == 'x'", &obj).unwrap_err();
+    assert!(matches!(e, EvalError::Runtime(_)), "{e}");
+    let e = eval_on("self.spec.n", &obj).unwrap_err();
+    assert_eq!(e, EvalError::NotBool("int".into()));
+    let e = eval_on("1 / (self.spec.n - 1) == 1", &obj).unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("division"), "{e}");
+}
+
+#[test]
+fn compile_limits() {
+    let long = format!("self.a == '{}'", "x".repeat(limits::MAX_SOURCE_LEN));
+    assert!(compile_err(&long).contains("bytes long"));
+    let nested = "self.a.all(a, a.all(b, b.all(c, c.all(d, d))))";
+    assert!(compile_err(nested).contains("nested more than 3"));
+    let deep = format!("{}true{}", "(".repeat(300), ")".repeat(300));
+    let e = compile_err(&deep);
+    assert!(e.contains("ecursion") || e.contains("deep"), "{e}");
+    let big = (0..800)
+        .map(|i| format!("self.a == {i}"))
+        .collect::<Vec<_>>()
+        .join(" || ");
+    assert!(compile_err(&big).contains("too large"));
+    // Legitimately long rules still compile.
+    let ok = (0..100)
+        .map(|i| format!("self.a != {i}"))
+        .collect::<Vec<_>>()
+        .join(" && ");
+    CelProgram::compile(&ok).unwrap();
+    let chain = (0..30)
+        .map(|i| format!("'{i}'"))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    CelProgram::compile(&format!("size({chain}) > 0")).unwrap();
+    let chain = (0..60)
+        .map(|i| format!("'{i}'"))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    CelProgram::compile(&format!("size({chain}) > 0")).unwrap_err();
+    let chain = (0..60)
+        .map(|i| format!("'{i}'"))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    assert!(compile_err(&format!("size({chain}) > 0")).contains("nested too deeply"));
+}
+
+#[test]
+fn deep_programs_run_on_a_small_stack() {
+    // Tokio workers have 2 MiB stacks; the deepest program accepted must
+    // compile and evaluate there.
+    let handle = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(|| {
+            let mut depth = 0;
+            let mut expr = String::from("self.a");
+            let mut last_ok = String::new();
+            while depth < 100 {
+                let next = format!("({expr} + 1)");
+                if CelProgram::compile(&format!("{next} > 0")).is_err() {
+                    break;
+                }
+                expr = next;
+                last_ok = format!("{expr} > 0");
+                depth += 1;
+            }
+            let p = CelProgram::compile(&last_ok).unwrap();
+            let obj = json!({"a": 1});
+            let mut scope = Scope::new();
+            scope.bind("self", Some(&obj));
+            (depth, p.eval_bool(&scope))
+        })
+        .unwrap();
+    let (depth, r) = handle.join().unwrap();
+    assert!(
+        (10..40).contains(&depth),
+        "{depth} levels of nesting compile"
+    );
+    assert_eq!(r, Ok(true));
+}
+
+#[test]
+fn quadratic_expressions_hit_the_cost_limit() {
+    let items: Vec<i64> = (0..5_000).collect();
+    let obj = json!({"items": items});
+    // 25 million comparisons: far over budget, stopped early.
+    // (A debug build may hit the time limit first; both stop it.)
+    let e = eval_on(
+        "self.items.all(x, self.items.all(y, x == y || x != y))",
+        &obj,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, EvalError::Exceeded(m) if m.contains("limit")),
+        "{e}"
+    );
+    // `in` on a big list inside a loop is charged per element too.
+    let e = eval_on("self.items.all(x, x in self.items)", &obj).unwrap_err();
+    assert!(matches!(e, EvalError::Exceeded(_)), "{e}");
+    // A linear pass is well within budget.
+    t("self.items.all(x, x >= 0)", &obj);
+    t("self.items.map(x, x * 2).size() == 5000", &obj);
+    // The failed charge cannot be absorbed by `||`.
+    let e = eval_on(
+        "self.items.all(x, self.items.all(y, x == y || x != y)) || true",
+        &obj,
+    )
+    .unwrap_err();
+    assert!(matches!(e, EvalError::Exceeded(_)), "{e}");
+}
+
+#[test]
+fn string_amplification_is_charged_before_allocating() {
+    let obj = json!({"s": "x".repeat(100_000)});
+    // 100k insertions of a 100 kB string would be 10 GB.
+    let e = eval_on("self.s.replace('', self.s).size() > 0", &obj).unwrap_err();
+    assert!(matches!(e, EvalError::Exceeded(_)), "{e}");
+    let e = eval_on("sets.contains(self.s.split(''), self.s.split(''))", &obj).unwrap_err();
+    assert!(matches!(e, EvalError::Exceeded(_)), "{e}");
+}
+
+#[test]
+fn the_meter_is_per_evaluation() {
+    // 600k units (debug builds are too slow to use more within the time
+    // limit): fits once, and again, since each evaluation starts afresh.
+    let items: Vec<i64> = (0..600).collect();
+    let obj = json!({"items": items});
+    for _ in 0..3 {
+        t(
+            "self.items.all(x, self.items.size() == 600 && x in self.items)",
+            &obj,
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Configured rules through the rule registry.
+
+const TEAM: &str = r#"
+resources:
+  - apiGroups: ["*"]
+    kinds: ["*"]
+    celRules:
+      - name: team
+        expression: "has(self.metadata.labels) && 'team' in self.metadata.labels"
+        message: "every MR needs a team label"
+      - name: size-warn
+        expression: "!has(self.spec.forProvider.size) || self.spec.forProvider.size * 2 <= 100"
+        messageExpression: "'size ' + string(self.spec.forProvider.size) + ' of ' + self.metadata.name + ' is too big'"
+        action: Warn
+      - name: region-frozen
+        expression: "oldSelf == null || self.spec.forProvider.region == oldSelf.spec.forProvider.region"
+        message: "region is frozen"
+        operations: [UPDATE]
+      - name: no-robots
+        expression: "!request.userInfo.username.startsWith('robot-') || request.dryRun"
+        message: "robots only dry-run"
+        operations: [CREATE, UPDATE, DELETE]
+      - name: ops
+        expression: "request.operation != 'DELETE' || self.metadata.name != 'keep'"
+        message: "keep stays"
+        operations: [DELETE]
+"#;
+
+fn findings(case: Case) -> Vec<(String, Action, String)> {
+    case.config(TEAM)
+        .evaluate()
+        .into_iter()
+        .filter(|f| f.rule.starts_with("cel:"))
+        .map(|f| (f.rule.into_owned(), f.action, f.message))
+        .collect()
+}
+
+fn labelled(labels: Value, spec: Value) -> Value {
+    let mut o = mr(spec);
+    o["metadata"]["labels"] = labels;
+    o
+}
+
+#[test]
+fn configured_rule_denies_and_passes() {
+    let f = findings(Case::create(mr(json!({}))));
+    assert_eq!(
+        f,
+        vec![(
+            "cel:team".into(),
+            Action::Deny,
+            "every MR needs a team label".into()
+        )]
+    );
+    let f = findings(Case::create(labelled(json!({"team": "a"}), json!({}))));
+    assert!(f.is_empty(), "{f:?}");
+}
+
+#[test]
+fn message_expression_and_warn_action() {
+    let obj = labelled(json!({"team": "a"}), json!({"forProvider": {"size": 60}}));
+    let f = findings(Case::create(obj));
+    assert_eq!(
+        f,
+        vec![(
+            "cel:size-warn".into(),
+            Action::Warn,
+            "size 60 of b is too big".into()
+        )]
+    );
+}
+
+#[test]
+fn update_only_rule_sees_old_self() {
+    let old = labelled(
+        json!({"team": "a"}),
+        json!({"forProvider": {"region": "eu-west-1"}}),
+    );
+    let new = labelled(
+        json!({"team": "a"}),
+        json!({"forProvider": {"region": "us-east-1"}}),
+    );
+    assert!(findings(Case::create(new.clone())).is_empty());
+    let f = findings(Case::update(old.clone(), new));
+    assert_eq!(
+        f,
+        vec![(
+            "cel:region-frozen".into(),
+            Action::Deny,
+            "region is frozen".into()
+        )]
+    );
+    assert!(findings(Case::update(old.clone(), old)).is_empty());
+}
+
+#[test]
+fn request_variables() {
+    let obj = labelled(json!({"team": "a"}), json!({}));
+    let f = findings(Case::create(obj.clone()).user("robot-1"));
+    assert_eq!(
+        f,
+        vec![(
+            "cel:no-robots".into(),
+            Action::Deny,
+            "robots only dry-run".into()
+        )]
+    );
+    assert!(findings(Case::create(obj.clone()).user("alice")).is_empty());
+    // On DELETE `self` is the old object.
+    let mut keep = obj;
+    keep["metadata"]["name"] = json!("keep");
+    let f = findings(Case::delete(keep));
+    assert_eq!(
+        f,
+        vec![("cel:ops".into(), Action::Deny, "keep stays".into())]
+    );
+}
+
+#[test]
+fn request_namespace_name_groups_and_dry_run() {
+    let obj = json!({"apiVersion": "g/v1", "kind": "K",
+                     "metadata": {"name": "n1", "namespace": "team-a"},
+                     "spec": {"forProvider": {}}});
+    let groups = vec!["system:authenticated".to_string(), "admins".to_string()];
+    let config = crate::config::Config::builtin();
+    let req = crate::admission::RequestBuilder::new(Operation::Update)
+        .object(obj)
+        .username("bob")
+        .groups(groups)
+        .dry_run(true)
+        .build();
+    let ctx = RuleContext::new(&req, &config).unwrap();
+    let scope = Scope::for_request(&ctx);
+    for expr in [
+        "request.operation == 'UPDATE'",
+        "request.namespace == 'team-a' && request.name == 'n1'",
+        "request.dryRun",
+        "request.userInfo.username == 'bob' && 'admins' in request.userInfo.groups",
+        "oldSelf == null",
+        "self.spec == {'forProvider': {}}",
+    ] {
+        assert_eq!(
+            CelProgram::compile(expr).unwrap().eval_bool(&scope),
+            Ok(true),
+            "{expr}"
+        );
+    }
+}
+
+#[test]
+fn evaluation_errors_follow_the_rule_action() {
+    let yaml = r#"
+resources:
+  - apiGroups: ["*"]
+    kinds: ["*"]
+    celRules:
+      - {name: strict, expression: "self.spec.forProvider.nope == 1"}
+      - {name: lenient, expression: "self.spec.forProvider.nope == 1", action: Warn}
+      - {name: not-bool, expression: "self.metadata.name"}
+      - {name: bad-message, expression: "false", message: "fallback", messageExpression: "self.nope"}
+"#;
+    let f = Case::create(mr(json!({}))).config(yaml).evaluate();
+    let got: Vec<_> = f
+        .iter()
+        .map(|f| (f.rule.as_ref(), f.action, f.message.as_str()))
+        .collect();
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert_eq!(got[0].0, "cel:strict");
+    assert_eq!(got[0].1, Action::Deny);
+    assert!(got[0].2.starts_with("evaluation error: "), "{}", got[0].2);
+    assert_eq!((got[1].0, got[1].1), ("cel:lenient", Action::Warn));
+    assert!(got[1].2.starts_with("evaluation error: "));
+    assert_eq!(
+        got[2].2,
+        "evaluation error: the expression returned string, not a bool"
+    );
+    assert_eq!(got[3].2, "fallback");
+}
+
+#[test]
+fn compile_errors_name_the_rule() {
+    let yaml = "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - {name: broken, expression: 'self.a ==' }\n";
+    let e = crate::config::Config::from_yaml(yaml)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"broken\"") && e.contains("celRules[0].expression"),
+        "{e}"
+    );
+    let yaml = "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - {name: unknown-fn, expression: 'url(self.a) == 1' }\n";
+    let e = crate::config::Config::from_yaml(yaml)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"unknown-fn\"") && e.contains("'url'"), "{e}");
+}

@@ -1,0 +1,609 @@
+//! The configuration file (SPEC §5): parsed once from YAML into raw serde
+//! structs that reject unknown keys, then validated into the typed [`Config`]
+//! the rules read. Nothing downstream ever sees an unvalidated value.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
+use wildmatch::WildMatch;
+
+use crate::cel::{CelProgram, CelRule};
+use crate::fieldpath::FieldPath;
+use crate::model::{Action, Operation};
+use crate::rules;
+
+/// The built-in configuration, used when `--config` is not given.
+pub const BUILTIN_YAML: &str = include_str!("builtin.yaml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("failed to parse config: {0}")]
+    Parse(String),
+    #[error("failed to validate config: {field}: {reason}")]
+    Invalid { field: String, reason: String },
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Raw, as written in YAML.
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawConfig {
+    #[serde(default)]
+    provider_config: RawProviderConfig,
+    #[serde(default)]
+    exempt_usernames: Vec<String>,
+    #[serde(default)]
+    rules: BTreeMap<String, Action>,
+    #[serde(default)]
+    resources: Vec<RawResource>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawProviderConfig {
+    default_name: Option<String>,
+    #[serde(default)]
+    namespace_provider_configs: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawResource {
+    api_groups: Vec<String>,
+    kinds: Vec<String>,
+    #[serde(default)]
+    external_name: ExternalNameStrategy,
+    #[serde(default)]
+    immutable_fields: Vec<String>,
+    tags_field: Option<String>,
+    #[serde(default)]
+    deletion_protection: bool,
+    #[serde(default)]
+    rules: BTreeMap<String, Action>,
+    #[serde(default)]
+    cel_rules: Vec<RawCelRule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawCelRule {
+    name: String,
+    expression: String,
+    message: Option<String>,
+    message_expression: Option<String>,
+    #[serde(default = "default_cel_action")]
+    action: CelAction,
+    operations: Option<Vec<Operation>>,
+}
+
+fn default_cel_action() -> CelAction {
+    CelAction::Deny
+}
+
+// ---------------------------------------------------------------------------
+// Validated.
+
+/// How a kind's external name is chosen (SPEC §3, item 2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum ExternalNameStrategy {
+    #[default]
+    NameAsIdentifier,
+    IdentifierFromProvider,
+}
+
+/// The action a CEL rule takes when it fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum CelAction {
+    Deny,
+    Warn,
+}
+
+impl From<CelAction> for Action {
+    fn from(a: CelAction) -> Self {
+        match a {
+            CelAction::Deny => Action::Deny,
+            CelAction::Warn => Action::Warn,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ProviderConfigDefaults {
+    pub default_name: String,
+    pub namespace_provider_configs: BTreeMap<String, String>,
+}
+
+impl ProviderConfigDefaults {
+    /// The default name for an MR in `namespace` (empty for cluster scope).
+    pub fn name_for(&self, namespace: &str) -> &str {
+        self.namespace_provider_configs
+            .get(namespace)
+            .map(String::as_str)
+            .unwrap_or(&self.default_name)
+    }
+}
+
+/// One `resources` entry: which kinds it matches and what applies to them.
+#[derive(Debug, Clone, Default)]
+pub struct ResourceConfig {
+    api_groups: Vec<WildMatch>,
+    kinds: Vec<WildMatch>,
+    pub external_name: ExternalNameStrategy,
+    pub immutable_fields: Vec<FieldPath>,
+    pub tags_field: Option<FieldPath>,
+    pub deletion_protection: bool,
+    pub rules: BTreeMap<String, Action>,
+    pub cel_rules: Vec<CelRule>,
+}
+
+impl ResourceConfig {
+    pub fn matches(&self, group: &str, kind: &str) -> bool {
+        self.api_groups.iter().any(|g| g.matches(group))
+            && self.kinds.iter().any(|k| k.matches(kind))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub provider_config: ProviderConfigDefaults,
+    exempt_usernames: Vec<WildMatch>,
+    pub rules: BTreeMap<String, Action>,
+    pub resources: Vec<ResourceConfig>,
+    /// What applies to kinds that no entry matches.
+    fallback: ResourceConfig,
+}
+
+impl Config {
+    pub fn builtin() -> Self {
+        // The built-in YAML is part of the binary and covered by a unit test.
+        match Self::from_yaml(BUILTIN_YAML) {
+            Ok(c) => c,
+            Err(e) => panic!("the built-in configuration is invalid: {e}"),
+        }
+    }
+
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig = if text.trim().is_empty() {
+            RawConfig::default()
+        } else {
+            serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?
+        };
+        Self::validate(raw)
+    }
+
+    fn validate(raw: RawConfig) -> Result<Self, ConfigError> {
+        let default_name = raw
+            .provider_config
+            .default_name
+            .unwrap_or_else(|| "default".to_string());
+        check_object_name("providerConfig.defaultName", &default_name)?;
+        for (ns, name) in &raw.provider_config.namespace_provider_configs {
+            if ns.is_empty() {
+                return Err(invalid(
+                    "providerConfig.namespaceProviderConfigs",
+                    "a namespace key is empty",
+                ));
+            }
+            check_object_name(
+                &format!("providerConfig.namespaceProviderConfigs[{ns}]"),
+                name,
+            )?;
+        }
+
+        let mut exempt_usernames = Vec::new();
+        for (i, u) in raw.exempt_usernames.iter().enumerate() {
+            if u.is_empty() {
+                return Err(invalid(format!("exemptUsernames[{i}]"), "is empty"));
+            }
+            exempt_usernames.push(WildMatch::new(u));
+        }
+
+        let mut resources = Vec::new();
+        let mut cel_names = BTreeSet::new();
+        for (i, r) in raw.resources.into_iter().enumerate() {
+            let entry = validate_resource(&format!("resources[{i}]"), r)?;
+            cel_names.extend(entry.cel_rules.iter().map(|c| c.name.clone()));
+            resources.push(entry);
+        }
+        for name in raw.rules.keys() {
+            check_rule_key("rules", name, &cel_names)?;
+        }
+
+        Ok(Self {
+            provider_config: ProviderConfigDefaults {
+                default_name,
+                namespace_provider_configs: raw.provider_config.namespace_provider_configs,
+            },
+            exempt_usernames,
+            rules: raw.rules,
+            resources,
+            fallback: ResourceConfig::default(),
+        })
+    }
+
+    /// The first entry that matches, or the empty fallback.
+    pub fn resource(&self, group: &str, kind: &str) -> &ResourceConfig {
+        self.resources
+            .iter()
+            .find(|r| r.matches(group, kind))
+            .unwrap_or(&self.fallback)
+    }
+
+    pub fn is_exempt(&self, username: &str) -> bool {
+        !username.is_empty() && self.exempt_usernames.iter().any(|g| g.matches(username))
+    }
+
+    /// A rule's action: the kind's override, else the global one, else the
+    /// rule's default.
+    pub fn action(&self, entry: &ResourceConfig, rule: &str, default: Action) -> Action {
+        entry
+            .rules
+            .get(rule)
+            .or_else(|| self.rules.get(rule))
+            .copied()
+            .unwrap_or(default)
+    }
+}
+
+fn validate_resource(at: &str, r: RawResource) -> Result<ResourceConfig, ConfigError> {
+    if r.api_groups.is_empty() {
+        return Err(invalid(
+            format!("{at}.apiGroups"),
+            "must list at least one group (use \"*\" for all)",
+        ));
+    }
+    if r.kinds.is_empty() {
+        return Err(invalid(
+            format!("{at}.kinds"),
+            "must list at least one kind (use \"*\" for all)",
+        ));
+    }
+    for (field, list) in [("apiGroups", &r.api_groups), ("kinds", &r.kinds)] {
+        if let Some(i) = list.iter().position(|g| g.is_empty()) {
+            return Err(invalid(format!("{at}.{field}[{i}]"), "is empty"));
+        }
+    }
+    let mut immutable_fields = Vec::new();
+    for (i, f) in r.immutable_fields.iter().enumerate() {
+        let p = FieldPath::parse(f)
+            .map_err(|e| invalid(format!("{at}.immutableFields[{i}]"), e.to_string()))?;
+        immutable_fields.push(p);
+    }
+    let tags_field = match &r.tags_field {
+        None => None,
+        Some(t) => {
+            let p = FieldPath::parse(t)
+                .map_err(|e| invalid(format!("{at}.tagsField"), e.to_string()))?;
+            if !p.is_concrete() {
+                return Err(invalid(
+                    format!("{at}.tagsField"),
+                    "must name one map field; [*] is not allowed",
+                ));
+            }
+            Some(p)
+        }
+    };
+    let mut cel_rules: Vec<CelRule> = Vec::new();
+    for (i, c) in r.cel_rules.into_iter().enumerate() {
+        let field = format!("{at}.celRules[{i}]");
+        if !is_rule_name(&c.name) {
+            return Err(invalid(
+                format!("{field}.name"),
+                format!(
+                    "{:?} must be lower-case letters, digits and '-', starting with a letter",
+                    c.name
+                ),
+            ));
+        }
+        if cel_rules.iter().any(|o| o.name == c.name) {
+            return Err(invalid(
+                format!("{field}.name"),
+                format!("{:?} is defined twice in this entry", c.name),
+            ));
+        }
+        let operations = match c.operations {
+            None => vec![Operation::Create, Operation::Update],
+            Some(ops) if ops.is_empty() => {
+                return Err(invalid(
+                    format!("{field}.operations"),
+                    "is empty; omit it for CREATE and UPDATE",
+                ))
+            }
+            Some(ops) => ops,
+        };
+        let program = CelProgram::compile(&c.expression).map_err(|e| {
+            invalid(
+                format!("{field}.expression"),
+                format!("failed to compile CEL rule {:?}: {e}", c.name),
+            )
+        })?;
+        let message_program = match &c.message_expression {
+            None => None,
+            Some(m) => Some(CelProgram::compile(m).map_err(|e| {
+                invalid(
+                    format!("{field}.messageExpression"),
+                    format!("failed to compile CEL rule {:?}: {e}", c.name),
+                )
+            })?),
+        };
+        cel_rules.push(CelRule {
+            name: c.name,
+            expression: c.expression,
+            program,
+            message: c.message,
+            message_program,
+            action: c.action.into(),
+            operations,
+        });
+    }
+    let names: BTreeSet<String> = cel_rules.iter().map(|c| c.name.clone()).collect();
+    for name in r.rules.keys() {
+        check_rule_key(&format!("{at}.rules"), name, &names)?;
+    }
+    Ok(ResourceConfig {
+        api_groups: r.api_groups.iter().map(|g| WildMatch::new(g)).collect(),
+        kinds: r.kinds.iter().map(|k| WildMatch::new(k)).collect(),
+        external_name: r.external_name,
+        immutable_fields,
+        tags_field,
+        deletion_protection: r.deletion_protection,
+        rules: r.rules,
+        cel_rules,
+    })
+}
+
+fn check_rule_key(at: &str, name: &str, cel_names: &BTreeSet<String>) -> Result<(), ConfigError> {
+    if let Some(cel) = name.strip_prefix("cel:") {
+        if cel_names.contains(cel) {
+            return Ok(());
+        }
+        return Err(invalid(
+            format!("{at}[{name}]"),
+            format!("no CEL rule named {cel:?} is defined here"),
+        ));
+    }
+    if rules::is_known(name) {
+        return Ok(());
+    }
+    Err(invalid(
+        format!("{at}[{name}]"),
+        format!(
+            "unknown rule; known rules are {} and cel:<name>",
+            rules::names().collect::<Vec<_>>().join(", ")
+        ),
+    ))
+}
+
+fn is_rule_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !s.ends_with('-')
+}
+
+fn check_object_name(field: &str, name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            format!("{name:?} is not a valid Kubernetes object name"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC_EXAMPLE: &str = r#"
+providerConfig:
+  defaultName: default
+  namespaceProviderConfigs: {team-a: aws-team-a}
+exemptUsernames: ["system:serviceaccount:crossplane-system:*"]
+rules:
+  paused-delete: Warn
+  deletion-policy-conflict: Deny
+resources:
+  - apiGroups: ["ec2.aws.upbound.io", "ec2.aws.m.upbound.io"]
+    kinds: ["VPC", "Subnet"]
+    externalName: IdentifierFromProvider
+    immutableFields: ["spec.forProvider.region", "spec.forProvider.cidrBlock"]
+    tagsField: spec.forProvider.tags
+    deletionProtection: false
+    rules: {immutable-field: Deny}
+    celRules:
+      - name: require-team-label
+        expression: "has(self.metadata.labels) && 'team' in self.metadata.labels"
+        message: "every MR needs a team label"
+        action: Deny
+        operations: [CREATE, UPDATE]
+  - apiGroups: ["*.aws.upbound.io", "*.aws.m.upbound.io"]
+    kinds: ["*"]
+    immutableFields: ["spec.forProvider.region"]
+"#;
+
+    #[test]
+    fn the_spec_example_parses() {
+        let c = Config::from_yaml(SPEC_EXAMPLE).unwrap();
+        assert_eq!(c.provider_config.name_for("team-a"), "aws-team-a");
+        assert_eq!(c.provider_config.name_for("other"), "default");
+        assert_eq!(c.provider_config.name_for(""), "default");
+        assert!(c.is_exempt("system:serviceaccount:crossplane-system:provider-aws-abc"));
+        assert!(!c.is_exempt("system:serviceaccount:default:x"));
+        assert!(!c.is_exempt(""));
+        let vpc = c.resource("ec2.aws.upbound.io", "VPC");
+        assert_eq!(
+            vpc.external_name,
+            ExternalNameStrategy::IdentifierFromProvider
+        );
+        assert_eq!(vpc.immutable_fields.len(), 2);
+        assert_eq!(vpc.cel_rules.len(), 1);
+        // First matching entry wins, even though the second also matches.
+        let bucket = c.resource("s3.aws.upbound.io", "Bucket");
+        assert_eq!(bucket.external_name, ExternalNameStrategy::NameAsIdentifier);
+        assert_eq!(bucket.immutable_fields.len(), 1);
+        // Kinds are matched case-sensitively, like Kubernetes does.
+        assert_eq!(
+            c.resource("ec2.aws.upbound.io", "vpc")
+                .immutable_fields
+                .len(),
+            1
+        );
+        let none = c.resource("example.org", "Thing");
+        assert!(none.immutable_fields.is_empty());
+    }
+
+    #[test]
+    fn actions_resolve_kind_then_global_then_default() {
+        let c = Config::from_yaml(SPEC_EXAMPLE).unwrap();
+        let vpc = c.resource("ec2.aws.upbound.io", "VPC");
+        assert_eq!(c.action(vpc, "immutable-field", Action::Warn), Action::Deny);
+        assert_eq!(c.action(vpc, "paused-delete", Action::Deny), Action::Warn);
+        assert_eq!(c.action(vpc, "reference", Action::Deny), Action::Deny);
+    }
+
+    #[test]
+    fn builtin_config_is_valid_and_covers_the_big_providers() {
+        let c = Config::builtin();
+        assert!(c.is_exempt("system:serviceaccount:crossplane-system:provider-aws-ec2-1"));
+        let has = |g: &str, k: &str, f: &str| {
+            c.resource(g, k)
+                .immutable_fields
+                .iter()
+                .any(|p| p.as_str() == f)
+        };
+        assert!(has(
+            "s3.aws.upbound.io",
+            "Bucket",
+            "spec.forProvider.region"
+        ));
+        assert!(has(
+            "s3.aws.m.upbound.io",
+            "Bucket",
+            "spec.forProvider.region"
+        ));
+        assert!(has("ec2.aws.upbound.io", "VPC", "spec.forProvider.region"));
+        assert!(has(
+            "network.azure.upbound.io",
+            "VirtualNetwork",
+            "spec.forProvider.location"
+        ));
+        assert!(has(
+            "azure.upbound.io",
+            "ResourceGroup",
+            "spec.forProvider.location"
+        ));
+        assert!(has(
+            "network.azure.upbound.io",
+            "VirtualNetwork",
+            "spec.forProvider.resourceGroupName"
+        ));
+        for f in ["project", "location", "region", "zone"] {
+            assert!(has(
+                "compute.gcp.upbound.io",
+                "Instance",
+                &format!("spec.forProvider.{f}")
+            ));
+        }
+        for k in [
+            "VPC",
+            "Subnet",
+            "SecurityGroup",
+            "InternetGateway",
+            "RouteTable",
+        ] {
+            for g in ["ec2.aws.upbound.io", "ec2.aws.m.upbound.io"] {
+                assert_eq!(
+                    c.resource(g, k).external_name,
+                    ExternalNameStrategy::IdentifierFromProvider,
+                    "{g}/{k}"
+                );
+            }
+        }
+        assert_eq!(
+            c.resource("s3.aws.upbound.io", "Bucket").external_name,
+            ExternalNameStrategy::NameAsIdentifier
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_a_line() {
+        let e = Config::from_yaml(
+            "resources:\n  - apiGroups: [a]\n    kinds: [b]\n    immutableField: [x]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("line 4"), "{e}");
+        assert!(e.contains("immutableField"), "{e}");
+        let e = Config::from_yaml("rulez: {}\n").unwrap_err().to_string();
+        assert!(e.contains("rulez"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let cases = [
+            ("rules: {no-such-rule: Deny}\n", "rules[no-such-rule]"),
+            ("rules: {reference: Maybe}\n", "Maybe"),
+            ("rules: {cel:missing: Warn}\n", "rules[cel:missing]"),
+            (
+                "resources:\n  - apiGroups: [a]\n    kinds: [b]\n    immutableFields: [\"spec..x\"]\n",
+                "resources[0].immutableFields[0]",
+            ),
+            (
+                "resources:\n  - apiGroups: [a]\n    kinds: [b]\n    tagsField: \"spec.x[*]\"\n",
+                "resources[0].tagsField",
+            ),
+            ("resources:\n  - apiGroups: []\n    kinds: [b]\n", "resources[0].apiGroups"),
+            (
+                "resources:\n  - apiGroups: [a]\n    kinds: [b]\n    externalName: ByMagic\n",
+                "ByMagic",
+            ),
+            ("providerConfig: {defaultName: \"Not Valid\"}\n", "providerConfig.defaultName"),
+            ("exemptUsernames: [\"\"]\n", "exemptUsernames[0]"),
+            (
+                "resources:\n  - apiGroups: [a]\n    kinds: [b]\n    celRules:\n      - {name: Bad_Name, expression: 'true'}\n",
+                "resources[0].celRules[0].name",
+            ),
+            (
+                "resources:\n  - apiGroups: [a]\n    kinds: [b]\n    celRules:\n      - {name: x, expression: 'true'}\n      - {name: x, expression: 'true'}\n",
+                "defined twice",
+            ),
+        ];
+        for (yaml, needle) in cases {
+            let e = Config::from_yaml(yaml).unwrap_err().to_string();
+            assert!(e.contains(needle), "{yaml}: {e}");
+        }
+    }
+
+    #[test]
+    fn cel_overrides_must_name_a_defined_rule() {
+        let ok = "rules: {\"cel:team\": Warn}\nresources:\n  - apiGroups: [a]\n    kinds: [b]\n    rules: {\"cel:team\": Off}\n    celRules:\n      - {name: team, expression: 'true'}\n";
+        let c = Config::from_yaml(ok).unwrap();
+        assert_eq!(c.rules.get("cel:team"), Some(&Action::Warn));
+    }
+
+    #[test]
+    fn empty_file_is_the_empty_config() {
+        let c = Config::from_yaml("").unwrap();
+        assert_eq!(c.provider_config.default_name, "default");
+        assert!(c.resources.is_empty());
+    }
+}

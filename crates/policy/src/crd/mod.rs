@@ -1,0 +1,287 @@
+//! CustomResourceDefinitions, offline: what the API server does with a
+//! provider's CRDs before and after the admission webhooks, so that
+//! `mrguard check --crd` can reject what a real cluster would reject.
+//!
+//! - [`Crds::add_yaml`] parses CRD documents (the caller reads the files)
+//!   and compiles every `x-kubernetes-validations` rule once.
+//! - [`CrdVersion::apply_defaults`] applies the structural schema's
+//!   `default`s at every level (before mutation, as the API server does).
+//! - [`CrdVersion::validate`] checks types, `enum`, `required` and unknown
+//!   fields, then evaluates the rules with `self` bound at the node that
+//!   declares them and `oldSelf` for transition rules.
+
+mod errors;
+mod schema;
+
+use serde_json::Value;
+
+pub use errors::{render, FieldError, Kind, Path as FieldPath};
+pub use schema::{Schema, Unsupported};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CrdError {
+    #[error("failed to parse {path}: {reason}")]
+    Parse { path: String, reason: String },
+    #[error("failed to load CRD {name} from {path}: {reason}")]
+    Invalid {
+        name: String,
+        path: String,
+        reason: String,
+    },
+    #[error(
+        "failed to evaluate the x-kubernetes-validations of {crd} {version}: {}; \
+         mrguard's CEL environment does not support this (see docs/cel.md), so it cannot judge these objects",
+        describe(.rules)
+    )]
+    Unsupported {
+        crd: String,
+        version: String,
+        rules: Vec<Unsupported>,
+    },
+}
+
+fn describe(rules: &[Unsupported]) -> String {
+    rules
+        .iter()
+        .map(|u| format!("rule {:?} at {}: {}", u.rule, u.path, u.reason))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// One CRD.
+#[derive(Debug, Clone)]
+pub struct Crd {
+    /// `metadata.name`, e.g. `alternatecontacts.account.aws.upbound.io`.
+    pub name: String,
+    pub group: String,
+    pub kind: String,
+    pub source: String,
+    pub versions: Vec<CrdVersion>,
+}
+
+/// One version of a CRD, with its schema.
+#[derive(Debug, Clone)]
+pub struct CrdVersion {
+    pub crd: String,
+    pub name: String,
+    pub schema: Schema,
+    unsupported: Vec<Unsupported>,
+}
+
+/// What an object's apiVersion and kind find.
+pub enum Lookup<'a> {
+    /// No CRD defines the kind: the object gets only mrguard's rules.
+    NoCrd,
+    Found(&'a CrdVersion),
+    /// A CRD defines the kind, but not in this version.
+    NoVersion(&'a Crd),
+}
+
+/// Every CRD read from `--crd`.
+#[derive(Debug, Clone, Default)]
+pub struct Crds {
+    pub crds: Vec<Crd>,
+}
+
+impl Crds {
+    /// Adds every CRD in `text` (multi-document YAML or JSON) read from
+    /// `source`, which errors name. Documents that are not CRDs are ignored.
+    pub fn add_yaml(&mut self, source: &str, text: &str) -> Result<(), CrdError> {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| CrdError::Parse {
+            path: source.to_string(),
+            reason: e.to_string(),
+        })?;
+        for doc in docs {
+            self.add(source, &doc)?;
+        }
+        Ok(())
+    }
+
+    /// Adds `doc` when it is a CRD (or a `List` of them); ignores anything else.
+    pub fn add(&mut self, source: &str, doc: &Value) -> Result<(), CrdError> {
+        let p = source.to_string();
+        // `kubectl get crd -o yaml` prints a List.
+        if doc.get("kind").and_then(Value::as_str) == Some("List") {
+            for item in doc
+                .get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                self.add(source, item)?;
+            }
+            return Ok(());
+        }
+        {
+            if doc.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") {
+                return Ok(());
+            }
+            let crd = Self::parse_crd(doc, source)?;
+            if let Some(other) = self
+                .crds
+                .iter()
+                .find(|c| c.group == crd.group && c.kind == crd.kind)
+            {
+                return Err(CrdError::Invalid {
+                    name: crd.name,
+                    path: p,
+                    reason: format!(
+                        "{}.{} is also defined in {}",
+                        crd.kind, crd.group, other.source
+                    ),
+                });
+            }
+            self.crds.push(crd);
+        }
+        Ok(())
+    }
+
+    /// True when no CRD was added.
+    pub fn is_empty(&self) -> bool {
+        self.crds.is_empty()
+    }
+
+    fn parse_crd(doc: &Value, source: &str) -> Result<Crd, CrdError> {
+        let s = |p: &str| {
+            doc.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let name = s("/metadata/name");
+        let invalid = |reason: String| CrdError::Invalid {
+            name: name.clone(),
+            path: source.to_string(),
+            reason,
+        };
+        let api_version = s("/apiVersion");
+        if api_version != "apiextensions.k8s.io/v1" {
+            return Err(invalid(format!(
+                "apiVersion {api_version:?} is not supported; use apiextensions.k8s.io/v1"
+            )));
+        }
+        let (group, kind) = (s("/spec/group"), s("/spec/names/kind"));
+        if group.is_empty() || kind.is_empty() {
+            return Err(invalid(
+                "spec.group and spec.names.kind are required".into(),
+            ));
+        }
+        let mut versions = Vec::new();
+        let listed = doc.pointer("/spec/versions").and_then(Value::as_array);
+        for (i, v) in listed.into_iter().flatten().enumerate() {
+            let vname = v
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let at = format!("spec.versions[{i}].schema.openAPIV3Schema");
+            let schema = match v.pointer("/schema/openAPIV3Schema") {
+                Some(s) => Schema::parse(s, &at).map_err(invalid)?,
+                // No schema: anything goes (apiextensions v1 requires one).
+                None => Schema {
+                    preserve_unknown: true,
+                    ..Schema::default()
+                },
+            };
+            let mut unsupported = Vec::new();
+            schema.unsupported(&FieldPath::root(), &mut unsupported);
+            versions.push(CrdVersion {
+                crd: name.clone(),
+                name: vname,
+                schema,
+                unsupported,
+            });
+        }
+        Ok(Crd {
+            name: name.clone(),
+            group,
+            kind,
+            source: source.to_string(),
+            versions,
+        })
+    }
+
+    /// The CRD version an object of `apiVersion` and `kind` is judged by.
+    pub fn lookup(&self, api_version: &str, kind: &str) -> Lookup<'_> {
+        let Some((group, version)) = api_version.rsplit_once('/') else {
+            return Lookup::NoCrd;
+        };
+        let Some(crd) = self
+            .crds
+            .iter()
+            .find(|c| c.group == group && c.kind == kind)
+        else {
+            return Lookup::NoCrd;
+        };
+        match crd.versions.iter().find(|v| v.name == version) {
+            Some(v) => Lookup::Found(v),
+            None => Lookup::NoVersion(crd),
+        }
+    }
+}
+
+impl CrdVersion {
+    /// Applies the schema's defaults, at every level.
+    pub fn apply_defaults(&self, obj: &mut Value) {
+        self.schema.apply_defaults(obj);
+    }
+
+    /// Fails when a rule of this version could not be compiled: such a CRD
+    /// is never half-checked.
+    pub fn ensure_supported(&self) -> Result<(), CrdError> {
+        if self.unsupported.is_empty() {
+            Ok(())
+        } else {
+            Err(CrdError::Unsupported {
+                crd: self.crd.clone(),
+                version: self.name.clone(),
+                rules: self.unsupported.clone(),
+            })
+        }
+    }
+
+    /// Fields of `obj` that the schema does not know, as strict field
+    /// validation (kubectl's default) reports them for what a client sends.
+    pub fn unknown_fields(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let mut copy = obj.clone();
+        self.schema
+            .check(&mut copy, &FieldPath::root(), true, true, &mut errors);
+        errors.retain(|e| matches!(e.kind, Kind::Unknown));
+        errors
+    }
+
+    /// Drops unknown fields, as the API server prunes them before storing.
+    pub fn prune(&self, obj: &mut Value) {
+        self.schema
+            .check(obj, &FieldPath::root(), true, false, &mut Vec::new());
+    }
+
+    /// Everything the API server would reject in `obj` (already defaulted
+    /// and mutated): schema errors first; a type error stops the CEL rules,
+    /// as it does in Kubernetes. Unknown fields are pruned silently here;
+    /// see [`CrdVersion::unknown_fields`].
+    pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Result<Vec<FieldError>, CrdError> {
+        self.ensure_supported()?;
+        let mut errors = Vec::new();
+        let mut pruned = obj.clone();
+        self.schema
+            .check(&mut pruned, &FieldPath::root(), true, false, &mut errors);
+        if errors.iter().any(|e| matches!(e.kind, Kind::Type { .. })) {
+            errors.push(FieldError::invalid(
+                &FieldPath::root(),
+                "",
+                "some validation rules were not checked because the object was invalid; \
+                 correct the existing errors to complete validation"
+                    .into(),
+            ));
+            return Ok(errors);
+        }
+        self.schema
+            .validate_rules(&pruned, old, &FieldPath::root(), true, &mut errors);
+        Ok(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,452 @@
+//! A CRD version's structural schema: parsed from `openAPIV3Schema`, it
+//! applies `default`s and checks an object the way the API server does
+//! (types, `enum`, `required`, unknown fields, `x-kubernetes-validations`).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::cel::{CelProgram, Scope, CRD_VARS};
+
+use super::errors::{FieldError, Path};
+
+/// One `x-kubernetes-validations` entry.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub rule: String,
+    pub program: Result<CelProgram, String>,
+    pub message: Option<String>,
+    pub message_expression: Option<Result<CelProgram, String>>,
+    pub reason: Option<String>,
+    pub field_path: Option<String>,
+    pub optional_old_self: bool,
+}
+
+/// A schema node.
+#[derive(Debug, Clone, Default)]
+pub struct Schema {
+    pub ty: Option<String>,
+    pub nullable: bool,
+    pub properties: BTreeMap<String, Schema>,
+    pub additional: Option<Box<Schema>>,
+    /// `additionalProperties: true`, or `false`.
+    pub additional_any: bool,
+    pub items: Option<Box<Schema>>,
+    pub required: Vec<String>,
+    pub enumeration: Option<Vec<Value>>,
+    pub default: Option<Value>,
+    pub preserve_unknown: bool,
+    pub int_or_string: bool,
+    pub embedded: bool,
+    pub list_map_keys: Vec<String>,
+    pub rules: Vec<Rule>,
+}
+
+/// A rule the CEL engine cannot run, found when the CRD loads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unsupported {
+    pub path: String,
+    pub rule: String,
+    pub reason: String,
+}
+
+impl Schema {
+    /// Parses a schema node; `at` names it in errors.
+    pub fn parse(v: &Value, at: &str) -> Result<Schema, String> {
+        let Some(o) = v.as_object() else {
+            return Err(format!("{at}: a schema must be an object"));
+        };
+        let str_of = |k: &str| o.get(k).and_then(Value::as_str).map(str::to_string);
+        let flag = |k: &str| o.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let mut s = Schema {
+            ty: str_of("type"),
+            nullable: flag("nullable"),
+            preserve_unknown: flag("x-kubernetes-preserve-unknown-fields"),
+            int_or_string: flag("x-kubernetes-int-or-string"),
+            embedded: flag("x-kubernetes-embedded-resource"),
+            default: o.get("default").cloned(),
+            enumeration: o.get("enum").and_then(Value::as_array).cloned(),
+            ..Schema::default()
+        };
+        if let Some(req) = o.get("required").and_then(Value::as_array) {
+            s.required = req
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect();
+        }
+        if let Some(keys) = o
+            .get("x-kubernetes-list-map-keys")
+            .and_then(Value::as_array)
+        {
+            s.list_map_keys = keys
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect();
+        }
+        if let Some(props) = o.get("properties").and_then(Value::as_object) {
+            for (k, p) in props {
+                s.properties.insert(
+                    k.clone(),
+                    Schema::parse(p, &format!("{at}.properties[{k}]"))?,
+                );
+            }
+        }
+        match o.get("additionalProperties") {
+            Some(Value::Bool(b)) => s.additional_any = *b,
+            Some(p @ Value::Object(_)) => {
+                s.additional = Some(Box::new(Schema::parse(
+                    p,
+                    &format!("{at}.additionalProperties"),
+                )?));
+            }
+            _ => {}
+        }
+        if let Some(items) = o.get("items") {
+            s.items = Some(Box::new(Schema::parse(items, &format!("{at}.items"))?));
+        }
+        if let Some(rules) = o.get("x-kubernetes-validations").and_then(Value::as_array) {
+            for (i, r) in rules.iter().enumerate() {
+                let rule = r
+                    .get("rule")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| format!("{at}.x-kubernetes-validations[{i}]: rule is missing"))?
+                    .to_string();
+                let compile =
+                    |src: &str| CelProgram::compile_with(src, CRD_VARS).map_err(|e| e.to_string());
+                s.rules.push(Rule {
+                    program: compile(&rule),
+                    message_expression: r
+                        .get("messageExpression")
+                        .and_then(Value::as_str)
+                        .map(compile),
+                    message: r.get("message").and_then(Value::as_str).map(str::to_string),
+                    reason: r.get("reason").and_then(Value::as_str).map(str::to_string),
+                    field_path: r
+                        .get("fieldPath")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                    optional_old_self: r
+                        .get("optionalOldSelf")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                    rule,
+                });
+            }
+        }
+        Ok(s)
+    }
+
+    /// Every rule that did not compile, with where it is declared.
+    pub fn unsupported(&self, path: &Path, out: &mut Vec<Unsupported>) {
+        for r in &self.rules {
+            let failed = [Some(&r.program), r.message_expression.as_ref()];
+            for e in failed
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p.as_ref().err())
+            {
+                out.push(Unsupported {
+                    path: path.to_string(),
+                    rule: r.rule.clone(),
+                    reason: e.clone(),
+                });
+            }
+        }
+        for (k, p) in &self.properties {
+            p.unsupported(&path.child(k), out);
+        }
+        if let Some(a) = &self.additional {
+            a.unsupported(&path.key("*"), out);
+        }
+        if let Some(i) = &self.items {
+            i.unsupported(&path.index_any(), out);
+        }
+    }
+
+    fn type_name(&self) -> &str {
+        self.ty.as_deref().unwrap_or("")
+    }
+
+    /// The schema of a map value or list item under `self`, if any.
+    fn child(&self, key: &str) -> Option<&Schema> {
+        self.properties.get(key).or(self.additional.as_deref())
+    }
+
+    // ---------------------------------------------------------------------
+    // Defaulting, as the API server's structural defaulting does it.
+
+    /// Fills in `default`s at every level, and drops `null`s the schema does
+    /// not allow (they would be pruned before defaulting).
+    pub fn apply_defaults(&self, v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                for (k, prop) in &self.properties {
+                    let is_bad_null = map.get(k).is_some_and(|x| x.is_null() && !prop.nullable);
+                    match &prop.default {
+                        Some(d) if !map.contains_key(k) || is_bad_null => {
+                            map.insert(k.clone(), d.clone());
+                        }
+                        None if is_bad_null => {
+                            map.remove(k);
+                        }
+                        _ => {}
+                    }
+                }
+                for (k, x) in map.iter_mut() {
+                    if let Some(s) = self.child(k) {
+                        s.apply_defaults(x);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                if let Some(s) = &self.items {
+                    for x in items {
+                        s.apply_defaults(x);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ---------------------------------------------------------------------
+    // Schema validation.
+
+    /// Checks types, enums and required fields, and prunes unknown fields:
+    /// `strict` reports them too, as strict field validation does for what
+    /// a client sends (fields a webhook adds are pruned silently).
+    pub fn check(
+        &self,
+        v: &mut Value,
+        path: &Path,
+        root: bool,
+        strict: bool,
+        errors: &mut Vec<FieldError>,
+    ) {
+        if v.is_null() {
+            let untyped_any = self.ty.is_none() && self.preserve_unknown;
+            if !(self.nullable || untyped_any) {
+                errors.push(FieldError::type_error(path, "null", self.type_name()));
+            }
+            return;
+        }
+        if !self.type_matches(v) {
+            errors.push(FieldError::type_error(path, json_type(v), self.type_name()));
+            return;
+        }
+        if let Some(allowed) = &self.enumeration {
+            if !allowed.iter().any(|a| a == v) {
+                errors.push(FieldError::not_supported(path, v, allowed));
+            }
+        }
+        match v {
+            Value::Object(map) => self.check_object(map, path, root, strict, errors),
+            Value::Array(items) => {
+                if let Some(s) = &self.items {
+                    for (i, x) in items.iter_mut().enumerate() {
+                        s.check(x, &path.index(i), false, strict, errors);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn check_object(
+        &self,
+        map: &mut Map<String, Value>,
+        path: &Path,
+        root: bool,
+        strict: bool,
+        errors: &mut Vec<FieldError>,
+    ) {
+        for r in &self.required {
+            if !map.contains_key(r) {
+                errors.push(FieldError::required(&path.child(r)));
+            }
+        }
+        let mut unknown = Vec::new();
+        for (k, x) in map.iter_mut() {
+            let meta =
+                (root || self.embedded) && matches!(k.as_str(), "apiVersion" | "kind" | "metadata");
+            // ObjectMeta is validated by the API server itself.
+            if meta && k == "metadata" {
+                continue;
+            }
+            match self.child(k) {
+                Some(s) => s.check(x, &path.child(k), false, strict, errors),
+                None if meta || self.preserve_unknown || self.additional_any => {}
+                None => unknown.push(k.clone()),
+            }
+        }
+        for k in unknown {
+            if strict {
+                errors.push(FieldError::unknown(&path.child(&k)));
+            }
+            map.remove(&k);
+        }
+    }
+
+    fn type_matches(&self, v: &Value) -> bool {
+        if self.int_or_string {
+            return v.is_string() || is_integer(v);
+        }
+        match self.ty.as_deref() {
+            None | Some("") => true,
+            Some("object") => v.is_object(),
+            Some("array") => v.is_array(),
+            Some("string") => v.is_string(),
+            Some("integer") => is_integer(v),
+            Some("number") => v.is_number(),
+            Some("boolean") => v.is_boolean(),
+            Some(_) => true,
+        }
+    }
+
+    // ---------------------------------------------------------------------
+    // x-kubernetes-validations.
+
+    /// Evaluates every rule at and below this node. `old` is the
+    /// correlated old value, for transition rules.
+    pub fn validate_rules(
+        &self,
+        v: &Value,
+        old: Option<&Value>,
+        path: &Path,
+        root: bool,
+        errors: &mut Vec<FieldError>,
+    ) {
+        if v.is_null() {
+            return;
+        }
+        if !self.rules.is_empty() {
+            // At the root, `self.metadata` holds only name and generateName.
+            let (this, previous);
+            let (v_ref, old_ref) = if root {
+                this = root_view(v);
+                previous = old.map(root_view);
+                (&this, previous.as_ref())
+            } else {
+                (v, old)
+            };
+            for r in &self.rules {
+                self.run_rule(r, v_ref, old_ref, path, errors);
+            }
+        }
+        match v {
+            Value::Object(map) => {
+                for (k, x) in map {
+                    if root && k == "metadata" {
+                        continue;
+                    }
+                    // Kubernetes names map entries by key, fields by name.
+                    let (s, at) = match self.properties.get(k) {
+                        Some(s) => (Some(s), path.child(k)),
+                        None => (self.additional.as_deref(), path.key(k)),
+                    };
+                    if let Some(s) = s {
+                        s.validate_rules(x, old.and_then(|o| o.get(k)), &at, false, errors);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                if let Some(s) = &self.items {
+                    for (i, x) in items.iter().enumerate() {
+                        let o = old.and_then(|o| self.correlate(x, o));
+                        s.validate_rules(x, o, &path.index(i), false, errors);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The old item a list item corresponds to: only map lists (by their
+    /// keys) correlate, as in Kubernetes.
+    fn correlate<'a>(&self, item: &Value, old: &'a Value) -> Option<&'a Value> {
+        if self.list_map_keys.is_empty() {
+            return None;
+        }
+        old.as_array()?
+            .iter()
+            .find(|o| self.list_map_keys.iter().all(|k| o.get(k) == item.get(k)))
+    }
+
+    fn run_rule(
+        &self,
+        r: &Rule,
+        v: &Value,
+        old: Option<&Value>,
+        path: &Path,
+        errors: &mut Vec<FieldError>,
+    ) {
+        // Compile errors are reported when the CRD is looked up.
+        let Ok(program) = &r.program else {
+            return;
+        };
+        let mut scope = Scope::new();
+        scope.bind("self", Some(v));
+        if program.uses_old_self() {
+            match (old, r.optional_old_self) {
+                (_, true) => scope.bind_optional("oldSelf", old),
+                (Some(o), false) => scope.bind("oldSelf", Some(o)),
+                // A transition rule is not evaluated without an old value.
+                (None, false) => return,
+            }
+        }
+        let at = match &r.field_path {
+            Some(fp) => path.join_field_path(fp),
+            None => path.clone(),
+        };
+        match program.eval_bool(&scope) {
+            Ok(true) => {}
+            Ok(false) => {
+                let mp = r.message_expression.as_ref().and_then(|m| m.as_ref().ok());
+                let msg = crate::cel::failure_message(&r.rule, r.message.as_deref(), mp, &scope);
+                errors.push(FieldError::rule(
+                    &at,
+                    self.type_name(),
+                    r.reason.as_deref(),
+                    msg,
+                ));
+            }
+            Err(e) => errors.push(FieldError::invalid(
+                &at,
+                self.type_name(),
+                format!("{e} evaluating rule: {}", r.rule.trim()),
+            )),
+        }
+    }
+}
+
+fn is_integer(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => {
+            n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
+        _ => false,
+    }
+}
+
+pub(super) fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The root object as root-level rules see it.
+fn root_view(v: &Value) -> Value {
+    let mut out = v.clone();
+    if let Some(meta) = out.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.retain(|k, _| k == "name" || k == "generateName");
+    }
+    out
+}

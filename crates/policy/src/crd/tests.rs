@@ -1,0 +1,513 @@
+use super::*;
+use serde_json::json;
+
+use std::path::{Path, PathBuf};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+fn crds() -> Crds {
+    let mut crds = Crds::default();
+    let mut files: Vec<_> = std::fs::read_dir(fixtures().join("crds"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        crds.add_yaml(&f.display().to_string(), &text).unwrap();
+    }
+    crds
+}
+
+fn example(name: &str) -> Value {
+    let text = std::fs::read_to_string(fixtures().join("examples").join(name)).unwrap();
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap()
+        .into_iter()
+        .find(|v| !v.is_null())
+        .unwrap()
+}
+
+fn version<'a>(crds: &'a Crds, obj: &Value) -> &'a CrdVersion {
+    match crds.lookup(
+        obj["apiVersion"].as_str().unwrap(),
+        obj["kind"].as_str().unwrap(),
+    ) {
+        Lookup::Found(v) => v,
+        _ => panic!("no CRD for {obj}"),
+    }
+}
+
+/// Defaults then validates, as `check --crd` does; returns the messages.
+fn judge(obj: &Value, old: Option<&Value>) -> Vec<String> {
+    let crds = crds();
+    let v = version(&crds, obj);
+    let mut obj = obj.clone();
+    v.apply_defaults(&mut obj);
+    let old = old.map(|o| {
+        let mut o = o.clone();
+        v.apply_defaults(&mut o);
+        o
+    });
+    let mut e = v.unknown_fields(&obj);
+    e.extend(v.validate(&obj, old.as_ref()).unwrap());
+    e.iter().map(ToString::to_string).collect()
+}
+
+const CONTACTS: [&str; 2] = [
+    "aws_account_cluster_v1beta1_alternatecontact.yaml",
+    "aws_account_namespaced_v1beta1_alternatecontact.yaml",
+];
+
+#[test]
+fn all_fixture_crds_load_and_compile() {
+    let crds = crds();
+    assert_eq!(crds.crds.len(), 7);
+    for c in &crds.crds {
+        for v in &c.versions {
+            v.ensure_supported().unwrap();
+        }
+    }
+    let n: usize = crds
+        .crds
+        .iter()
+        .flat_map(|c| &c.versions)
+        .map(|v| v.schema.properties["spec"].rules.len())
+        .sum();
+    assert!(n >= 8, "{n} rules on spec");
+}
+
+#[test]
+fn full_examples_pass() {
+    for name in CONTACTS {
+        assert_eq!(judge(&example(name), None), Vec::<String>::new(), "{name}");
+    }
+    for name in [
+        "aws_ec2_cluster_v1beta1_vpc.yaml",
+        "aws_ec2_namespaced_v1beta1_vpc.yaml",
+        "aws_s3_cluster_v1beta1_bucket.yaml",
+    ] {
+        assert_eq!(judge(&example(name), None), Vec::<String>::new(), "{name}");
+    }
+}
+
+#[test]
+fn each_missing_parameter_gets_upjets_message() {
+    for name in CONTACTS {
+        for field in ["emailAddress", "name", "phoneNumber", "title"] {
+            let mut obj = example(name);
+            obj["spec"]["forProvider"]
+                .as_object_mut()
+                .unwrap()
+                .remove(field);
+            assert_eq!(
+                judge(&obj, None),
+                vec![format!(
+                    "spec: Invalid value: \"object\": spec.forProvider.{field} is a required parameter"
+                )],
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn all_missing_parameters_are_reported_together() {
+    let mut obj = example(CONTACTS[0]);
+    obj["spec"]["forProvider"] = json!({"alternateContactType": "BILLING"});
+    let errors = judge(&obj, None);
+    assert_eq!(errors.len(), 4, "{errors:?}");
+    let crds = crds();
+    let v = version(&crds, &obj);
+    let mut o = obj.clone();
+    v.apply_defaults(&mut o);
+    let e = v.validate(&o, None).unwrap();
+    let text = render("AlternateContact", "operations", &e);
+    assert!(
+        text.starts_with("The AlternateContact \"operations\" is invalid: \n* spec: Invalid value"),
+        "{text}"
+    );
+}
+
+#[test]
+fn init_provider_satisfies_the_rule() {
+    let mut obj = example(CONTACTS[0]);
+    let email = obj["spec"]["forProvider"]
+        .as_object_mut()
+        .unwrap()
+        .remove("emailAddress")
+        .unwrap();
+    obj["spec"]["initProvider"] = json!({"emailAddress": email});
+    assert_eq!(judge(&obj, None), Vec::<String>::new());
+    // An initProvider without the field does not.
+    obj["spec"]["initProvider"] = json!({"title": "x"});
+    assert_eq!(judge(&obj, None).len(), 1);
+}
+
+#[test]
+fn observe_only_needs_no_parameters() {
+    let mut obj = example(CONTACTS[1]);
+    obj["spec"]["forProvider"] = json!({"alternateContactType": "SECURITY"});
+    obj["spec"]["managementPolicies"] = json!(["Observe"]);
+    assert_eq!(judge(&obj, None), Vec::<String>::new());
+    obj["spec"]["managementPolicies"] = json!(["Observe", "Update"]);
+    assert_eq!(judge(&obj, None).len(), 4);
+}
+
+#[test]
+fn defaults_are_applied_at_every_level() {
+    let crds = crds();
+    let mut obj = example(CONTACTS[0]);
+    assert!(obj["spec"].get("managementPolicies").is_none());
+    obj["spec"]["providerConfigRef"] = json!({"name": "p", "policy": {}});
+    let v = version(&crds, &obj);
+    v.apply_defaults(&mut obj);
+    assert_eq!(obj["spec"]["managementPolicies"], json!(["*"]));
+    assert_eq!(obj["spec"]["deletionPolicy"], "Delete");
+    // A nested default inside a present object.
+    assert_eq!(
+        obj["spec"]["providerConfigRef"]["policy"]["resolution"],
+        "Required"
+    );
+    // Without defaults the upjet rules could not even read managementPolicies.
+    let mut raw = example(CONTACTS[0]);
+    raw["spec"]["forProvider"]
+        .as_object_mut()
+        .unwrap()
+        .remove("title");
+    let e: Vec<String> = v
+        .validate(&raw, None)
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        e.iter()
+            .all(|e| e.contains("no such key") || e.contains("managementPolicies")),
+        "{e:?}"
+    );
+    // A default fills in an absent object, and that object's own defaults follow.
+    let mut bare = example(CONTACTS[0]);
+    bare["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("providerConfigRef");
+    v.apply_defaults(&mut bare);
+    assert_eq!(
+        bare["spec"]["providerConfigRef"],
+        json!({"name": "default"})
+    );
+}
+
+#[test]
+fn type_enum_required_and_unknown_errors_carry_paths() {
+    let mut obj = example(CONTACTS[0]);
+    obj["spec"]["deletionPolicy"] = json!("delete");
+    obj["spec"]["forProvider"]
+        .as_object_mut()
+        .unwrap()
+        .remove("alternateContactType");
+    obj["spec"]["forProvider"]["colour"] = json!("blue");
+    obj["spec"]["managementPolicies"] = json!(["Observe", "Destroy"]);
+    let e = judge(&obj, None);
+    assert_eq!(
+        e,
+        vec![
+            "unknown field \"spec.forProvider.colour\"",
+            "spec.deletionPolicy: Unsupported value: \"delete\": supported values: \"Orphan\", \"Delete\"",
+            "spec.forProvider.alternateContactType: Required value",
+            "spec.managementPolicies[1]: Unsupported value: \"Destroy\": supported values: \"Observe\", \
+             \"Create\", \"Update\", \"Delete\", \"LateInitialize\", \"*\"",
+        ],
+    );
+    let mut obj = example(CONTACTS[0]);
+    obj["spec"]["forProvider"]["emailAddress"] = json!(42);
+    let e = judge(&obj, None);
+    assert_eq!(
+        e[0],
+        "spec.forProvider.emailAddress: Invalid value: \"integer\": spec.forProvider.emailAddress in body must be of type string: \"integer\""
+    );
+    // A type error stops the CEL rules, as in the API server.
+    assert!(
+        e[1].contains("some validation rules were not checked"),
+        "{e:?}"
+    );
+    assert_eq!(e.len(), 2);
+}
+
+#[test]
+fn metadata_and_preserved_fields_are_not_unknown() {
+    let mut obj = example(CONTACTS[0]);
+    obj["metadata"]["finalizers"] = json!(["x"]);
+    obj["metadata"]["anything"] = json!({"goes": 1});
+    assert_eq!(judge(&obj, None), Vec::<String>::new());
+}
+
+// ---------------------------------------------------------------------------
+// Synthetic CRDs for what the fixtures do not exercise.
+
+fn synthetic(schema: Value) -> CrdVersion {
+    let doc = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.org"},
+        "spec": {"group": "example.org", "names": {"kind": "Widget"}, "versions": [
+            {"name": "v1", "schema": {"openAPIV3Schema": schema}}
+        ]}
+    });
+    let crd = Crds::parse_crd(&doc, "test.yaml").unwrap();
+    crd.versions.into_iter().next().unwrap()
+}
+
+fn widget(spec: Value) -> Value {
+    json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": spec})
+}
+
+fn errors_of(v: &CrdVersion, obj: &Value, old: Option<&Value>) -> Vec<String> {
+    v.validate(obj, old)
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+fn widget_schema() -> Value {
+    json!({"type": "object", "properties": {"spec": {
+        "type": "object",
+        "x-kubernetes-validations": [
+            {"rule": "self.size * 2 <= 20", "messageExpression": "'size ' + string(self.size) + ' is over 10'"},
+            {"rule": "self.size == oldSelf.size", "message": "size is immutable", "reason": "FieldValueForbidden"},
+            {"rule": "!has(self.mode) || self.mode != 'x'", "fieldPath": ".mode", "reason": "FieldValueRequired", "message": "mode x"},
+        ],
+        "properties": {
+            "size": {"type": "integer", "default": 3},
+            "mode": {"type": "string"},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "labels": {"type": "object", "additionalProperties": {"type": "string", "x-kubernetes-validations": [
+                {"rule": "self.size() <= 5"}
+            ]}},
+            "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer"}},
+                    "x-kubernetes-validations": [{"rule": "self.port >= oldSelf.port", "message": "ports only grow"}]}},
+        }
+    }}})
+}
+
+#[test]
+fn message_expression_reason_and_field_path() {
+    let v = synthetic(widget_schema());
+    let mut obj = widget(json!({"size": 11, "mode": "x"}));
+    v.apply_defaults(&mut obj);
+    assert_eq!(
+        errors_of(&v, &obj, None),
+        vec![
+            "spec: Invalid value: \"object\": size 11 is over 10",
+            "spec.mode: Required value: mode x",
+        ]
+    );
+}
+
+#[test]
+fn transition_rules_need_an_old_object() {
+    let v = synthetic(widget_schema());
+    let old =
+        widget(json!({"size": 3, "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 90}]}));
+    let new =
+        widget(json!({"size": 4, "ports": [{"name": "b", "port": 89}, {"name": "c", "port": 1}]}));
+    // Create: transition rules are skipped.
+    assert_eq!(errors_of(&v, &new, None), Vec::<String>::new());
+    // Update: oldSelf at the spec, and map-list items correlated by key.
+    assert_eq!(
+        errors_of(&v, &new, Some(&old)),
+        vec![
+            "spec: Forbidden: size is immutable",
+            "spec.ports[0]: Invalid value: \"object\": ports only grow",
+        ]
+    );
+}
+
+#[test]
+fn rules_under_additional_properties_and_preserved_fields() {
+    let v = synthetic(widget_schema());
+    let mut obj =
+        widget(json!({"labels": {"a": "short", "b": "toolong"}, "free": {"any": {"thing": [1]}}}));
+    v.apply_defaults(&mut obj);
+    assert_eq!(
+        errors_of(&v, &obj, None),
+        vec!["spec.labels[b]: Invalid value: \"string\": failed rule: self.size() <= 5"]
+    );
+}
+
+#[test]
+fn runtime_errors_are_reported_with_the_rule() {
+    let v = synthetic(json!({"type": "object", "properties": {"spec": {
+        "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+        "x-kubernetes-validations": [{"rule": "self.missing == 1"}]
+    }}}));
+    let e = errors_of(&v, &widget(json!({})), None);
+    assert_eq!(e.len(), 1);
+    assert!(
+        e[0].starts_with("spec: Invalid value: \"object\": "),
+        "{e:?}"
+    );
+    assert!(
+        e[0].ends_with("evaluating rule: self.missing == 1"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn unsupported_rules_fail_loudly() {
+    let v = synthetic(json!({"type": "object", "properties": {"spec": {
+        "type": "object",
+        "properties": {"endpoint": {"type": "string", "x-kubernetes-validations": [{"rule": "isURL(self)"}]}}
+    }}}));
+    let e = v
+        .validate(&widget(json!({"endpoint": "x"})), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("spec.endpoint") && e.contains("'isURL'") && e.contains("docs/cel.md"),
+        "{e}"
+    );
+}
+
+#[test]
+fn root_rules_see_only_name_and_generate_name() {
+    let v = synthetic(json!({"type": "object",
+        "x-kubernetes-validations": [{"rule": "!has(self.metadata.labels) && self.metadata.name == 'w'"}],
+        "properties": {"spec": {"type": "object"}}}));
+    let mut obj = widget(json!({}));
+    obj["metadata"]["labels"] = json!({"a": "b"});
+    assert_eq!(errors_of(&v, &obj, None), Vec::<String>::new());
+    obj["metadata"]["name"] = json!("other");
+    assert_eq!(
+        errors_of(&v, &obj, None),
+        vec!["<nil>: Invalid value: \"object\": failed rule: !has(self.metadata.labels) && self.metadata.name == 'w'"]
+    );
+}
+
+#[test]
+fn nullable_and_int_or_string() {
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "a": {"type": "string", "nullable": true},
+            "b": {"type": "string"},
+            "port": {"x-kubernetes-int-or-string": true},
+            "n": {"type": "integer"},
+        }}}}),
+    );
+    assert_eq!(
+        errors_of(
+            &v,
+            &widget(json!({"a": null, "port": "http", "n": 2.0})),
+            None
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        errors_of(&v, &widget(json!({"port": 8080})), None),
+        Vec::<String>::new()
+    );
+    let e = errors_of(
+        &v,
+        &widget(json!({"b": null, "port": true, "n": 2.5})),
+        None,
+    );
+    assert_eq!(e.len(), 4, "{e:?}");
+    assert!(e[0].starts_with("spec.b: Invalid value: \"null\""), "{e:?}");
+    assert!(
+        e[1].starts_with("spec.n: Invalid value: \"number\""),
+        "{e:?}"
+    );
+    assert!(
+        e[2].starts_with("spec.port: Invalid value: \"boolean\""),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn lookup_by_api_version_and_kind() {
+    let crds = crds();
+    assert!(matches!(
+        crds.lookup("account.aws.upbound.io/v1beta1", "AlternateContact"),
+        Lookup::Found(_)
+    ));
+    assert!(matches!(
+        crds.lookup("account.aws.upbound.io/v9", "AlternateContact"),
+        Lookup::NoVersion(_)
+    ));
+    assert!(matches!(
+        crds.lookup("example.org/v1", "Thing"),
+        Lookup::NoCrd
+    ));
+    assert!(matches!(crds.lookup("v1", "ConfigMap"), Lookup::NoCrd));
+}
+
+#[test]
+fn loading_errors() {
+    let mut crds = Crds::default();
+    assert!(matches!(
+        crds.add_yaml("bad.yaml", "a: ["),
+        Err(CrdError::Parse { .. })
+    ));
+    assert!(crds.is_empty());
+    let text = std::fs::read_to_string(
+        fixtures().join("crds/account.aws.upbound.io_alternatecontacts.yaml"),
+    )
+    .unwrap();
+    crds.add_yaml("a.yaml", &text).unwrap();
+    let e = crds.add_yaml("b.yaml", &text).unwrap_err().to_string();
+    assert!(e.contains("also defined in a.yaml"), "{e}");
+}
+
+#[test]
+fn a_list_of_crds_is_read_as_its_items() {
+    let text =
+        std::fs::read_to_string(fixtures().join("crds/s3.aws.upbound.io_buckets.yaml")).unwrap();
+    let crd: Value = serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap()
+        .into_iter()
+        .find(|v| !v.is_null())
+        .unwrap();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [crd]});
+    let mut crds = Crds::default();
+    crds.add("list.yaml", &list).unwrap();
+    assert!(matches!(
+        crds.lookup("s3.aws.upbound.io/v1beta1", "Bucket"),
+        Lookup::Found(_)
+    ));
+}
+
+#[test]
+fn optional_old_self_runs_on_create_and_nulls_are_defaulted() {
+    let v = synthetic(json!({"type": "object", "properties": {"spec": {
+        "type": "object",
+        "x-kubernetes-validations": [{
+            "rule": "!oldSelf.hasValue() || self.size >= oldSelf.value().size",
+            "optionalOldSelf": true,
+            "message": "size only grows"
+        }, {
+            "rule": "oldSelf.hasValue() || self.size < 100",
+            "optionalOldSelf": true,
+            "message": "start small"
+        }],
+        "properties": {"size": {"type": "integer", "default": 1}, "note": {"type": "string"}}
+    }}}));
+    let mut new = widget(json!({"size": null, "note": null}));
+    v.apply_defaults(&mut new);
+    assert_eq!(new["spec"], json!({"size": 1}));
+    assert_eq!(errors_of(&v, &new, None), Vec::<String>::new());
+    let big = widget(json!({"size": 200}));
+    assert_eq!(
+        errors_of(&v, &big, None),
+        vec!["spec: Invalid value: \"object\": start small"]
+    );
+    let old = widget(json!({"size": 300}));
+    assert_eq!(
+        errors_of(&v, &big, Some(&old)),
+        vec!["spec: Invalid value: \"object\": size only grows"]
+    );
+}

@@ -1,0 +1,68 @@
+use serde_json::Value;
+
+use super::{Rule, RuleContext, CU};
+use crate::model::{Action, Violation};
+use crate::mr::PolicyAction;
+
+/// `deletionPolicy: Orphan` does nothing when a non-default set has `Delete`.
+pub(super) struct DeletionPolicyConflict;
+
+impl Rule for DeletionPolicyConflict {
+    fn name(&self) -> &'static str {
+        "deletion-policy-conflict"
+    }
+    fn operations(&self) -> &'static [crate::model::Operation] {
+        CU
+    }
+    fn default_action(&self) -> Action {
+        Action::Warn
+    }
+    fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
+        let mr = ctx.mr();
+        if mr.deletion_policy().and_then(Value::as_str) != Some("Orphan") {
+            return vec![];
+        }
+        match mr.policies() {
+            Ok(set) if !set.is_default() && set.has(PolicyAction::Delete) => vec![Violation::new(
+                "Orphan is ignored because managementPolicies has Delete: the external resource WILL be deleted".to_string(),
+            )
+            .fix("remove Delete from spec.managementPolicies to keep the external resource")],
+            _ => vec![],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testing::*;
+    use serde_json::json;
+
+    #[test]
+    fn orphan_with_delete_in_a_custom_set_warns() {
+        let v = Case::create(mr(
+            json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}),
+        ))
+        .check(&DeletionPolicyConflict);
+        assert_eq!(v.len(), 1);
+        assert!(v[0].message.contains("WILL be deleted"));
+    }
+
+    #[test]
+    fn no_conflict_otherwise() {
+        for spec in [
+            json!({"deletionPolicy": "Orphan"}),
+            json!({"deletionPolicy": "Orphan", "managementPolicies": ["*"]}),
+            json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe"]}),
+            json!({"deletionPolicy": "Delete", "managementPolicies": ["Observe", "Delete"]}),
+            json!({"managementPolicies": ["Observe", "Delete"]}),
+        ] {
+            assert!(
+                Case::create(mr(spec.clone()))
+                    .check(&DeletionPolicyConflict)
+                    .is_empty(),
+                "{spec}"
+            );
+        }
+    }
+}

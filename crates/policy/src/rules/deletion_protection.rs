@@ -1,0 +1,101 @@
+use super::{Rule, RuleContext, D};
+use crate::model::{Action, Violation};
+use crate::mr::{DeletionOutcome, DELETION_PROTECTION};
+
+/// Protected MRs cannot be deleted while deletion destroys the external
+/// resource. Applies to everyone, exempt users included.
+pub(super) struct DeletionProtection;
+
+impl Rule for DeletionProtection {
+    fn name(&self) -> &'static str {
+        "deletion-protection"
+    }
+    fn operations(&self) -> &'static [crate::model::Operation] {
+        D
+    }
+    fn default_action(&self) -> Action {
+        Action::Deny
+    }
+    fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
+        let state = ctx.state();
+        let by_annotation = state.annotation(DELETION_PROTECTION) == Some("true");
+        if !(by_annotation || ctx.resource.deletion_protection) {
+            return vec![];
+        }
+        if state.deletion_outcome() != DeletionOutcome::Delete {
+            return vec![];
+        }
+        let why = if by_annotation {
+            format!("the annotation {DELETION_PROTECTION}: \"true\"")
+        } else {
+            "deletionProtection in mrguard's configuration".to_string()
+        };
+        vec![Violation::new(format!(
+            "the MR is protected by {why} and deleting it would destroy the external resource"
+        ))
+        .fix("orphan it first (spec.deletionPolicy: Orphan, or spec.managementPolicies without Delete), or remove the protection")]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testing::*;
+    use serde_json::{json, Value};
+
+    fn protected(spec: Value) -> Value {
+        with_annotations(mr(spec), json!({DELETION_PROTECTION: "true"}))
+    }
+
+    #[test]
+    fn protected_mr_with_delete_outcome_is_denied_even_for_exempt_users() {
+        assert_eq!(
+            Case::delete(protected(json!({})))
+                .check(&DeletionProtection)
+                .len(),
+            1
+        );
+        // A custom set with Delete overrides Orphan: still deleted.
+        let o = protected(
+            json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}),
+        );
+        assert_eq!(Case::delete(o.clone()).check(&DeletionProtection).len(), 1);
+        let f = Case::delete(o)
+            .user("system:serviceaccount:crossplane-system:p")
+            .evaluate();
+        assert!(f
+            .iter()
+            .any(|f| f.rule == "deletion-protection" && f.action == Action::Deny));
+    }
+
+    #[test]
+    fn orphaned_or_unprotected_mrs_can_be_deleted() {
+        assert!(Case::delete(protected(json!({"deletionPolicy": "Orphan"})))
+            .check(&DeletionProtection)
+            .is_empty());
+        assert!(Case::delete(protected(
+            json!({"managementPolicies": ["Observe", "Create", "Update"]})
+        ))
+        .check(&DeletionProtection)
+        .is_empty());
+        assert!(Case::delete(mr(json!({})))
+            .check(&DeletionProtection)
+            .is_empty());
+        let o = with_annotations(mr(json!({})), json!({DELETION_PROTECTION: "True"}));
+        assert!(Case::delete(o).check(&DeletionProtection).is_empty());
+    }
+
+    #[test]
+    fn config_entry_protects_a_kind() {
+        let cfg = "resources:\n  - apiGroups: ['rds.aws.upbound.io']\n    kinds: [Instance]\n    deletionProtection: true\n";
+        let v = Case::delete(mr(json!({})))
+            .kind("rds.aws.upbound.io", "Instance")
+            .config(cfg)
+            .check(&DeletionProtection);
+        assert!(v[0].message.contains("configuration"));
+        assert!(Case::delete(mr(json!({})))
+            .config(cfg)
+            .check(&DeletionProtection)
+            .is_empty());
+    }
+}

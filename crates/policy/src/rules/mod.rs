@@ -1,0 +1,485 @@
+//! Validation rules (SPEC §4). Each rule is a unit struct in its own file with
+//! a stable name, the operations it judges, a default action and its tests.
+//! Adding a rule is one file plus one line in [`RULES`].
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+use crate::admission::Request;
+use crate::config::{Config, ResourceConfig};
+use crate::model::{Action, Finding, Operation, Violation};
+
+mod connection_secret_ref;
+mod creation_incomplete;
+mod deletion_policy;
+mod deletion_policy_conflict;
+mod deletion_protection;
+mod external_name_change;
+mod immutable_field;
+mod init_provider_change;
+mod init_provider_late_init;
+mod management_policies;
+mod observe_only_external_name;
+mod paused_delete;
+mod paused_value;
+mod reference;
+
+/// Every built-in rule, in the order findings are reported.
+pub static RULES: &[&dyn Rule] = &[
+    &deletion_policy::DeletionPolicy,
+    &management_policies::ManagementPolicies,
+    &deletion_policy_conflict::DeletionPolicyConflict,
+    &init_provider_late_init::InitProviderLateInit,
+    &init_provider_change::InitProviderChange,
+    &immutable_field::ImmutableField,
+    &external_name_change::ExternalNameChange,
+    &observe_only_external_name::ObserveOnlyExternalName,
+    &paused_value::PausedValue,
+    &paused_delete::PausedDelete,
+    &deletion_protection::DeletionProtection,
+    &creation_incomplete::CreationIncomplete,
+    &connection_secret_ref::ConnectionSecretRef,
+    &reference::Reference,
+];
+
+pub fn names() -> impl Iterator<Item = &'static str> {
+    RULES.iter().map(|r| r.name())
+}
+
+pub fn is_known(name: &str) -> bool {
+    names().any(|n| n == name)
+}
+
+/// Everything a rule may read. The object under judgment is the new object
+/// on CREATE and UPDATE and the old one on DELETE; derived states come from
+/// `state`, which is the old object on UPDATE and DELETE.
+pub struct RuleContext<'a> {
+    pub(crate) operation: Operation,
+    pub(crate) kind: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) namespace: &'a str,
+    pub(crate) username: &'a str,
+    pub(crate) groups: &'a [String],
+    pub(crate) dry_run: bool,
+    pub(crate) object: &'a Value,
+    pub(crate) old_object: Option<&'a Value>,
+    pub(crate) config: &'a Config,
+    pub(crate) resource: &'a ResourceConfig,
+}
+
+impl<'a> RuleContext<'a> {
+    /// The only way to make one: from the request being judged. `None` when
+    /// nothing is to be judged: CONNECT, a subresource, no object, or an
+    /// object that is not a managed resource.
+    pub(crate) fn new(req: &'a Request, config: &'a Config) -> Option<Self> {
+        let op = Operation::from(&req.operation);
+        if op == Operation::Connect || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+            return None;
+        }
+        let object = req
+            .object
+            .as_ref()
+            .map(|o| &o.value)
+            .filter(|v| !v.is_null());
+        let old = req
+            .old_object
+            .as_ref()
+            .map(|o| &o.value)
+            .filter(|v| !v.is_null());
+        // On DELETE only the old object is sent.
+        let subject = if op == Operation::Delete {
+            old.or(object)
+        } else {
+            object
+        }?;
+        if !crate::mr::is_managed(subject) {
+            return None;
+        }
+        Some(RuleContext {
+            operation: op,
+            kind: &req.kind.kind,
+            name: &req.name,
+            namespace: req.namespace.as_deref().unwrap_or(""),
+            username: req.user_info.username.as_deref().unwrap_or(""),
+            groups: req.user_info.groups.as_deref().unwrap_or(&[]),
+            dry_run: req.dry_run,
+            object: subject,
+            old_object: old,
+            config,
+            resource: config.resource(&req.kind.group, &req.kind.kind),
+        })
+    }
+
+    pub fn namespaced(&self) -> bool {
+        !self.namespace.is_empty()
+    }
+
+    /// The object derived states are read from (SPEC §1).
+    pub fn state(&self) -> crate::mr::Mr<'a> {
+        crate::mr::Mr(self.old_object.unwrap_or(self.object))
+    }
+
+    pub fn mr(&self) -> crate::mr::Mr<'a> {
+        crate::mr::Mr(self.object)
+    }
+}
+
+pub trait Rule: Sync {
+    fn name(&self) -> &'static str;
+    fn operations(&self) -> &'static [Operation];
+    fn default_action(&self) -> Action;
+    /// Rules that `exemptUsernames` skips.
+    fn honours_exemptions(&self) -> bool {
+        false
+    }
+    fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation>;
+}
+
+pub(crate) const CU: &[Operation] = &[Operation::Create, Operation::Update];
+pub(crate) const U: &[Operation] = &[Operation::Update];
+pub(crate) const D: &[Operation] = &[Operation::Delete];
+
+fn effective(configured: Action, v: &Violation) -> Action {
+    if v.warn_only {
+        configured.min(Action::Warn)
+    } else {
+        configured
+    }
+}
+
+/// Runs every built-in rule and every configured CEL rule; returns all
+/// findings whose action is not Off.
+pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let exempt = ctx.config.is_exempt(ctx.username);
+    for rule in RULES {
+        if !rule.operations().contains(&ctx.operation) || (exempt && rule.honours_exemptions()) {
+            continue;
+        }
+        let configured = ctx
+            .config
+            .action(ctx.resource, rule.name(), rule.default_action());
+        if configured == Action::Off {
+            continue;
+        }
+        for v in rule.check(ctx) {
+            let action = effective(configured, &v);
+            if action != Action::Off {
+                findings.push(Finding {
+                    rule: Cow::Borrowed(rule.name()),
+                    action,
+                    message: v.message,
+                    fix: v.fix,
+                });
+            }
+        }
+    }
+    // Built once per request, only when a CEL rule applies.
+    let mut scope = None;
+    for cel in &ctx.resource.cel_rules {
+        if !cel.operations.contains(&ctx.operation) {
+            continue;
+        }
+        let name = format!("cel:{}", cel.name);
+        let action = ctx.config.action(ctx.resource, &name, cel.action);
+        if action == Action::Off {
+            continue;
+        }
+        let scope = scope.get_or_insert_with(|| crate::cel::Scope::for_request(ctx));
+        if let Some(v) = crate::cel::check_rule(cel, scope) {
+            findings.push(Finding {
+                rule: Cow::Owned(name),
+                action,
+                message: v.message,
+                fix: v.fix,
+            });
+        }
+    }
+    findings
+}
+
+/// Compact JSON for messages, cut to a readable length.
+pub(crate) fn show(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 60 {
+        let cut: String = s.chars().take(57).collect();
+        format!("{cut}...")
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Builds rule contexts from JSON for the unit tests of each rule.
+    use super::*;
+
+    pub(crate) struct Case {
+        pub operation: Operation,
+        pub object: Value,
+        pub old: Option<Value>,
+        pub namespace: String,
+        pub username: String,
+        pub config: Config,
+        pub group: String,
+        pub kind: String,
+    }
+
+    impl Case {
+        pub(crate) fn create(object: Value) -> Self {
+            Self {
+                operation: Operation::Create,
+                object,
+                old: None,
+                namespace: String::new(),
+                username: "alice".into(),
+                config: Config::builtin(),
+                group: "s3.aws.upbound.io".into(),
+                kind: "Bucket".into(),
+            }
+        }
+
+        pub(crate) fn update(old: Value, object: Value) -> Self {
+            Self {
+                operation: Operation::Update,
+                old: Some(old),
+                ..Self::create(object)
+            }
+        }
+
+        pub(crate) fn delete(old: Value) -> Self {
+            Self {
+                operation: Operation::Delete,
+                old: Some(old.clone()),
+                ..Self::create(old)
+            }
+        }
+
+        pub(crate) fn namespaced(mut self, ns: &str) -> Self {
+            self.namespace = ns.into();
+            self
+        }
+
+        pub(crate) fn user(mut self, u: &str) -> Self {
+            self.username = u.into();
+            self
+        }
+
+        pub(crate) fn kind(mut self, group: &str, kind: &str) -> Self {
+            self.group = group.into();
+            self.kind = kind.into();
+            self
+        }
+
+        pub(crate) fn config(mut self, yaml: &str) -> Self {
+            self.config = Config::from_yaml(yaml).unwrap();
+            self
+        }
+
+        /// The request this case describes, built as every caller builds one.
+        pub(crate) fn request(&self) -> crate::admission::Request {
+            let place = |v: &Value| {
+                let mut v = v.clone();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert(
+                        "apiVersion".into(),
+                        format!("{}/v1beta1", self.group).into(),
+                    );
+                    o.insert("kind".into(), self.kind.clone().into());
+                }
+                if !self.namespace.is_empty() && v["metadata"].is_object() {
+                    v["metadata"]["namespace"] = self.namespace.clone().into();
+                }
+                v
+            };
+            let b = crate::admission::RequestBuilder::new(self.operation);
+            let b = match self.operation {
+                Operation::Delete => b,
+                _ => b.object(place(&self.object)),
+            };
+            let b = match &self.old {
+                Some(old) => b.old_object(place(old)),
+                None => b,
+            };
+            b.username(self.username.clone()).build()
+        }
+
+        pub(crate) fn run<R>(&self, f: impl FnOnce(&RuleContext<'_>) -> R) -> R {
+            let req = self.request();
+            let ctx =
+                RuleContext::new(&req, &self.config).expect("the case judges a managed resource");
+            f(&ctx)
+        }
+
+        pub(crate) fn check(&self, rule: &dyn Rule) -> Vec<Violation> {
+            self.run(|ctx| rule.check(ctx))
+        }
+
+        pub(crate) fn evaluate(&self) -> Vec<Finding> {
+            self.run(evaluate)
+        }
+    }
+
+    pub(crate) fn mr(spec: Value) -> Value {
+        let mut spec = spec;
+        if spec.get("forProvider").is_none() {
+            spec["forProvider"] = serde_json::json!({});
+        }
+        serde_json::json!({
+            "apiVersion": "s3.aws.upbound.io/v1beta1",
+            "kind": "Bucket",
+            "metadata": {"name": "b"},
+            "spec": spec,
+        })
+    }
+
+    pub(crate) fn with_annotations(mut obj: Value, a: Value) -> Value {
+        obj["metadata"]["annotations"] = a;
+        obj
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_are_unique_and_stable() {
+        let mut n: Vec<_> = names().collect();
+        assert_eq!(n.len(), 14);
+        n.sort();
+        n.dedup();
+        assert_eq!(n.len(), 14);
+    }
+
+    #[test]
+    fn overrides_change_and_silence_actions() {
+        let obj =
+            mr(json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}));
+        let f = Case::create(obj.clone()).evaluate();
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].rule, "deletion-policy-conflict");
+        assert_eq!(f[0].action, Action::Warn);
+
+        let f = Case::create(obj.clone())
+            .config("rules: {deletion-policy-conflict: Deny}\n")
+            .evaluate();
+        assert_eq!(f[0].action, Action::Deny);
+
+        let f = Case::create(obj.clone())
+            .config("rules: {deletion-policy-conflict: Deny}\nresources:\n  - apiGroups: ['*.aws.upbound.io']\n    kinds: [Bucket]\n    rules: {deletion-policy-conflict: Off}\n")
+            .evaluate();
+        assert!(f.is_empty());
+        // The per-kind override only applies to kinds it matches.
+        let f = Case::create(obj)
+            .kind("ec2.aws.upbound.io", "VPC")
+            .config("rules: {deletion-policy-conflict: Deny}\nresources:\n  - apiGroups: ['*.aws.upbound.io']\n    kinds: [Bucket]\n    rules: {deletion-policy-conflict: Off}\n")
+            .evaluate();
+        assert_eq!(f[0].action, Action::Deny);
+    }
+
+    #[test]
+    fn warn_only_findings_never_deny() {
+        let obj = mr(json!({"deletionPolicy": "Delete"}));
+        let f = Case::create(obj.clone()).namespaced("team-a").evaluate();
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].action, Action::Warn);
+        let f = Case::create(obj)
+            .namespaced("team-a")
+            .config("rules: {deletion-policy: Off}\n")
+            .evaluate();
+        assert!(f.is_empty());
+    }
+
+    #[test]
+    fn exempt_users_skip_only_the_three_rules() {
+        let created = json!({"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z",
+                              "crossplane.io/external-name": "a"});
+        let old = with_annotations(
+            mr(json!({"forProvider": {"region": "us-east-1"}, "initProvider": {"x": 1}})),
+            created.clone(),
+        );
+        let mut new_annotations = created;
+        new_annotations["crossplane.io/external-name"] = json!("b");
+        let new = with_annotations(
+            mr(
+                json!({"forProvider": {"region": "us-west-1"}, "initProvider": {"x": 2},
+                      "deletionPolicy": "Nope"}),
+            ),
+            new_annotations,
+        );
+        let rules = |f: Vec<Finding>| {
+            f.into_iter()
+                .map(|f| f.rule.into_owned())
+                .collect::<Vec<_>>()
+        };
+        let all = rules(Case::update(old.clone(), new.clone()).evaluate());
+        for r in [
+            "immutable-field",
+            "external-name-change",
+            "init-provider-change",
+            "deletion-policy",
+        ] {
+            assert!(all.iter().any(|x| x == r), "{r} in {all:?}");
+        }
+        let exempt = rules(
+            Case::update(old, new)
+                .user("system:serviceaccount:crossplane-system:provider-aws-s3")
+                .evaluate(),
+        );
+        assert_eq!(exempt, vec!["deletion-policy", "init-provider-late-init"]);
+    }
+}
+
+#[cfg(test)]
+mod warning_length {
+    use super::testing::*;
+    use super::*;
+    use serde_json::json;
+
+    /// Warnings are one short line: at most 120 characters with the rule name.
+    #[test]
+    fn default_warnings_fit_on_one_line() {
+        let created = json!({"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"});
+        let pending = json!({"crossplane.io/external-create-pending": "2024-01-02T00:00:00Z",
+                             "crossplane.io/paused": "True"});
+        let cases = vec![
+            Case::create(mr(json!({"deletionPolicy": "Orphan",
+                "managementPolicies": ["Observe", "Create", "Update", "LateInitialize", "Delete"],
+                "initProvider": {"a": 1}}))),
+            Case::create(mr(json!({"deletionPolicy": "Delete"}))).namespaced("team-a"),
+            Case::update(
+                with_annotations(mr(json!({"initProvider": {"a": 1}})), created.clone()),
+                with_annotations(mr(json!({"initProvider": {"a": 2}})), created),
+            ),
+            Case::update(
+                with_annotations(mr(json!({})), pending.clone()),
+                with_annotations(mr(json!({})), pending),
+            ),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for c in cases {
+            for f in c
+                .evaluate()
+                .into_iter()
+                .filter(|f| f.action == Action::Warn)
+            {
+                let line = format!("{}: {}", f.rule, f.message);
+                assert!(line.len() <= 120, "{} chars: {line}", line.len());
+                seen.insert(f.rule.into_owned());
+            }
+        }
+        let want = [
+            "creation-incomplete",
+            "deletion-policy",
+            "deletion-policy-conflict",
+            "init-provider-change",
+            "init-provider-late-init",
+            "paused-value",
+        ];
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), want);
+    }
+}

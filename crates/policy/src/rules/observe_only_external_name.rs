@@ -1,0 +1,79 @@
+use super::{Rule, RuleContext, CU};
+use crate::config::ExternalNameStrategy;
+use crate::model::{Action, Violation};
+
+/// Without Create, a provider-assigned kind can only be found by its
+/// external name.
+pub(super) struct ObserveOnlyExternalName;
+
+impl Rule for ObserveOnlyExternalName {
+    fn name(&self) -> &'static str {
+        "observe-only-external-name"
+    }
+    fn operations(&self) -> &'static [crate::model::Operation] {
+        CU
+    }
+    fn default_action(&self) -> Action {
+        Action::Deny
+    }
+    fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
+        if ctx.resource.external_name != ExternalNameStrategy::IdentifierFromProvider {
+            return vec![];
+        }
+        let mr = ctx.mr();
+        match mr.policies() {
+            Ok(set) if !set.can_create() && mr.external_name().is_none() => vec![Violation::new(format!(
+                "managementPolicies {set} cannot create, and {} identifiers are assigned by the provider, so without crossplane.io/external-name nothing identifies the existing resource",
+                ctx.kind
+            ))
+            .fix("set the crossplane.io/external-name annotation to the existing resource's ID, or add Create to spec.managementPolicies")],
+            _ => vec![],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::testing::*;
+    use serde_json::json;
+
+    fn vpc(c: Case) -> Case {
+        c.kind("ec2.aws.upbound.io", "VPC")
+    }
+
+    #[test]
+    fn observe_only_vpc_without_external_name_is_denied() {
+        let v = vpc(Case::create(mr(json!({"managementPolicies": ["Observe"]}))))
+            .check(&ObserveOnlyExternalName);
+        assert_eq!(v.len(), 1);
+        assert!(v[0].message.contains("VPC"));
+        let v = vpc(Case::create(mr(
+            json!({"managementPolicies": ["Observe", "Update"]}),
+        )))
+        .check(&ObserveOnlyExternalName);
+        assert_eq!(v.len(), 1);
+    }
+
+    #[test]
+    fn allowed_with_external_name_create_or_name_based_kinds() {
+        let named = with_annotations(
+            mr(json!({"managementPolicies": ["Observe"]})),
+            json!({"crossplane.io/external-name": "vpc-123"}),
+        );
+        assert!(vpc(Case::create(named))
+            .check(&ObserveOnlyExternalName)
+            .is_empty());
+        assert!(vpc(Case::create(mr(
+            json!({"managementPolicies": ["Observe", "Create"]})
+        )))
+        .check(&ObserveOnlyExternalName)
+        .is_empty());
+        assert!(vpc(Case::create(mr(json!({}))))
+            .check(&ObserveOnlyExternalName)
+            .is_empty());
+        assert!(Case::create(mr(json!({"managementPolicies": ["Observe"]})))
+            .check(&ObserveOnlyExternalName)
+            .is_empty());
+    }
+}

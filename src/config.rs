@@ -1,0 +1,169 @@
+//! Live configuration: readers take a cheap snapshot per request; a watcher
+//! polls the file and swaps in a new validated config. An invalid file is
+//! logged once, counted, and the last good config stays.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use prometheus::{Gauge, IntCounterVec, Opts, Registry};
+
+use mrguard_policy::config::{Config, ConfigError};
+
+use crate::poll::{FilePoller, Polled};
+
+pub struct ConfigMetrics {
+    reloads: IntCounterVec,
+    last_success: Gauge,
+}
+
+impl ConfigMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let reloads = IntCounterVec::new(
+            Opts::new(
+                "mrguard_config_reloads_total",
+                "Configuration reloads by result.",
+            ),
+            &["result"],
+        )?;
+        let last_success = Gauge::new(
+            "mrguard_config_last_reload_success_timestamp_seconds",
+            "When the configuration was last loaded successfully, in seconds since the epoch.",
+        )?;
+        registry.register(Box::new(reloads.clone()))?;
+        registry.register(Box::new(last_success.clone()))?;
+        for r in ["success", "failure"] {
+            reloads.with_label_values(&[r]);
+        }
+        Ok(Self {
+            reloads,
+            last_success,
+        })
+    }
+
+    fn success(&self) {
+        self.reloads.with_label_values(&["success"]).inc();
+        self.mark_loaded();
+    }
+
+    fn mark_loaded(&self) {
+        self.last_success
+            .set(jiff::Timestamp::now().as_millisecond() as f64 / 1000.0);
+    }
+
+    fn failure(&self) {
+        self.reloads.with_label_values(&["failure"]).inc();
+    }
+}
+
+/// The configuration in force.
+pub struct ConfigStore {
+    current: ArcSwap<Config>,
+    metrics: Option<ConfigMetrics>,
+}
+
+impl ConfigStore {
+    pub fn new(initial: Config, metrics: Option<ConfigMetrics>) -> Arc<Self> {
+        if let Some(m) = &metrics {
+            m.mark_loaded();
+        }
+        Arc::new(Self {
+            current: ArcSwap::from_pointee(initial),
+            metrics,
+        })
+    }
+
+    pub fn load(&self) -> Arc<Config> {
+        self.current.load_full()
+    }
+
+    pub fn replace(&self, config: Config) {
+        self.current.store(Arc::new(config));
+        if let Some(m) = &self.metrics {
+            m.success();
+        }
+    }
+
+    fn failed(&self) {
+        if let Some(m) = &self.metrics {
+            m.failure();
+        }
+    }
+}
+
+/// Why a configuration file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    /// The file could not be read.
+    #[error("failed to read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a valid configuration.
+    #[error("failed to load config file {path}: {source}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        #[source]
+        source: ConfigError,
+    },
+}
+
+fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+    std::str::from_utf8(bytes)
+        .map_err(|e| ConfigError::Parse(format!("the file is not UTF-8: {e}")))
+        .and_then(Config::from_yaml)
+}
+
+/// Reads and validates a configuration file; returns it with the bytes read.
+pub fn load_file(path: &Path) -> Result<(Config, Vec<u8>), ConfigFileError> {
+    let bytes = std::fs::read(path).map_err(|source| ConfigFileError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let config = parse(&bytes).map_err(|source| ConfigFileError::Invalid {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok((config, bytes))
+}
+
+/// Reloads `store` from `path` whenever its contents change, until
+/// shutdown. An invalid file is logged and counted; the last good
+/// configuration stays.
+pub(crate) async fn watch(
+    path: PathBuf,
+    interval: Duration,
+    store: Arc<ConfigStore>,
+    loaded: Vec<u8>,
+    shutdown: crate::shutdown::Signal,
+) {
+    let poller = FilePoller {
+        paths: vec![path.clone()],
+        interval,
+    };
+    poller
+        .run(vec![loaded], shutdown, |polled| match polled {
+            Polled::Unreadable(_, e) => {
+                tracing::warn!(path = %path.display(), error = %e, "failed to read the config file, keeping the last good config");
+                store.failed();
+            }
+            Polled::Changed(contents) => match parse(&contents[0]) {
+                Ok(config) => {
+                    store.replace(config);
+                    tracing::info!(path = %path.display(), "reloaded the configuration");
+                }
+                Err(e) => {
+                    tracing::error!(path = %path.display(), error = %e, "invalid configuration, keeping the last good one");
+                    store.failed();
+                }
+            },
+        })
+        .await;
+}
