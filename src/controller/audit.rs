@@ -17,7 +17,8 @@ use tokio::sync::watch as channel;
 
 use super::coverage::{Coverage, CrdSummary, MrKind};
 use super::watch::MrStates;
-use super::{api_err, ControllerError, ControllerMetrics};
+use super::api::{api_err, ControllerError};
+use super::metrics::ControllerMetrics;
 use crate::config::ConfigStore;
 use mrguard_policy::admission::{validate, RequestBuilder};
 use mrguard_policy::config::Config;

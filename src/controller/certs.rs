@@ -39,14 +39,12 @@ use rustls::RootCertStore;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio::sync::watch as channel;
 
-use super::{api_err, Backoff, Clock, ControllerError, ControllerMetrics};
-use crate::shutdown::Signal;
+use super::api::{api_err, Backoff, Clock, ControllerError};
+use super::metrics::ControllerMetrics;
+use super::secret::{data, tls_pair, SecretView, CA_CRT, CA_KEY, TLS_CRT, TLS_KEY};
+use super::webhooks::WebhookApi;
 use crate::tls::{self, CaPem, CertStore, PemPair};
 
-pub const CA_CRT: &str = "ca.crt";
-pub const CA_KEY: &str = "ca.key";
-pub const TLS_CRT: &str = "tls.crt";
-pub const TLS_KEY: &str = "tls.key";
 /// When the current CA rotation began (RFC 3339); absent outside rotations.
 pub const ROTATION_STARTED: &str = "mrguard.io/ca-rotation-started";
 /// How long a new caBundle is published before a certificate from the new
@@ -127,15 +125,6 @@ pub fn parse_bundle(pem: &[u8]) -> Vec<CaCert> {
         .collect()
 }
 
-fn data<'a>(secret: &'a Secret, key: &str) -> Option<&'a [u8]> {
-    secret
-        .data
-        .as_ref()?
-        .get(key)
-        .map(|b| b.0.as_slice())
-        .filter(|b| !b.is_empty())
-}
-
 /// What the Secret holds, parsed.
 #[derive(Debug, Clone, Default)]
 pub struct SecretContents {
@@ -147,17 +136,10 @@ pub struct SecretContents {
 
 impl SecretContents {
     pub fn from_secret(secret: &Secret) -> Self {
-        let leaf = match (data(secret, TLS_CRT), data(secret, TLS_KEY)) {
-            (Some(cert), Some(key)) => Some(PemPair {
-                cert: cert.to_vec(),
-                key: key.to_vec(),
-            }),
-            _ => None,
-        };
         Self {
             bundle: data(secret, CA_CRT).map(parse_bundle).unwrap_or_default(),
             ca_key: data(secret, CA_KEY).and_then(|k| String::from_utf8(k.to_vec()).ok()),
-            leaf,
+            leaf: tls_pair(secret),
             rotation_started: secret
                 .metadata
                 .annotations
@@ -547,7 +529,7 @@ pub struct CertReconciler {
     pub name: String,
     pub settings: CertSettings,
     pub clock: Arc<dyn Clock>,
-    pub webhooks: super::webhooks::WebhookApi,
+    pub webhooks: WebhookApi,
     pub probe: Arc<dyn ServingProbe>,
 }
 
@@ -698,147 +680,6 @@ fn rotation_annotations(
         }
     }
     (!a.is_empty()).then_some(a)
-}
-
-/// The CA bundle every replica last read from the Secret.
-#[derive(Clone, Default, PartialEq)]
-pub struct SecretView {
-    /// The first list of the Secret finished.
-    pub synced: bool,
-    pub exists: bool,
-    /// `ca.crt` as stored, which is what the caBundle must be.
-    pub bundle: Option<Arc<Vec<u8>>>,
-}
-
-impl std::fmt::Debug for SecretView {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SecretView")
-            .field("synced", &self.synced)
-            .field("exists", &self.exists)
-            .field("bundle_bytes", &self.bundle.as_ref().map(|b| b.len()))
-            .finish()
-    }
-}
-
-/// Loads the serving certificate from the Secret into `store` on every
-/// replica, publishes the CA bundle, and marks the server ready once a
-/// certificate from the Secret is in place.
-pub async fn run_loader(
-    secrets: Api<Secret>,
-    name: String,
-    store: Arc<CertStore>,
-    ready: Arc<AtomicBool>,
-    view: channel::Sender<SecretView>,
-    shutdown: Signal,
-) {
-    let fields = format!("metadata.name={name}");
-    let mut stream = watcher(secrets, watcher::Config::default().fields(&fields))
-        .default_backoff()
-        .boxed();
-    let mut last: Option<PemPair> = None;
-    let mut seen_in_list = false;
-    let mut watch_error = super::ErrorOnce::default();
-    loop {
-        let event = tokio::select! {
-            e = stream.next() => e,
-            _ = shutdown.wait() => return,
-        };
-        let Some(event) = event else { return };
-        let secret = match event {
-            Ok(watcher::Event::Apply(s)) | Ok(watcher::Event::InitApply(s)) => {
-                seen_in_list = true;
-                Some(s)
-            }
-            Ok(watcher::Event::Delete(_)) => None,
-            Ok(watcher::Event::Init) => {
-                watch_error.ok();
-                seen_in_list = false;
-                continue;
-            }
-            Ok(watcher::Event::InitDone) => {
-                if !seen_in_list {
-                    publish(
-                        &view,
-                        SecretView {
-                            synced: true,
-                            exists: false,
-                            bundle: None,
-                        },
-                    );
-                }
-                continue;
-            }
-            Err(e) => {
-                let e = ControllerError::Api {
-                    verb: "watch",
-                    resource: "secrets",
-                    object: name.clone(),
-                    source: super::coverage::watcher_source(e),
-                };
-                watch_error.failed(
-                    &e,
-                    None,
-                    "failed to watch the TLS Secret; retrying with backoff",
-                );
-                continue;
-            }
-        };
-        let Some(secret) = secret else {
-            tracing::warn!(secret = %name, "the TLS Secret was deleted; serving the last certificate");
-            publish(
-                &view,
-                SecretView {
-                    synced: true,
-                    exists: false,
-                    bundle: None,
-                },
-            );
-            continue;
-        };
-        let pair = match (data(&secret, TLS_CRT), data(&secret, TLS_KEY)) {
-            (Some(c), Some(k)) => Some(PemPair {
-                cert: c.to_vec(),
-                key: k.to_vec(),
-            }),
-            _ => None,
-        };
-        if let Some(pair) = pair.filter(|p| last.as_ref() != Some(p)) {
-            match pair.certified_key() {
-                Ok(ck) => {
-                    store.replace(ck);
-                    last = Some(pair);
-                    tracing::info!(secret = %name, "loaded the serving certificate from the Secret");
-                    if !shutdown.is_fired() {
-                        ready.store(true, Ordering::Release);
-                    }
-                }
-                Err(e) => {
-                    store.record_failure();
-                    tracing::warn!(error = %e, secret = %name, "the Secret's certificate pair is unusable; keeping the current one");
-                }
-            }
-        }
-        let bundle = data(&secret, CA_CRT).map(|b| Arc::new(b.to_vec()));
-        publish(
-            &view,
-            SecretView {
-                synced: true,
-                exists: true,
-                bundle,
-            },
-        );
-    }
-}
-
-fn publish(tx: &channel::Sender<SecretView>, v: SecretView) {
-    tx.send_if_modified(|cur| {
-        if *cur == v {
-            false
-        } else {
-            *cur = v;
-            true
-        }
-    });
 }
 
 #[cfg(test)]
@@ -1118,9 +959,9 @@ mod tests {
             name: "mrguard-tls".into(),
             settings: rotation_settings(),
             clock,
-            webhooks: super::super::webhooks::WebhookApi::new(
+            webhooks: WebhookApi::new(
                 client,
-                super::super::webhooks::WebhookNames {
+                crate::controller::webhooks::WebhookNames {
                     mutating: "mrguard".into(),
                     validating: "mrguard".into(),
                 },
@@ -1268,58 +1109,5 @@ mod tests {
                 .starts_with("failed to create secrets mrguard-tls"),
             "{e}"
         );
-    }
-
-    #[tokio::test]
-    async fn every_replica_loads_the_secret_and_becomes_ready() {
-        let s = settings();
-        let new = create(&s);
-        let secret = secret_json(&new);
-        let (client, api) = mock::client(move |r| {
-            if r.query.contains("watch=true") {
-                Reply::Hang
-            } else {
-                Reply::Json(
-                    200,
-                    json!({"apiVersion": "v1", "kind": "SecretList",
-                    "metadata": {"resourceVersion": "10"}, "items": [secret.clone()]}),
-                )
-            }
-        });
-        let (pair, _) = tls::self_signed(&tls::local_names()).unwrap();
-        let store = CertStore::new(pair.certified_key().unwrap(), None);
-        let ready = Arc::new(AtomicBool::new(false));
-        let (tx, mut rx) = channel::channel(SecretView::default());
-        let (_trigger, signal) = crate::shutdown::channel();
-        let task = tokio::spawn(run_loader(
-            Api::namespaced(client, "crossplane-system"),
-            "mrguard-tls".into(),
-            store.clone(),
-            ready.clone(),
-            tx,
-            signal,
-        ));
-        tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|v| v.exists))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(ready.load(Ordering::Acquire));
-        let served = store.current();
-        assert_eq!(
-            served.cert[0],
-            tls::parse_certs(&new.leaf.cert, "leaf").unwrap()[0]
-        );
-        assert_eq!(
-            rx.borrow().bundle.as_deref().unwrap().as_slice(),
-            new.bundle.concat().as_bytes()
-        );
-        let list = &api.requests()[0];
-        assert!(
-            list.query
-                .contains("fieldSelector=metadata.name%3Dmrguard-tls"),
-            "{}",
-            list.query
-        );
-        task.abort();
     }
 }

@@ -15,7 +15,8 @@ use kube::{Api, Resource};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch as channel;
 
-use super::ControllerMetrics;
+use super::api::{watcher_source, ControllerError, ErrorOnce};
+use super::metrics::ControllerMetrics;
 
 pub const MANAGED_CATEGORY: &str = "managed";
 pub const MUTATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE"];
@@ -240,7 +241,7 @@ pub async fn run_crd_watch(
     let mut current = Coverage::default();
     let mut listing: Option<Coverage> = None;
     let mut synced = false;
-    let mut watch_error = super::ErrorOnce::default();
+    let mut watch_error = ErrorOnce::default();
     while let Some(event) = stream.next().await {
         if event.is_ok() {
             watch_error.ok();
@@ -261,7 +262,7 @@ pub async fn run_crd_watch(
             Ok(watcher::Event::Apply(crd)) => current.upsert(&crd),
             Ok(watcher::Event::Delete(crd)) => current.remove(&crd),
             Err(e) => {
-                let e = super::ControllerError::Api {
+                let e = ControllerError::Api {
                     verb: "watch",
                     resource: "customresourcedefinitions.apiextensions.k8s.io",
                     object: String::new(),
@@ -283,17 +284,6 @@ pub async fn run_crd_watch(
             metrics.covered_kinds.set(current.len() as i64);
             let _ = tx.send(Some(Arc::new(current.clone())));
         }
-    }
-}
-
-/// The client error inside a watcher error, for uniform logging.
-pub(crate) fn watcher_source(e: watcher::Error) -> kube::Error {
-    match e {
-        watcher::Error::InitialListFailed(e)
-        | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => e,
-        watcher::Error::WatchError(status) => kube::Error::Api(status),
-        other => kube::Error::Service(other.to_string().into()),
     }
 }
 

@@ -24,7 +24,7 @@ use kube::api::PostParams;
 use kube::Api;
 use tokio::sync::watch as channel;
 
-use super::{api_err, Clock, ControllerError};
+use super::api::{api_err, Clock, ControllerError};
 use crate::shutdown::Signal;
 
 const RESOURCE: &str = "leases.coordination.k8s.io";

@@ -201,7 +201,7 @@ impl ManualClock {
     }
 }
 
-impl super::Clock for ManualClock {
+impl super::api::Clock for ManualClock {
     fn now(&self) -> Timestamp {
         *self.0.lock().unwrap()
     }

@@ -25,7 +25,8 @@ use serde_json::json;
 use tokio::sync::watch as channel;
 
 use super::coverage::{Coverage, MrKind};
-use super::{api_err, Backoff, Clock, ControllerError, ControllerMetrics};
+use super::api::{api_err, Backoff, Clock, ControllerError};
+use super::metrics::ControllerMetrics;
 use mrguard_policy::mr::{Mr, CREATE_PENDING};
 
 pub const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
@@ -387,7 +388,7 @@ pub async fn watch_kind(
     let mut retry: Vec<(ObjRef, String)> = Vec::new();
     let mut backoff = Backoff::default();
     let mut retry_at: Option<tokio::time::Instant> = None;
-    let mut watch_error = super::ErrorOnce::default();
+    let mut watch_error = super::api::ErrorOnce::default();
     loop {
         let due = retry_at;
         let mut report: Vec<(ObjRef, String)> = Vec::new();
@@ -429,7 +430,7 @@ pub async fn watch_kind(
                         verb: "watch",
                         resource: "managed resources",
                         object: kind.key(),
-                        source: super::coverage::watcher_source(e),
+                        source: super::api::watcher_source(e),
                     };
                     watch_error.failed(&e, Some(&metrics), "failed to watch MRs; retrying with backoff");
                 }

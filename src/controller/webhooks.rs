@@ -22,9 +22,10 @@ use rustls_pki_types::CertificateDer;
 use serde_json::{json, Value};
 use tokio::sync::watch as channel;
 
-use super::certs::SecretView;
+use super::secret::SecretView;
 use super::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
-use super::{api_err, Backoff, ControllerError, ControllerMetrics, FIELD_MANAGER};
+use super::api::{api_err, watcher_source, Backoff, ControllerError, ErrorOnce, FIELD_MANAGER};
+use super::metrics::ControllerMetrics;
 
 /// The webhook inside the MutatingWebhookConfiguration whose rules we keep.
 pub const MUTATE_WEBHOOK: &str = "mutate.mrguard.io";
@@ -348,7 +349,7 @@ pub async fn run(
     // None: not seen yet; Some(None): absent.
     let mut state: BTreeMap<ConfigKind, Option<Observed>> = BTreeMap::new();
     let mut missing_webhook_warned = BTreeMap::new();
-    let mut watch_errors: BTreeMap<ConfigKind, super::ErrorOnce> = BTreeMap::new();
+    let mut watch_errors: BTreeMap<ConfigKind, ErrorOnce> = BTreeMap::new();
     let mut backoff = Backoff::default();
     let mut retry: Option<tokio::time::Instant> = None;
     loop {
@@ -377,7 +378,7 @@ pub async fn run(
                         verb: "watch",
                         resource: kind.resource(),
                         object: api.name(kind).to_string(),
-                        source: super::coverage::watcher_source(e),
+                        source: watcher_source(e),
                     };
                     watch_errors.entry(kind).or_default().failed(
                         &e,

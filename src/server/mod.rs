@@ -3,8 +3,9 @@
 //! chose) serving the axum router, with read deadlines from [`guard`]. On
 //! shutdown it stops accepting and drains.
 
-pub mod guard;
-pub mod routes;
+mod admission;
+mod guard;
+mod routes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
