@@ -19,7 +19,7 @@ pub struct ConfigMetrics {
 }
 
 impl ConfigMetrics {
-    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<Self> {
         let reloads = IntCounterVec::new(
             Opts::new(
                 "mrguard_config_reloads_total",
@@ -74,11 +74,11 @@ impl ConfigStore {
         })
     }
 
-    pub fn load(&self) -> Arc<Config> {
+    pub(crate) fn load(&self) -> Arc<Config> {
         self.current.load_full()
     }
 
-    pub fn replace(&self, config: Config) {
+    pub(crate) fn replace(&self, config: Config) {
         self.current.store(Arc::new(config));
         if let Some(m) = &self.metrics {
             m.success();

@@ -3,7 +3,6 @@
 //! metrics and the plain-HTTP `/metrics` listener.
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
 use axum::http::{header, StatusCode};
@@ -208,23 +207,14 @@ pub(crate) struct RequestLabels<'a> {
 }
 
 /// Renders the registry in the Prometheus text format.
-pub fn render(registry: &Registry) -> Result<Vec<u8>, prometheus::Error> {
+pub(crate) fn render(registry: &Registry) -> Result<Vec<u8>, prometheus::Error> {
     let mut buf = Vec::new();
     TextEncoder::new().encode(&registry.gather(), &mut buf)?;
     Ok(buf)
 }
 
 /// Serves `GET /metrics` on plain HTTP until `shutdown` fires.
-pub async fn serve(
-    addr: SocketAddr,
-    registry: Registry,
-    shutdown: crate::shutdown::Signal,
-) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    serve_on(listener, registry, shutdown).await
-}
-
-pub async fn serve_on(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     registry: Registry,
     shutdown: crate::shutdown::Signal,

@@ -15,7 +15,7 @@ use mrguard_policy::offline::{self, identity, label};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "UPPER")]
-pub enum CheckOperation {
+pub(crate) enum CheckOperation {
     Create,
     Update,
     Delete,
@@ -25,31 +25,31 @@ pub enum CheckOperation {
 pub struct CheckArgs {
     /// Manifest file (multi-document YAML); "-" reads standard input.
     #[arg(short = 'f', long = "file")]
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// The previous version of the objects, for UPDATE (matched by kind, namespace and name).
     #[arg(long)]
-    pub old: Option<PathBuf>,
+    pub(crate) old: Option<PathBuf>,
     /// The operation to judge [default: CREATE, or UPDATE with --old].
     #[arg(long, value_enum)]
-    pub operation: Option<CheckOperation>,
+    pub(crate) operation: Option<CheckOperation>,
     /// Configuration file; the built-in default when absent.
     #[arg(long)]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// The requesting username, for exemptUsernames.
     #[arg(long, default_value = "")]
-    pub username: String,
+    pub(crate) username: String,
     /// Print the JSON Patch of each object instead of the defaulted object.
     #[arg(long)]
-    pub patch: bool,
+    pub(crate) patch: bool,
     /// CRD file, or folder of CRD files: also apply their schema defaults
     /// before mutation, and check types, enums, required fields and
     /// x-kubernetes-validations rules after it, as the API server would.
     #[arg(long, value_name = "PATH")]
-    pub crd: Option<PathBuf>,
+    pub(crate) crd: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CheckError {
+pub(crate) enum CheckError {
     #[error("failed to read {path}: {source}")]
     Read {
         path: String,
@@ -293,7 +293,7 @@ fn json_type(v: &Value) -> &'static str {
 
 /// Runs the check; 0 allowed, 1 denied or invalid, 2 unreadable input
 /// (or a CRD rule mrguard cannot evaluate).
-pub fn run(args: CheckArgs) -> i32 {
+pub(crate) fn run(args: CheckArgs) -> i32 {
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();
     match execute(&args, &mut out, &mut err) {

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use audit::AuditArgs;
+pub use certs::CertsCommand;
 pub use check::CheckArgs;
 pub use controller_args::ControllerArgs;
 pub use parse::parse_duration;
@@ -26,7 +27,7 @@ pub use serve::ServeArgs;
 )]
 pub struct Cli {
     #[command(flatten)]
-    pub log: LogArgs,
+    pub(crate) log: LogArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -59,16 +60,16 @@ pub enum ConfigCommand {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }
 
 #[derive(Debug, Args)]
-pub struct LogArgs {
+pub(crate) struct LogArgs {
     /// Log filter, in tracing's EnvFilter syntax (e.g. "info,mrguard=debug").
     #[arg(long, global = true, env = "MRGUARD_LOG", default_value = "info")]
-    pub log_level: String,
+    pub(crate) log_level: String,
     /// Log output format.
     #[arg(
         long,
@@ -77,7 +78,7 @@ pub struct LogArgs {
         value_enum,
         default_value = "text"
     )]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
 }
 
 fn init_logging(log: &LogArgs) {

@@ -84,8 +84,6 @@ pub struct Running {
     /// The CA certificate written by --self-signed.
     pub ca_file: Option<PathBuf>,
     pub ready: Arc<AtomicBool>,
-    pub config: Arc<ConfigStore>,
-    pub certs: Arc<CertStore>,
     trigger: shutdown::Trigger,
     drain_delay: Duration,
     tasks: tokio::task::JoinSet<()>,
@@ -122,7 +120,9 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let controller = match controller_mode {
         true => Some((
             crate::controller::client(args.controller.kubeconfig.as_deref(), None).await?,
-            Arc::new(crate::controller::metrics::ControllerMetrics::register(&registry)?),
+            Arc::new(crate::controller::metrics::ControllerMetrics::register(
+                &registry,
+            )?),
         )),
         false => None,
     };
@@ -214,7 +214,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         let signal = signal.clone();
         tasks.spawn(
             async move {
-                if let Err(e) = crate::metrics::serve_on(metrics_listener, registry, signal).await {
+                if let Err(e) = crate::metrics::serve(metrics_listener, registry, signal).await {
                     tracing::error!(error = %e, "metrics listener failed");
                 }
             }
@@ -247,8 +247,6 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         metrics_addr,
         ca_file,
         ready,
-        config: config_store,
-        certs,
         trigger,
         drain_delay: args.drain_delay,
         tasks,
@@ -278,7 +276,7 @@ async fn terminated() {
     }
 }
 
-pub fn run(args: ServeArgs) -> i32 {
+pub(crate) fn run(args: ServeArgs) -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

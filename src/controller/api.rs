@@ -4,8 +4,12 @@
 
 use std::time::Duration;
 
+use futures::Stream;
 use jiff::Timestamp;
+use kube::api::ListParams;
 use kube::runtime::watcher;
+use kube::Api;
+use serde::de::DeserializeOwned;
 
 use super::metrics::ControllerMetrics;
 
@@ -40,7 +44,7 @@ fn object_suffix(object: &str) -> String {
 
 impl ControllerError {
     /// The HTTP status of a failed API call, when the API server answered.
-    pub fn status_code(&self) -> Option<u16> {
+    pub(crate) fn status_code(&self) -> Option<u16> {
         match self {
             ControllerError::Api {
                 source: kube::Error::Api(status),
@@ -50,16 +54,8 @@ impl ControllerError {
         }
     }
 
-    pub fn is_conflict(&self) -> bool {
-        self.status_code() == Some(409)
-    }
-
-    pub fn is_not_found(&self) -> bool {
-        self.status_code() == Some(404)
-    }
-
     /// Counts a failed API call in `mrguard_controller_api_errors_total`.
-    pub fn count(&self, metrics: Option<&ControllerMetrics>) {
+    pub(crate) fn count(&self, metrics: Option<&ControllerMetrics>) {
         if let (Some(m), ControllerError::Api { verb, resource, .. }) = (metrics, self) {
             m.api_error(verb, resource, self.status_code());
         }
@@ -67,7 +63,7 @@ impl ControllerError {
 
     /// Counts and logs the error, naming the refused verb and resource on
     /// an RBAC denial.
-    pub fn log(&self, metrics: Option<&ControllerMetrics>, what: &str) {
+    pub(crate) fn log(&self, metrics: Option<&ControllerMetrics>, what: &str) {
         self.count(metrics);
         if let ControllerError::Api {
             verb,
@@ -137,12 +133,12 @@ pub(crate) fn api_err(
 
 /// The time source of every decision that depends on the wall clock, so
 /// tests can move it.
-pub trait Clock: Send + Sync + 'static {
+pub(crate) trait Clock: Send + Sync + 'static {
     fn now(&self) -> Timestamp;
 }
 
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
@@ -153,14 +149,14 @@ impl Clock for SystemClock {
 /// Exponential backoff with jitter for retrying failed API calls: each delay
 /// is drawn from [d/2, d] while d doubles up to `max`.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     min: Duration,
     max: Duration,
     current: Duration,
 }
 
 impl Backoff {
-    pub fn new(min: Duration, max: Duration) -> Self {
+    pub(crate) fn new(min: Duration, max: Duration) -> Self {
         Self {
             min,
             max,
@@ -168,13 +164,13 @@ impl Backoff {
         }
     }
 
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let d = self.current;
         self.current = (self.current * 2).min(self.max);
         d.mul_f64(0.5 + fastrand::f64() * 0.5)
     }
 
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.current = self.min;
     }
 }
@@ -211,6 +207,33 @@ pub async fn client(
             .map_err(|e| ControllerError::Client(e.to_string()))?,
     };
     kube::Client::try_from(config).map_err(|e| ControllerError::Client(e.to_string()))
+}
+
+/// Every object `api` lists, `page_size` at a time: one page per item.
+pub(crate) fn list_pages<K>(
+    api: Api<K>,
+    page_size: u32,
+) -> impl Stream<Item = Result<Vec<K>, kube::Error>>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    // The state is the next page's continue token; `None` once the last
+    // page was read.
+    futures::stream::try_unfold(Some(None::<String>), move |token| {
+        let api = api.clone();
+        async move {
+            let Some(token) = token else {
+                return Ok(None);
+            };
+            let mut lp = ListParams::default().limit(page_size);
+            if let Some(t) = &token {
+                lp = lp.continue_token(t);
+            }
+            let page = api.list(&lp).await?;
+            let next = page.metadata.continue_.filter(|t| !t.is_empty()).map(Some);
+            Ok(Some((page.items, next)))
+        }
+    })
 }
 
 /// The client error inside a watcher error, for uniform logging.

@@ -23,12 +23,12 @@ type Frames = mpsc::UnboundedSender<Result<Frame<Bytes>, Infallible>>;
 /// One request as the API server saw it.
 #[derive(Debug, Clone)]
 pub(crate) struct Recorded {
-    pub method: String,
-    pub path: String,
-    pub query: String,
-    pub content_type: String,
-    pub accept: String,
-    pub body: Value,
+    pub(crate) method: String,
+    pub(crate) path: String,
+    pub(crate) query: String,
+    pub(crate) content_type: String,
+    pub(crate) accept: String,
+    pub(crate) body: Value,
 }
 
 pub(crate) enum Reply {
@@ -135,7 +135,11 @@ impl MockApi {
     }
 
     /// Waits until `pred` holds for the recorded requests; panics after 10 s.
-    pub(crate) async fn wait_for(&self, what: &str, pred: impl Fn(&[Recorded]) -> bool) -> Vec<Recorded> {
+    pub(crate) async fn wait_for(
+        &self,
+        what: &str,
+        pred: impl Fn(&[Recorded]) -> bool,
+    ) -> Vec<Recorded> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let notified = self.changed.notified();

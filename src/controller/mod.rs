@@ -104,19 +104,19 @@ pub(crate) struct Settings {
 }
 
 /// The running controller's shared pieces.
-pub struct Controller {
-    pub client: kube::Client,
-    pub settings: Settings,
-    pub certs: Arc<CertStore>,
-    pub config: Arc<ConfigStore>,
-    pub ready: Arc<AtomicBool>,
-    pub metrics: Arc<ControllerMetrics>,
-    pub clock: Arc<dyn Clock>,
+pub(crate) struct Controller {
+    pub(crate) client: kube::Client,
+    pub(crate) settings: Settings,
+    pub(crate) certs: Arc<CertStore>,
+    pub(crate) config: Arc<ConfigStore>,
+    pub(crate) ready: Arc<AtomicBool>,
+    pub(crate) metrics: Arc<ControllerMetrics>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl Controller {
     /// Runs until `shutdown` fires; releases the Lease on the way out.
-    pub async fn run(self, shutdown: Signal) {
+    pub(crate) async fn run(self, shutdown: Signal) {
         let Controller {
             client,
             settings,
@@ -211,14 +211,14 @@ impl Controller {
 /// What every leader-only task shares.
 #[derive(Clone)]
 pub(crate) struct LeaderContext {
-    pub client: kube::Client,
-    pub settings: Arc<Settings>,
-    pub certs: Arc<CertStore>,
-    pub config: Arc<ConfigStore>,
-    pub metrics: Arc<ControllerMetrics>,
-    pub clock: Arc<dyn Clock>,
-    pub secret: channel::Receiver<secret::SecretView>,
-    pub dedup: watch::EventDedup,
+    pub(crate) client: kube::Client,
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) certs: Arc<CertStore>,
+    pub(crate) config: Arc<ConfigStore>,
+    pub(crate) metrics: Arc<ControllerMetrics>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) secret: channel::Receiver<secret::SecretView>,
+    pub(crate) dedup: watch::EventDedup,
 }
 
 impl LeaderContext {

@@ -39,12 +39,12 @@ pub(crate) fn tls_pair(secret: &Secret) -> Option<PemPair> {
 
 /// The CA bundle every replica last read from the Secret.
 #[derive(Clone, Default, PartialEq)]
-pub struct SecretView {
+pub(crate) struct SecretView {
     /// The first list of the Secret finished.
-    pub synced: bool,
-    pub exists: bool,
+    pub(crate) synced: bool,
+    pub(crate) exists: bool,
     /// `ca.crt` as stored, which is what the caBundle must be.
-    pub bundle: Option<Arc<Vec<u8>>>,
+    pub(crate) bundle: Option<Arc<Vec<u8>>>,
 }
 
 impl SecretView {
@@ -71,7 +71,7 @@ impl std::fmt::Debug for SecretView {
 /// Loads the serving certificate from the Secret into `store` on every
 /// replica, publishes the CA bundle, and marks the server ready once a
 /// certificate from the Secret is in place.
-pub async fn run_loader(
+pub(crate) async fn run_loader(
     secrets: Api<Secret>,
     name: String,
     store: Arc<CertStore>,
@@ -190,17 +190,19 @@ mod tests {
         (secret, pair, ca.cert)
     }
 
+    struct Loader {
+        store: Arc<CertStore>,
+        ready: Arc<AtomicBool>,
+        view: channel::Receiver<SecretView>,
+        api: mock::MockApi,
+        task: tokio::task::JoinHandle<()>,
+        // Dropping the trigger would stop the loader.
+        _trigger: crate::shutdown::Trigger,
+    }
+
     /// Runs the loader against an API server listing `items` and watching
     /// nothing more.
-    fn start_loader(
-        items: Vec<Value>,
-    ) -> (
-        Arc<CertStore>,
-        Arc<AtomicBool>,
-        channel::Receiver<SecretView>,
-        mock::MockApi,
-        tokio::task::JoinHandle<()>,
-    ) {
+    fn start_loader(items: Vec<Value>) -> Loader {
         let (client, api) = mock::client(move |r| {
             if r.query.contains("watch=true") {
                 Reply::Hang
@@ -216,7 +218,7 @@ mod tests {
         let store = CertStore::new(pair.certified_key().unwrap(), None);
         let ready = Arc::new(AtomicBool::new(false));
         let (tx, rx) = channel::channel(SecretView::default());
-        let (_trigger, signal) = crate::shutdown::channel();
+        let (trigger, signal) = crate::shutdown::channel();
         let task = tokio::spawn(run_loader(
             Api::namespaced(client, "crossplane-system"),
             "mrguard-tls".into(),
@@ -225,13 +227,27 @@ mod tests {
             tx,
             signal,
         ));
-        (store, ready, rx, api, task)
+        Loader {
+            store,
+            ready,
+            view: rx,
+            api,
+            task,
+            _trigger: trigger,
+        }
     }
 
     #[tokio::test]
     async fn every_replica_loads_the_secret_and_becomes_ready() {
         let (secret, pair, ca) = secret_json();
-        let (store, ready, mut rx, api, task) = start_loader(vec![secret]);
+        let Loader {
+            store,
+            ready,
+            view: mut rx,
+            api,
+            task,
+            _trigger,
+        } = start_loader(vec![secret]);
         tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|v| v.exists))
             .await
             .unwrap()
@@ -258,7 +274,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_secret_is_published_as_absent_and_readiness_waits() {
-        let (_store, ready, mut rx, _api, task) = start_loader(vec![]);
+        let Loader {
+            ready,
+            view: mut rx,
+            task,
+            _trigger,
+            ..
+        } = start_loader(vec![]);
         tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|v| v.synced))
             .await
             .unwrap()

@@ -24,31 +24,31 @@ use kube::Api;
 use serde_json::json;
 use tokio::sync::watch as channel;
 
-use super::coverage::{Coverage, MrKind};
 use super::api::{api_err, Backoff, Clock, ControllerError};
+use super::coverage::{Coverage, MrKind};
 use super::metrics::ControllerMetrics;
 use mrguard_policy::mr::{Mr, CREATE_PENDING};
 
-pub const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
+pub(crate) const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
 /// Annotation on our Events naming what they report (`<uid>@<pending time>`).
-pub const EVENT_KEY: &str = "mrguard.io/event-key";
-pub const REPORTING_CONTROLLER: &str = "mrguard.io/controller";
-pub const LEAK_NOTE: &str = "possibly leaked external resource: creation is incomplete, so the provider stopped \
+pub(crate) const EVENT_KEY: &str = "mrguard.io/event-key";
+pub(crate) const REPORTING_CONTROLLER: &str = "mrguard.io/controller";
+pub(crate) const LEAK_NOTE: &str = "possibly leaked external resource: creation is incomplete, so the provider stopped \
      because it may have leaked an external resource; check the external system for a leaked resource, then \
      remove the crossplane.io/external-create-pending annotation when safe";
 
 /// What the gauges count for one MR.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ObjState {
-    pub paused_annotation: bool,
+pub(crate) struct ObjState {
+    pub(crate) paused_annotation: bool,
     /// From the last audit pass: `managementPolicies: []`.
-    pub paused_policy: bool,
+    pub(crate) paused_policy: bool,
     /// The `external-create-pending` time while creation is incomplete.
-    pub pending: Option<String>,
+    pub(crate) pending: Option<String>,
 }
 
 impl ObjState {
-    pub fn from_meta(meta: &ObjectMeta) -> Self {
+    pub(crate) fn from_meta(meta: &ObjectMeta) -> Self {
         let annotations = meta.annotations.clone().unwrap_or_default();
         let pending = annotations.get(CREATE_PENDING).cloned();
         let v = json!({"metadata": {"annotations": annotations}});
@@ -60,7 +60,7 @@ impl ObjState {
         }
     }
 
-    pub fn paused(&self) -> bool {
+    pub(crate) fn paused(&self) -> bool {
         self.paused_annotation || self.paused_policy
     }
 }
@@ -74,13 +74,13 @@ struct KindStates {
 
 /// Per-kind MR states behind the `mrguard_managed_resources` gauges.
 #[derive(Clone)]
-pub struct MrStates {
+pub(crate) struct MrStates {
     inner: Arc<Mutex<BTreeMap<String, KindStates>>>,
     metrics: Arc<ControllerMetrics>,
 }
 
 impl MrStates {
-    pub fn new(metrics: Arc<ControllerMetrics>) -> Self {
+    pub(crate) fn new(metrics: Arc<ControllerMetrics>) -> Self {
         Self {
             inner: Arc::new(Mutex::new(BTreeMap::new())),
             metrics,
@@ -110,7 +110,7 @@ impl MrStates {
     }
 
     /// After a full list: the kind's objects are exactly these.
-    pub fn replace_kind(&self, kind: &MrKind, objects: HashMap<String, ObjState>) {
+    pub(crate) fn replace_kind(&self, kind: &MrKind, objects: HashMap<String, ObjState>) {
         self.with_kind(kind, |k| {
             let old = std::mem::take(&mut k.objects);
             k.objects = objects;
@@ -120,21 +120,21 @@ impl MrStates {
         });
     }
 
-    pub fn upsert(&self, kind: &MrKind, uid: &str, mut state: ObjState) {
+    pub(crate) fn upsert(&self, kind: &MrKind, uid: &str, mut state: ObjState) {
         self.with_kind(kind, |k| {
             state.paused_policy = k.objects.get(uid).is_some_and(|p| p.paused_policy);
             k.objects.insert(uid.to_string(), state);
         });
     }
 
-    pub fn remove(&self, kind: &MrKind, uid: &str) {
+    pub(crate) fn remove(&self, kind: &MrKind, uid: &str) {
         self.with_kind(kind, |k| {
             k.objects.remove(uid);
         });
     }
 
     /// From the audit: which objects of the kind have `managementPolicies: []`.
-    pub fn set_paused_by_policy(&self, kind: &MrKind, uids: &HashSet<String>) {
+    pub(crate) fn set_paused_by_policy(&self, kind: &MrKind, uids: &HashSet<String>) {
         self.with_kind(kind, |k| {
             for (uid, o) in k.objects.iter_mut() {
                 o.paused_policy = uids.contains(uid);
@@ -143,7 +143,7 @@ impl MrStates {
     }
 
     /// The kind is no longer an MR kind: forget it and its series.
-    pub fn drop_kind(&self, kind: &MrKind) {
+    pub(crate) fn drop_kind(&self, kind: &MrKind) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = inner.remove(&kind.key()) {
             for state in ["paused", "creation_incomplete"] {
@@ -158,22 +158,22 @@ impl MrStates {
 
 /// Event keys already reported, shared across leadership terms.
 #[derive(Clone, Default)]
-pub struct EventDedup(Arc<Mutex<HashSet<String>>>);
+pub(crate) struct EventDedup(Arc<Mutex<HashSet<String>>>);
 
 impl EventDedup {
-    pub fn contains(&self, key: &str) -> bool {
+    pub(crate) fn contains(&self, key: &str) -> bool {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .contains(key)
     }
 
-    pub fn insert(&self, key: String) {
+    pub(crate) fn insert(&self, key: String) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
     }
 
     /// Forgets every key of a deleted object.
-    pub fn forget_uid(&self, uid: &str) {
+    pub(crate) fn forget_uid(&self, uid: &str) {
         let prefix = format!("{uid}@");
         self.0
             .lock()
@@ -184,17 +184,17 @@ impl EventDedup {
 
 /// Which object an Event is about.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ObjRef {
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
-    pub namespace: Option<String>,
-    pub uid: String,
-    pub resource_version: Option<String>,
+pub(crate) struct ObjRef {
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) namespace: Option<String>,
+    pub(crate) uid: String,
+    pub(crate) resource_version: Option<String>,
 }
 
 impl ObjRef {
-    pub fn new(kind: &MrKind, meta: &ObjectMeta) -> Option<Self> {
+    pub(crate) fn new(kind: &MrKind, meta: &ObjectMeta) -> Option<Self> {
         Some(Self {
             api_version: kind.api_resource().api_version,
             kind: kind.kind.clone(),
@@ -206,12 +206,12 @@ impl ObjRef {
     }
 }
 
-pub fn event_key(uid: &str, pending: &str) -> String {
+pub(crate) fn event_key(uid: &str, pending: &str) -> String {
     format!("{uid}@{pending}")
 }
 
 /// Writes `events.k8s.io/v1` Events, at most one per key.
-pub struct EventRecorder {
+pub(crate) struct EventRecorder {
     client: kube::Client,
     instance: String,
     clock: Arc<dyn Clock>,
@@ -219,7 +219,7 @@ pub struct EventRecorder {
 }
 
 impl EventRecorder {
-    pub fn new(
+    pub(crate) fn new(
         client: kube::Client,
         instance: String,
         clock: Arc<dyn Clock>,
@@ -236,7 +236,7 @@ impl EventRecorder {
 
     /// Remembers the keys of the `PossiblyLeaked` Events that already exist,
     /// so a new leader does not repeat its predecessor's.
-    pub async fn seed(&self) -> Result<usize, ControllerError> {
+    pub(crate) async fn seed(&self) -> Result<usize, ControllerError> {
         let api: Api<Event> = Api::all(self.client.clone());
         let lp = ListParams::default().fields(&format!("reason={POSSIBLY_LEAKED}"));
         let list = api
@@ -263,7 +263,7 @@ impl EventRecorder {
 
     /// Reports a possibly leaked external resource once per incomplete
     /// creation. Ok(true) when an Event was written.
-    pub async fn possibly_leaked(
+    pub(crate) async fn possibly_leaked(
         &self,
         obj: &ObjRef,
         pending: &str,
@@ -322,7 +322,7 @@ impl EventRecorder {
 
 /// Watches every MR kind of the coverage; starts and stops per-kind watches
 /// as CRDs come and go. Runs only on the Lease holder.
-pub async fn run(
+pub(crate) async fn run(
     client: kube::Client,
     mut coverage: channel::Receiver<Option<Arc<Coverage>>>,
     states: MrStates,
@@ -373,7 +373,7 @@ pub async fn run(
 }
 
 /// One kind's metadata-only watch.
-pub async fn watch_kind(
+pub(crate) async fn watch_kind(
     client: kube::Client,
     kind: MrKind,
     states: MrStates,

@@ -11,50 +11,60 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use std::borrow::Cow;
+
 use futures::StreamExt;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhookConfiguration,
-};
+use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::ByteString;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::Api;
+use kube::{Api, Resource};
 use rustls_pki_types::CertificateDer;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch as channel;
 
-use super::secret::SecretView;
-use super::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
 use super::api::{api_err, watcher_source, Backoff, ControllerError, ErrorOnce, FIELD_MANAGER};
+use super::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
 use super::metrics::ControllerMetrics;
+use super::secret::SecretView;
 
 /// The webhook inside the MutatingWebhookConfiguration whose rules we keep.
-pub const MUTATE_WEBHOOK: &str = "mutate.mrguard.io";
+pub(crate) const MUTATE_WEBHOOK: &str = "mutate.mrguard.io";
 /// The webhook inside the ValidatingWebhookConfiguration whose rules we keep.
-pub const VALIDATE_WEBHOOK: &str = "validate.mrguard.io";
+pub(crate) const VALIDATE_WEBHOOK: &str = "validate.mrguard.io";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebhookNames {
-    pub mutating: String,
-    pub validating: String,
+pub(crate) struct WebhookNames {
+    pub(crate) mutating: String,
+    pub(crate) validating: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ConfigKind {
+pub(crate) enum ConfigKind {
     Mutating,
     Validating,
 }
 
 impl ConfigKind {
-    pub const ALL: [ConfigKind; 2] = [ConfigKind::Mutating, ConfigKind::Validating];
+    pub(crate) const ALL: [ConfigKind; 2] = [ConfigKind::Mutating, ConfigKind::Validating];
 
-    pub fn kind(self) -> &'static str {
+    pub(crate) fn kind(self) -> &'static str {
         match self {
             ConfigKind::Mutating => "MutatingWebhookConfiguration",
             ConfigKind::Validating => "ValidatingWebhookConfiguration",
         }
     }
 
-    pub fn resource(self) -> &'static str {
+    fn plural(self) -> &'static str {
+        match self {
+            ConfigKind::Mutating => "mutatingwebhookconfigurations",
+            ConfigKind::Validating => "validatingwebhookconfigurations",
+        }
+    }
+
+    pub(crate) fn resource(self) -> &'static str {
         match self {
             ConfigKind::Mutating => "mutatingwebhookconfigurations.admissionregistration.k8s.io",
             ConfigKind::Validating => {
@@ -64,14 +74,14 @@ impl ConfigKind {
     }
 
     /// The webhook whose rules are managed.
-    pub fn webhook(self) -> &'static str {
+    pub(crate) fn webhook(self) -> &'static str {
         match self {
             ConfigKind::Mutating => MUTATE_WEBHOOK,
             ConfigKind::Validating => VALIDATE_WEBHOOK,
         }
     }
 
-    pub fn operations(self) -> &'static [&'static str] {
+    pub(crate) fn operations(self) -> &'static [&'static str] {
         match self {
             ConfigKind::Mutating => MUTATE_OPERATIONS,
             ConfigKind::Validating => VALIDATE_OPERATIONS,
@@ -81,45 +91,73 @@ impl ConfigKind {
 
 /// What the controller manages in one configuration, as last observed.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Observed {
-    pub name: String,
-    pub resource_version: Option<String>,
-    pub webhooks: Vec<ObservedWebhook>,
+pub(crate) struct ObservedConfig {
+    pub(crate) name: String,
+    pub(crate) resource_version: Option<String>,
+    pub(crate) webhooks: Vec<ObservedWebhook>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct ObservedWebhook {
-    pub name: String,
-    pub ca_bundle: Vec<u8>,
-    pub rules: Vec<RuleWithOperations>,
+pub(crate) struct ObservedWebhook {
+    pub(crate) name: String,
+    pub(crate) ca_bundle: Vec<u8>,
+    pub(crate) rules: Vec<RuleWithOperations>,
 }
 
-impl From<&MutatingWebhookConfiguration> for Observed {
-    fn from(c: &MutatingWebhookConfiguration) -> Self {
-        Self {
-            name: c.metadata.name.clone().unwrap_or_default(),
-            resource_version: c.metadata.resource_version.clone(),
-            webhooks: c
-                .webhooks
-                .iter()
-                .flatten()
-                .map(|w| ObservedWebhook {
-                    name: w.name.clone(),
-                    ca_bundle: w
-                        .client_config
-                        .ca_bundle
-                        .clone()
-                        .map(|b| b.0)
-                        .unwrap_or_default(),
-                    rules: w.rules.clone().unwrap_or_default(),
-                })
-                .collect(),
-        }
+/// The parts of a webhook configuration the controller reads. Both kinds
+/// have this shape, so one type serves both, the kind being its dynamic
+/// type; everything else is skipped while decoding.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct ConfigSummary {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    webhooks: Option<Vec<WebhookSummary>>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WebhookSummary {
+    name: String,
+    #[serde(default)]
+    client_config: ClientConfigSummary,
+    #[serde(default)]
+    rules: Option<Vec<RuleWithOperations>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClientConfigSummary {
+    #[serde(default)]
+    ca_bundle: Option<ByteString>,
+}
+
+impl Resource for ConfigSummary {
+    type DynamicType = ConfigKind;
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(kind: &ConfigKind) -> Cow<'_, str> {
+        kind.kind().into()
+    }
+    fn group(_: &ConfigKind) -> Cow<'_, str> {
+        "admissionregistration.k8s.io".into()
+    }
+    fn version(_: &ConfigKind) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(kind: &ConfigKind) -> Cow<'_, str> {
+        kind.plural().into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 }
 
-impl From<&ValidatingWebhookConfiguration> for Observed {
-    fn from(c: &ValidatingWebhookConfiguration) -> Self {
+impl From<&ConfigSummary> for ObservedConfig {
+    fn from(c: &ConfigSummary) -> Self {
         Self {
             name: c.metadata.name.clone().unwrap_or_default(),
             resource_version: c.metadata.resource_version.clone(),
@@ -169,9 +207,9 @@ fn canon(rules: &[RuleWithOperations]) -> Vec<CanonRule> {
 
 /// The server-side apply body that brings `observed` to the desired state,
 /// or `None` when it is already there.
-pub fn desired_patch(
+pub(crate) fn desired_patch(
     kind: ConfigKind,
-    observed: &Observed,
+    observed: &ObservedConfig,
     bundle: &[u8],
     rules: &[RuleWithOperations],
 ) -> Option<Value> {
@@ -208,77 +246,71 @@ pub fn desired_patch(
     }))
 }
 
-/// Typed access to both configurations.
+/// Access to both configurations.
 #[derive(Clone)]
-pub struct WebhookApi {
-    mutating: Api<MutatingWebhookConfiguration>,
-    validating: Api<ValidatingWebhookConfiguration>,
-    pub names: WebhookNames,
+pub(crate) struct WebhookApi {
+    client: kube::Client,
+    pub(crate) names: WebhookNames,
 }
 
 impl WebhookApi {
-    pub fn new(client: kube::Client, names: WebhookNames) -> Self {
-        Self {
-            mutating: Api::all(client.clone()),
-            validating: Api::all(client),
-            names,
-        }
+    pub(crate) fn new(client: kube::Client, names: WebhookNames) -> Self {
+        Self { client, names }
     }
 
-    pub fn name(&self, kind: ConfigKind) -> &str {
+    pub(crate) fn name(&self, kind: ConfigKind) -> &str {
         match kind {
             ConfigKind::Mutating => &self.names.mutating,
             ConfigKind::Validating => &self.names.validating,
         }
     }
 
-    pub async fn get(&self, kind: ConfigKind) -> Result<Option<Observed>, ControllerError> {
-        let name = self.name(kind).to_string();
-        let err = api_err("get", kind.resource(), &name);
-        Ok(match kind {
-            ConfigKind::Mutating => self
-                .mutating
-                .get_opt(&name)
-                .await
-                .map_err(err)?
-                .as_ref()
-                .map(Observed::from),
-            ConfigKind::Validating => self
-                .validating
-                .get_opt(&name)
-                .await
-                .map_err(err)?
-                .as_ref()
-                .map(Observed::from),
-        })
+    fn api(&self, kind: ConfigKind) -> Api<ConfigSummary> {
+        Api::all_with(self.client.clone(), &kind)
     }
 
-    pub async fn apply(&self, kind: ConfigKind, body: &Value) -> Result<Observed, ControllerError> {
-        let name = self.name(kind).to_string();
+    pub(crate) async fn get(
+        &self,
+        kind: ConfigKind,
+    ) -> Result<Option<ObservedConfig>, ControllerError> {
+        let name = self.name(kind);
+        let found =
+            self.api(kind)
+                .get_opt(name)
+                .await
+                .map_err(api_err("get", kind.resource(), name))?;
+        Ok(found.as_ref().map(ObservedConfig::from))
+    }
+
+    pub(crate) async fn apply(
+        &self,
+        kind: ConfigKind,
+        body: &Value,
+    ) -> Result<ObservedConfig, ControllerError> {
+        let name = self.name(kind);
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        let err = api_err("patch", kind.resource(), &name);
-        Ok(match kind {
-            ConfigKind::Mutating => Observed::from(
-                &self
-                    .mutating
-                    .patch(&name, &params, &Patch::Apply(body))
-                    .await
-                    .map_err(err)?,
-            ),
-            ConfigKind::Validating => Observed::from(
-                &self
-                    .validating
-                    .patch(&name, &params, &Patch::Apply(body))
-                    .await
-                    .map_err(err)?,
-            ),
-        })
+        let applied = self
+            .api(kind)
+            .patch(name, &params, &Patch::Apply(body))
+            .await
+            .map_err(api_err("patch", kind.resource(), name))?;
+        Ok(ObservedConfig::from(&applied))
+    }
+
+    /// The configuration as it changes; `None` while it does not exist.
+    fn watch(&self, kind: ConfigKind) -> impl futures::Stream<Item = Update> + Send + 'static {
+        watcher::watch_object(self.api(kind), self.name(kind))
+            .default_backoff()
+            .map(move |r| match r {
+                Ok(o) => Update::Seen(kind, o.as_ref().map(ObservedConfig::from)),
+                Err(e) => Update::Failed(kind, e),
+            })
     }
 
     /// Whether every webhook of both configurations trusts every CA in
     /// `cas`. A deleted configuration calls nobody, so it does not hold a
     /// rotation back.
-    pub async fn bundle_published(
+    pub(crate) async fn bundle_published(
         &self,
         cas: &[CertificateDer<'static>],
     ) -> Result<bool, ControllerError> {
@@ -298,13 +330,13 @@ impl WebhookApi {
 }
 
 /// Brings one configuration in line; returns the new state when it wrote.
-pub async fn reconcile(
+pub(crate) async fn reconcile(
     api: &WebhookApi,
     kind: ConfigKind,
-    observed: Option<&Observed>,
+    observed: Option<&ObservedConfig>,
     bundle: &[u8],
     coverage: &Coverage,
-) -> Result<Option<Observed>, ControllerError> {
+) -> Result<Option<ObservedConfig>, ControllerError> {
     let Some(observed) = observed else {
         // Deleted or never installed: the emergency exit. Never recreate.
         return Ok(None);
@@ -317,37 +349,22 @@ pub async fn reconcile(
 }
 
 enum Update {
-    Seen(ConfigKind, Option<Observed>),
+    Seen(ConfigKind, Option<ObservedConfig>),
     Failed(ConfigKind, watcher::Error),
 }
 
 /// Watches both configurations and keeps them in line with the Secret's CA
 /// bundle and the MR coverage. Runs only on the Lease holder.
-pub async fn run(
+pub(crate) async fn run(
     api: WebhookApi,
     mut secret: channel::Receiver<SecretView>,
     mut coverage: channel::Receiver<Option<Arc<Coverage>>>,
     metrics: Arc<ControllerMetrics>,
 ) {
-    let mutating =
-        kube::runtime::watcher::watch_object(api.mutating.clone(), api.name(ConfigKind::Mutating))
-            .default_backoff()
-            .map(|r| match r {
-                Ok(o) => Update::Seen(ConfigKind::Mutating, o.as_ref().map(Observed::from)),
-                Err(e) => Update::Failed(ConfigKind::Mutating, e),
-            });
-    let validating = kube::runtime::watcher::watch_object(
-        api.validating.clone(),
-        api.name(ConfigKind::Validating),
-    )
-    .default_backoff()
-    .map(|r| match r {
-        Ok(o) => Update::Seen(ConfigKind::Validating, o.as_ref().map(Observed::from)),
-        Err(e) => Update::Failed(ConfigKind::Validating, e),
-    });
-    let mut updates = futures::stream::select(mutating.boxed(), validating.boxed());
+    let mut updates =
+        futures::stream::select_all(ConfigKind::ALL.map(|kind| api.watch(kind).boxed()));
     // None: not seen yet; Some(None): absent.
-    let mut state: BTreeMap<ConfigKind, Option<Observed>> = BTreeMap::new();
+    let mut state: BTreeMap<ConfigKind, Option<ObservedConfig>> = BTreeMap::new();
     let mut missing_webhook_warned = BTreeMap::new();
     let mut watch_errors: BTreeMap<ConfigKind, ErrorOnce> = BTreeMap::new();
     let mut backoff = Backoff::default();
@@ -515,14 +532,8 @@ mod tests {
         for kind in ConfigKind::ALL {
             let rules = cov.rules(kind.operations());
             let v = config_json(kind, "mrguard", b"CA", json!(rules), "1");
-            let observed = match kind {
-                ConfigKind::Mutating => Observed::from(
-                    &serde_json::from_value::<MutatingWebhookConfiguration>(v).unwrap(),
-                ),
-                ConfigKind::Validating => Observed::from(
-                    &serde_json::from_value::<ValidatingWebhookConfiguration>(v).unwrap(),
-                ),
-            };
+            let observed =
+                ObservedConfig::from(&serde_json::from_value::<ConfigSummary>(v).unwrap());
             assert_eq!(desired_patch(kind, &observed, b"CA", &rules), None);
             // Same rules in another order are still in sync.
             let mut reversed = rules.clone();
@@ -547,8 +558,8 @@ mod tests {
         .unwrap();
         let mut v: Value = serde_saphyr::from_str(&fixture).unwrap();
         v["webhooks"][0]["name"] = json!(VALIDATE_WEBHOOK);
-        let c: ValidatingWebhookConfiguration = serde_json::from_value(v).unwrap();
-        let observed = Observed::from(&c);
+        let c: ConfigSummary = serde_json::from_value(v).unwrap();
+        let observed = ObservedConfig::from(&c);
         let rules = coverage().rules(VALIDATE_OPERATIONS);
         let p = desired_patch(ConfigKind::Validating, &observed, b"CA", &rules).unwrap();
         let applied: Vec<RuleWithOperations> =
