@@ -78,3 +78,185 @@ async fn readyz(State(state): State<AppState>) -> Response {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::RejectReason;
+    use axum::body::{Body, Bytes};
+    use axum::http::header;
+    use serde_json::Value;
+    use std::convert::Infallible;
+    use tower::ServiceExt;
+
+    fn review() -> Vec<u8> {
+        std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/reviews/002_validate_CREATE_VPC_sample-vpc.json"),
+        )
+        .unwrap()
+    }
+
+    /// The router as `serve` builds it, with its own registry.
+    fn build(limits: RouteLimits) -> (axum::Router, prometheus::Registry) {
+        let registry = prometheus::Registry::new();
+        let state = AppState {
+            config: ConfigStore::new(mrguard_policy::config::Config::builtin(), None),
+            metrics: Some(Arc::new(AdmissionMetrics::register(&registry).unwrap())),
+            ready: Arc::new(AtomicBool::new(true)),
+        };
+        (router(state, &limits), registry)
+    }
+
+    fn limits() -> RouteLimits {
+        RouteLimits {
+            max_body_bytes: 64 * 1024,
+            request_timeout: Duration::from_secs(5),
+            max_concurrent_requests: 8,
+        }
+    }
+
+    async fn post(app: &axum::Router, path: &str, body: Body, length: Option<usize>) -> Response {
+        let mut req = Request::post(path).header(header::CONTENT_TYPE, "application/json");
+        if let Some(n) = length {
+            req = req.header(header::CONTENT_LENGTH, n);
+        }
+        app.clone().oneshot(req.body(body).unwrap()).await.unwrap()
+    }
+
+    async fn json(resp: Response) -> Value {
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    fn metric(registry: &prometheus::Registry, line: &str) -> bool {
+        let text = String::from_utf8(crate::metrics::render(registry).unwrap()).unwrap();
+        text.lines().any(|l| l == line)
+    }
+
+    /// Asserts the answer is `status` with a JSON error naming `needle`,
+    /// counted once as an error and once under `reason`.
+    async fn assert_refused(
+        resp: Response,
+        registry: &prometheus::Registry,
+        status: u16,
+        needle: &str,
+        reason: &str,
+    ) {
+        assert_eq!(resp.status().as_u16(), status);
+        let v = json(resp).await;
+        assert_eq!(v["code"], status, "{v}");
+        assert!(v["error"].as_str().unwrap().contains(needle), "{v}");
+        assert!(metric(
+            registry,
+            &format!(
+                r#"mrguard_admission_rejected_total{{reason="{reason}",webhook="validate"}} 1"#
+            )
+        ));
+    }
+
+    #[tokio::test]
+    async fn oversized_bodies_are_refused_with_and_without_a_length() {
+        let small = || RouteLimits {
+            max_body_bytes: 1024,
+            ..limits()
+        };
+        // Declared: refused before the body is read.
+        let (app, registry) = build(small());
+        let resp = post(&app, "/validate", Body::from(vec![b' '; 1025]), Some(1025)).await;
+        assert_refused(
+            resp,
+            &registry,
+            413,
+            "1025 bytes, more than the limit of 1024",
+            "too_large",
+        )
+        .await;
+        // Streamed without a length: cut once it grows past the limit.
+        let (app, registry) = build(small());
+        let chunks =
+            futures::stream::iter([vec![b' '; 1000], vec![b' '; 1000]].map(Ok::<_, Infallible>));
+        let resp = post(&app, "/validate", Body::from_stream(chunks), None).await;
+        assert_refused(resp, &registry, 413, "larger than 1024 bytes", "too_large").await;
+    }
+
+    #[tokio::test]
+    async fn an_undecodable_body_is_a_counted_bad_request() {
+        let (app, registry) = build(limits());
+        let resp = post(&app, "/validate", Body::from("{"), None).await;
+        assert_refused(
+            resp,
+            &registry,
+            400,
+            "failed to decode AdmissionReview",
+            "bad_request",
+        )
+        .await;
+        assert!(metric(
+            &registry,
+            r#"mrguard_admission_requests_total{group="",kind="",operation="",result="error",webhook="validate"} 1"#
+        ));
+    }
+
+    #[tokio::test]
+    async fn beyond_the_cap_requests_are_shed_and_counted_but_probes_are_not() {
+        let (app, registry) = build(RouteLimits {
+            max_concurrent_requests: 0,
+            ..limits()
+        });
+        let resp = post(&app, "/validate", Body::from(review()), None).await;
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        assert_refused(
+            resp,
+            &registry,
+            503,
+            "too many requests in flight",
+            "overloaded",
+        )
+        .await;
+        assert!(metric(
+            &registry,
+            r#"mrguard_admission_requests_total{group="",kind="",operation="",result="error",webhook="validate"} 1"#
+        ));
+        let probe = app
+            .clone()
+            .oneshot(Request::get("/healthz").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(probe.status(), StatusCode::OK);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_never_arrives_gets_408() {
+        let (app, registry) = build(limits());
+        let never = futures::stream::pending::<Result<Bytes, Infallible>>();
+        let resp = post(&app, "/validate", Body::from_stream(never), None).await;
+        assert_refused(resp, &registry, 408, "did not arrive in time", "timeout").await;
+    }
+
+    #[tokio::test]
+    async fn a_decision_is_answered_and_counted_with_its_labels() {
+        let (app, registry) = build(limits());
+        let resp = post(&app, "/validate", Body::from(review()), None).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let v = json(resp).await;
+        assert_eq!(v["kind"], "AdmissionReview");
+        assert_eq!(v["response"]["allowed"], true, "{v}");
+        assert!(metric(
+            &registry,
+            r#"mrguard_admission_requests_total{group="ec2.aws.upbound.io",kind="VPC",operation="CREATE",result="allowed",webhook="validate"} 1"#
+        ));
+        // No refusal: every rejected series is there, at 0.
+        for reason in RejectReason::ALL {
+            assert!(metric(
+                &registry,
+                &format!(
+                    r#"mrguard_admission_rejected_total{{reason="{}",webhook="validate"}} 0"#,
+                    reason.as_str()
+                )
+            ));
+        }
+    }
+}
