@@ -65,10 +65,7 @@ fn ident_at(s: &str) -> (&str, &str) {
 fn resolve(base: &str, rest: &str, modules: &BTreeSet<String>, out: &mut BTreeSet<String>) {
     let mut current = base.to_string();
     let mut rest = rest;
-    loop {
-        let Some(after) = rest.strip_prefix("::") else {
-            break;
-        };
+    while let Some(after) = rest.strip_prefix("::") {
         if let Some(group) = after.strip_prefix('{') {
             let inner = group.split('}').next().unwrap_or("");
             for item in inner.split(',') {

@@ -155,6 +155,10 @@ mod tests {
                 r#"mrguard_admission_rejected_total{{reason="{reason}",webhook="validate"}} 1"#
             )
         ));
+        assert!(metric(
+            registry,
+            r#"mrguard_admission_requests_total{group="",kind="",operation="",result="error",webhook="validate"} 1"#
+        ));
     }
 
     #[tokio::test]
@@ -194,10 +198,6 @@ mod tests {
             "bad_request",
         )
         .await;
-        assert!(metric(
-            &registry,
-            r#"mrguard_admission_requests_total{group="",kind="",operation="",result="error",webhook="validate"} 1"#
-        ));
     }
 
     #[tokio::test]
@@ -216,10 +216,6 @@ mod tests {
             "overloaded",
         )
         .await;
-        assert!(metric(
-            &registry,
-            r#"mrguard_admission_requests_total{group="",kind="",operation="",result="error",webhook="validate"} 1"#
-        ));
         let probe = app
             .clone()
             .oneshot(Request::get("/healthz").body(Body::empty()).unwrap())
