@@ -225,10 +225,15 @@ impl Rejection {
             BytesRejection::FailedToBufferBody(
                 axum::extract::rejection::FailedToBufferBody::LengthLimitError(_),
             ) => Self::TooLarge { limit },
-            other => Self::Unreadable(
-                std::error::Error::source(&other)
-                    .map_or_else(|| other.to_string(), ToString::to_string),
-            ),
+            other => {
+                // The innermost cause names the problem (a reset
+                // connection, a malformed chunk); axum's wrappers do not.
+                let mut cause: &dyn std::error::Error = &other;
+                while let Some(inner) = cause.source() {
+                    cause = inner;
+                }
+                Self::Unreadable(cause.to_string())
+            }
         }
     }
 

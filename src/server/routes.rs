@@ -201,6 +201,27 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_body_that_breaks_off_is_a_bad_request_naming_the_cause() {
+        let (app, registry) = build(limits());
+        let broken = futures::stream::iter([
+            Ok(Bytes::from_static(b"{\"apiVersion\"")),
+            Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "the client went away",
+            )),
+        ]);
+        let resp = post(&app, "/validate", Body::from_stream(broken), None).await;
+        assert_refused(
+            resp,
+            &registry,
+            400,
+            "failed to read the request body: the client went away",
+            "bad_request",
+        )
+        .await;
+    }
+
+    #[tokio::test]
     async fn beyond_the_cap_requests_are_shed_and_counted_but_probes_are_not() {
         let (app, registry) = build(RouteLimits {
             max_concurrent_requests: 0,
