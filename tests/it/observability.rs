@@ -167,15 +167,7 @@ fn thresholds_of(rule: &Value) -> Vec<f64> {
 fn alert_exprs(extra: &[&str]) -> Vec<(String, String)> {
     let mut args = BOTH_ON.to_vec();
     args.extend_from_slice(extra);
-    rules(&render(&args))
-        .iter()
-        .map(|r| {
-            (
-                r["alert"].as_str().unwrap().to_string(),
-                expr_of(r).to_string(),
-            )
-        })
-        .collect()
+    promql::rule_exprs(&render(&args))
 }
 
 fn values() -> Value {
@@ -189,79 +181,11 @@ fn dashboard() -> Value {
         .unwrap_or_else(|e| panic!("{DASHBOARD_FILE} is not JSON: {e}"))
 }
 
-fn panels(d: &Value) -> Vec<&Value> {
-    let mut out = Vec::new();
-    for p in d["panels"].as_array().expect("panels") {
-        out.push(p);
-        if let Some(nested) = p["panels"].as_array() {
-            out.extend(nested);
-        }
-    }
-    out
-}
-
 fn panel<'a>(d: &'a Value, title: &str) -> &'a Value {
-    panels(d)
+    promql::panels(d)
         .into_iter()
         .find(|p| p["title"] == title)
         .unwrap_or_else(|| panic!("the dashboard has no panel {title:?}"))
-}
-
-fn panel_exprs(p: &Value) -> Vec<String> {
-    p["targets"]
-        .as_array()
-        .map(|ts| {
-            ts.iter()
-                .map(|t| {
-                    t["expr"]
-                        .as_str()
-                        .expect("a target without expr")
-                        .to_string()
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The PromQL inside a variable's query: `label_values(EXPR, label)` and
-/// `query_result(EXPR)`; None for `label_values(label)`.
-fn variable_expr(query: &str) -> Option<String> {
-    if let Some(inner) = query
-        .strip_prefix("label_values(")
-        .and_then(|r| r.strip_suffix(')'))
-    {
-        return inner.rfind(',').map(|i| inner[..i].trim().to_string());
-    }
-    if let Some(inner) = query
-        .strip_prefix("query_result(")
-        .and_then(|r| r.strip_suffix(')'))
-    {
-        return Some(inner.to_string());
-    }
-    panic!("unknown variable query {query:?}")
-}
-
-fn variable_query(v: &Value) -> Option<&str> {
-    v["query"].as_str().or_else(|| v["query"]["query"].as_str())
-}
-
-/// `(where, expr)` of every PromQL expression in the dashboard: panel
-/// targets and the query variables' queries.
-fn dashboard_exprs(d: &Value) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for p in panels(d) {
-        for e in panel_exprs(p) {
-            out.push((format!("panel {:?}", p["title"].as_str().unwrap_or("")), e));
-        }
-    }
-    for v in d["templating"]["list"].as_array().unwrap() {
-        if v["type"] == "query" {
-            if let Some(e) = variable_query(v).and_then(variable_expr) {
-                out.push((format!("variable {}", v["name"]), e));
-            }
-        }
-    }
-    out
 }
 
 // ---------------------------------------------------------------- registry
@@ -373,6 +297,9 @@ fn registered_series() -> BTreeMap<String, Vec<promql::Labels>> {
 const CHECKED_LABELS: [&str; 4] = ["webhook", "result", "action", "state"];
 
 // ---------------------------------------------------------------- tests
+
+/// `label = value` pairs a selector must have.
+type Matchers<'a> = &'a [(&'a str, &'a str)];
 
 #[test]
 fn promql_helpers_substitute_variables_and_find_every_metric() {
@@ -561,19 +488,22 @@ fn dashboard_has_its_variables_and_every_panel_on_the_right_metric() {
         assert_eq!(v["type"], "query", "${name}");
         assert_eq!(v["datasource"]["uid"], "${datasource}", "${name}");
         assert!(
-            variable_query(v).is_some_and(|q| q.contains(&format!(", {name})"))),
+            promql::variable_query(v).is_some_and(|q| q.contains(&format!(", {name})"))),
             "${name}: {v}"
         );
     }
     assert!(
-        variable_query(vars["job"])
+        promql::variable_query(vars["job"])
             .unwrap()
             .contains("namespace=\"$namespace\""),
         "$job lists the jobs of the chosen namespace"
     );
 
     // Every query goes to the chosen data source and this release's series.
-    for p in panels(&d).into_iter().filter(|p| p["type"] != "row") {
+    for p in promql::panels(&d)
+        .into_iter()
+        .filter(|p| p["type"] != "row")
+    {
         let title = p["title"].as_str().unwrap();
         assert_eq!(p["datasource"]["uid"], "${datasource}", "panel {title}");
         assert!(
@@ -603,7 +533,7 @@ fn dashboard_has_its_variables_and_every_panel_on_the_right_metric() {
     }
 
     // The panels and what they must read.
-    let wanted: [(&str, &str, &[(&str, &str)]); 13] = [
+    let wanted: [(&str, &str, Matchers<'_>); 13] = [
         (
             "Admission rate by webhook and result",
             "mrguard_admission_requests_total",
@@ -659,7 +589,7 @@ fn dashboard_has_its_variables_and_every_panel_on_the_right_metric() {
         ),
     ];
     for (title, metric, matchers) in wanted {
-        let found = panel_exprs(panel(&d, title)).iter().any(|e| {
+        let found = promql::panel_exprs(panel(&d, title)).iter().any(|e| {
             promql::selectors(&promql::parse(e).unwrap())
                 .iter()
                 .any(|vs| {
@@ -672,12 +602,13 @@ fn dashboard_has_its_variables_and_every_panel_on_the_right_metric() {
         });
         assert!(found, "panel {title:?} does not read {metric}{matchers:?}");
     }
-    let admission = panel_exprs(panel(&d, "Admission rate by webhook and result")).join(" ");
+    let admission =
+        promql::panel_exprs(panel(&d, "Admission rate by webhook and result")).join(" ");
     assert!(admission.contains("by (webhook, result)"), "{admission}");
 
     // p50, p90, p99 of the duration histogram.
     let mut quantiles = BTreeSet::new();
-    for e in panel_exprs(panel(&d, "Latency percentiles")) {
+    for e in promql::panel_exprs(panel(&d, "Latency percentiles")) {
         promql::walk(&promql::parse(&e).unwrap(), &mut |x| {
             if let promql_parser::parser::Expr::Call(c) = x {
                 if c.func.name == "histogram_quantile" {
@@ -689,14 +620,14 @@ fn dashboard_has_its_variables_and_every_panel_on_the_right_metric() {
         });
     }
     assert_eq!(quantiles, BTreeSet::from([50, 90, 99]));
-    let expiry = panel_exprs(panel(&d, "Certificate expiry")).join(" ");
+    let expiry = promql::panel_exprs(panel(&d, "Certificate expiry")).join(" ");
     assert!(
         expiry.contains("- time()"),
         "expiry is shown as time left: {expiry}"
     );
 
     // Unique ids and no two panels on the same cells.
-    let all_panels = panels(&d);
+    let all_panels = promql::panels(&d);
     let ids: BTreeSet<u64> = all_panels
         .iter()
         .map(|p| p["id"].as_u64().unwrap())
@@ -723,7 +654,7 @@ fn dashboard_has_its_variables_and_every_panel_on_the_right_metric() {
 
 #[test]
 fn every_promql_expression_of_the_dashboard_and_the_alerts_parses() {
-    let mut exprs = dashboard_exprs(&dashboard());
+    let mut exprs = promql::dashboard_exprs(&dashboard());
     let variants: [&[&str]; 3] = [
         &[],
         &[
@@ -767,7 +698,7 @@ fn every_promql_expression_of_the_dashboard_and_the_alerts_parses() {
 #[test]
 fn every_metric_the_dashboard_and_alerts_name_is_registered_by_mrguard() {
     let series = registered_series();
-    let mut sources: Vec<(String, String)> = dashboard_exprs(&dashboard());
+    let mut sources: Vec<(String, String)> = promql::dashboard_exprs(&dashboard());
     for (alert, expr) in alert_exprs(&[]) {
         sources.push((format!("alert {alert}"), expr));
     }

@@ -1,8 +1,11 @@
 //! PromQL helpers for the dashboard and alert tests. Self-contained (only
-//! `promql-parser` and std) so that the end-to-end suite can include this
-//! file with `#[path = "../it/observability/promql.rs"] mod promql;` and
-//! compare [`metric_names`] with what a running mrguard exports
-//! ([`exported_series`] of its `/metrics` text).
+//! `promql-parser`, `serde_json` and std) so that the end-to-end suite can
+//! include this file with `#[path = "../it/observability/promql.rs"] mod
+//! promql;` and compare [`metric_names`] of [`dashboard_exprs`] (the parsed
+//! charts/mrguard/dashboards/mrguard.json) and [`rule_exprs`] (the parsed
+//! output of `helm template ... --set metrics.prometheusRule.enabled=true`)
+//! with what a running mrguard exports ([`exported_series`] of its
+//! `/metrics` text).
 
 // Each binary that includes this file uses a different subset.
 #![allow(dead_code)]
@@ -11,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use promql_parser::label::MatchOp;
 use promql_parser::parser::{self, Expr, VectorSelector};
+use serde_json::Value;
 
 /// Replaces Grafana's variables so that the expression is plain PromQL:
 /// the interval built-ins become durations, `$__range_s` a number, and a
@@ -223,4 +227,94 @@ fn parse_labels(s: &str) -> Result<Labels, String> {
         }
         labels.insert(name.trim().to_string(), value);
     }
+}
+
+// ---------------------------------------------------------------- sources
+
+/// Every panel of a Grafana dashboard, rows and panels of collapsed rows
+/// included.
+pub(crate) fn panels(d: &Value) -> Vec<&Value> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().expect("panels") {
+        out.push(p);
+        if let Some(nested) = p["panels"].as_array() {
+            out.extend(nested);
+        }
+    }
+    out
+}
+
+/// The `expr` of each of a panel's targets.
+pub(crate) fn panel_exprs(p: &Value) -> Vec<String> {
+    p["targets"]
+        .as_array()
+        .map(|ts| {
+            ts.iter()
+                .map(|t| {
+                    t["expr"]
+                        .as_str()
+                        .expect("a target without expr")
+                        .to_string()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The PromQL inside a variable's query: `label_values(EXPR, label)` and
+/// `query_result(EXPR)`; None for `label_values(label)`.
+pub(crate) fn variable_expr(query: &str) -> Option<String> {
+    if let Some(inner) = query
+        .strip_prefix("label_values(")
+        .and_then(|r| r.strip_suffix(')'))
+    {
+        return inner.rfind(',').map(|i| inner[..i].trim().to_string());
+    }
+    if let Some(inner) = query
+        .strip_prefix("query_result(")
+        .and_then(|r| r.strip_suffix(')'))
+    {
+        return Some(inner.to_string());
+    }
+    panic!("unknown variable query {query:?}")
+}
+
+/// A variable's query text, in the old (string) or new (object) form.
+pub(crate) fn variable_query(v: &Value) -> Option<&str> {
+    v["query"].as_str().or_else(|| v["query"]["query"].as_str())
+}
+
+/// `(where, expr)` of every PromQL expression in the dashboard: panel
+/// targets and the query variables' queries.
+pub(crate) fn dashboard_exprs(d: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for p in panels(d) {
+        for e in panel_exprs(p) {
+            out.push((format!("panel {:?}", p["title"].as_str().unwrap_or("")), e));
+        }
+    }
+    for v in d["templating"]["list"].as_array().unwrap() {
+        if v["type"] == "query" {
+            if let Some(e) = variable_query(v).and_then(variable_expr) {
+                out.push((format!("variable {}", v["name"]), e));
+            }
+        }
+    }
+    out
+}
+
+/// `(alert, expr)` of every alerting rule of the PrometheusRules among
+/// rendered objects.
+pub(crate) fn rule_exprs(objects: &[Value]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for o in objects.iter().filter(|o| o["kind"] == "PrometheusRule") {
+        for g in o["spec"]["groups"].as_array().into_iter().flatten() {
+            for r in g["rules"].as_array().into_iter().flatten() {
+                if let (Some(alert), Some(expr)) = (r["alert"].as_str(), r["expr"].as_str()) {
+                    out.push((alert.to_string(), expr.to_string()));
+                }
+            }
+        }
+    }
+    out
 }
