@@ -28,11 +28,14 @@ pub use review::{decode, encode, DecodeError, RawObject, Request};
 /// Which webhook endpoint a request came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Webhook {
+    /// `POST /mutate`: defaults, as a JSON Patch.
     Mutate,
+    /// `POST /validate`: allow, warn or deny.
     Validate,
 }
 
 impl Webhook {
+    /// The `webhook` metric label.
     pub fn as_str(self) -> &'static str {
         match self {
             Webhook::Mutate => "mutate",
@@ -44,13 +47,18 @@ impl Webhook {
 /// The `result` label of `mrguard_admission_requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
+    /// Allowed with no change.
     Allowed,
+    /// Denied by at least one Deny finding.
     Denied,
+    /// Allowed with a patch.
     Patched,
+    /// The request could not be judged normally (for example a patch that failed to serialise).
     Error,
 }
 
 impl Outcome {
+    /// The `result` metric label.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Allowed => "allowed",
@@ -61,9 +69,13 @@ impl Outcome {
     }
 }
 
+/// What a webhook answers, and what the metrics and logs need to know of it.
 pub struct Decision {
+    /// The AdmissionResponse to encode.
     pub response: AdmissionResponse,
+    /// How the request ended, for `mrguard_admission_requests_total`.
     pub outcome: Outcome,
+    /// Every Warn and Deny finding, for `mrguard_rule_findings_total`.
     pub findings: Vec<Finding>,
     /// The mutated object, when the mutating webhook changed it.
     pub mutated: Option<Value>,
@@ -256,6 +268,7 @@ pub fn respond(
     response
 }
 
+/// The denial message: the object, then every Deny finding with its fix.
 pub fn denial_message(ctx: &RuleContext<'_>, denials: &[&Finding]) -> String {
     let name = if ctx.name.is_empty() {
         crate::mr::Mr(ctx.object).name()

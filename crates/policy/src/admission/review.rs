@@ -16,12 +16,14 @@ use serde_json::Value;
 /// read and edit the `Value` directly, so it is parsed exactly once.
 #[derive(Debug, Clone, Default)]
 pub struct RawObject {
+    /// The object, parsed once.
     pub value: Value,
     // Only built if kube's generic code asks for it.
     meta: OnceLock<ObjectMeta>,
 }
 
 impl RawObject {
+    /// Wraps a parsed object.
     pub fn new(value: Value) -> Self {
         Self {
             value,
@@ -83,20 +85,27 @@ impl Resource for RawObject {
     }
 }
 
+/// An admission request whose objects stay plain JSON.
 pub type Request = AdmissionRequest<RawObject>;
 
+/// Why a request body is not an AdmissionReview v1; answered with HTTP 400.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
+    /// The body is not the JSON of an AdmissionReview.
     #[error("failed to decode AdmissionReview: {0}")]
     Json(#[from] serde_json::Error),
     #[error(
         "failed to decode AdmissionReview: apiVersion is {0:?}, expected \"admission.k8s.io/v1\""
     )]
+    /// The envelope has another apiVersion.
     ApiVersion(String),
+    /// The envelope has another kind.
     #[error("failed to decode AdmissionReview: kind is {0:?}, expected \"AdmissionReview\"")]
     Kind(String),
+    /// The review carries no request.
     #[error("failed to decode AdmissionReview: the request field is missing")]
     NoRequest,
+    /// The request has no uid to answer to.
     #[error("failed to decode AdmissionReview: request.uid is empty")]
     NoUid,
 }

@@ -46,6 +46,7 @@ impl std::fmt::Debug for CelProgram {
     }
 }
 
+/// Why an expression does not compile, in the compiler's words.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct CompileError(String);
@@ -53,12 +54,16 @@ pub struct CompileError(String);
 /// Why an evaluation produced no verdict.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EvalError {
+    /// The evaluation failed (a missing field, a type mismatch, ...).
     #[error("{0}")]
     Runtime(String),
+    /// The cost or time budget ran out.
     #[error("{0}; the expression was stopped")]
     Exceeded(String),
+    /// A rule expression returned something other than a bool.
     #[error("the expression returned {0}, not a bool")]
     NotBool(String),
+    /// A message expression returned something other than a string.
     #[error("the expression returned {0}, not a string")]
     NotString(String),
 }
@@ -211,6 +216,7 @@ impl Default for Scope<'_> {
 }
 
 impl<'v> Scope<'v> {
+    /// An empty scope.
     pub fn new() -> Self {
         Scope {
             ctx: cel::Context::with_env(env::ENV.clone()),
@@ -270,12 +276,19 @@ impl<'v> Scope<'v> {
 /// A `celRules` entry of the configuration, compiled.
 #[derive(Debug, Clone)]
 pub struct CelRule {
+    /// The rule's name, without the `cel:` prefix.
     pub name: String,
+    /// The expression as written.
     pub expression: String,
+    /// The compiled expression.
     pub program: CelProgram,
+    /// The static message.
     pub message: Option<String>,
+    /// The compiled `messageExpression`, which wins over `message` when it evaluates.
     pub message_program: Option<CelProgram>,
+    /// Deny or Warn, before overrides.
     pub action: Action,
+    /// The operations it judges.
     pub operations: Vec<Operation>,
 }
 

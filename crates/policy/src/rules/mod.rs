@@ -43,10 +43,12 @@ pub static RULES: &[&dyn Rule] = &[
     &reference::Reference,
 ];
 
+/// The names of every built-in rule.
 pub fn names() -> impl Iterator<Item = &'static str> {
     RULES.iter().map(|r| r.name())
 }
 
+/// Whether `name` is a built-in rule.
 pub fn is_known(name: &str) -> bool {
     names().any(|n| n == name)
 }
@@ -111,6 +113,7 @@ impl<'a> RuleContext<'a> {
         })
     }
 
+    /// Whether the MR is namespaced (Crossplane v2 style).
     pub fn namespaced(&self) -> bool {
         !self.namespace.is_empty()
     }
@@ -120,19 +123,25 @@ impl<'a> RuleContext<'a> {
         crate::mr::Mr(self.old_object.unwrap_or(self.object))
     }
 
+    /// The object under judgment.
     pub fn mr(&self) -> crate::mr::Mr<'a> {
         crate::mr::Mr(self.object)
     }
 }
 
+/// One built-in validation rule: a stable name, the operations it judges, a default action and the check.
 pub trait Rule: Sync {
+    /// The stable name, used in messages, metrics and the configuration.
     fn name(&self) -> &'static str;
+    /// The operations it judges.
     fn operations(&self) -> &'static [Operation];
+    /// The action unless the configuration overrides it.
     fn default_action(&self) -> Action;
     /// Rules that `exemptUsernames` skips.
     fn honours_exemptions(&self) -> bool {
         false
     }
+    /// Everything wrong with the request, each as one violation.
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation>;
 }
 
