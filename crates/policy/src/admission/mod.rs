@@ -1,17 +1,15 @@
 //! Admission decisions as pure functions: a [`Request`] and a [`Config`]
 //! in, a [`Decision`] out. The HTTP layer only decodes and encodes.
 //!
-//! - [`decode`] and [`encode`] are the wire format;
-//! - [`RequestBuilder`] makes the request the API server would send, for
-//!   callers that have objects instead of a review;
+//! The wire format and [`RequestBuilder`](crate::review::RequestBuilder)
+//! live in [`crate::review`].
+//!
 //! - [`mutate`] runs the mutation steps on a copy of the object and builds
 //!   one JSON Patch from the difference;
 //! - [`validate`] runs every rule and merges the findings into one response.
 
 mod mutation;
 pub mod patch;
-mod request;
-mod review;
 
 use kube_core::admission::AdmissionResponse;
 use kube_core::Status;
@@ -22,8 +20,7 @@ use crate::fieldpath::{FieldPath, Segment};
 use crate::model::{Action, Finding, Operation};
 use crate::rules::{self, RuleContext};
 
-pub use request::RequestBuilder;
-pub use review::{decode, encode, DecodeError, RawObject, Request};
+use crate::review::Request;
 
 /// Which webhook endpoint a request came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,7 +315,7 @@ mod tests {
         let mut checked = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
             let body = std::fs::read(entry.unwrap().path()).unwrap();
-            let mut req = decode(&body).unwrap();
+            let mut req = crate::review::decode(&body).unwrap();
             if let Some(o) = req.object.as_mut() {
                 // A status as providers write it, so leaving it out matters.
                 o.value["status"] =

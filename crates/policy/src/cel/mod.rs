@@ -24,7 +24,7 @@ use cel::common::value::Val;
 use serde_json::Value;
 
 use crate::model::{Action, Operation, Violation};
-use crate::rules::RuleContext;
+use crate::review::Request;
 
 pub use env::FUNCTIONS;
 
@@ -241,18 +241,26 @@ impl<'v> Scope<'v> {
         self.ctx.add_variable_as_val(name, Box::new(v));
     }
 
-    /// `self`, `oldSelf` and `request` for a configured rule (SPEC §5).
-    pub fn for_request(ctx: &RuleContext<'v>) -> Self {
+    /// `self`, `oldSelf` and `request` for a configured rule (SPEC §5):
+    /// `object` is the object under judgment (the old one on DELETE).
+    pub fn for_request(req: &'v Request, object: &'v Value, old: Option<&'v Value>) -> Self {
         let mut scope = Self::new();
-        scope.bind("self", Some(ctx.object));
-        scope.bind("oldSelf", ctx.old_object);
-        let groups: Vec<Box<dyn Val + 'v>> = ctx
+        scope.bind("self", Some(object));
+        scope.bind("oldSelf", old);
+        let groups: Vec<Box<dyn Val + 'v>> = req
+            .user_info
             .groups
             .iter()
+            .flatten()
             .map(|g| Box::new(CelString::from(g.as_str())) as Box<dyn Val + 'v>)
             .collect();
         let user = json::map(vec![
-            ("username", Box::new(CelString::from(ctx.username))),
+            (
+                "username",
+                Box::new(CelString::from(
+                    req.user_info.username.as_deref().unwrap_or(""),
+                )),
+            ),
             (
                 "groups",
                 Box::new(cel::common::types::CelList::from(groups)),
@@ -261,11 +269,14 @@ impl<'v> Scope<'v> {
         let request = json::map(vec![
             (
                 "operation",
-                Box::new(CelString::from(ctx.operation.as_str())),
+                Box::new(CelString::from(Operation::from(&req.operation).as_str())),
             ),
-            ("namespace", Box::new(CelString::from(ctx.namespace))),
-            ("name", Box::new(CelString::from(ctx.name))),
-            ("dryRun", Box::new(CelBool::from(ctx.dry_run))),
+            (
+                "namespace",
+                Box::new(CelString::from(req.namespace.as_deref().unwrap_or(""))),
+            ),
+            ("name", Box::new(CelString::from(req.name.as_str()))),
+            ("dryRun", Box::new(CelBool::from(req.dry_run))),
             ("userInfo", user),
         ]);
         scope.ctx.add_variable_as_val("request", request);

@@ -9,8 +9,7 @@ use wildmatch::WildMatch;
 
 use crate::cel::{CelProgram, CelRule};
 use crate::fieldpath::FieldPath;
-use crate::model::{Action, Operation};
-use crate::rules;
+use crate::model::{Action, Operation, RULE_NAMES};
 
 /// The built-in configuration, used when `--config` is not given.
 pub const BUILTIN_YAML: &str = include_str!("builtin.yaml");
@@ -399,14 +398,14 @@ fn check_rule_key(at: &str, name: &str, cel_names: &BTreeSet<String>) -> Result<
             format!("no CEL rule named {cel:?} is defined here"),
         ));
     }
-    if rules::is_known(name) {
+    if RULE_NAMES.contains(&name) {
         return Ok(());
     }
     Err(invalid(
         format!("{at}[{name}]"),
         format!(
             "unknown rule; known rules are {} and cel:<name>",
-            rules::names().collect::<Vec<_>>().join(", ")
+            RULE_NAMES.join(", ")
         ),
     ))
 }

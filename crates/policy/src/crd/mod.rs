@@ -291,7 +291,10 @@ impl CrdVersion {
         let mut pruned = obj.clone();
         self.schema
             .check(&mut pruned, &SchemaPath::root(), true, false, &mut errors);
-        if errors.iter().any(|e| matches!(e.kind, FieldErrorKind::Type { .. })) {
+        if errors
+            .iter()
+            .any(|e| matches!(e.kind, FieldErrorKind::Type { .. }))
+        {
             errors.push(FieldError::invalid(
                 &SchemaPath::root(),
                 "",

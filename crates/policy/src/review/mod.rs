@@ -1,6 +1,15 @@
 //! The AdmissionReview wire format: decoding with kube's types, and encoding
 //! with `response.patch` as a base64 string, as the Kubernetes API
 //! serialises bytes (kube 5 writes a list of numbers, kube-rs#1781).
+//!
+//! [`decode`] and [`RequestBuilder`] are the two ways to a [`Request`], and a
+//! request is the only way to a rule context, so every caller — the
+//! webhooks, `mrguard check`, the audit and the tests — is judged the same
+//! way.
+
+mod builder;
+
+pub use builder::RequestBuilder;
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
