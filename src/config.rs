@@ -19,7 +19,7 @@ pub struct ConfigMetrics {
 }
 
 impl ConfigMetrics {
-    pub(crate) fn register(registry: &Registry) -> prometheus::Result<Self> {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let reloads = IntCounterVec::new(
             Opts::new(
                 "mrguard_config_reloads_total",

@@ -3,8 +3,8 @@
 //! cluster.
 //!
 //! Dependencies run one way: `main` → [`cli`] → the runtime modules →
-//! `mrguard_policy`; no module imports one that imports it back (a unit
-//! test, `layering`, checks it).
+//! `mrguard_policy`; no module uses one that uses it back, parents and
+//! children included (`tests/architecture.rs` checks both).
 //!
 //! Data flow of one admission request:
 //!
@@ -40,8 +40,6 @@
 pub mod cli;
 pub mod config;
 pub mod controller;
-#[cfg(test)]
-mod layering;
 pub mod metrics;
 mod poll;
 pub mod server;

@@ -127,7 +127,7 @@ impl AdmissionMetrics {
     }
 
     /// Counts a decided request.
-    pub(crate) fn observe(
+    pub fn observe(
         &self,
         r: &RequestLabels<'_>,
         outcome: Outcome,
@@ -199,15 +199,15 @@ impl RejectReason {
 }
 
 /// The request labels of one decided request.
-pub(crate) struct RequestLabels<'a> {
-    pub(crate) webhook: Webhook,
-    pub(crate) operation: &'a str,
-    pub(crate) group: &'a str,
-    pub(crate) kind: &'a str,
+pub struct RequestLabels<'a> {
+    pub webhook: Webhook,
+    pub operation: &'a str,
+    pub group: &'a str,
+    pub kind: &'a str,
 }
 
 /// Renders the registry in the Prometheus text format.
-pub(crate) fn render(registry: &Registry) -> Result<Vec<u8>, prometheus::Error> {
+pub fn render(registry: &Registry) -> Result<Vec<u8>, prometheus::Error> {
     let mut buf = Vec::new();
     TextEncoder::new().encode(&registry.gather(), &mut buf)?;
     Ok(buf)

@@ -134,7 +134,7 @@ pub struct TlsMetrics {
 }
 
 impl TlsMetrics {
-    pub(crate) fn register(registry: &Registry) -> prometheus::Result<Self> {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let expiry = Gauge::new(
             "mrguard_tls_certificate_expiry_timestamp_seconds",
             "When the serving certificate expires, in seconds since the epoch.",

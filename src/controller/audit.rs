@@ -20,9 +20,10 @@ use super::coverage::{Coverage, CrdSummary, MrKind, CRD_PAGE_SIZE};
 use super::metrics::ControllerMetrics;
 use super::watch::MrStates;
 use crate::config::ConfigStore;
-use mrguard_policy::admission::{validate, RequestBuilder};
+use mrguard_policy::admission::validate;
 use mrguard_policy::config::Config;
 use mrguard_policy::mr::Mr;
+use mrguard_policy::review::RequestBuilder;
 
 /// Objects per list page.
 const PAGE_SIZE: u32 = 250;

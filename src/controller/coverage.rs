@@ -91,15 +91,15 @@ impl Resource for CrdSummary {
 
 /// One MR kind.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct MrKind {
-    pub(crate) group: String,
-    pub(crate) kind: String,
-    pub(crate) plural: String,
+pub struct MrKind {
+    pub group: String,
+    pub kind: String,
+    pub plural: String,
     /// Served versions, sorted.
-    pub(crate) versions: Vec<String>,
+    pub versions: Vec<String>,
     /// The version objects are read in: the storage version when served.
-    pub(crate) read_version: String,
-    pub(crate) namespaced: bool,
+    pub read_version: String,
+    pub namespaced: bool,
 }
 
 impl MrKind {

@@ -4,22 +4,22 @@
 
 use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-pub(crate) struct ControllerMetrics {
+pub struct ControllerMetrics {
     /// `mrguard_managed_resources{group,kind,state}`.
-    pub(crate) managed_resources: IntGaugeVec,
+    pub managed_resources: IntGaugeVec,
     /// `mrguard_audit_violations{rule,group,kind}`.
-    pub(crate) audit_violations: IntGaugeVec,
-    pub(crate) leader: IntGauge,
-    pub(crate) covered_kinds: IntGauge,
-    pub(crate) webhook_updates: IntCounterVec,
-    pub(crate) webhook_configuration_present: IntGaugeVec,
-    pub(crate) events: IntCounterVec,
-    pub(crate) api_errors: IntCounterVec,
-    pub(crate) audit_last_success: IntGauge,
+    pub audit_violations: IntGaugeVec,
+    pub leader: IntGauge,
+    pub covered_kinds: IntGauge,
+    pub webhook_updates: IntCounterVec,
+    pub webhook_configuration_present: IntGaugeVec,
+    pub events: IntCounterVec,
+    pub api_errors: IntCounterVec,
+    pub audit_last_success: IntGauge,
 }
 
 impl ControllerMetrics {
-    pub(crate) fn register(registry: &Registry) -> prometheus::Result<Self> {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let m = Self {
             managed_resources: IntGaugeVec::new(
                 Opts::new(
@@ -88,7 +88,7 @@ impl ControllerMetrics {
         Ok(m)
     }
 
-    pub(crate) fn api_error(&self, verb: &str, resource: &str, code: Option<u16>) {
+    pub fn api_error(&self, verb: &str, resource: &str, code: Option<u16>) {
         let code = code.unwrap_or(0).to_string();
         self.api_errors
             .with_label_values(&[verb, resource, &code])

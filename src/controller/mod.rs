@@ -24,11 +24,11 @@
 pub(crate) mod api;
 pub(crate) mod audit;
 pub(crate) mod certs;
-pub(crate) mod coverage;
+pub mod coverage;
 mod leader;
 pub(crate) mod metrics;
 pub(crate) mod secret;
-mod watch;
+pub mod watch;
 pub(crate) mod webhooks;
 
 #[cfg(test)]
@@ -45,7 +45,7 @@ use crate::config::ConfigStore;
 use crate::shutdown::Signal;
 use crate::tls::CertStore;
 use api::Clock;
-use metrics::ControllerMetrics;
+pub use metrics::ControllerMetrics;
 
 pub use api::{client, ControllerError};
 

@@ -39,12 +39,12 @@ pub(crate) const LEAK_NOTE: &str = "possibly leaked external resource: creation 
 
 /// What the gauges count for one MR.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ObjState {
-    pub(crate) paused_annotation: bool,
+pub struct ObjState {
+    pub paused_annotation: bool,
     /// From the last audit pass: `managementPolicies: []`.
-    pub(crate) paused_policy: bool,
+    pub paused_policy: bool,
     /// The `external-create-pending` time while creation is incomplete.
-    pub(crate) pending: Option<String>,
+    pub pending: Option<String>,
 }
 
 impl ObjState {
@@ -74,13 +74,13 @@ struct KindStates {
 
 /// Per-kind MR states behind the `mrguard_managed_resources` gauges.
 #[derive(Clone)]
-pub(crate) struct MrStates {
+pub struct MrStates {
     inner: Arc<Mutex<BTreeMap<String, KindStates>>>,
     metrics: Arc<ControllerMetrics>,
 }
 
 impl MrStates {
-    pub(crate) fn new(metrics: Arc<ControllerMetrics>) -> Self {
+    pub fn new(metrics: Arc<ControllerMetrics>) -> Self {
         Self {
             inner: Arc::new(Mutex::new(BTreeMap::new())),
             metrics,
@@ -120,7 +120,7 @@ impl MrStates {
         });
     }
 
-    pub(crate) fn upsert(&self, kind: &MrKind, uid: &str, mut state: ObjState) {
+    pub fn upsert(&self, kind: &MrKind, uid: &str, mut state: ObjState) {
         self.with_kind(kind, |k| {
             state.paused_policy = k.objects.get(uid).is_some_and(|p| p.paused_policy);
             k.objects.insert(uid.to_string(), state);

@@ -34,7 +34,8 @@ use tower::{BoxError, ServiceBuilder};
 
 use crate::config::ConfigStore;
 use crate::metrics::{AdmissionMetrics, RejectReason, RequestLabels};
-use mrguard_policy::admission::{self, Decision, DecodeError, Outcome, Webhook};
+use mrguard_policy::admission::{self, Decision, Outcome, Webhook};
+use mrguard_policy::review::{self, DecodeError};
 
 /// What one admission endpoint needs per request.
 #[derive(Clone)]
@@ -98,7 +99,7 @@ async fn review(
 ) -> Response {
     let decoded = body
         .map_err(|e| Rejection::unread(e, endpoint.max_body_bytes))
-        .and_then(|body| admission::decode(&body).map_err(Rejection::Undecodable));
+        .and_then(|body| review::decode(&body).map_err(Rejection::Undecodable));
     let request = match decoded {
         Ok(r) => r,
         Err(rejection) => return endpoint.refuse(rejection, arrived),
@@ -108,7 +109,7 @@ async fn review(
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
-        admission::encode(decision.response),
+        review::encode(decision.response),
     )
         .into_response()
 }
@@ -119,7 +120,7 @@ async fn review(
 /// a warning.
 fn decide(
     webhook: Webhook,
-    request: &admission::Request,
+    request: &review::Request,
     config: &mrguard_policy::config::Config,
 ) -> Decision {
     let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match webhook {
@@ -158,7 +159,7 @@ fn decide(
 }
 
 impl Endpoint {
-    fn observe(&self, request: &admission::Request, decision: &Decision, arrived: Arrived) {
+    fn observe(&self, request: &review::Request, decision: &Decision, arrived: Arrived) {
         if let Some(m) = &self.metrics {
             m.observe(
                 &RequestLabels {

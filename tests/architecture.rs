@@ -1,0 +1,379 @@
+//! The layout keeps its promises: in each crate, no top-level module uses
+//! one that uses it back (directly or through others), and in the runtime
+//! nothing below `cli` reaches up into it. References are read from the
+//! non-test source (`crate::<module>` paths); test code may use anything.
+//!
+//! The runtime is also checked file by file, so a parent module and its
+//! children, or two siblings, cannot use each other either: there a
+//! reference is any path through `crate::`, `super::`, `self::` or a child
+//! module's name (`mrguard::` in `main.rs`), resolved to the deepest module
+//! file it names.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// `text` without its test code: a `#[cfg(test)]` module block (they sit at
+/// the end of a file) and the item after any other `#[cfg(test)]`. Returns
+/// the names of test-only module files it declares (`#[cfg(test)] mod x;`).
+fn strip_tests(text: &str) -> (String, Vec<String>) {
+    let mut code = String::new();
+    let mut test_files = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if line.trim() != "#[cfg(test)]" {
+            code.push_str(line);
+            code.push('\n');
+            continue;
+        }
+        let Some(item) = lines.next() else { break };
+        let item = item.trim();
+        let item = item
+            .strip_prefix("pub(crate) ")
+            .or_else(|| item.strip_prefix("pub "))
+            .unwrap_or(item);
+        if let Some(name) = item.strip_prefix("mod ").and_then(|r| r.strip_suffix(';')) {
+            test_files.push(name.trim().to_string());
+        } else if item.starts_with("mod ") {
+            break;
+        }
+    }
+    (code, test_files)
+}
+
+/// The non-test Rust source of every file under `dir`.
+fn sources(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+    let mut all = Vec::new();
+    read_all(dir, &mut all);
+    let mut test_only = BTreeSet::new();
+    let mut stripped = Vec::new();
+    for (p, text) in all {
+        let (code, tests) = strip_tests(&text);
+        let dir = p.parent().unwrap().to_path_buf();
+        // `mod x;` in `a/mod.rs` or `a.rs` names `a/x.rs` or `a/x/mod.rs`.
+        let base = if p
+            .file_stem()
+            .is_some_and(|s| s == "mod" || s == "lib" || s == "main")
+        {
+            dir
+        } else {
+            dir.join(p.file_stem().unwrap())
+        };
+        for t in tests {
+            test_only.insert(base.join(format!("{t}.rs")));
+            test_only.insert(base.join(&t).join("mod.rs"));
+        }
+        stripped.push((p, code));
+    }
+    out.extend(stripped.into_iter().filter(|(p, _)| !test_only.contains(p)));
+}
+
+fn read_all(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            read_all(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push((p.clone(), std::fs::read_to_string(&p).unwrap()));
+        }
+    }
+}
+
+/// Top-level module → the top-level modules its code names.
+fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (path, code) in files {
+        let rel = path.strip_prefix(src).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_string();
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let deps = g.entry(module.clone()).or_default();
+        for (i, _) in code.match_indices("crate::") {
+            let rest = &code[i + "crate::".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() && name != module {
+                deps.insert(name);
+            }
+        }
+    }
+    g
+}
+
+/// A cycle through `from`, if any, as a path of module names.
+fn cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        g: &BTreeMap<String, BTreeSet<String>>,
+        node: &str,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = stack.iter().position(|n| n == node) {
+            let mut c = stack[i..].to_vec();
+            c.push(node.to_string());
+            return Some(c);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        stack.push(node.to_string());
+        for d in g.get(node).into_iter().flatten() {
+            if let Some(c) = visit(g, d, stack, done) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for node in g.keys() {
+        if let Some(c) = visit(g, node, &mut Vec::new(), &mut done) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn the_policy_crate_has_no_module_cycle() {
+    let g = graph(&root().join("crates/policy/src"));
+    // The reader sees the real edges.
+    assert!(
+        g["rules"].contains("config") && g["admission"].contains("rules"),
+        "{g:?}"
+    );
+    if let Some(c) = cycle(&g) {
+        panic!("module cycle in mrguard-policy: {}", c.join(" → "));
+    }
+    // The bottom layer names nothing above it.
+    for leaf in ["model", "fieldpath"] {
+        assert!(g[leaf].is_empty(), "{leaf} uses {:?}", g[leaf]);
+    }
+}
+
+#[test]
+fn test_code_is_left_out() {
+    let (code, files) = strip_tests(
+        "use crate::a::X;\n#[cfg(test)]\npub(crate) mod mock;\n#[cfg(test)]\nuse crate::b::Y;\nfn f() {}\n#[cfg(test)]\nmod tests {\n    use crate::c::Z;\n}\n",
+    );
+    assert_eq!(code, "use crate::a::X;\nfn f() {}\n");
+    assert_eq!(files, ["mock"]);
+}
+
+#[test]
+fn the_checker_finds_a_cycle() {
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    g.entry("a".into()).or_default().insert("b".into());
+    g.entry("b".into()).or_default().insert("c".into());
+    g.entry("c".into()).or_default().insert("a".into());
+    assert_eq!(cycle(&g).unwrap(), ["a", "b", "c", "a"]);
+    g.get_mut("c").unwrap().clear();
+    assert!(cycle(&g).is_none());
+}
+
+// ------------------------------------------------- the runtime, per file
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// The module a file under `src/` defines: `crate::a::b`, or `main`.
+fn module_of(rel: &Path) -> String {
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    match parts.last().map(String::as_str) {
+        Some("lib") if parts.len() == 1 => return "crate".into(),
+        Some("main") if parts.len() == 1 => return "main".into(),
+        Some("mod") => {
+            parts.pop();
+        }
+        _ => {}
+    }
+    std::iter::once("crate".to_string())
+        .chain(parts)
+        .collect::<Vec<_>>()
+        .join("::")
+}
+
+fn parent(module: &str) -> String {
+    match module.rsplit_once("::") {
+        Some((p, _)) => p.to_string(),
+        None => "crate".into(),
+    }
+}
+
+fn ident_at(s: &str) -> (&str, &str) {
+    let end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    (&s[..end], &s[end..])
+}
+
+/// Adds the modules a path names, walking down from `base` while its
+/// segments are modules; a `{...}` group names one per item.
+fn resolve(base: &str, rest: &str, modules: &BTreeSet<String>, out: &mut BTreeSet<String>) {
+    let mut current = base.to_string();
+    let mut rest = rest;
+    while let Some(after) = rest.strip_prefix("::") {
+        if let Some(group) = after.strip_prefix('{') {
+            for item in group.split('}').next().unwrap_or("").split(',') {
+                let (first, tail) = ident_at(item.trim());
+                let candidate = format!("{current}::{first}");
+                if modules.contains(&candidate) {
+                    resolve(&candidate, tail, modules, out);
+                } else {
+                    out.insert(current.clone());
+                }
+            }
+            return;
+        }
+        let (segment, tail) = ident_at(after);
+        let candidate = format!("{current}::{segment}");
+        if !modules.contains(&candidate) {
+            break;
+        }
+        current = candidate;
+        rest = tail;
+    }
+    out.insert(current);
+}
+
+/// Module file → the module files its code names; `files` are paths
+/// relative to `src/` with their non-test code.
+fn file_graph(files: &[(PathBuf, String)]) -> Graph {
+    let modules: BTreeSet<String> = files.iter().map(|(p, _)| module_of(p)).collect();
+    let mut g = Graph::new();
+    for (path, text) in files {
+        let module = module_of(path);
+        let children: Vec<&String> = modules
+            .iter()
+            .filter(|m| m.as_str() != "crate" && parent(m) == module)
+            .collect();
+        let mut targets = BTreeSet::new();
+        for line in text.lines() {
+            let line = match line.find("//") {
+                Some(i) => &line[..i],
+                None => line,
+            };
+            let mut i = 0;
+            while i < line.len() {
+                let (word, rest) = ident_at(&line[i..]);
+                if word.is_empty() {
+                    i += line[i..].chars().next().map_or(1, char::len_utf8);
+                    continue;
+                }
+                let after_path = line[..i].ends_with("::");
+                if !after_path && rest.starts_with("::") {
+                    match word {
+                        "crate" => resolve("crate", rest, &modules, &mut targets),
+                        "mrguard" if module == "main" => {
+                            resolve("crate", rest, &modules, &mut targets)
+                        }
+                        "self" => resolve(&module, rest, &modules, &mut targets),
+                        "super" => {
+                            let mut base = parent(&module);
+                            let mut r = rest;
+                            while let Some(more) = r.strip_prefix("::super") {
+                                base = parent(&base);
+                                r = more;
+                            }
+                            resolve(&base, r, &modules, &mut targets);
+                        }
+                        w => {
+                            if let Some(child) =
+                                children.iter().find(|c| c.ends_with(&format!("::{w}")))
+                            {
+                                resolve(child, rest, &modules, &mut targets);
+                            }
+                        }
+                    }
+                }
+                i += word.len();
+            }
+        }
+        targets.remove(&module);
+        g.insert(module, targets);
+    }
+    g
+}
+
+fn runtime_files() -> Vec<(PathBuf, String)> {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files
+        .into_iter()
+        .map(|(p, code)| (p.strip_prefix(&src).unwrap().to_path_buf(), code))
+        .collect()
+}
+
+#[test]
+fn no_runtime_module_uses_one_that_uses_it_back() {
+    let g = file_graph(&runtime_files());
+    // The reader sees the real edges, parent to child and child to sibling.
+    assert!(
+        g["crate::server"].contains("crate::server::routes")
+            && g["crate::controller::certs"].contains("crate::controller::webhooks")
+            && g["main"].contains("crate::cli"),
+        "{g:?}"
+    );
+    if let Some(c) = cycle(&g) {
+        panic!("module cycle in mrguard: {}", c.join(" → "));
+    }
+}
+
+#[test]
+fn only_main_and_the_command_line_use_the_command_line() {
+    for (module, uses) in file_graph(&runtime_files()) {
+        if module == "main" || module == "crate::cli" || module.starts_with("crate::cli::") {
+            continue;
+        }
+        let up: Vec<_> = uses
+            .iter()
+            .filter(|m| m.starts_with("crate::cli"))
+            .collect();
+        assert!(up.is_empty(), "{module} uses {up:?}");
+    }
+}
+
+/// Group imports, `super` chains, a child named from its parent and
+/// comments, down to a parent-child cycle.
+#[test]
+fn the_file_checker_reads_every_kind_of_path() {
+    let file = |p: &str, t: &str| (PathBuf::from(p), t.to_string());
+    let files = [
+        file("lib.rs", "pub mod a;\npub mod b;\n"),
+        file("a/mod.rs", "mod child;\nuse crate::{b::Thing, other};\nfn f() { child::go(); x::y::child::no(); }\n"),
+        file("a/child.rs", "use super::super::b;\nfn g() { super::Item::new(); }\n"),
+        file("b.rs", "// use crate::a::x;\nfn h() {}\n"),
+    ];
+    let g = file_graph(&files);
+    let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        g["crate::a"],
+        set(&["crate", "crate::a::child", "crate::b"])
+    );
+    assert_eq!(g["crate::a::child"], set(&["crate::a", "crate::b"]));
+    assert!(g["crate::b"].is_empty(), "comments are not uses: {g:?}");
+    let c = cycle(&g).expect("a and a::child use each other");
+    assert!(c.contains(&"crate::a::child".to_string()), "{c:?}");
+}
