@@ -647,25 +647,34 @@ mod tests {
             .collect()
     }
 
-    #[tokio::test]
-    async fn drift_seen_by_the_watch_is_repaired() {
+    /// `run` over two configurations in sync with `bundle` and the fixture
+    /// coverage, once both watches are open.
+    struct InSync {
+        state: Arc<std::sync::Mutex<BTreeMap<ConfigKind, Option<Value>>>>,
+        api: mock::MockApi,
+        secret: channel::Sender<SecretView>,
+        coverage: channel::Sender<Option<Arc<Coverage>>>,
+        metrics: Arc<ControllerMetrics>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    async fn start_in_sync(bundle: &[u8]) -> InSync {
         let cov = coverage();
-        let bundle = b"-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n".to_vec();
         let state = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
         for kind in ConfigKind::ALL {
             let rules = json!(cov.rules(kind.operations()));
-            state.lock().unwrap().insert(
-                kind,
-                Some(config_json(kind, "mrguard", &bundle, rules, "5")),
-            );
+            state
+                .lock()
+                .unwrap()
+                .insert(kind, Some(config_json(kind, "mrguard", bundle, rules, "5")));
         }
         let (client, api) = mock::client(respond_with_configs(state.clone()));
-        let (_stx, srx) = channel::channel(SecretView {
+        let (secret, srx) = channel::channel(SecretView {
             synced: true,
             exists: true,
-            bundle: Some(Arc::new(bundle.clone())),
+            bundle: Some(Arc::new(bundle.to_vec())),
         });
-        let (_ctx, crx) = channel::channel(Some(Arc::new(cov.clone())));
+        let (coverage, crx) = channel::channel(Some(Arc::new(cov)));
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
         let task = tokio::spawn(run(
             WebhookApi::new(client, names()),
@@ -675,6 +684,29 @@ mod tests {
         ));
         api.wait_watch("mutatingwebhookconfigurations").await;
         api.wait_watch("validatingwebhookconfigurations").await;
+        InSync {
+            state,
+            api,
+            secret,
+            coverage,
+            metrics,
+            task,
+        }
+    }
+
+    #[tokio::test]
+    async fn drift_seen_by_the_watch_is_repaired() {
+        let cov = coverage();
+        let bundle = b"-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n".to_vec();
+        // The senders stay alive: `run` ends when they are dropped.
+        let InSync {
+            state,
+            api,
+            secret: _secret,
+            coverage: _coverage,
+            metrics,
+            task,
+        } = start_in_sync(&bundle).await;
         // In sync: nothing written.
         assert!(api.writes().is_empty());
 
@@ -722,31 +754,14 @@ mod tests {
 
     #[tokio::test]
     async fn new_coverage_and_bundles_are_applied_but_deleted_configurations_stay_deleted() {
-        let cov = coverage();
-        let state = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
-        for kind in ConfigKind::ALL {
-            let rules = json!(cov.rules(kind.operations()));
-            state
-                .lock()
-                .unwrap()
-                .insert(kind, Some(config_json(kind, "mrguard", b"A", rules, "5")));
-        }
-        let (client, api) = mock::client(respond_with_configs(state.clone()));
-        let (stx, srx) = channel::channel(SecretView {
-            synced: true,
-            exists: true,
-            bundle: Some(Arc::new(b"A".to_vec())),
-        });
-        let (ctx, crx) = channel::channel(Some(Arc::new(cov.clone())));
-        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let task = tokio::spawn(run(
-            WebhookApi::new(client, names()),
-            srx,
-            crx,
-            metrics.clone(),
-        ));
-        api.wait_watch("mutatingwebhookconfigurations").await;
-        api.wait_watch("validatingwebhookconfigurations").await;
+        let InSync {
+            state,
+            api,
+            secret: stx,
+            coverage: ctx,
+            metrics,
+            task,
+        } = start_in_sync(b"A").await;
 
         // A new provider's CRD: both configurations cover it.
         let mut crds = summaries(&fixture_crds());
