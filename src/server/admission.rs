@@ -79,7 +79,7 @@ where
             _ => Ok(req),
         })
         .layer(DefaultBodyLimit::max(max));
-    post(review).layer(layers).with_state(endpoint)
+    post(answer).layer(layers).with_state(endpoint)
 }
 
 fn declared_length(req: &Request) -> Option<u64> {
@@ -92,7 +92,7 @@ fn declared_length(req: &Request) -> Option<u64> {
 }
 
 /// Decode → decide → encode.
-async fn review(
+async fn answer(
     State(endpoint): State<Endpoint>,
     arrived: Arrived,
     body: Result<Bytes, BytesRejection>,
@@ -187,7 +187,7 @@ impl Endpoint {
 /// Why a request got no decision. The messages are the JSON answer's
 /// `error`, for whoever reads the API server's log.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum Rejection {
+enum Rejection {
     #[error("too many requests in flight; retry")]
     Overloaded,
     #[error("the request body is {declared} bytes, more than the limit of {limit} bytes")]
@@ -281,7 +281,7 @@ pub(crate) fn json_error(status: StatusCode, message: impl Into<String>) -> Resp
 /// refusals from where the stack begins, decisions from where the handler
 /// begins (as the request duration always was).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Arrived(Instant);
+struct Arrived(Instant);
 
 impl Arrived {
     fn elapsed(self) -> f64 {
