@@ -15,11 +15,16 @@ pub use audit::AuditArgs;
 pub use check::CheckArgs;
 pub use serve::ServeArgs;
 
+/// A flag given twice takes its last value (`args_override_self`), as
+/// kubectl and most Kubernetes components do: the chart's `extraArgs` come
+/// after the flags the chart sets, so they can override them. Before, clap
+/// refused the second occurrence and the pod crash-looped.
 #[derive(Debug, Parser)]
 #[command(
     name = "mrguard",
     version,
-    about = "Admission webhook and controller for Crossplane managed resources"
+    about = "Admission webhook and controller for Crossplane managed resources",
+    args_override_self = true
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -31,6 +36,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the mutating and validating webhooks over HTTPS.
+    #[command(args_override_self = true)]
     Serve(Box<ServeArgs>),
     /// Mutate and validate manifests offline, as the webhooks would.
     Check(Box<CheckArgs>),

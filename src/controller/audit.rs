@@ -261,7 +261,7 @@ pub async fn run(
             state.forget(&k);
         }
         let mut complete = true;
-        let (mut objects, mut findings) = (0, 0);
+        let (mut objects, mut findings, mut forbidden) = (0, 0, Vec::new());
         for kind in cov.kinds() {
             match audit_kind(&client, kind, &config).await {
                 Ok(report) => {
@@ -269,6 +269,22 @@ pub async fn run(
                     findings += report.findings.len();
                     state.record(kind, &report.findings);
                     states.set_paused_by_policy(kind, &report.paused_by_policy);
+                    states.set_forbidden(kind, false);
+                }
+                // RBAC does not let mrguard read this kind (the chart lists
+                // API groups; a provider outside them). That is the
+                // operator's choice, not a failed pass: the kind is reported
+                // in mrguard_controller_forbidden_kinds and the pass still
+                // counts, so a staleness alert on the success timestamp
+                // means the audit is really stuck.
+                Err(e) if e.status_code() == Some(403) => {
+                    if states.set_forbidden(kind, true) {
+                        e.log(Some(&metrics), "audit: skipping a kind RBAC forbids");
+                    } else {
+                        e.count(Some(&metrics));
+                    }
+                    state.forget(&kind.key());
+                    forbidden.push(kind.key());
                 }
                 Err(e) => {
                     complete = false;
@@ -289,6 +305,8 @@ pub async fn run(
             objects,
             findings,
             complete,
+            forbidden = forbidden.len(),
+            forbidden_kinds = %forbidden.join(","),
             "audit pass done"
         );
         tokio::time::sleep(interval).await;

@@ -16,6 +16,8 @@ pub struct ControllerMetrics {
     pub events: IntCounterVec,
     pub api_errors: IntCounterVec,
     pub audit_last_success: IntGauge,
+    /// `mrguard_controller_forbidden_kinds`.
+    pub forbidden_kinds: IntGauge,
 }
 
 impl ControllerMetrics {
@@ -75,8 +77,13 @@ impl ControllerMetrics {
                 "mrguard_audit_last_success_timestamp_seconds",
                 "When the last complete audit pass finished, in seconds since the epoch.",
             )?,
+            forbidden_kinds: IntGauge::new(
+                "mrguard_controller_forbidden_kinds",
+                "MR kinds whose list or watch RBAC forbids (leader only); their gauges, Events and audit are missing.",
+            )?,
         };
         registry.register(Box::new(m.managed_resources.clone()))?;
+        registry.register(Box::new(m.forbidden_kinds.clone()))?;
         registry.register(Box::new(m.audit_violations.clone()))?;
         registry.register(Box::new(m.leader.clone()))?;
         registry.register(Box::new(m.covered_kinds.clone()))?;
@@ -101,6 +108,7 @@ impl ControllerMetrics {
         self.managed_resources.reset();
         self.audit_violations.reset();
         self.covered_kinds.set(0);
+        self.forbidden_kinds.set(0);
         self.webhook_configuration_present.reset();
     }
 }
