@@ -162,6 +162,29 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// Bug 6 (regression): a flag given again later wins instead of
+    /// failing with "cannot be used multiple times".
+    #[test]
+    fn a_later_flag_wins() {
+        let cli = Cli::try_parse_from([
+            "mrguard",
+            "serve",
+            "--audit-interval=10m",
+            "--listen=0.0.0.0:9443",
+            "--controller",
+            "--audit-interval=30s",
+            "--listen=127.0.0.1:1",
+            "--controller",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert_eq!(args.listen.to_string(), "127.0.0.1:1");
+        let parsed = format!("{args:?}");
+        assert!(parsed.contains("audit_interval: 30s"), "{parsed}");
+    }
+
     #[test]
     fn durations() {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));

@@ -453,6 +453,66 @@ mod tests {
         assert_eq!(g(), 1);
     }
 
+    /// Bug 3 (regression): with one kind RBAC forbids (the chart's
+    /// default `groups` mode and a provider outside it), a pass still
+    /// counts as successful, and the kind is reported as forbidden.
+    #[tokio::test]
+    async fn a_forbidden_kind_does_not_fail_the_pass() {
+        let (client, _api) = mock::client(|r| {
+            if r.path.contains("/vpcs") {
+                return Reply::Json(
+                    403,
+                    status(403, "Forbidden", "vpcs.ec2.aws.upbound.io is forbidden"),
+                );
+            }
+            Reply::Json(
+                200,
+                page(vec![bucket("b", "u1", json!({"forProvider": {}}))], ""),
+            )
+        });
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let cov = Coverage::from_crds(
+            &summaries(&fixture_crds())
+                .into_iter()
+                .filter(|c| {
+                    matches!(
+                        c.metadata.name.as_deref(),
+                        Some("vpcs.ec2.aws.upbound.io" | "buckets.s3.aws.upbound.io")
+                    )
+                })
+                .collect::<Vec<_>>(),
+        );
+        assert_eq!(cov.len(), 2);
+        let (_tx, rx) = channel::channel(Some(Arc::new(cov)));
+        let states = MrStates::new(metrics.clone());
+        let task = tokio::spawn(run(
+            client,
+            rx,
+            ConfigStore::new(Config::builtin(), None),
+            states.clone(),
+            metrics.clone(),
+            Duration::from_secs(600),
+        ));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while metrics.audit_last_success.get() == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "no successful pass");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(metrics.forbidden_kinds.get(), 1);
+        assert_eq!(
+            states.forbidden(),
+            vec!["vpcs.ec2.aws.upbound.io".to_string()]
+        );
+        assert_eq!(
+            metrics
+                .api_errors
+                .with_label_values(&["list", "managed resources", "403"])
+                .get(),
+            1
+        );
+        task.abort();
+    }
+
     #[tokio::test]
     async fn rbac_denial_is_reported_with_verb_and_resource() {
         let (client, _api) = mock::client(|_| {

@@ -732,11 +732,9 @@ pub async fn run_loader(
     shutdown: Signal,
 ) {
     let fields = format!("metadata.name={name}");
-    let mut stream = super::retry::backoff_watcher(watcher(
-        secrets,
-        watcher::Config::default().fields(&fields),
-    ))
-    .boxed();
+    let mut stream =
+        super::retry::backoff_watcher(watcher(secrets, watcher::Config::default().fields(&fields)))
+            .boxed();
     let mut last: Option<PemPair> = None;
     let mut seen_in_list = false;
     let mut watch_error = super::retry::ErrorOnce::default();

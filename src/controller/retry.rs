@@ -203,7 +203,10 @@ mod tests {
         // Attempt k waits in [0.8·2^(k-1), 1.6·2^(k-1)).
         for (k, g) in gaps.iter().enumerate() {
             let min = 0.8 * f64::from(1 << k);
-            assert!(*g >= min * 0.99 && *g < min * 2.01, "gap {k}: {g} s of {gaps:?}");
+            assert!(
+                *g >= min * 0.99 && *g < min * 2.01,
+                "gap {k}: {g} s of {gaps:?}"
+            );
         }
 
         // The old wiring, for contrast: never more than 1.6 s apart.

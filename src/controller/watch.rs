@@ -249,7 +249,8 @@ pub fn leak_note(pending: &str) -> String {
 
 const LEAK_NOTE_HEAD: &str = "possibly leaked external resource: creation is incomplete";
 const PENDING_MARK: &str = "crossplane.io/external-create-pending: ";
-const LEAK_NOTE_TAIL: &str = "The provider stopped because it may have leaked an external resource; \
+const LEAK_NOTE_TAIL: &str =
+    "The provider stopped because it may have leaked an external resource; \
      check the external system for a leaked resource, then remove the \
      crossplane.io/external-create-pending annotation when safe";
 
@@ -662,11 +663,18 @@ mod tests {
         assert_eq!(e.body["regarding"]["kind"], "VPC");
         // Bug: generateName "leaky." is not a valid name prefix (422). The
         // Recorder names the Event "<name>.<hex time>".
-        assert!(e.body["metadata"].get("generateName").is_none(), "{}", e.body);
+        assert!(
+            e.body["metadata"].get("generateName").is_none(),
+            "{}",
+            e.body
+        );
         let name = e.body["metadata"]["name"].as_str().unwrap();
         let (head, hex) = name.split_once('.').unwrap();
         assert_eq!(head, "leaky");
-        assert!(!hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()), "{name}");
+        assert!(
+            !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()),
+            "{name}"
+        );
         assert_eq!(
             pending_in_note(e.body["note"].as_str().unwrap()),
             Some("2024-01-01T00:00:10Z")
@@ -727,6 +735,61 @@ mod tests {
 
     fn api_client_for_events() -> (kube::Client, mock::MockApi) {
         mock::client(|r| Reply::Json(if r.method == "POST" { 201 } else { 200 }, r.body.clone()))
+    }
+
+    /// A kind RBAC forbids counts in mrguard_controller_forbidden_kinds
+    /// until a list works.
+    #[tokio::test]
+    async fn a_forbidden_kind_is_counted_until_its_list_works() {
+        let allowed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let a = allowed.clone();
+        let (client, _api) = mock::client(move |r| {
+            if r.query.contains("watch=true") {
+                return Reply::Watch(vec![]);
+            }
+            if a.load(std::sync::atomic::Ordering::SeqCst) {
+                Reply::Json(
+                    200,
+                    list("PartialObjectMetadataList", "meta.k8s.io/v1", vec![]),
+                )
+            } else {
+                Reply::Json(
+                    403,
+                    status(403, "Forbidden", "vpcs.ec2.aws.upbound.io is forbidden"),
+                )
+            }
+        });
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let recorder = Arc::new(EventRecorder::new(
+            client.clone(),
+            "pod".into(),
+            EventDedup::default(),
+        ));
+        let task = tokio::spawn(watch_kind(
+            client,
+            vpc_kind(),
+            MrStates::new(metrics.clone()),
+            recorder,
+            metrics.clone(),
+        ));
+        let wait = |want: i64| {
+            let metrics = metrics.clone();
+            async move {
+                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+                while metrics.forbidden_kinds.get() != want {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "forbidden_kinds never {want}"
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        };
+        wait(1).await;
+        allowed.store(true, std::sync::atomic::Ordering::SeqCst);
+        // The next relist (after the first backoff step) succeeds.
+        wait(0).await;
+        task.abort();
     }
 
     #[tokio::test]

@@ -333,9 +333,9 @@ pub async fn run(
         Result::is_ok,
     )
     .map(|r| match r {
-                Ok(o) => Update::Seen(ConfigKind::Mutating, o.as_ref().map(Observed::from)),
-                Err(e) => Update::Failed(ConfigKind::Mutating, e),
-            });
+        Ok(o) => Update::Seen(ConfigKind::Mutating, o.as_ref().map(Observed::from)),
+        Err(e) => Update::Failed(ConfigKind::Mutating, e),
+    });
     let validating = super::retry::backoff_on_failure(
         kube::runtime::watcher::watch_object(
             api.validating.clone(),

@@ -68,7 +68,10 @@ fn kube_denied(e: kube::Error, rule: &str) -> String {
 /// validation warnings. The dry run stores nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_and_server_dry_run_get_the_defaults_and_the_warnings() {
-    let Some(cluster) = support::require_cluster("create_and_server_dry_run_get_the_defaults_and_the_warnings").await else {
+    let Some(cluster) =
+        support::require_cluster("create_and_server_dry_run_get_the_defaults_and_the_warnings")
+            .await
+    else {
         return;
     };
     let r = support::install(cluster, "e2e-create", options()).await;
@@ -84,11 +87,19 @@ async fn create_and_server_dry_run_get_the_defaults_and_the_warnings() {
     obj["spec"]["initProvider"] = json!({"objectLockEnabled": true});
 
     for dry_run in [true, false] {
-        let resp = api::create(&r.client, buckets_path(), &obj, dry_run).await.unwrap();
+        let resp = api::create(&r.client, buckets_path(), &obj, dry_run)
+            .await
+            .unwrap();
         assert_eq!(resp.status, 201, "dry_run={dry_run}: {}", resp.body);
         let o = &resp.body;
-        assert_eq!(o["metadata"]["annotations"]["crossplane.io/external-name"], "defaults");
-        assert_eq!(o["spec"]["providerConfigRef"], json!({"name": "team-config"}));
+        assert_eq!(
+            o["metadata"]["annotations"]["crossplane.io/external-name"],
+            "defaults"
+        );
+        assert_eq!(
+            o["spec"]["providerConfigRef"],
+            json!({"name": "team-config"})
+        );
         assert_eq!(o["spec"]["deletionPolicy"], "Delete");
         assert_eq!(o["spec"]["managementPolicies"], json!(["*"]));
         let tags = &o["spec"]["forProvider"]["tags"];
@@ -115,11 +126,21 @@ async fn create_and_server_dry_run_get_the_defaults_and_the_warnings() {
 
     // Without a reference the CRD writes {name: default}; on CREATE that
     // counts as unset and takes the configured default.
-    let plain = serde_json::to_value(r.object(support::bucket("plain", json!({"region": "us-east-1"})))).unwrap();
-    let resp = api::create(&r.client, buckets_path(), &plain, false).await.unwrap();
+    let plain =
+        serde_json::to_value(r.object(support::bucket("plain", json!({"region": "us-east-1"}))))
+            .unwrap();
+    let resp = api::create(&r.client, buckets_path(), &plain, false)
+        .await
+        .unwrap();
     assert_eq!(resp.status, 201, "{}", resp.body);
-    assert_eq!(resp.body["spec"]["providerConfigRef"], json!({"name": "aws-default"}));
-    assert_eq!(resp.body["spec"]["forProvider"]["tags"]["crossplane-providerconfig"], "aws-default");
+    assert_eq!(
+        resp.body["spec"]["providerConfigRef"],
+        json!({"name": "aws-default"})
+    );
+    assert_eq!(
+        resp.body["spec"]["forProvider"]["tags"]["crossplane-providerconfig"],
+        "aws-default"
+    );
 }
 
 /// Every Deny rule fails a real create, update or delete, with mrguard's
@@ -127,7 +148,8 @@ async fn create_and_server_dry_run_get_the_defaults_and_the_warnings() {
 /// deletion protection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_deny_rule_fails_a_real_request() {
-    let Some(cluster) = support::require_cluster("each_deny_rule_fails_a_real_request").await else {
+    let Some(cluster) = support::require_cluster("each_deny_rule_fails_a_real_request").await
+    else {
         return;
     };
     let r = support::install(cluster, "e2e-deny", options()).await;
@@ -169,8 +191,14 @@ async fn each_deny_rule_fails_a_real_request() {
     // observe-only-external-name: observing a provider-named VPC without
     // its ID.
     let vpcs = r.cluster_api(&support::vpc_resource());
-    let vpc = r.object(support::vpc("observe-blind", json!({"managementPolicies": ["Observe"]})));
-    kube_denied(vpcs.create(&pp, &vpc).await.unwrap_err(), "observe-only-external-name");
+    let vpc = r.object(support::vpc(
+        "observe-blind",
+        json!({"managementPolicies": ["Observe"]}),
+    ));
+    kube_denied(
+        vpcs.create(&pp, &vpc).await.unwrap_err(),
+        "observe-only-external-name",
+    );
 
     // cel:no-public-buckets, a configured CEL rule.
     let mut b = support::bucket("public", json!({"region": "us-east-1"}));
@@ -216,7 +244,9 @@ async fn each_deny_rule_fails_a_real_request() {
         .patch(
             "created",
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"crossplane.io/external-name": "other"}}})),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"crossplane.io/external-name": "other"}}}),
+            ),
         )
         .await
         .unwrap_err();
@@ -230,7 +260,10 @@ async fn each_deny_rule_fails_a_real_request() {
         "spec": {"forProvider": {"region": "us-east-1"}},
     }));
     buckets.create(&pp, &paused).await.unwrap();
-    let e = buckets.delete("paused", &DeleteParams::default()).await.unwrap_err();
+    let e = buckets
+        .delete("paused", &DeleteParams::default())
+        .await
+        .unwrap_err();
     kube_denied(e, "paused-delete");
 
     // deletion-protection: on delete, and on deletecollection, which the
@@ -244,16 +277,28 @@ async fn each_deny_rule_fails_a_real_request() {
         }));
         buckets.create(&pp, &o).await.unwrap();
     }
-    let e = buckets.delete("protected-1", &DeleteParams::default()).await.unwrap_err();
-    let m = kube_denied(e, "deletion-protection");
-    assert!(m.contains("Orphan"), "the message says how to orphan it first: {m}");
     let e = buckets
-        .delete_collection(&DeleteParams::default(), &ListParams::default().labels("group=protected"))
+        .delete("protected-1", &DeleteParams::default())
+        .await
+        .unwrap_err();
+    let m = kube_denied(e, "deletion-protection");
+    assert!(
+        m.contains("Orphan"),
+        "the message says how to orphan it first: {m}"
+    );
+    let e = buckets
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("group=protected"),
+        )
         .await
         .unwrap_err();
     kube_denied(e, "deletion-protection");
     for name in ["protected-1", "protected-2"] {
-        assert!(buckets.get_opt(name).await.unwrap().is_some(), "{name} was deleted");
+        assert!(
+            buckets.get_opt(name).await.unwrap().is_some(),
+            "{name} was deleted"
+        );
     }
     // Orphaning first is the way out.
     buckets
@@ -264,7 +309,10 @@ async fn each_deny_rule_fails_a_real_request() {
         )
         .await
         .unwrap();
-    buckets.delete("protected-2", &DeleteParams::default()).await.unwrap();
+    buckets
+        .delete("protected-2", &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
 /// Namespaced (Crossplane v2) MRs: the namespace's mapped provider
@@ -273,7 +321,9 @@ async fn each_deny_rule_fails_a_real_request() {
 /// namespace is not covered by the webhooks at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaced_mrs_get_their_namespace_provider_config() {
-    let Some(cluster) = support::require_cluster("namespaced_mrs_get_their_namespace_provider_config").await else {
+    let Some(cluster) =
+        support::require_cluster("namespaced_mrs_get_their_namespace_provider_config").await
+    else {
         return;
     };
     let name = "e2e-namespaced";
@@ -292,7 +342,10 @@ async fn namespaced_mrs_get_their_namespace_provider_config() {
     let pp = PostParams::default();
     let vpcs = r.namespaced_api(&support::namespaced_vpc_resource());
     let created = vpcs
-        .create(&pp, &r.namespaced_object(support::namespaced_vpc("team-vpc", json!({}))))
+        .create(
+            &pp,
+            &r.namespaced_object(support::namespaced_vpc("team-vpc", json!({}))),
+        )
         .await
         .unwrap();
     let v = serde_json::to_value(&created).unwrap();
@@ -319,10 +372,15 @@ async fn namespaced_mrs_get_their_namespace_provider_config() {
     // Another namespace, no mapping: the default name.
     let other = format!("{name}-other");
     let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(r.client.clone());
-    ns.create(&pp, &serde_json::from_value(json!({"metadata": {"name": other}})).unwrap())
-        .await
-        .unwrap();
-    let mut o = serde_json::to_value(r.namespaced_object(support::namespaced_vpc("plain", json!({})))).unwrap();
+    ns.create(
+        &pp,
+        &serde_json::from_value(json!({"metadata": {"name": other}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut o =
+        serde_json::to_value(r.namespaced_object(support::namespaced_vpc("plain", json!({}))))
+            .unwrap();
     o["metadata"]["namespace"] = json!(other);
     let created = kube::Api::<kube::api::DynamicObject>::namespaced_with(
         r.client.clone(),
@@ -339,7 +397,10 @@ async fn namespaced_mrs_get_their_namespace_provider_config() {
 
     // The release namespace is excluded by the chart's namespaceSelector:
     // mrguard must not gate its own recovery.
-    let mut o = serde_json::to_value(r.namespaced_object(support::namespaced_vpc("in-release-ns", json!({})))).unwrap();
+    let mut o = serde_json::to_value(
+        r.namespaced_object(support::namespaced_vpc("in-release-ns", json!({}))),
+    )
+    .unwrap();
     o["metadata"]["namespace"] = json!(r.namespace);
     let created = kube::Api::<kube::api::DynamicObject>::namespaced_with(
         r.client.clone(),
@@ -382,7 +443,10 @@ async fn namespaced_mrs_get_their_namespace_provider_config() {
 /// fix both updates rewrote it to `aws-default` and added tags.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_by_a_user_or_the_provider_keeps_the_provider_config() {
-    let Some(cluster) = support::require_cluster("an_update_by_a_user_or_the_provider_keeps_the_provider_config").await else {
+    let Some(cluster) =
+        support::require_cluster("an_update_by_a_user_or_the_provider_keeps_the_provider_config")
+            .await
+    else {
         return;
     };
     let r = support::install(cluster, "e2e-update-ref", options()).await;
@@ -392,21 +456,41 @@ async fn an_update_by_a_user_or_the_provider_keeps_the_provider_config() {
     let provider = api::impersonating(
         cluster.admin_kubeconfig(),
         PROVIDER,
-        &["system:masters", "system:serviceaccounts", "system:authenticated"],
+        &[
+            "system:masters",
+            "system:serviceaccounts",
+            "system:authenticated",
+        ],
     )
     .await
     .unwrap();
-    let as_provider = kube::Api::<kube::api::DynamicObject>::all_with(provider.clone(), &support::bucket_resource());
+    let as_provider = kube::Api::<kube::api::DynamicObject>::all_with(
+        provider.clone(),
+        &support::bucket_resource(),
+    );
     let buckets = r.cluster_api(&support::bucket_resource());
 
     // The provider's own create: exempt, so returned exactly as sent
     // (plus the CRD's defaults): no external-name, no tags, {name: default}.
     let sent = r.object(support::bucket("live", json!({"region": "us-east-1"})));
-    let created = as_provider.create(&PostParams::default(), &sent).await.unwrap();
+    let created = as_provider
+        .create(&PostParams::default(), &sent)
+        .await
+        .unwrap();
     let v = serde_json::to_value(&created).unwrap();
-    assert_eq!(v["spec"]["providerConfigRef"], json!({"name": "default"}), "{v:#}");
-    assert!(v["metadata"]["annotations"].is_null(), "exempt create was mutated: {v:#}");
-    assert!(v["spec"]["forProvider"]["tags"].is_null(), "exempt create was mutated: {v:#}");
+    assert_eq!(
+        v["spec"]["providerConfigRef"],
+        json!({"name": "default"}),
+        "{v:#}"
+    );
+    assert!(
+        v["metadata"]["annotations"].is_null(),
+        "exempt create was mutated: {v:#}"
+    );
+    assert!(
+        v["spec"]["forProvider"]["tags"].is_null(),
+        "exempt create was mutated: {v:#}"
+    );
     // The provider records creation.
     as_provider
         .patch(
@@ -436,7 +520,10 @@ async fn an_update_by_a_user_or_the_provider_keeps_the_provider_config() {
         "a label change moved the MR to other credentials: {v:#}"
     );
     if let Some(pc) = v["spec"]["forProvider"]["tags"].get("crossplane-providerconfig") {
-        assert_eq!(pc, "default", "tags name credentials the MR does not use: {v:#}");
+        assert_eq!(
+            pc, "default",
+            "tags name credentials the MR does not use: {v:#}"
+        );
     }
 
     // The provider's finalizer removal on deletion: exempt, untouched.
@@ -445,17 +532,25 @@ async fn an_update_by_a_user_or_the_provider_keeps_the_provider_config() {
         .patch(
             "live",
             &PatchParams::default(),
-            &Patch::Json::<()>(serde_json::from_value(json!([
-                {"op": "remove", "path": "/metadata/finalizers"}
-            ]))
-            .unwrap()),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "remove", "path": "/metadata/finalizers"}
+                ]))
+                .unwrap(),
+            ),
         )
         .await
         .unwrap();
     let mut after = serde_json::to_value(&after).unwrap();
-    assert_eq!(after["spec"], before["spec"], "the provider's update was mutated");
+    assert_eq!(
+        after["spec"], before["spec"],
+        "the provider's update was mutated"
+    );
     after["metadata"]["finalizers"] = before["metadata"]["finalizers"].clone();
-    assert_eq!(after["metadata"]["annotations"], before["metadata"]["annotations"]);
+    assert_eq!(
+        after["metadata"]["annotations"],
+        before["metadata"]["annotations"]
+    );
 }
 
 /// Bug 5 (regression): pausing an observe-only, provider-named VPC with
@@ -463,7 +558,9 @@ async fn an_update_by_a_user_or_the_provider_keeps_the_provider_config() {
 /// observe-only-external-name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pausing_with_an_empty_policy_set_is_allowed() {
-    let Some(cluster) = support::require_cluster("pausing_with_an_empty_policy_set_is_allowed").await else {
+    let Some(cluster) =
+        support::require_cluster("pausing_with_an_empty_policy_set_is_allowed").await
+    else {
         return;
     };
     let r = support::install(cluster, "e2e-paused-set", options()).await;
@@ -471,7 +568,10 @@ async fn pausing_with_an_empty_policy_set_is_allowed() {
     let created = vpcs
         .create(
             &PostParams::default(),
-            &r.object(support::vpc("paused-vpc", json!({"managementPolicies": []}))),
+            &r.object(support::vpc(
+                "paused-vpc",
+                json!({"managementPolicies": []}),
+            )),
         )
         .await
         .unwrap();

@@ -11,7 +11,9 @@ use crate::support::{self, wait_for, Options, WAIT};
 /// admission keeps working through the Service.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standby_takes_over_when_the_leader_is_killed() {
-    let Some(cluster) = support::require_cluster("the_standby_takes_over_when_the_leader_is_killed").await else {
+    let Some(cluster) =
+        support::require_cluster("the_standby_takes_over_when_the_leader_is_killed").await
+    else {
         return;
     };
     let mut r = support::install(
@@ -32,7 +34,8 @@ async fn the_standby_takes_over_when_the_leader_is_killed() {
     wait_for("both replicas ready with one leader", WAIT, || async {
         let l = r.replicas[leader].metrics().await.ok()?;
         let s = r.replicas[standby].metrics().await.ok()?;
-        (l.get("mrguard_controller_leader", &[]) == 1.0 && s.get("mrguard_controller_leader", &[]) == 0.0)
+        (l.get("mrguard_controller_leader", &[]) == 1.0
+            && s.get("mrguard_controller_leader", &[]) == 0.0)
             .then_some(())
     })
     .await
@@ -54,11 +57,19 @@ async fn the_standby_takes_over_when_the_leader_is_killed() {
 
     // The new leader does the controller's work.
     let patch = Patch::Json::<()>(
-        serde_json::from_value(json!([{"op": "replace", "path": "/webhooks/0/rules", "value": []}])).unwrap(),
+        serde_json::from_value(
+            json!([{"op": "replace", "path": "/webhooks/0/rules", "value": []}]),
+        )
+        .unwrap(),
     );
-    r.validating().patch(&r.fullname, &PatchParams::default(), &patch).await.unwrap();
+    r.validating()
+        .patch(&r.fullname, &PatchParams::default(), &patch)
+        .await
+        .unwrap();
     wait_for("the new leader to repair the rules", WAIT, || async {
-        r.webhooks_ready("s3.aws.upbound.io", "buckets").await.then_some(())
+        r.webhooks_ready("s3.aws.upbound.io", "buckets")
+            .await
+            .then_some(())
     })
     .await
     .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
@@ -68,7 +79,10 @@ async fn the_standby_takes_over_when_the_leader_is_killed() {
     let created = buckets
         .create(
             &PostParams::default(),
-            &r.object(support::bucket("after-failover", json!({"region": "us-east-1"}))),
+            &r.object(support::bucket(
+                "after-failover",
+                json!({"region": "us-east-1"}),
+            )),
         )
         .await
         .unwrap();
@@ -86,7 +100,11 @@ async fn the_standby_takes_over_when_the_leader_is_killed() {
 /// configuration is deleted, the documented emergency exit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_mrguard_stopped_validation_fails_closed_and_mutation_is_skipped() {
-    let Some(cluster) = support::require_cluster("with_mrguard_stopped_validation_fails_closed_and_mutation_is_skipped").await else {
+    let Some(cluster) = support::require_cluster(
+        "with_mrguard_stopped_validation_fails_closed_and_mutation_is_skipped",
+    )
+    .await
+    else {
         return;
     };
     let mut r = support::install(cluster, "e2e-outage", Options::default()).await;
@@ -95,8 +113,14 @@ async fn with_mrguard_stopped_validation_fails_closed_and_mutation_is_skipped() 
     replica.process.stop();
 
     let buckets = r.cluster_api(&support::bucket_resource());
-    let obj = r.object(support::bucket("while-down", json!({"region": "us-east-1"})));
-    let e = buckets.create(&PostParams::default(), &obj).await.unwrap_err();
+    let obj = r.object(support::bucket(
+        "while-down",
+        json!({"region": "us-east-1"}),
+    ));
+    let e = buckets
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap_err();
     let kube::Error::Api(s) = e else {
         panic!("expected the API server to refuse, got {e}");
     };
@@ -107,7 +131,8 @@ async fn with_mrguard_stopped_validation_fails_closed_and_mutation_is_skipped() 
     );
     assert!(buckets.get_opt("while-down").await.unwrap().is_none());
     // Unrelated objects are not affected: only MR kinds are covered.
-    let cm: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(r.client.clone(), &r.workload_ns);
+    let cm: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(r.client.clone(), &r.workload_ns);
     cm.create(
         &PostParams::default(),
         &serde_json::from_value(json!({"metadata": {"name": "unaffected"}})).unwrap(),
@@ -117,7 +142,10 @@ async fn with_mrguard_stopped_validation_fails_closed_and_mutation_is_skipped() 
 
     // The emergency exit: without the validating configuration, writes go
     // through, and the mutating webhook is skipped (no defaults).
-    r.validating().delete(&r.fullname, &DeleteParams::default()).await.unwrap();
+    r.validating()
+        .delete(&r.fullname, &DeleteParams::default())
+        .await
+        .unwrap();
     let created = wait_for("the write to go through", WAIT, || async {
         buckets.create(&PostParams::default(), &obj).await.ok()
     })
@@ -128,5 +156,9 @@ async fn with_mrguard_stopped_validation_fails_closed_and_mutation_is_skipped() 
         v["metadata"]["annotations"]["crossplane.io/external-name"].is_null(),
         "mutated while mrguard was down: {v:#}"
     );
-    assert_eq!(v["spec"]["providerConfigRef"], json!({"name": "default"}), "{v:#}");
+    assert_eq!(
+        v["spec"]["providerConfigRef"],
+        json!({"name": "default"}),
+        "{v:#}"
+    );
 }

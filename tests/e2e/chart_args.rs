@@ -24,10 +24,20 @@ fn extra_args_override_the_flags_the_chart_sets() {
                           "--metrics-listen=127.0.0.1:18080", "--lease-name=other-leader",
                           "--controller", "--cert-extra-names=127.0.0.1"]}"#,
     );
-    let cmd = rendered.pod_command("crossplane-system", "mrguard-0").unwrap();
+    let cmd = rendered
+        .pod_command("crossplane-system", "mrguard-0")
+        .unwrap();
     // The chart does set these before extraArgs.
-    for flag in ["--audit-interval=10m", "--listen=0.0.0.0:9443", "--lease-name=mrguard-leader"] {
-        assert!(cmd.args.iter().any(|a| a == flag), "{flag} missing from {:?}", cmd.args);
+    for flag in [
+        "--audit-interval=10m",
+        "--listen=0.0.0.0:9443",
+        "--lease-name=mrguard-leader",
+    ] {
+        assert!(
+            cmd.args.iter().any(|a| a == flag),
+            "{flag} missing from {:?}",
+            cmd.args
+        );
     }
     let argv: Vec<String> = std::iter::once("mrguard".to_string())
         .chain(cmd.args.iter().cloned())
@@ -46,11 +56,18 @@ fn extra_args_override_the_flags_the_chart_sets() {
         assert!(parsed.contains(want), "{want} not in {parsed}");
     }
     // Without extraArgs the chart's own values hold.
-    let cmd = render("{}").pod_command("crossplane-system", "mrguard-0").unwrap();
-    let argv: Vec<String> = std::iter::once("mrguard".to_string()).chain(cmd.args).collect();
+    let cmd = render("{}")
+        .pod_command("crossplane-system", "mrguard-0")
+        .unwrap();
+    let argv: Vec<String> = std::iter::once("mrguard".to_string())
+        .chain(cmd.args)
+        .collect();
     let parsed = format!("{:?}", mrguard::cli::Cli::try_parse_from(&argv).unwrap());
     assert!(parsed.contains("audit_interval: 600s"), "{parsed}");
-    assert!(parsed.contains("namespace: Some(\"crossplane-system\")"), "{parsed}");
+    assert!(
+        parsed.contains("namespace: Some(\"crossplane-system\")"),
+        "{parsed}"
+    );
 }
 
 /// One rule of a Role or ClusterRole as a Markdown table row.
@@ -77,7 +94,11 @@ fn row(rule: &Value, groups_note: Option<&str>) -> String {
         "| {groups} | {} | {} | {} |\n",
         code(list(&rule["resources"])),
         code(list(&rule["verbs"])),
-        if names.is_empty() { String::new() } else { code(names) },
+        if names.is_empty() {
+            String::new()
+        } else {
+            code(names)
+        },
     )
 }
 
@@ -145,12 +166,19 @@ pub(crate) fn check_generated(file: &str, name: &str, generated: &str) {
         return;
     }
     let mut diff = String::new();
-    let (old, new): (Vec<&str>, Vec<&str>) = (current.lines().collect(), generated.lines().collect());
+    let (old, new): (Vec<&str>, Vec<&str>) =
+        (current.lines().collect(), generated.lines().collect());
     for i in 0..old.len().max(new.len()) {
         match (old.get(i), new.get(i)) {
             (Some(o), Some(n)) if o == n => {}
             (o, n) => {
-                let _ = writeln!(diff, "line {}:\n- {}\n+ {}", i + 1, o.unwrap_or(&""), n.unwrap_or(&""));
+                let _ = writeln!(
+                    diff,
+                    "line {}:\n- {}\n+ {}",
+                    i + 1,
+                    o.unwrap_or(&""),
+                    n.unwrap_or(&"")
+                );
             }
         }
     }

@@ -23,12 +23,15 @@ fn b64(b: &[u8]) -> String {
 /// configurations, without touching what the chart owns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_ca_bundle_and_emptied_rules_are_repaired() {
-    let Some(cluster) = support::require_cluster("a_broken_ca_bundle_and_emptied_rules_are_repaired").await else {
+    let Some(cluster) =
+        support::require_cluster("a_broken_ca_bundle_and_emptied_rules_are_repaired").await
+    else {
         return;
     };
     let r = support::install(cluster, "e2e-repair", Options::default()).await;
     let ca = r.secret_ca().await.unwrap();
-    let garbage = b64(b"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n");
+    let garbage =
+        b64(b"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n");
     let broken = json!([
         {"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": garbage},
         {"op": "replace", "path": "/webhooks/0/rules", "value": []},
@@ -37,21 +40,35 @@ async fn a_broken_ca_bundle_and_emptied_rules_are_repaired() {
     let patch = Patch::Json::<()>(serde_json::from_value(broken).unwrap());
     let replica = &r.replicas[0];
     let updates = |m: &crate::support::Metrics| {
-        m.get("mrguard_controller_webhook_updates_total", &[("kind", "ValidatingWebhookConfiguration")])
-            + m.get("mrguard_controller_webhook_updates_total", &[("kind", "MutatingWebhookConfiguration")])
+        m.get(
+            "mrguard_controller_webhook_updates_total",
+            &[("kind", "ValidatingWebhookConfiguration")],
+        ) + m.get(
+            "mrguard_controller_webhook_updates_total",
+            &[("kind", "MutatingWebhookConfiguration")],
+        )
     };
     let before = updates(&replica.metrics().await.unwrap());
     // What the API server stored (the controller may repair it at once).
-    let v = r.validating().patch(&r.fullname, &pp, &patch).await.unwrap();
+    let v = r
+        .validating()
+        .patch(&r.fullname, &pp, &patch)
+        .await
+        .unwrap();
     let m = r.mutating().patch(&r.fullname, &pp, &patch).await.unwrap();
-    let (m, v) = (serde_json::to_value(m).unwrap(), serde_json::to_value(v).unwrap());
+    let (m, v) = (
+        serde_json::to_value(m).unwrap(),
+        serde_json::to_value(v).unwrap(),
+    );
     // The API server omits an empty list.
     let rules = &v["webhooks"][0]["rules"];
     assert!(rules.is_null() || *rules == json!([]), "{rules}");
     assert_eq!(m["webhooks"][0]["clientConfig"]["caBundle"], json!(garbage));
 
     wait_for("both configurations repaired", WAIT, || async {
-        r.webhooks_ready("s3.aws.upbound.io", "buckets").await.then_some(())
+        r.webhooks_ready("s3.aws.upbound.io", "buckets")
+            .await
+            .then_some(())
     })
     .await
     .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
@@ -60,7 +77,10 @@ async fn a_broken_ca_bundle_and_emptied_rules_are_repaired() {
         let w = &c["webhooks"][0];
         assert_eq!(w["clientConfig"]["caBundle"], json!(b64(&ca)));
         // The chart's fields are untouched: the URL, the policies.
-        assert!(w["clientConfig"]["url"].as_str().unwrap().starts_with("https://127.0.0.1:"));
+        assert!(w["clientConfig"]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://127.0.0.1:"));
         assert!(covers(&w["rules"], "nop.crossplane.io", "nopresources"));
     }
     assert_eq!(v["webhooks"][0]["failurePolicy"], "Fail");
@@ -77,11 +97,15 @@ async fn a_broken_ca_bundle_and_emptied_rules_are_repaired() {
 /// never recreates it, while it keeps repairing the other one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_configuration_stays_deleted() {
-    let Some(cluster) = support::require_cluster("a_deleted_configuration_stays_deleted").await else {
+    let Some(cluster) = support::require_cluster("a_deleted_configuration_stays_deleted").await
+    else {
         return;
     };
     let r = support::install(cluster, "e2e-emergency", Options::default()).await;
-    r.mutating().delete(&r.fullname, &DeleteParams::default()).await.unwrap();
+    r.mutating()
+        .delete(&r.fullname, &DeleteParams::default())
+        .await
+        .unwrap();
     let replica = &r.replicas[0];
     wait_for("the controller to see the deletion", WAIT, || async {
         let m = replica.metrics().await.ok()?;
@@ -98,20 +122,27 @@ async fn a_deleted_configuration_stays_deleted() {
     .unwrap();
     // Prove the controller is still at work after the deletion: it repairs
     // the validating configuration...
-    let updates_before = replica
-        .metrics()
-        .await
-        .unwrap()
-        .get("mrguard_controller_webhook_updates_total", &[("kind", "ValidatingWebhookConfiguration")]);
-    let patch = Patch::Json::<()>(
-        serde_json::from_value(json!([{"op": "replace", "path": "/webhooks/0/rules", "value": []}])).unwrap(),
+    let updates_before = replica.metrics().await.unwrap().get(
+        "mrguard_controller_webhook_updates_total",
+        &[("kind", "ValidatingWebhookConfiguration")],
     );
-    r.validating().patch(&r.fullname, &PatchParams::default(), &patch).await.unwrap();
+    let patch = Patch::Json::<()>(
+        serde_json::from_value(
+            json!([{"op": "replace", "path": "/webhooks/0/rules", "value": []}]),
+        )
+        .unwrap(),
+    );
+    r.validating()
+        .patch(&r.fullname, &PatchParams::default(), &patch)
+        .await
+        .unwrap();
     wait_for("the validating configuration repaired", WAIT, || async {
         let m = replica.metrics().await.ok()?;
         let v = serde_json::to_value(r.validating().get(&r.fullname).await.ok()?).ok()?;
-        (m.get("mrguard_controller_webhook_updates_total", &[("kind", "ValidatingWebhookConfiguration")])
-            > updates_before
+        (m.get(
+            "mrguard_controller_webhook_updates_total",
+            &[("kind", "ValidatingWebhookConfiguration")],
+        ) > updates_before
             && covers(&v["webhooks"][0]["rules"], "s3.aws.upbound.io", "buckets"))
         .then_some(())
     })
@@ -120,7 +151,11 @@ async fn a_deleted_configuration_stays_deleted() {
     // ...and the mutating one is still gone.
     assert!(r.mutating().get_opt(&r.fullname).await.unwrap().is_none());
     let log = r.replicas[0].log();
-    assert!(log.contains("will not recreate it"), "{}", r.with_logs(String::new()));
+    assert!(
+        log.contains("will not recreate it"),
+        "{}",
+        r.with_logs(String::new())
+    );
 }
 
 const PROBE_GROUP: &str = "ec2.aws.upbound.io";
@@ -132,13 +167,25 @@ const PROBE_PLURAL: &str = "e2ecoverageprobes";
 /// watch of the new kind works too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_managed_crd_is_covered_and_a_removed_one_uncovered() {
-    let Some(cluster) = support::require_cluster("a_new_managed_crd_is_covered_and_a_removed_one_uncovered").await else {
+    let Some(cluster) =
+        support::require_cluster("a_new_managed_crd_is_covered_and_a_removed_one_uncovered").await
+    else {
         return;
     };
     let r = support::install(cluster, "e2e-coverage", Options::default()).await;
     let replica = &r.replicas[0];
-    let covered_before = replica.metrics().await.unwrap().get("mrguard_controller_covered_kinds", &[]);
-    let crd = support::managed_crd(PROBE_GROUP, "v1alpha1", "E2eCoverageProbe", PROBE_PLURAL, "Cluster");
+    let covered_before = replica
+        .metrics()
+        .await
+        .unwrap()
+        .get("mrguard_controller_covered_kinds", &[]);
+    let crd = support::managed_crd(
+        PROBE_GROUP,
+        "v1alpha1",
+        "E2eCoverageProbe",
+        PROBE_PLURAL,
+        "Cluster",
+    );
     let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
     support::cluster::create_crd(&r.client, &crd).await.unwrap();
 
@@ -173,22 +220,36 @@ async fn a_new_managed_crd_is_covered_and_a_removed_one_uncovered() {
     // The API server's webhook informer follows within moments.
     let created = wait_for("the new kind's objects mutated", WAIT, || async {
         let o = probes.create(&dry, &obj).await.ok()?;
-        o.metadata.annotations.as_ref()?.contains_key("crossplane.io/external-name").then_some(o)
+        o.metadata
+            .annotations
+            .as_ref()?
+            .contains_key("crossplane.io/external-name")
+            .then_some(o)
     })
     .await
     .unwrap();
-    assert_eq!(serde_json::to_value(&created).unwrap()["spec"]["managementPolicies"], json!(["*"]));
+    assert_eq!(
+        serde_json::to_value(&created).unwrap()["spec"]["managementPolicies"],
+        json!(["*"])
+    );
 
     let crds: Api<CustomResourceDefinition> = Api::all(r.client.clone());
-    crds.delete(&format!("{PROBE_PLURAL}.{PROBE_GROUP}"), &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for("the removed kind out of both configurations", WAIT, || async {
-        let (m, v) = r.configurations().await?;
-        (!covers(&m["webhooks"][0]["rules"], PROBE_GROUP, PROBE_PLURAL)
-            && !covers(&v["webhooks"][0]["rules"], PROBE_GROUP, PROBE_PLURAL))
-        .then_some(())
-    })
+    crds.delete(
+        &format!("{PROBE_PLURAL}.{PROBE_GROUP}"),
+        &DeleteParams::default(),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "the removed kind out of both configurations",
+        WAIT,
+        || async {
+            let (m, v) = r.configurations().await?;
+            (!covers(&m["webhooks"][0]["rules"], PROBE_GROUP, PROBE_PLURAL)
+                && !covers(&v["webhooks"][0]["rules"], PROBE_GROUP, PROBE_PLURAL))
+            .then_some(())
+        },
+    )
     .await
     .unwrap();
     // The gauge went up by one and back; other tests may add kinds too,
@@ -196,7 +257,11 @@ async fn a_new_managed_crd_is_covered_and_a_removed_one_uncovered() {
     let _ = covered_before;
     wait_for("covered_kinds to match the managed CRDs", WAIT, || async {
         let want = managed_crds(&r.client).await?;
-        let got = replica.metrics().await.ok()?.get("mrguard_controller_covered_kinds", &[]);
+        let got = replica
+            .metrics()
+            .await
+            .ok()?
+            .get("mrguard_controller_covered_kinds", &[]);
         (got == want as f64).then_some(())
     })
     .await
@@ -211,7 +276,12 @@ pub(crate) async fn managed_crds(client: &kube::Client) -> Option<usize> {
         list.items
             .iter()
             .filter(|c| {
-                c.spec.names.categories.iter().flatten().any(|x| x == "managed")
+                c.spec
+                    .names
+                    .categories
+                    .iter()
+                    .flatten()
+                    .any(|x| x == "managed")
                     && c.metadata.deletion_timestamp.is_none()
                     && c.spec.versions.iter().any(|v| v.served)
             })
@@ -223,13 +293,18 @@ pub(crate) async fn managed_crds(client: &kube::Client) -> Option<usize> {
 /// caBundle follows and admission works again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_secret_gives_a_new_ca_and_admission_works_again() {
-    let Some(cluster) = support::require_cluster("a_lost_secret_gives_a_new_ca_and_admission_works_again").await else {
+    let Some(cluster) =
+        support::require_cluster("a_lost_secret_gives_a_new_ca_and_admission_works_again").await
+    else {
         return;
     };
     let r = support::install(cluster, "e2e-lost-secret", Options::default()).await;
     let old_ca = r.secret_ca().await.unwrap();
     let secrets: Api<Secret> = Api::namespaced(r.client.clone(), &r.namespace);
-    secrets.delete(&r.secret_name(), &DeleteParams::default()).await.unwrap();
+    secrets
+        .delete(&r.secret_name(), &DeleteParams::default())
+        .await
+        .unwrap();
     let new_ca = wait_for("a new Secret with a new CA", WAIT, || async {
         r.secret_ca().await.filter(|ca| *ca != old_ca)
     })
@@ -256,7 +331,9 @@ async fn a_lost_secret_gives_a_new_ca_and_admission_works_again() {
 /// Recorder series) instead of adding one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_creation_incomplete_mr_gets_one_possibly_leaked_event() {
-    let Some(cluster) = support::require_cluster("a_creation_incomplete_mr_gets_one_possibly_leaked_event").await else {
+    let Some(cluster) =
+        support::require_cluster("a_creation_incomplete_mr_gets_one_possibly_leaked_event").await
+    else {
         return;
     };
     let r = support::install(cluster, "e2e-leak", Options::default()).await;
@@ -265,7 +342,10 @@ async fn a_creation_incomplete_mr_gets_one_possibly_leaked_event() {
     let mut leak = support::bucket("e2e-leak1", json!({"region": "us-east-1"}));
     leak["metadata"]["annotations"] =
         json!({"crossplane.io/external-create-pending": "2025-06-01T00:00:00Z"});
-    let created = buckets.create(&PostParams::default(), &r.object(leak)).await.unwrap();
+    let created = buckets
+        .create(&PostParams::default(), &r.object(leak))
+        .await
+        .unwrap();
     let uid = created.metadata.uid.clone().unwrap();
 
     // Other tests' releases watch Buckets too: only this replica's Events
@@ -294,17 +374,35 @@ async fn a_creation_incomplete_mr_gets_one_possibly_leaked_event() {
     let e = &found[0];
     assert_eq!(e.reason.as_deref(), Some("PossiblyLeaked"));
     assert_eq!(e.type_.as_deref(), Some("Warning"));
-    assert_eq!(e.reporting_controller.as_deref(), Some("mrguard.io/controller"));
+    assert_eq!(
+        e.reporting_controller.as_deref(),
+        Some("mrguard.io/controller")
+    );
     let note = e.note.clone().unwrap_or_default();
     assert!(note.contains("possibly leaked external resource"), "{note}");
     assert!(note.contains("2025-06-01T00:00:00Z"), "{note}");
     let m = replica.metrics().await.unwrap();
-    assert_eq!(m.get("mrguard_controller_events_total", &[("reason", "PossiblyLeaked"), ("result", "failed")]), 0.0);
-    assert!(m.get("mrguard_controller_events_total", &[("reason", "PossiblyLeaked"), ("result", "written")]) >= 1.0);
+    assert_eq!(
+        m.get(
+            "mrguard_controller_events_total",
+            &[("reason", "PossiblyLeaked"), ("result", "failed")]
+        ),
+        0.0
+    );
+    assert!(
+        m.get(
+            "mrguard_controller_events_total",
+            &[("reason", "PossiblyLeaked"), ("result", "written")]
+        ) >= 1.0
+    );
     assert_eq!(
         m.get(
             "mrguard_managed_resources",
-            &[("group", "s3.aws.upbound.io"), ("kind", "Bucket"), ("state", "creation_incomplete")]
+            &[
+                ("group", "s3.aws.upbound.io"),
+                ("kind", "Bucket"),
+                ("state", "creation_incomplete")
+            ]
         ),
         1.0
     );
@@ -329,15 +427,28 @@ async fn a_creation_incomplete_mr_gets_one_possibly_leaked_event() {
     .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
     assert_eq!(counted.len(), 1, "a repeat added an Event: {counted:#?}");
     let m = replica.metrics().await.unwrap();
-    assert_eq!(m.get("mrguard_controller_events_total", &[("reason", "PossiblyLeaked"), ("result", "failed")]), 0.0);
+    assert_eq!(
+        m.get(
+            "mrguard_controller_events_total",
+            &[("reason", "PossiblyLeaked"), ("result", "failed")]
+        ),
+        0.0
+    );
 
     // Once the MR is gone, so is its gauge (and nobody else reports it).
-    buckets.delete("e2e-leak1", &DeleteParams::default()).await.unwrap();
+    buckets
+        .delete("e2e-leak1", &DeleteParams::default())
+        .await
+        .unwrap();
     wait_for("the gauge to clear", WAIT, || async {
         let m = replica.metrics().await.ok()?;
         (m.get(
             "mrguard_managed_resources",
-            &[("group", "s3.aws.upbound.io"), ("kind", "Bucket"), ("state", "creation_incomplete")],
+            &[
+                ("group", "s3.aws.upbound.io"),
+                ("kind", "Bucket"),
+                ("state", "creation_incomplete"),
+            ],
         ) == 0.0)
             .then_some(())
     })
@@ -348,7 +459,9 @@ async fn a_creation_incomplete_mr_gets_one_possibly_leaked_event() {
 /// Lines of a replica's JSON log whose message or fields mention all of
 /// `needles`.
 fn log_lines<'a>(log: &'a str, needles: &[&str]) -> Vec<&'a str> {
-    log.lines().filter(|l| needles.iter().all(|n| l.contains(n))).collect()
+    log.lines()
+        .filter(|l| needles.iter().all(|n| l.contains(n)))
+        .collect()
 }
 
 /// Bugs 2 and 3 (regression), with the chart's default RBAC
@@ -362,7 +475,11 @@ fn log_lines<'a>(log: &'a str, needles: &[&str]) -> Vec<&'a str> {
 ///   `mrguard_audit_last_success_timestamp_seconds` stayed 0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forbidden_kind_is_logged_once_backs_off_and_the_audit_still_succeeds() {
-    let Some(cluster) = support::require_cluster("a_forbidden_kind_is_logged_once_backs_off_and_the_audit_still_succeeds").await else {
+    let Some(cluster) = support::require_cluster(
+        "a_forbidden_kind_is_logged_once_backs_off_and_the_audit_still_succeeds",
+    )
+    .await
+    else {
         return;
     };
     let r = support::install(cluster, "e2e-forbidden", Options::default()).await;
@@ -371,7 +488,11 @@ async fn a_forbidden_kind_is_logged_once_backs_off_and_the_audit_still_succeeds(
         let m = replica.metrics().await.ok()?;
         Some(m.get(
             "mrguard_controller_api_errors_total",
-            &[("verb", "watch"), ("resource", "managed resources"), ("code", "403")],
+            &[
+                ("verb", "watch"),
+                ("resource", "managed resources"),
+                ("code", "403"),
+            ],
         ))
     };
     // Event-based: wait for the 1st and then the 4th failed relist.
@@ -397,10 +518,26 @@ async fn a_forbidden_kind_is_logged_once_backs_off_and_the_audit_still_succeeds(
     );
 
     let log = replica.log();
-    let denied = log_lines(&log, &["RBAC denied the controller", "nopresources.nop.crossplane.io", "failed to watch MRs"]);
-    assert_eq!(denied.len(), 1, "logged once per failure streak:\n{}", denied.join("\n"));
+    let denied = log_lines(
+        &log,
+        &[
+            "RBAC denied the controller",
+            "nopresources.nop.crossplane.io",
+            "failed to watch MRs",
+        ],
+    );
+    assert_eq!(
+        denied.len(),
+        1,
+        "logged once per failure streak:\n{}",
+        denied.join("\n")
+    );
     let recovered = log_lines(&log, &["nopresources.nop.crossplane.io", "recovered"]);
-    assert!(recovered.is_empty(), "a false recovery:\n{}", recovered.join("\n"));
+    assert!(
+        recovered.is_empty(),
+        "a false recovery:\n{}",
+        recovered.join("\n")
+    );
 
     // The audit: successful passes, the forbidden kind counted.
     let m = wait_for("a successful audit pass", WAIT, || async {
@@ -409,7 +546,12 @@ async fn a_forbidden_kind_is_logged_once_backs_off_and_the_audit_still_succeeds(
     })
     .await
     .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
-    assert_eq!(m.get("mrguard_controller_forbidden_kinds", &[]), 1.0, "{}", m.text);
+    assert_eq!(
+        m.get("mrguard_controller_forbidden_kinds", &[]),
+        1.0,
+        "{}",
+        m.text
+    );
     let log = replica.log();
     let audit = log_lines(&log, &["audit pass done", "nopresources.nop.crossplane.io"]);
     assert!(!audit.is_empty(), "the audit names the forbidden kind");

@@ -22,7 +22,13 @@ fn contact(name: &str) -> Value {
 fn requests(m: &Metrics, webhook: &str, op: &str, result: &str) -> f64 {
     m.get(
         "mrguard_admission_requests_total",
-        &[("webhook", webhook), ("operation", op), ("group", GROUP), ("kind", KIND), ("result", result)],
+        &[
+            ("webhook", webhook),
+            ("operation", op),
+            ("group", GROUP),
+            ("kind", KIND),
+            ("result", result),
+        ],
     )
 }
 
@@ -32,7 +38,8 @@ fn requests(m: &Metrics, webhook: &str, op: &str, result: &str) -> f64 {
 /// paused MRs, audit findings, the serving certificate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_agree_with_what_the_test_did() {
-    let Some(cluster) = support::require_cluster("metrics_agree_with_what_the_test_did").await else {
+    let Some(cluster) = support::require_cluster("metrics_agree_with_what_the_test_did").await
+    else {
         return;
     };
     let r = support::install(cluster, "e2e-metrics", Options::default()).await;
@@ -46,8 +53,14 @@ async fn metrics_agree_with_what_the_test_did() {
     };
 
     // 1. created (mutated: external-name); 2. the same as a dry run.
-    contacts.create(&pp, &r.object(contact("c1"))).await.unwrap();
-    contacts.create(&dry, &r.object(contact("c2"))).await.unwrap();
+    contacts
+        .create(&pp, &r.object(contact("c1")))
+        .await
+        .unwrap();
+    contacts
+        .create(&dry, &r.object(contact("c2")))
+        .await
+        .unwrap();
     // 3. denied: a duplicate policy.
     let mut bad = contact("c-bad");
     bad["spec"]["managementPolicies"] = json!(["Observe", "Observe"]);
@@ -62,26 +75,54 @@ async fn metrics_agree_with_what_the_test_did() {
     contacts.create(&pp, &r.object(init)).await.unwrap();
     // 6. an update (nothing to default), 7. a delete.
     contacts
-        .patch("c1", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"team": "x"}}})))
+        .patch(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "x"}}})),
+        )
         .await
         .unwrap();
-    contacts.delete("c1", &DeleteParams::default()).await.unwrap();
+    contacts
+        .delete("c1", &DeleteParams::default())
+        .await
+        .unwrap();
 
     let after = replica.metrics().await.unwrap();
     let diff = |f: &dyn Fn(&Metrics) -> f64| f(&after) - f(&before);
-    assert_eq!(diff(&|m| requests(m, "mutate", "CREATE", "patched")), 5.0, "{}", after.text);
+    assert_eq!(
+        diff(&|m| requests(m, "mutate", "CREATE", "patched")),
+        5.0,
+        "{}",
+        after.text
+    );
     assert_eq!(diff(&|m| requests(m, "validate", "CREATE", "allowed")), 4.0);
     assert_eq!(diff(&|m| requests(m, "validate", "CREATE", "denied")), 1.0);
     assert_eq!(diff(&|m| requests(m, "mutate", "UPDATE", "allowed")), 1.0);
     assert_eq!(diff(&|m| requests(m, "validate", "UPDATE", "allowed")), 1.0);
     assert_eq!(diff(&|m| requests(m, "validate", "DELETE", "allowed")), 1.0);
-    assert_eq!(diff(&|m| requests(m, "mutate", "DELETE", "allowed")), 0.0, "DELETE is not mutated");
+    assert_eq!(
+        diff(&|m| requests(m, "mutate", "DELETE", "allowed")),
+        0.0,
+        "DELETE is not mutated"
+    );
     let findings = |rule: &str, action: &str| {
-        diff(&|m| m.get("mrguard_rule_findings_total", &[("rule", rule), ("action", action)]))
+        diff(&|m| {
+            m.get(
+                "mrguard_rule_findings_total",
+                &[("rule", rule), ("action", action)],
+            )
+        })
     };
     assert_eq!(findings("management-policies", "Deny"), 1.0);
     assert_eq!(findings("init-provider-late-init", "Warn"), 1.0);
-    let duration = |w: &str| diff(&|m| m.get("mrguard_admission_duration_seconds_count", &[("webhook", w)]));
+    let duration = |w: &str| {
+        diff(&|m| {
+            m.get(
+                "mrguard_admission_duration_seconds_count",
+                &[("webhook", w)],
+            )
+        })
+    };
     assert_eq!(duration("mutate"), 6.0);
     assert_eq!(duration("validate"), 7.0);
 
@@ -94,16 +135,26 @@ async fn metrics_agree_with_what_the_test_did() {
         );
         let audit = m.get(
             "mrguard_audit_violations",
-            &[("rule", "init-provider-late-init"), ("group", GROUP), ("kind", KIND)],
+            &[
+                ("rule", "init-provider-late-init"),
+                ("group", GROUP),
+                ("kind", KIND),
+            ],
         );
         (paused == 1.0 && audit == 1.0).then_some(m)
     })
     .await
     .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
     assert_eq!(m.get("mrguard_controller_leader", &[]), 1.0);
-    for kind in ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"] {
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
         assert_eq!(
-            m.get("mrguard_controller_webhook_configuration_present", &[("kind", kind)]),
+            m.get(
+                "mrguard_controller_webhook_configuration_present",
+                &[("kind", kind)]
+            ),
             1.0
         );
     }
@@ -115,10 +166,17 @@ async fn metrics_agree_with_what_the_test_did() {
         .unwrap()
         .as_secs_f64();
     let expiry = m.get("mrguard_tls_certificate_expiry_timestamp_seconds", &[]);
-    assert!(expiry > now + 80.0 * 86400.0, "the serving certificate from the Secret (90 days): {expiry}");
+    assert!(
+        expiry > now + 80.0 * 86400.0,
+        "the serving certificate from the Secret (90 days): {expiry}"
+    );
     wait_for("covered_kinds to match the managed CRDs", WAIT, || async {
         let want = crate::controller::managed_crds(&r.client).await?;
-        let got = replica.metrics().await.ok()?.get("mrguard_controller_covered_kinds", &[]);
+        let got = replica
+            .metrics()
+            .await
+            .ok()?
+            .get("mrguard_controller_covered_kinds", &[]);
         (got == want as f64).then_some(())
     })
     .await

@@ -31,7 +31,9 @@ pub(crate) async fn request(
     content_type: &str,
     body: Option<&Value>,
 ) -> Result<Response, String> {
-    let bytes = body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default();
+    let bytes = body
+        .map(|b| serde_json::to_vec(b).unwrap())
+        .unwrap_or_default();
     let req = hyper::Request::builder()
         .method(method)
         .uri(path)

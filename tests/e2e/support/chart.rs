@@ -39,7 +39,11 @@ pub(crate) struct Rendered(pub(crate) Vec<Value>);
 impl Rendered {
     /// `helm template RELEASE charts/mrguard -n NAMESPACE -f VALUES`,
     /// offline (no cluster: `lookup` finds nothing, as on a first install).
-    pub(crate) fn render(release: &str, namespace: &str, values_yaml: &str) -> Result<Self, String> {
+    pub(crate) fn render(
+        release: &str,
+        namespace: &str,
+        values_yaml: &str,
+    ) -> Result<Self, String> {
         let home = helm_home();
         let values = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
         std::fs::write(values.path(), values_yaml).map_err(|e| e.to_string())?;
@@ -76,7 +80,10 @@ impl Rendered {
     pub(crate) fn one(&self, kind: &str) -> Result<&Value, String> {
         match self.of_kind(kind).as_slice() {
             [one] => Ok(one),
-            other => Err(format!("expected one {kind}, the chart rendered {}", other.len())),
+            other => Err(format!(
+                "expected one {kind}, the chart rendered {}",
+                other.len()
+            )),
         }
     }
 
@@ -92,7 +99,11 @@ impl Rendered {
     /// What the kubelet would run for a pod `pod_name` in `namespace`:
     /// the arguments after the binary (command[1..] then args, `$(VAR)`
     /// expanded from the container's env) and the environment.
-    pub(crate) fn pod_command(&self, namespace: &str, pod_name: &str) -> Result<PodCommand, String> {
+    pub(crate) fn pod_command(
+        &self,
+        namespace: &str,
+        pod_name: &str,
+    ) -> Result<PodCommand, String> {
         let c = self.container()?;
         let mut env = Vec::new();
         for e in c["env"].as_array().into_iter().flatten() {

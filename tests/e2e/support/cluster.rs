@@ -43,10 +43,7 @@ pub(crate) fn assets() -> Result<PathBuf, String> {
     let dir = PathBuf::from(dir);
     for bin in ["kube-apiserver", "etcd"] {
         if !dir.join(bin).is_file() {
-            return Err(format!(
-                "{ASSETS_ENV}={} has no {bin}",
-                dir.display()
-            ));
+            return Err(format!("{ASSETS_ENV}={} has no {bin}", dir.display()));
         }
     }
     Ok(dir)
@@ -181,7 +178,10 @@ impl Cluster {
         )?;
 
         let admin_kubeconfig = d.join("admin.kubeconfig");
-        write(&admin_kubeconfig, kubeconfig(&server, &ca.cert, "admin", ADMIN_TOKEN));
+        write(
+            &admin_kubeconfig,
+            kubeconfig(&server, &ca.cert, "admin", ADMIN_TOKEN),
+        );
         let cluster = Cluster {
             server,
             ca_pem: ca.cert.clone(),
@@ -237,7 +237,11 @@ impl Cluster {
 
     /// A token for a ServiceAccount, minted with TokenRequest as the
     /// kubelet would for a pod.
-    pub(crate) async fn service_account_token(&self, namespace: &str, name: &str) -> Result<String, String> {
+    pub(crate) async fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String, String> {
         let api: Api<ServiceAccount> = Api::namespaced(self.admin().await?, namespace);
         let req = TokenRequest {
             spec: Some(TokenRequestSpec {
@@ -282,7 +286,8 @@ impl Cluster {
         let mut crds = Vec::new();
         for f in files {
             let text = std::fs::read_to_string(&f).map_err(|e| e.to_string())?;
-            let v: Value = serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", f.display()))?;
+            let v: Value =
+                serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", f.display()))?;
             let crd: CustomResourceDefinition =
                 serde_json::from_value(v).map_err(|e| format!("{}: {e}", f.display()))?;
             crds.push(crd);
@@ -303,7 +308,10 @@ impl Cluster {
 }
 
 /// Creates a CRD and waits until it is Established.
-pub(crate) async fn create_crd(client: &kube::Client, crd: &CustomResourceDefinition) -> Result<(), String> {
+pub(crate) async fn create_crd(
+    client: &kube::Client,
+    crd: &CustomResourceDefinition,
+) -> Result<(), String> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = crd.metadata.name.clone().unwrap_or_default();
     api.create(&PostParams::default(), crd)

@@ -31,7 +31,10 @@ impl Metrics {
             .split_once("\r\n\r\n")
             .ok_or_else(|| "not an HTTP response".to_string())?;
         if !head.starts_with("HTTP/1.1 200") {
-            return Err(format!("GET /metrics: {}", head.lines().next().unwrap_or("")));
+            return Err(format!(
+                "GET /metrics: {}",
+                head.lines().next().unwrap_or("")
+            ));
         }
         Ok(Self::parse(body))
     }

@@ -47,7 +47,11 @@ pub(crate) fn fixtures_dir() -> PathBuf {
 }
 
 /// Polls `f` every 100 ms until it returns Some, for at most `timeout`.
-pub(crate) async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T, String>
+pub(crate) async fn wait_for<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut f: F,
+) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -77,7 +81,8 @@ fn ci() -> bool {
 /// and passes. Under `CI=true` a missing API server fails the test.
 pub(crate) async fn require_cluster(test: &str) -> Option<&'static Cluster> {
     if let Err(why) = cluster::assets() {
-        let how = "run scripts/envtest.sh ASSETS_DIR, or set KUBEBUILDER_ASSETS to a folder holding \
+        let how =
+            "run scripts/envtest.sh ASSETS_DIR, or set KUBEBUILDER_ASSETS to a folder holding \
                    kube-apiserver and etcd (docs/controller.md, \"End-to-end tests\")";
         if ci() {
             panic!("{test} needs a real API server and CI=true: {why}; {how}");
@@ -123,11 +128,21 @@ pub(crate) fn namespaced_vpc_resource() -> ApiResource {
 }
 
 pub(crate) fn contact_resource() -> ApiResource {
-    resource("account.aws.upbound.io", "v1beta1", "AlternateContact", "alternatecontacts")
+    resource(
+        "account.aws.upbound.io",
+        "v1beta1",
+        "AlternateContact",
+        "alternatecontacts",
+    )
 }
 
 pub(crate) fn nop_resource() -> ApiResource {
-    resource("nop.crossplane.io", "v1alpha1", "NopResource", "nopresources")
+    resource(
+        "nop.crossplane.io",
+        "v1alpha1",
+        "NopResource",
+        "nopresources",
+    )
 }
 
 /// A cluster-scoped Bucket manifest.
@@ -174,7 +189,13 @@ pub(crate) const LOOSE_KIND: &str = "E2eLooseResource";
 pub(crate) const LOOSE_PLURAL: &str = "e2elooseresources";
 
 /// A minimal MR CRD in the `managed` category.
-pub(crate) fn managed_crd(group: &str, version: &str, kind: &str, plural: &str, scope: &str) -> Value {
+pub(crate) fn managed_crd(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    scope: &str,
+) -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -136,7 +136,11 @@ fn merge(base: &mut Value, over: Value) {
 impl Release {
     /// Installs the chart for test `name` (a DNS label, unique per test)
     /// and starts mrguard.
-    pub(crate) async fn install(cluster: &'static Cluster, name: &str, options: Options) -> Result<Self, String> {
+    pub(crate) async fn install(
+        cluster: &'static Cluster,
+        name: &str,
+        options: Options,
+    ) -> Result<Self, String> {
         let client = cluster.admin().await?;
         let namespace = format!("{name}-system");
         let workload_ns = name.to_string();
@@ -236,7 +240,12 @@ impl Release {
             "Role" => ("rbac.authorization.k8s.io", "v1", "roles", true),
             "RoleBinding" => ("rbac.authorization.k8s.io", "v1", "rolebindings", true),
             "ClusterRole" => ("rbac.authorization.k8s.io", "v1", "clusterroles", false),
-            "ClusterRoleBinding" => ("rbac.authorization.k8s.io", "v1", "clusterrolebindings", false),
+            "ClusterRoleBinding" => (
+                "rbac.authorization.k8s.io",
+                "v1",
+                "clusterrolebindings",
+                false,
+            ),
             "MutatingWebhookConfiguration" => (
                 "admissionregistration.k8s.io",
                 "v1",
@@ -298,8 +307,8 @@ impl Release {
             if kind == "Deployment" {
                 continue;
             }
-            let (ar, namespaced) =
-                Self::resource(kind).ok_or_else(|| format!("the chart renders an unexpected {kind}"))?;
+            let (ar, namespaced) = Self::resource(kind)
+                .ok_or_else(|| format!("the chart renders an unexpected {kind}"))?;
             let obj = if kind.ends_with("WebhookConfiguration") {
                 self.loopback_webhooks(obj)
             } else {
@@ -341,7 +350,8 @@ impl Release {
                         if let Ok(Ok(mut outbound)) =
                             tokio::time::timeout(Duration::from_secs(1), connect).await
                         {
-                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                             return;
                         }
                     }
@@ -364,7 +374,11 @@ impl Release {
             format!("--listen=127.0.0.1:{port}"),
             format!("--metrics-listen=127.0.0.1:{metrics_port}"),
         ];
-        let rendered = Rendered::render(&self.name, &self.namespace, &Self::values(&self.name, &self.options, &per_pod)?)?;
+        let rendered = Rendered::render(
+            &self.name,
+            &self.namespace,
+            &Self::values(&self.name, &self.options, &per_pod)?,
+        )?;
         let mut cmd = rendered.pod_command(&self.namespace, &pod)?;
         cmd.remount("config", &self.config_dir)?;
         let mut env = cmd.env.clone();
@@ -459,10 +473,16 @@ impl Release {
     /// and rules in place, a dry-run create mutated and a dry-run create
     /// with a duplicate policy denied by mrguard.
     pub(crate) async fn wait_admission(&self) -> Result<(), String> {
-        wait_for("caBundle and rules on both webhook configurations", WAIT, || async {
-            self.check_alive().ok()?;
-            self.webhooks_ready("s3.aws.upbound.io", "buckets").await.then_some(())
-        })
+        wait_for(
+            "caBundle and rules on both webhook configurations",
+            WAIT,
+            || async {
+                self.check_alive().ok()?;
+                self.webhooks_ready("s3.aws.upbound.io", "buckets")
+                    .await
+                    .then_some(())
+            },
+        )
         .await
         .map_err(|e| self.with_logs(e))?;
         let buckets = self.cluster_api(&super::bucket_resource());
@@ -470,10 +490,16 @@ impl Release {
             dry_run: true,
             ..PostParams::default()
         };
-        let probe = self.object(super::bucket(&format!("{}-probe", self.name), json!({"region": "us-east-1"})));
+        let probe = self.object(super::bucket(
+            &format!("{}-probe", self.name),
+            json!({"region": "us-east-1"}),
+        ));
         wait_for("the mutating webhook to answer", WAIT, || async {
             let o = buckets.create(&dry, &probe).await.ok()?;
-            o.metadata.annotations?.contains_key("crossplane.io/external-name").then_some(())
+            o.metadata
+                .annotations?
+                .contains_key("crossplane.io/external-name")
+                .then_some(())
         })
         .await
         .map_err(|e| self.with_logs(e))?;
@@ -494,7 +520,12 @@ impl Release {
     pub(crate) fn with_logs(&self, e: String) -> String {
         let mut out = e;
         for r in &self.replicas {
-            out.push_str(&format!("\n--- {} ({}):\n{}", r.pod, r.process.log_path().display(), r.process.log_tail(30)));
+            out.push_str(&format!(
+                "\n--- {} ({}):\n{}",
+                r.pod,
+                r.process.log_path().display(),
+                r.process.log_tail(30)
+            ));
         }
         out
     }
@@ -538,7 +569,15 @@ impl Release {
 /// Whether webhook `rules` cover `plural` in `group`.
 pub(crate) fn covers(rules: &Value, group: &str, plural: &str) -> bool {
     rules.as_array().into_iter().flatten().any(|r| {
-        r["apiGroups"].as_array().into_iter().flatten().any(|g| g == group)
-            && r["resources"].as_array().into_iter().flatten().any(|p| p == plural)
+        r["apiGroups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|g| g == group)
+            && r["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p == plural)
     })
 }

@@ -363,7 +363,10 @@ mod tests {
             );
         }
         // The same object on CREATE takes the configured name.
-        let new = bucket_at("", json!({"forProvider": {}, "providerConfigRef": {"name": "default"}}));
+        let new = bucket_at(
+            "",
+            json!({"forProvider": {}, "providerConfigRef": {"name": "default"}}),
+        );
         let req = RequestBuilder::create(new.clone()).build();
         let mut o = new;
         apply(&mut o, &MutateContext::new(&req, &cfg));
@@ -377,9 +380,15 @@ mod tests {
         let req = RequestBuilder::update(old.clone(), old.clone()).build();
         let mut o = old;
         apply(&mut o, &MutateContext::new(&req, &cfg));
-        assert_eq!(o["spec"]["providerConfigRef"], json!({"name": "aws-default"}));
+        assert_eq!(
+            o["spec"]["providerConfigRef"],
+            json!({"name": "aws-default"})
+        );
         // A bare-string "default" on UPDATE keeps its name.
-        let old = bucket_at("", json!({"forProvider": {}, "providerConfigRef": "default"}));
+        let old = bucket_at(
+            "",
+            json!({"forProvider": {}, "providerConfigRef": "default"}),
+        );
         let req = RequestBuilder::update(old.clone(), old.clone()).build();
         let mut o = old;
         apply(&mut o, &MutateContext::new(&req, &cfg));
@@ -392,7 +401,10 @@ mod tests {
             "providerConfig: {{defaultName: aws-default}}\nexemptUsernames: [\"system:serviceaccount:crossplane-system:*\"]\n{TAGS}"
         ))
         .unwrap();
-        let new = bucket_at("", json!({"forProvider": {}, "providerConfigRef": {"name": "default"}}));
+        let new = bucket_at(
+            "",
+            json!({"forProvider": {}, "providerConfigRef": {"name": "default"}}),
+        );
         for req in [
             RequestBuilder::create(new.clone()),
             RequestBuilder::update(new.clone(), new.clone()),

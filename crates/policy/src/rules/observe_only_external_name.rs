@@ -25,7 +25,9 @@ impl Rule for ObserveOnlyExternalName {
         let mr = ctx.mr();
         match mr.policies() {
             Ok(set)
-                if set != PolicySet::PAUSED && !set.can_create() && mr.external_name().is_none() =>
+                if set != PolicySet::PAUSED
+                    && !set.can_create()
+                    && mr.external_name().is_none() =>
             {
                 vec![Violation::new(format!(
                 "managementPolicies {set} cannot create, and {} identifiers are assigned by the provider, so without crossplane.io/external-name nothing identifies the existing resource",
