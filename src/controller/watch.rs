@@ -9,6 +9,14 @@
 //! incomplete creation (its UID and `external-create-pending` time), not one
 //! per resync: the keys already reported are remembered across leadership
 //! changes and seeded from the Events that exist when leadership starts.
+//! Events go through kube's `events::Recorder`. It names them
+//! `<name>.<hex time>`; the hand-written `generateName: "<name>."` before it
+//! was rejected by the API server (a name prefix may not end in a dot), so
+//! no Event was ever written and the write was retried forever.
+//!
+//! A metadata-only watcher per kind feeds counts kept incrementally (one
+//! update per event); kube's reflector would keep whole metadata of every
+//! MR in memory and need a recount per event for the gauges.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
