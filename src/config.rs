@@ -127,9 +127,16 @@ pub fn load_file(path: &Path) -> Result<(Config, Vec<u8>), ConfigFileError> {
         path: path.display().to_string(),
         source,
     })?;
+    let shown = path.display().to_string();
     let config = parse(&bytes).map_err(|source| ConfigFileError::Invalid {
-        path: path.display().to_string(),
-        source,
+        // The parser's snippets say "<input>"; name the file instead.
+        source: match source {
+            ConfigError::Parse(m) => {
+                ConfigError::Parse(m.replace("--> <input>:", &format!("--> {shown}:")))
+            }
+            other => other,
+        },
+        path: shown.clone(),
     })?;
     Ok((config, bytes))
 }

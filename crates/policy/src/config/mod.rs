@@ -267,7 +267,10 @@ impl Config {
                     }
                     let mine = self.resource(&group, &kind);
                     for f in &entry.immutable_fields {
-                        if !mine.immutable_fields.iter().any(|m| m.as_str() == f.as_str())
+                        if !mine
+                            .immutable_fields
+                            .iter()
+                            .any(|m| m.as_str() == f.as_str())
                             && !fields.contains(&f.as_str())
                         {
                             fields.push(f.as_str());
@@ -295,7 +298,7 @@ impl Config {
             };
             if !fields.is_empty() {
                 lost.push(format!(
-                    "resources: {} no longer immutable for{of} {groups}, as in the built-in configuration",
+                    "resources: {} immutable for{of} {groups} in the built-in configuration, but not in this one",
                     if fields.len() == 1 {
                         format!("{} is", fields[0])
                     } else {
@@ -305,8 +308,8 @@ impl Config {
             }
             if !kinds.is_empty() {
                 lost.push(format!(
-                    "resources: {} of {groups} are no longer IdentifierFromProvider: on create mrguard will set \
-                     their crossplane.io/external-name to metadata.name, which is not an ID the provider can look up",
+                    "resources: {} of {groups} are IdentifierFromProvider in the built-in configuration, but not in \
+                     this one: on create mrguard will set their crossplane.io/external-name to metadata.name, which is not an ID the provider can look up",
                     few(&kinds)
                 ));
             }
@@ -694,16 +697,19 @@ resources:
         let all = lost.join("\n");
         assert!(all.contains("exemptUsernames"), "{all}");
         assert!(
-            all.contains("spec.forProvider.region, spec.forProvider.availabilityZone are no longer immutable for VPC, Subnet, SecurityGroup and 17 more of ec2.aws.upbound.io"),
+            all.contains("spec.forProvider.region, spec.forProvider.availabilityZone are immutable for VPC, Subnet, SecurityGroup and 17 more of ec2.aws.upbound.io"),
             "{all}"
         );
         assert!(
-            all.contains("spec.forProvider.region is no longer immutable for *.aws.upbound.io, *.aws.m.upbound.io,"),
+            all.contains("spec.forProvider.region is immutable for *.aws.upbound.io, *.aws.m.upbound.io in the built-in configuration, but not in this one"),
             "{all}"
         );
-        assert!(all.contains("spec.forProvider.location, spec.forProvider.resourceGroupName are"), "{all}");
+        assert!(
+            all.contains("spec.forProvider.location, spec.forProvider.resourceGroupName are"),
+            "{all}"
+        );
         assert!(all.contains("spec.forProvider.project"), "{all}");
-        assert!(all.contains("VPC, Subnet, SecurityGroup and 17 more of ec2.aws.upbound.io, ec2.aws.m.upbound.io are no longer IdentifierFromProvider"), "{all}");
+        assert!(all.contains("VPC, Subnet, SecurityGroup and 17 more of ec2.aws.upbound.io, ec2.aws.m.upbound.io are IdentifierFromProvider in the built-in configuration, but not in this one"), "{all}");
         // Keeping the exemption and AWS regions, dropping the rest.
         let partial = Config::from_yaml(
             "exemptUsernames: ['system:serviceaccount:crossplane-system:*']\nresources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    immutableFields: [spec.forProvider.region]\n",
@@ -713,8 +719,14 @@ resources:
         let all = partial.join("\n");
         assert!(!all.contains("exemptUsernames"), "{all}");
         assert!(!all.contains("spec.forProvider.region is"), "{all}");
-        assert!(all.contains("spec.forProvider.availabilityZone is no longer immutable"), "{all}");
-        assert!(all.contains("no longer IdentifierFromProvider"), "{all}");
+        assert!(
+            all.contains("spec.forProvider.availabilityZone is immutable"),
+            "{all}"
+        );
+        assert!(
+            all.contains("are IdentifierFromProvider in the built-in"),
+            "{all}"
+        );
         assert!(all.contains("spec.forProvider.location"), "{all}");
     }
 

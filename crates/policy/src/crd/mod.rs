@@ -93,7 +93,10 @@ impl Crds {
     pub fn add_yaml(&mut self, source: &str, text: &str) -> Result<(), CrdError> {
         let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| CrdError::Parse {
             path: source.to_string(),
-            reason: e.to_string(),
+            // The parser's snippets say "<input>"; name the file instead.
+            reason: e
+                .to_string()
+                .replace("--> <input>:", &format!("--> {source}:")),
         })?;
         for doc in docs {
             self.add(source, &doc)?;

@@ -1,0 +1,3 @@
+//! The integration-test binary (see tests/README.md): one module per area.
+
+mod check_gate;
