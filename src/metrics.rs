@@ -177,7 +177,7 @@ pub fn catalogue() -> prometheus::Result<Vec<MetricInfo>> {
         ),
         ("TLS", crate::tls::TlsMetrics::register(&r)?.collectors()),
         (
-            "controller (leader only where noted)",
+            "controller",
             crate::controller::ControllerMetrics::register(&r)?.collectors(),
         ),
     ];

@@ -67,6 +67,7 @@ fn cell(s: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ")
         .replace('|', "\\|")
+        .replace('*', "\\*")
         .replace('<', "&lt;")
 }
 
@@ -147,7 +148,7 @@ fn flags_table(cmd: &clap::Command, out: &mut String) {
             .map(|v| format!("`{}`", v.get_name()))
             .collect();
         if takes_value && !values.is_empty() && !(values.len() == 2 && values[0] == "`true`") {
-            let _ = write!(meaning, " One of {}.", values.join(", "));
+            let _ = write!(meaning, "; one of {}", values.join(", "));
         }
         let _ = writeln!(out, "| {flag} | {env} | {default} | {meaning} |");
     }
