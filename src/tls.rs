@@ -158,7 +158,10 @@ impl TlsMetrics {
 
     /// Every collector, as registered (and listed in docs/metrics.md).
     pub(crate) fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
-        vec![Box::new(self.expiry.clone()), Box::new(self.reloads.clone())]
+        vec![
+            Box::new(self.expiry.clone()),
+            Box::new(self.reloads.clone()),
+        ]
     }
 }
 

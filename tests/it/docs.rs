@@ -113,7 +113,12 @@ fn flags_table(cmd: &clap::Command, out: &mut String) {
     for a in args {
         let value = a
             .get_value_names()
-            .map(|v| v.iter().map(|n| format!("<{n}>")).collect::<Vec<_>>().join(" "))
+            .map(|v| {
+                v.iter()
+                    .map(|n| format!("<{n}>"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
             .unwrap_or_else(|| format!("<{}>", a.get_id().as_str().to_uppercase()));
         let takes_value = a.get_action().takes_values();
         let flag = match (a.get_short(), a.get_long()) {
@@ -209,7 +214,8 @@ fn the_metrics_reference_is_generated_from_the_registered_metrics() {
     ] {
         assert!(names.contains(required), "{required} is not registered");
     }
-    let mut t = String::from("| metric | type | labels | from | meaning |\n|---|---|---|---|---|\n");
+    let mut t =
+        String::from("| metric | type | labels | from | meaning |\n|---|---|---|---|---|\n");
     for m in &metrics {
         let labels: Vec<String> = m.labels.iter().map(|l| format!("`{l}`")).collect();
         let _ = writeln!(
@@ -393,7 +399,8 @@ fn parse_markdown(text: &str) -> Markdown {
                 }
                 md.code.push((c.to_string(), line_of(range.start)));
             }
-            Event::Start(Tag::Link { dest_url, .. }) | Event::Start(Tag::Image { dest_url, .. }) => {
+            Event::Start(Tag::Link { dest_url, .. })
+            | Event::Start(Tag::Image { dest_url, .. }) => {
                 md.links.push((dest_url.to_string(), line_of(range.start)))
             }
             Event::Html(h) | Event::InlineHtml(h) => {
@@ -406,10 +413,7 @@ fn parse_markdown(text: &str) -> Markdown {
             _ => {}
         }
     }
-    md.broken_references = broken
-        .into_iter()
-        .map(|(r, at)| (r, line_of(at)))
-        .collect();
+    md.broken_references = broken.into_iter().map(|(r, at)| (r, line_of(at))).collect();
     md
 }
 
@@ -456,7 +460,12 @@ fn every_relative_link_and_anchor_in_markdown_resolves() {
     assert!(files.len() >= 10, "only {} Markdown files", files.len());
     let parsed: BTreeMap<PathBuf, Markdown> = files
         .iter()
-        .map(|p| (p.clone(), parse_markdown(&std::fs::read_to_string(p).unwrap())))
+        .map(|p| {
+            (
+                p.clone(),
+                parse_markdown(&std::fs::read_to_string(p).unwrap()),
+            )
+        })
         .collect();
     let mut problems = Vec::new();
     let mut checked = 0;
@@ -521,7 +530,12 @@ fn repo_paths(text: &str, prefixes: &str) -> Vec<(String, Option<String>)> {
             let end = c.get(0).unwrap().end();
             !text[end..].starts_with(['<', '*', '$', '{'])
         })
-        .map(|c| (c[1].to_string(), c.get(3).map(|a| a.as_str()[1..].to_string())))
+        .map(|c| {
+            (
+                c[1].to_string(),
+                c.get(3).map(|a| a.as_str()[1..].to_string()),
+            )
+        })
         .collect()
 }
 
@@ -557,9 +571,15 @@ fn every_repository_path_in_messages_and_docs_exists() {
                     continue;
                 }
                 for lit in literal.captures_iter(line) {
-                    for (path, anchor) in repo_paths(&lit[1], "docs|charts|examples|scripts|tests") {
+                    for (path, anchor) in repo_paths(&lit[1], "docs|charts|examples|scripts|tests")
+                    {
                         checked += 1;
-                        check_path(&path, anchor.as_deref(), &format!("{r}:{}", n + 1), &mut problems);
+                        check_path(
+                            &path,
+                            anchor.as_deref(),
+                            &format!("{r}:{}", n + 1),
+                            &mut problems,
+                        );
                     }
                 }
             }
@@ -574,7 +594,12 @@ fn every_repository_path_in_messages_and_docs_exists() {
                     "docs|charts|examples|scripts|tests|src|crates|fuzz|benches",
                 ) {
                     checked += 1;
-                    check_path(&path, anchor.as_deref(), &format!("{r}:{line}"), &mut problems);
+                    check_path(
+                        &path,
+                        anchor.as_deref(),
+                        &format!("{r}:{line}"),
+                        &mut problems,
+                    );
                 }
             }
         }
@@ -604,4 +629,58 @@ fn nothing_outside_ci_reads_the_folder_beside_the_repository() {
         }
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+// ---------------------------------------------------------------------------
+// The README's examples.
+
+/// The example manifests do what the README's transcript shows: checked
+/// offline with the CRDs they were applied with, the warning and the
+/// denial are the ones the README quotes.
+#[test]
+fn the_example_manifests_do_what_the_readme_shows() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let crds = root().join("tests/fixtures/crds");
+    let run = |name: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrguard"))
+            .args([
+                "check",
+                "--crd",
+                crds.to_str().unwrap(),
+                "--require-crd",
+                "-f",
+            ])
+            .arg(root().join("examples/manifests").join(name))
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for clean in ["bucket.yaml", "network.yaml"] {
+        assert_eq!(run(clean), (Some(0), String::new()), "{clean}");
+    }
+    let (code, err) = run("logs-archive.yaml");
+    assert_eq!(code, Some(0), "{err}");
+    let warning = err
+        .trim()
+        .strip_prefix("Bucket/team-a-logs-archive: warning: ")
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        warning.starts_with("deletion-policy-conflict:"),
+        "{warning}"
+    );
+    assert!(
+        readme.contains(&format!("Warning: {warning}")),
+        "README lacks: {warning}"
+    );
+    let (code, err) = run("import-vpc.yaml");
+    assert_eq!(code, Some(1), "{err}");
+    let denial = err
+        .trim()
+        .strip_prefix("VPC/legacy-network: denied: ")
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(denial.contains("[observe-only-external-name]"), "{denial}");
+    assert!(readme.contains(denial), "README lacks: {denial}");
 }
