@@ -368,6 +368,8 @@ fn parse_markdown(text: &str) -> Markdown {
         code: Vec::new(),
         broken_references: Vec::new(),
     };
+    // HTML anchors: <a id="x"> and <a name="x">.
+    let html_id = regex::Regex::new(r#"(?:id|name)="([^"]+)""#).unwrap();
     let mut heading: Option<(String, Option<String>)> = None;
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for (event, range) in parser.into_offset_iter() {
@@ -404,9 +406,7 @@ fn parse_markdown(text: &str) -> Markdown {
                 md.links.push((dest_url.to_string(), line_of(range.start)))
             }
             Event::Html(h) | Event::InlineHtml(h) => {
-                static ID: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
-                let id = ID.get_or_init(|| regex::Regex::new(r#"(?:id|name)="([^"]+)""#).unwrap());
-                for cap in id.captures_iter(&h) {
+                for cap in html_id.captures_iter(&h) {
                     md.anchors.insert(cap[1].to_string());
                 }
             }
