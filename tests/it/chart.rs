@@ -8,8 +8,6 @@
 //! helm comes from $HELM_BIN or .tools/bin/helm; `scripts/install-helm.sh`
 //! installs the latter. Without it these tests fail, on purpose.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -17,9 +15,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{json, Value};
 
+use crate::support::bin::mrguard;
+use crate::support::fixtures;
+
 const NS: &str = "crossplane-system";
 const RELEASE: &str = "mrguard";
-const HA_OFF: &str = "tests/fixtures/values-ha-off.yaml";
 const BINARY: &str = "/usr/local/bin/mrguard";
 
 // ---------------------------------------------------------------- helm
@@ -138,8 +138,13 @@ fn render(extra: &[&str]) -> Manifests {
     render_in(RELEASE, NS, extra)
 }
 
+/// The values file of an install with high availability off.
+fn ha_off() -> String {
+    fixtures::path("values-ha-off.yaml")
+}
+
 fn render_ha_off() -> Manifests {
-    render(&["-f", HA_OFF])
+    render(&["-f", &ha_off()])
 }
 
 fn strs(v: &Value) -> Vec<String> {
@@ -194,7 +199,8 @@ fn port_named(m: &Manifests, name: &str) -> u64 {
 fn helm_lint_is_clean_with_both_values_files() {
     let chart = chart();
     let c = chart.to_str().unwrap();
-    for extra in [&[][..], &["-f", HA_OFF][..]] {
+    let ha_off = ha_off();
+    for extra in [&[][..], &["-f", ha_off.as_str()][..]] {
         let mut args = vec!["lint", "--strict", c, "-n", NS];
         args.extend_from_slice(extra);
         let out = ok(&helm(&args), "helm lint");
@@ -822,7 +828,7 @@ fn audit_role_covers_the_fixture_providers_without_wildcards() {
     assert!(groups.iter().all(|g| !g.contains('*')));
     // Every MR group of the real provider CRDs in the fixtures is covered,
     // cluster-scoped and namespaced alike.
-    let dir = common::shared().join("crds");
+    let dir = fixtures::dir().join("crds");
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -924,10 +930,6 @@ fn the_schema_rejects_values_the_api_server_would() {
 }
 
 // ---------------------------------------------------------------- config
-
-fn mrguard() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_mrguard"))
-}
 
 fn configmap_config(m: &Manifests) -> String {
     m.only("ConfigMap")["data"]["config.yaml"]

@@ -1,0 +1,18 @@
+//! The integration tests that need no API server, in one binary (one link
+//! instead of one per file). One module per area; shared helpers live in
+//! `support/`. `tests/README.md` says what each module covers.
+
+mod support;
+
+mod cel_https;
+mod certs;
+mod chart;
+mod check_cli;
+mod check_crd;
+mod controller;
+mod faults;
+mod limits;
+mod properties;
+mod reviews;
+mod server;
+mod shutdown;
