@@ -4,6 +4,7 @@
 
 mod support;
 
+mod architecture;
 mod cel_https;
 mod certs;
 mod chart;

@@ -1,9 +1,10 @@
 //! Properties over arbitrary objects: mutating twice equals mutating once,
 //! and no input makes the decision functions or the decoder panic.
 
-use mrguard_policy::admission::{self, RequestBuilder};
+use mrguard_policy::admission;
 use mrguard_policy::config::Config;
 use mrguard_policy::model::Operation;
+use mrguard_policy::review::{self, RequestBuilder};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -96,7 +97,7 @@ fn request(
     object: &Value,
     old: Option<&Value>,
     ns: Option<&str>,
-) -> admission::Request {
+) -> review::Request {
     let mut object = object.clone();
     if let Some(ns) = ns {
         object["metadata"]["namespace"] = json!(ns);
@@ -108,7 +109,7 @@ fn request(
     if let Some(old) = old {
         b = b.old_object(old.clone());
     }
-    admission::decode(&serde_json::to_vec(&b.review()).unwrap()).unwrap()
+    review::decode(&serde_json::to_vec(&b.review()).unwrap()).unwrap()
 }
 
 fn config() -> Config {
@@ -143,18 +144,18 @@ proptest! {
             prop_assert_eq!(d.response.result.code, 403);
             prop_assert!(d.response.result.message.starts_with("mrguard denied"));
         }
-        let _ = admission::encode(d.response);
+        let _ = review::encode(d.response);
     }
 
     #[test]
     fn decoding_arbitrary_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        let _ = admission::decode(&bytes);
+        let _ = review::decode(&bytes);
     }
 
     #[test]
     fn decoding_arbitrary_json_reviews_never_panics(v in value()) {
         let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": v});
-        if let Ok(req) = admission::decode(&serde_json::to_vec(&review).unwrap()) {
+        if let Ok(req) = review::decode(&serde_json::to_vec(&review).unwrap()) {
             let cfg = Config::builtin();
             let _ = admission::mutate(&req, &cfg);
             let _ = admission::validate(&req, &cfg);
