@@ -13,6 +13,7 @@ mod check_crd;
 mod controller;
 mod faults;
 mod limits;
+mod observability;
 mod properties;
 mod reviews;
 mod server;
