@@ -1,12 +1,12 @@
 //! The files under `tests/fixtures/` (see its PROVENANCE.md).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 
 /// `tests/fixtures/`.
 pub(crate) fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    super::root().join("tests/fixtures")
 }
 
 /// A file or folder under `tests/fixtures/`, as a string for argv.

@@ -11,10 +11,12 @@
 //! - [`server`]: [`TestServer`], `mrguard serve` started in this process
 //!   from typed options;
 //! - [`bin`]: the built `mrguard` binary, for tests that need a process
-//!   (exit codes, signals).
+//!   (exit codes, signals);
+//! - [`helm`]: a real helm rendering the chart.
 
 pub(crate) mod bin;
 pub(crate) mod fixtures;
+pub(crate) mod helm;
 pub(crate) mod review;
 pub(crate) mod server;
 pub(crate) mod tls;
@@ -24,6 +26,11 @@ pub(crate) use server::TestServer;
 pub(crate) use tls::{read_until_closed, Proto, TestPki, TlsClient};
 
 use std::path::Path;
+
+/// The repository root (the `mrguard` package).
+pub(crate) fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
 
 /// Writes `text` to `dir/name`; returns the path as a string for argv.
 pub(crate) fn write(dir: &Path, name: &str, text: &str) -> String {
