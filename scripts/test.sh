@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# helm for tests/chart.rs, into .tools/bin/helm (idempotent).
+# helm for tests/it/chart.rs, into .tools/bin/helm (idempotent).
 scripts/install-helm.sh
 
 log=$(mktemp)
