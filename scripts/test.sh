@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# helm for tests/chart.rs and tests/e2e, into .tools/bin/helm (idempotent).
+# helm for tests/it/chart.rs and tests/e2e, into .tools/bin/helm (idempotent).
 scripts/install-helm.sh
 
 log=$(mktemp)

@@ -2,24 +2,18 @@
 //! the built binary as a pipeline would and asserts the exit code and what
 //! it prints.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{json, Value};
 
-fn mrguard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mrguard"))
-        .args(args)
-        .output()
-        .expect("the mrguard binary runs")
-}
+use crate::support::{bin, fixtures};
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+fn mrguard(args: &[&str]) -> Output {
+    bin::run(args)
 }
 
 fn crds() -> String {
-    fixtures().join("crds").display().to_string()
+    fixtures::path("crds")
 }
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
@@ -110,14 +104,14 @@ fn a_list_is_looked_into_like_kubectl_apply_does() {
 fn a_list_of_crds_from_kubectl_get_crd_judges_like_the_folder() {
     let dir = tempfile::tempdir().unwrap();
     let mut items = Vec::new();
-    for entry in std::fs::read_dir(fixtures().join("crds")).unwrap() {
+    for entry in std::fs::read_dir(fixtures::dir().join("crds")).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
         items.extend(docs.into_iter().filter(|d| !d.is_null()));
     }
     assert!(items.len() >= 5);
     let list = write(&dir, "crds.yaml", &yaml(&kubectl_list(items)));
-    let example = fixtures()
+    let example = fixtures::dir()
         .join("examples/aws_account_cluster_v1beta1_alternatecontact.yaml")
         .display()
         .to_string();

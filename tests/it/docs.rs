@@ -642,7 +642,7 @@ fn the_example_manifests_do_what_the_readme_shows() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let crds = root().join("tests/fixtures/crds");
     let run = |name: &str| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrguard"))
+        let out = crate::support::bin::mrguard()
             .args([
                 "check",
                 "--crd",
