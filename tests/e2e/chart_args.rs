@@ -27,6 +27,9 @@ fn extra_args_override_the_flags_the_chart_sets() {
     let cmd = rendered
         .pod_command("crossplane-system", "mrguard-0")
         .unwrap();
+    // The image's binary (the Dockerfile's path); the suite runs the same
+    // arguments with the binary cargo built.
+    assert_eq!(cmd.binary, "/usr/local/bin/mrguard");
     // The chart does set these before extraArgs.
     for flag in [
         "--audit-interval=10m",

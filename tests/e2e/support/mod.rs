@@ -14,7 +14,6 @@
 //! - [`process::Guarded`]: processes that never outlive the binary;
 //! - [`wait_for`]: every wait is bounded;
 //! - [`require_cluster`]: the skip/fail policy when the binaries are absent.
-#![allow(dead_code)]
 
 pub(crate) mod api;
 pub(crate) mod chart;
@@ -133,15 +132,6 @@ pub(crate) fn contact_resource() -> ApiResource {
         "v1beta1",
         "AlternateContact",
         "alternatecontacts",
-    )
-}
-
-pub(crate) fn nop_resource() -> ApiResource {
-    resource(
-        "nop.crossplane.io",
-        "v1alpha1",
-        "NopResource",
-        "nopresources",
     )
 }
 

@@ -92,14 +92,6 @@ impl Guarded {
         })
     }
 
-    pub(crate) fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub(crate) fn pid(&self) -> u32 {
-        self.pid
-    }
-
     pub(crate) fn log_path(&self) -> &Path {
         &self.log
     }

@@ -519,6 +519,10 @@ impl Release {
     /// An error message with the replicas' last log lines.
     pub(crate) fn with_logs(&self, e: String) -> String {
         let mut out = e;
+        out.push_str(&format!(
+            "\n(kube-apiserver and etcd logs: {})",
+            self.cluster.dir.display()
+        ));
         for r in &self.replicas {
             out.push_str(&format!(
                 "\n--- {} ({}):\n{}",
@@ -559,10 +563,6 @@ impl Release {
         self.replicas
             .iter()
             .position(|r| holder.starts_with(&format!("{}_", r.pod)))
-    }
-
-    pub(crate) fn dir(&self) -> &Path {
-        self.dir.path()
     }
 }
 
