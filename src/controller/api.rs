@@ -87,35 +87,6 @@ impl ControllerError {
     }
 }
 
-/// Logs a watch's error once until the watch works again, so a missing
-/// permission does not flood the log at every backoff step; every failure
-/// is still counted.
-#[derive(Debug, Default)]
-pub(crate) struct ErrorOnce(Option<String>);
-
-impl ErrorOnce {
-    pub(crate) fn failed(
-        &mut self,
-        e: &ControllerError,
-        metrics: Option<&ControllerMetrics>,
-        what: &str,
-    ) {
-        let message = e.to_string();
-        if self.0.as_deref() == Some(message.as_str()) {
-            e.count(metrics);
-            return;
-        }
-        e.log(metrics, what);
-        self.0 = Some(message);
-    }
-
-    pub(crate) fn ok(&mut self) {
-        if self.0.take().is_some() {
-            tracing::info!("watch recovered");
-        }
-    }
-}
-
 /// Wraps a kube call's error with the verb and resource it was for.
 pub(crate) fn api_err(
     verb: &'static str,

@@ -10,13 +10,14 @@ use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::ApiResource;
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch as channel;
 
-use super::api::{watcher_source, ControllerError, ErrorOnce};
+use super::api::{watcher_source, ControllerError};
 use super::metrics::ControllerMetrics;
+use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
 
 pub(crate) const MANAGED_CATEGORY: &str = "managed";
 pub(crate) const MUTATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE"];
@@ -231,16 +232,18 @@ pub(crate) async fn run_crd_watch(
     metrics: Arc<ControllerMetrics>,
 ) {
     let api: Api<CrdSummary> = Api::all(client);
-    let mut stream = watcher(api, watcher::Config::default().page_size(CRD_PAGE_SIZE))
-        .default_backoff()
-        .boxed();
+    let mut stream = backoff_watcher(watcher(
+        api,
+        watcher::Config::default().page_size(CRD_PAGE_SIZE),
+    ))
+    .boxed();
     let mut current = Coverage::default();
     let mut listing: Option<Coverage> = None;
     let mut synced = false;
     let mut watch_error = ErrorOnce::default();
     while let Some(event) = stream.next().await {
-        if event.is_ok() {
-            watch_error.ok();
+        if watcher_progress(&event) {
+            watch_error.ok("CRD watch");
         }
         match event {
             Ok(watcher::Event::Init) => listing = Some(Coverage::default()),
@@ -264,7 +267,8 @@ pub(crate) async fn run_crd_watch(
                     object: String::new(),
                     source: watcher_source(e),
                 };
-                e.log(
+                watch_error.failed(
+                    &e,
                     Some(&metrics),
                     "failed to watch CRDs; retrying with backoff",
                 );

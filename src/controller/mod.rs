@@ -27,6 +27,7 @@ pub(crate) mod certs;
 pub mod coverage;
 mod leader;
 pub(crate) mod metrics;
+pub(crate) mod retry;
 pub(crate) mod secret;
 pub mod watch;
 pub(crate) mod webhooks;
@@ -261,12 +262,8 @@ impl LeaderContext {
             .instrument(tracing::info_span!("webhooks")),
         );
         let states = watch::MrStates::new(self.metrics.clone());
-        let recorder = watch::EventRecorder::new(
-            self.client.clone(),
-            s.identity.clone(),
-            self.clock.clone(),
-            self.dedup.clone(),
-        );
+        let recorder =
+            watch::EventRecorder::new(self.client.clone(), s.identity.clone(), self.dedup.clone());
         tasks.spawn(
             watch::run(
                 self.client.clone(),

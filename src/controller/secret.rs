@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::Api;
 use tokio::sync::watch as channel;
 
-use super::api::{watcher_source, ControllerError, ErrorOnce};
+use super::api::{watcher_source, ControllerError};
+use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
 use crate::shutdown::Signal;
 use crate::tls::{CertStore, PemPair};
 
@@ -80,9 +81,8 @@ pub(crate) async fn run_loader(
     shutdown: Signal,
 ) {
     let fields = format!("metadata.name={name}");
-    let mut stream = watcher(secrets, watcher::Config::default().fields(&fields))
-        .default_backoff()
-        .boxed();
+    let mut stream =
+        backoff_watcher(watcher(secrets, watcher::Config::default().fields(&fields))).boxed();
     let mut last: Option<PemPair> = None;
     let mut seen_in_list = false;
     let mut watch_error = ErrorOnce::default();
@@ -92,6 +92,9 @@ pub(crate) async fn run_loader(
             _ = shutdown.wait() => return,
         };
         let Some(event) = event else { return };
+        if watcher_progress(&event) {
+            watch_error.ok("TLS Secret watch");
+        }
         let secret = match event {
             Ok(watcher::Event::Apply(s)) | Ok(watcher::Event::InitApply(s)) => {
                 seen_in_list = true;
@@ -99,7 +102,6 @@ pub(crate) async fn run_loader(
             }
             Ok(watcher::Event::Delete(_)) => None,
             Ok(watcher::Event::Init) => {
-                watch_error.ok();
                 seen_in_list = false;
                 continue;
             }

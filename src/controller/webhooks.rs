@@ -18,16 +18,17 @@ use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::{Api, Resource};
 use rustls_pki_types::CertificateDer;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch as channel;
 
-use super::api::{api_err, watcher_source, Backoff, ControllerError, ErrorOnce, FIELD_MANAGER};
+use super::api::{api_err, watcher_source, Backoff, ControllerError, FIELD_MANAGER};
 use super::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
 use super::metrics::ControllerMetrics;
+use super::retry::{backoff_on_failure, ErrorOnce};
 use super::secret::SecretView;
 
 /// The webhook inside the MutatingWebhookConfiguration whose rules we keep.
@@ -299,12 +300,14 @@ impl WebhookApi {
 
     /// The configuration as it changes; `None` while it does not exist.
     fn watch(&self, kind: ConfigKind) -> impl futures::Stream<Item = Update> + Send + 'static {
-        watcher::watch_object(self.api(kind), self.name(kind))
-            .default_backoff()
-            .map(move |r| match r {
-                Ok(o) => Update::Seen(kind, o.as_ref().map(ObservedConfig::from)),
-                Err(e) => Update::Failed(kind, e),
-            })
+        backoff_on_failure(
+            watcher::watch_object(self.api(kind), self.name(kind)),
+            Result::is_ok,
+        )
+        .map(move |r| match r {
+            Ok(o) => Update::Seen(kind, o.as_ref().map(ObservedConfig::from)),
+            Err(e) => Update::Failed(kind, e),
+        })
     }
 
     /// Whether every webhook of both configurations trusts every CA in
@@ -374,7 +377,7 @@ pub(crate) async fn run(
         tokio::select! {
             u = updates.next() => match u {
                 Some(Update::Seen(kind, observed)) => {
-                    watch_errors.entry(kind).or_default().ok();
+                    watch_errors.entry(kind).or_default().ok(kind.kind());
                     let was_present = state.get(&kind).is_some_and(Option::is_some);
                     if observed.is_none() && was_present {
                         tracing::warn!(

@@ -147,5 +147,8 @@ labels:
 annotations:
   summary: {{ .summary | quote }}
   description: {{ .description | quote }}
-  runbook_url: {{ printf "%s#%s" .base (lower .alert) | quote }}
+  runbook: {{ printf "docs/troubleshooting.md#%s" (lower .alert) | quote }}
+  {{- with .base }}
+  runbook_url: {{ printf "%s#%s" . (lower $.alert) | quote }}
+  {{- end }}
 {{- end }}
