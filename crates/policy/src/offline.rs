@@ -24,6 +24,8 @@ pub struct Judged {
     pub warnings: Vec<String>,
     /// The validating webhook's denial message.
     pub denial: Option<String>,
+    /// The validation findings behind the warnings and the denial.
+    pub findings: Vec<crate::model::Finding>,
     /// What the API server would reject, given a CRD (kubectl's wording).
     pub invalid: Option<String>,
 }
@@ -119,6 +121,7 @@ pub fn judge(
     let d = admission::validate(&req, config);
     warnings.extend(d.response.warnings.clone().unwrap_or_default());
     let denial = (!d.response.allowed).then(|| d.response.result.message.clone());
+    let findings = d.findings;
     let invalid = match crd {
         None => None,
         Some(c) => {
@@ -135,6 +138,7 @@ pub fn judge(
         patch,
         warnings,
         denial,
+        findings,
         invalid,
     })
 }
