@@ -52,14 +52,14 @@ struct Case {
 }
 
 fn expected(path: &str, body: &[u8], config: &Config) -> Value {
-    let req = mrguard_policy::admission::decode(body).unwrap();
+    let req = mrguard_policy::review::decode(body).unwrap();
     let decision = if path == "/mutate" {
         mrguard_policy::admission::mutate(&req, config)
     } else {
         mrguard_policy::admission::validate(&req, config)
     };
     let v: Value =
-        serde_json::from_slice(&mrguard_policy::admission::encode(decision.response)).unwrap();
+        serde_json::from_slice(&mrguard_policy::review::encode(decision.response)).unwrap();
     v["response"].clone()
 }
 

@@ -3,6 +3,7 @@
 
 use mrguard_policy::admission;
 use mrguard_policy::config::Config;
+use mrguard_policy::review;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -86,7 +87,7 @@ fn object() -> impl Strategy<Value = Value> {
     })
 }
 
-fn request(op: &str, object: &Value, old: Option<&Value>, ns: Option<&str>) -> admission::Request {
+fn request(op: &str, object: &Value, old: Option<&Value>, ns: Option<&str>) -> review::Request {
     let mut r = json!({
         "uid": "p", "kind": {"group": "ec2.aws.upbound.io", "version": "v1beta1", "kind": "VPC"},
         "resource": {"group": "ec2.aws.upbound.io", "version": "v1beta1", "resource": "vpcs"},
@@ -97,7 +98,7 @@ fn request(op: &str, object: &Value, old: Option<&Value>, ns: Option<&str>) -> a
     }
     let review =
         json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": r});
-    admission::decode(&serde_json::to_vec(&review).unwrap()).unwrap()
+    review::decode(&serde_json::to_vec(&review).unwrap()).unwrap()
 }
 
 fn config() -> Config {
@@ -132,18 +133,18 @@ proptest! {
             prop_assert_eq!(d.response.result.code, 403);
             prop_assert!(d.response.result.message.starts_with("mrguard denied"));
         }
-        let _ = admission::encode(d.response);
+        let _ = review::encode(d.response);
     }
 
     #[test]
     fn decoding_arbitrary_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        let _ = admission::decode(&bytes);
+        let _ = review::decode(&bytes);
     }
 
     #[test]
     fn decoding_arbitrary_json_reviews_never_panics(v in value()) {
         let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": v});
-        if let Ok(req) = admission::decode(&serde_json::to_vec(&review).unwrap()) {
+        if let Ok(req) = review::decode(&serde_json::to_vec(&review).unwrap()) {
             let cfg = Config::builtin();
             let _ = admission::mutate(&req, &cfg);
             let _ = admission::validate(&req, &cfg);

@@ -230,6 +230,11 @@ async fn certificate_files_are_hot_reloaded_under_load_without_failures() {
     // A long-lived connection opened before the swap must keep working.
     let mut long_lived = both.connect(h.addr).await.unwrap();
     assert_eq!(long_lived.peer_cert, old_cert);
+    // Used at once: a connection's first request must start within the
+    // header deadline (1 s), and on a loaded machine the reload below can
+    // take longer than that.
+    let resp = post_review(&mut long_lived, "/validate", &review).await;
+    assert_eq!(resp["allowed"], true);
 
     let addr = h.addr;
     let load = {

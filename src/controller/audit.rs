@@ -19,9 +19,10 @@ use super::coverage::{Coverage, CrdSummary, MrKind};
 use super::watch::MrStates;
 use super::{api_err, ControllerError, ControllerMetrics};
 use crate::config::ConfigStore;
-use mrguard_policy::admission::{validate, RequestBuilder};
+use mrguard_policy::admission::validate;
 use mrguard_policy::config::Config;
 use mrguard_policy::mr::Mr;
+use mrguard_policy::review::RequestBuilder;
 
 /// Objects per list page.
 const PAGE_SIZE: u32 = 250;

@@ -6,9 +6,10 @@
 //! `cargo bench --bench cel`
 
 use divan::{black_box, Bencher};
-use mrguard_policy::admission::{validate, RequestBuilder};
+use mrguard_policy::admission::validate;
 use mrguard_policy::cel::{CelProgram, Scope, CRD_VARS};
 use mrguard_policy::config::Config;
+use mrguard_policy::review::RequestBuilder;
 use serde_json::Value;
 
 fn main() {

@@ -17,12 +17,13 @@ use serde::Serialize;
 use serde_json::Value;
 use wildmatch::WildMatch;
 
-use crate::admission::{self, RequestBuilder};
+use crate::admission;
 use crate::config::Config;
 use crate::fieldpath::{FieldPath, Segment};
 use crate::managed_fields::{self, ManagedEntry, ManagedFieldsError, Step};
 use crate::model::{Action, Finding};
 use crate::mr::{self, DeletionOutcome, Mr, PolicyAction, PolicySet};
+use crate::review::RequestBuilder;
 
 /// Field managers taken for the provider's own writes. The API server names
 /// a manager after the client's user agent; Crossplane providers run a

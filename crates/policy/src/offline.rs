@@ -6,10 +6,11 @@
 
 use serde_json::Value;
 
-use crate::admission::{self, RequestBuilder};
+use crate::admission;
 use crate::config::Config;
 use crate::crd::CrdVersion;
 use crate::model::Operation;
+use crate::review::{self, RequestBuilder};
 
 /// What one manifest came to.
 #[derive(Debug)]
@@ -62,7 +63,7 @@ fn request(
     object: Option<&Value>,
     old: Option<&Value>,
     username: &str,
-) -> admission::Request {
+) -> review::Request {
     let mut b = RequestBuilder::new(op)
         .username(username)
         .uid("mrguard-check")

@@ -9,7 +9,7 @@ use crate::config::{Config, ExternalNameStrategy, ResourceConfig};
 use crate::model::Operation;
 use crate::mr::{Mr, PolicySet, EXTERNAL_NAME};
 
-use super::Request;
+use crate::review::Request;
 
 /// What a mutation step may read besides the object.
 pub(crate) struct MutateContext<'a> {
@@ -188,7 +188,7 @@ fn tags(obj: &mut Value, ctx: &MutateContext<'_>, warnings: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::RequestBuilder;
+    use crate::review::RequestBuilder;
 
     fn run(
         obj: &mut Value,

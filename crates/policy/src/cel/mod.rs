@@ -24,7 +24,7 @@ use cel::common::value::Val;
 use serde_json::Value;
 
 use crate::model::{Action, Operation, Violation};
-use crate::rules::RuleContext;
+use crate::review::Request;
 
 pub use env::FUNCTIONS;
 
@@ -46,6 +46,7 @@ impl std::fmt::Debug for CelProgram {
     }
 }
 
+/// Why an expression does not compile, in the compiler's words.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct CompileError(String);
@@ -53,12 +54,16 @@ pub struct CompileError(String);
 /// Why an evaluation produced no verdict.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EvalError {
+    /// The evaluation failed (a missing field, a type mismatch, ...).
     #[error("{0}")]
     Runtime(String),
+    /// The cost or time budget ran out.
     #[error("{0}; the expression was stopped")]
     Exceeded(String),
+    /// A rule expression returned something other than a bool.
     #[error("the expression returned {0}, not a bool")]
     NotBool(String),
+    /// A message expression returned something other than a string.
     #[error("the expression returned {0}, not a string")]
     NotString(String),
 }
@@ -211,6 +216,7 @@ impl Default for Scope<'_> {
 }
 
 impl<'v> Scope<'v> {
+    /// An empty scope.
     pub fn new() -> Self {
         Scope {
             ctx: cel::Context::with_env(env::ENV.clone()),
@@ -235,18 +241,26 @@ impl<'v> Scope<'v> {
         self.ctx.add_variable_as_val(name, Box::new(v));
     }
 
-    /// `self`, `oldSelf` and `request` for a configured rule (SPEC §5).
-    pub fn for_request(ctx: &RuleContext<'v>) -> Self {
+    /// `self`, `oldSelf` and `request` for a configured rule (SPEC §5):
+    /// `object` is the object under judgment (the old one on DELETE).
+    pub fn for_request(req: &'v Request, object: &'v Value, old: Option<&'v Value>) -> Self {
         let mut scope = Self::new();
-        scope.bind("self", Some(ctx.object));
-        scope.bind("oldSelf", ctx.old_object);
-        let groups: Vec<Box<dyn Val + 'v>> = ctx
+        scope.bind("self", Some(object));
+        scope.bind("oldSelf", old);
+        let groups: Vec<Box<dyn Val + 'v>> = req
+            .user_info
             .groups
             .iter()
+            .flatten()
             .map(|g| Box::new(CelString::from(g.as_str())) as Box<dyn Val + 'v>)
             .collect();
         let user = json::map(vec![
-            ("username", Box::new(CelString::from(ctx.username))),
+            (
+                "username",
+                Box::new(CelString::from(
+                    req.user_info.username.as_deref().unwrap_or(""),
+                )),
+            ),
             (
                 "groups",
                 Box::new(cel::common::types::CelList::from(groups)),
@@ -255,11 +269,14 @@ impl<'v> Scope<'v> {
         let request = json::map(vec![
             (
                 "operation",
-                Box::new(CelString::from(ctx.operation.as_str())),
+                Box::new(CelString::from(Operation::from(&req.operation).as_str())),
             ),
-            ("namespace", Box::new(CelString::from(ctx.namespace))),
-            ("name", Box::new(CelString::from(ctx.name))),
-            ("dryRun", Box::new(CelBool::from(ctx.dry_run))),
+            (
+                "namespace",
+                Box::new(CelString::from(req.namespace.as_deref().unwrap_or(""))),
+            ),
+            ("name", Box::new(CelString::from(req.name.as_str()))),
+            ("dryRun", Box::new(CelBool::from(req.dry_run))),
             ("userInfo", user),
         ]);
         scope.ctx.add_variable_as_val("request", request);
@@ -270,12 +287,19 @@ impl<'v> Scope<'v> {
 /// A `celRules` entry of the configuration, compiled.
 #[derive(Debug, Clone)]
 pub struct CelRule {
+    /// The rule's name, without the `cel:` prefix.
     pub name: String,
+    /// The expression as written.
     pub expression: String,
+    /// The compiled expression.
     pub program: CelProgram,
+    /// The static message.
     pub message: Option<String>,
+    /// The compiled `messageExpression`, which wins over `message` when it evaluates.
     pub message_program: Option<CelProgram>,
+    /// Deny or Warn, before overrides.
     pub action: Action,
+    /// The operations it judges.
     pub operations: Vec<Operation>,
 }
 

@@ -9,18 +9,25 @@ use wildmatch::WildMatch;
 
 use crate::cel::{CelProgram, CelRule};
 use crate::fieldpath::FieldPath;
-use crate::model::{Action, Operation};
-use crate::rules;
+use crate::model::{Action, Operation, RULE_NAMES};
 
 /// The built-in configuration, used when `--config` is not given.
 pub const BUILTIN_YAML: &str = include_str!("builtin.yaml");
 
+/// Why a configuration is rejected; the message names the line or field.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The YAML does not parse, or has an unknown or mistyped key.
     #[error("failed to parse config: {0}")]
     Parse(String),
+    /// A value is not valid: `field` names it, `reason` says why.
     #[error("failed to validate config: {field}: {reason}")]
-    Invalid { field: String, reason: String },
+    Invalid {
+        /// The field, e.g. `resources[2].immutableFields[0]`.
+        field: String,
+        /// Why it is not valid.
+        reason: String,
+    },
 }
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
@@ -94,15 +101,19 @@ fn default_cel_action() -> CelAction {
 /// How a kind's external name is chosen (SPEC §3, item 2).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub enum ExternalNameStrategy {
+    /// The external name is `metadata.name` (the default); mutation sets it on CREATE.
     #[default]
     NameAsIdentifier,
+    /// The provider assigns the identifier (for example an AWS VPC ID); mutation never sets it.
     IdentifierFromProvider,
 }
 
 /// The action a CEL rule takes when it fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum CelAction {
+    /// Deny the request.
     Deny,
+    /// Warn and allow.
     Warn,
 }
 
@@ -115,9 +126,12 @@ impl From<CelAction> for Action {
     }
 }
 
+/// `providerConfig`: the default ProviderConfig names.
 #[derive(Debug, Clone)]
 pub struct ProviderConfigDefaults {
+    /// `defaultName`: the name new MRs get (`default` unless configured).
     pub default_name: String,
+    /// `namespaceProviderConfigs`: namespace to default name, for namespaced MRs.
     pub namespace_provider_configs: BTreeMap<String, String>,
 }
 
@@ -136,32 +150,44 @@ impl ProviderConfigDefaults {
 pub struct ResourceConfig {
     api_groups: Vec<WildMatch>,
     kinds: Vec<WildMatch>,
+    /// `externalName`: how the kinds' external names are chosen.
     pub external_name: ExternalNameStrategy,
+    /// `immutableFields`: fields that must not change once the MR is created.
     pub immutable_fields: Vec<FieldPath>,
+    /// `tagsField`: the map the tag initializer fills, if any.
     pub tags_field: Option<FieldPath>,
+    /// `deletionProtection`: deleting these kinds with outcome Delete is denied.
     pub deletion_protection: bool,
+    /// `rules`: per-kind action overrides, by rule name.
     pub rules: BTreeMap<String, Action>,
+    /// `celRules`: the compiled CEL rules for these kinds.
     pub cel_rules: Vec<CelRule>,
 }
 
 impl ResourceConfig {
+    /// Whether this entry's `apiGroups` and `kinds` globs match.
     pub fn matches(&self, group: &str, kind: &str) -> bool {
         self.api_groups.iter().any(|g| g.matches(group))
             && self.kinds.iter().any(|k| k.matches(kind))
     }
 }
 
+/// A validated configuration (SPEC §5): what every decision reads.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `providerConfig`.
     pub provider_config: ProviderConfigDefaults,
     exempt_usernames: Vec<WildMatch>,
+    /// `rules`: global action overrides, by rule name.
     pub rules: BTreeMap<String, Action>,
+    /// `resources`: the entries, first match wins.
     pub resources: Vec<ResourceConfig>,
     /// What applies to kinds that no entry matches.
     fallback: ResourceConfig,
 }
 
 impl Config {
+    /// The built-in configuration ([`BUILTIN_YAML`]).
     pub fn builtin() -> Self {
         // The built-in YAML is part of the binary and covered by a unit test.
         match Self::from_yaml(BUILTIN_YAML) {
@@ -170,6 +196,7 @@ impl Config {
         }
     }
 
+    /// Parses and validates a configuration; an empty text is the empty configuration.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
         let raw: RawConfig = if text.trim().is_empty() {
             RawConfig::default()
@@ -237,6 +264,7 @@ impl Config {
             .unwrap_or(&self.fallback)
     }
 
+    /// Whether `username` matches an `exemptUsernames` glob.
     pub fn is_exempt(&self, username: &str) -> bool {
         !username.is_empty() && self.exempt_usernames.iter().any(|g| g.matches(username))
     }
@@ -370,14 +398,14 @@ fn check_rule_key(at: &str, name: &str, cel_names: &BTreeSet<String>) -> Result<
             format!("no CEL rule named {cel:?} is defined here"),
         ));
     }
-    if rules::is_known(name) {
+    if RULE_NAMES.contains(&name) {
         return Ok(());
     }
     Err(invalid(
         format!("{at}[{name}]"),
         format!(
             "unknown rule; known rules are {} and cel:<name>",
-            rules::names().collect::<Vec<_>>().join(", ")
+            RULE_NAMES.join(", ")
         ),
     ))
 }

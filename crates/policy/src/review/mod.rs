@@ -1,6 +1,15 @@
 //! The AdmissionReview wire format: decoding with kube's types, and encoding
 //! with `response.patch` as a base64 string, as the Kubernetes API
 //! serialises bytes (kube 5 writes a list of numbers, kube-rs#1781).
+//!
+//! [`decode`] and [`RequestBuilder`] are the two ways to a [`Request`], and a
+//! request is the only way to a rule context, so every caller — the
+//! webhooks, `mrguard check`, the audit and the tests — is judged the same
+//! way.
+
+mod builder;
+
+pub use builder::RequestBuilder;
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -16,12 +25,14 @@ use serde_json::Value;
 /// read and edit the `Value` directly, so it is parsed exactly once.
 #[derive(Debug, Clone, Default)]
 pub struct RawObject {
+    /// The object, parsed once.
     pub value: Value,
     // Only built if kube's generic code asks for it.
     meta: OnceLock<ObjectMeta>,
 }
 
 impl RawObject {
+    /// Wraps a parsed object.
     pub fn new(value: Value) -> Self {
         Self {
             value,
@@ -83,20 +94,27 @@ impl Resource for RawObject {
     }
 }
 
+/// An admission request whose objects stay plain JSON.
 pub type Request = AdmissionRequest<RawObject>;
 
+/// Why a request body is not an AdmissionReview v1; answered with HTTP 400.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
+    /// The body is not the JSON of an AdmissionReview.
     #[error("failed to decode AdmissionReview: {0}")]
     Json(#[from] serde_json::Error),
     #[error(
         "failed to decode AdmissionReview: apiVersion is {0:?}, expected \"admission.k8s.io/v1\""
     )]
+    /// The envelope has another apiVersion.
     ApiVersion(String),
+    /// The envelope has another kind.
     #[error("failed to decode AdmissionReview: kind is {0:?}, expected \"AdmissionReview\"")]
     Kind(String),
+    /// The review carries no request.
     #[error("failed to decode AdmissionReview: the request field is missing")]
     NoRequest,
+    /// The request has no uid to answer to.
     #[error("failed to decode AdmissionReview: request.uid is empty")]
     NoUid,
 }

@@ -1,9 +1,6 @@
 //! Builds the admission request the API server would send for objects that
 //! did not come in an AdmissionReview: manifests judged offline, live
-//! objects judged by the audit, and tests. Together with
-//! [`decode`](super::decode) it is the only way to make a [`Request`], and a
-//! request is the only way to a rule context, so every caller is judged the
-//! same way.
+//! objects judged by the audit, and tests.
 
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kube_core::admission::Operation as KubeOperation;
@@ -11,7 +8,7 @@ use kube_core::gvk::{GroupVersionKind, GroupVersionResource};
 use kube_core::TypeMeta;
 use serde_json::Value;
 
-use super::review::{RawObject, Request};
+use super::{RawObject, Request};
 use crate::model::Operation;
 
 /// A builder for a [`Request`]; group, version, kind, name and namespace
