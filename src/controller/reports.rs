@@ -226,6 +226,12 @@ impl ReportWriter {
                     resource_name(self.flavor, !ns.is_empty()),
                     object(ns, name),
                 ))?;
+            tracing::info!(
+                kind = self.flavor.kind(!ns.is_empty()),
+                namespace = ns,
+                name,
+                "policy report written"
+            );
             stats.applied += 1;
         }
         for r in &plan.delete {
@@ -234,7 +240,15 @@ impl ReportWriter {
                 .delete(&r.name, &DeleteParams::default())
                 .await
             {
-                Ok(_) => stats.deleted += 1,
+                Ok(_) => {
+                    tracing::info!(
+                        kind = self.flavor.kind(!r.namespace.is_empty()),
+                        namespace = %r.namespace,
+                        name = %r.name,
+                        "policy report deleted"
+                    );
+                    stats.deleted += 1;
+                }
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => {
                     return Err(api_err(

@@ -123,7 +123,9 @@ pub struct PassInput {
     /// Namespaces that hold MRs; `""` when cluster-scoped MRs exist.
     pub scopes: BTreeSet<String>,
     /// `(group, kind)` of MR kinds that could not be listed this pass: their
-    /// results stay as last reported, and no report is deleted.
+    /// results stay as last reported (and so do the reports holding them).
+    /// A kind that can never be listed (RBAC) has no results to keep, so it
+    /// holds nothing else back.
     pub incomplete_kinds: BTreeSet<(String, String)>,
 }
 
@@ -352,13 +354,10 @@ pub fn plan(
             .or_default()
             .push(r);
     }
-    let keep_all = !input.incomplete_kinds.is_empty();
+    // Scopes: namespaces with MRs now, and those whose carried results
+    // (kinds not listed this pass) must stay.
     let mut scopes = input.scopes.clone();
     scopes.extend(results.keys().cloned());
-    if keep_all {
-        scopes.extend(existing_by_ref.keys().map(|r| r.namespace.clone()));
-    }
-
     let mut plan = Plan::default();
     let mut wanted = BTreeSet::new();
     for ns in &scopes {
@@ -378,12 +377,10 @@ pub fn plan(
             wanted.insert(at);
         }
     }
-    if !keep_all {
-        plan.delete = existing_by_ref
-            .into_keys()
-            .filter(|r| !wanted.contains(r))
-            .collect();
-    }
+    plan.delete = existing_by_ref
+        .into_keys()
+        .filter(|r| !wanted.contains(r))
+        .collect();
     plan
 }
 
@@ -581,6 +578,21 @@ mod tests {
         assert!(next.apply.is_empty(), "{:?}", next.apply);
         assert!(next.delete.is_empty());
         assert_eq!(next.unchanged, 2);
+    }
+
+    #[test]
+    fn a_kind_never_listed_does_not_hold_deletions_back() {
+        let i = input(
+            vec![finding("team-b", "b2", "deletion-policy", Action::Deny)],
+            &["team-b"],
+        );
+        let first = plan(Flavor::WgPolicyK8s, &i, &[], t(1), MAX_REPORT_BYTES);
+        let mut next = input(vec![], &[]);
+        next.incomplete_kinds
+            .insert(("nop.crossplane.io".into(), "NopResource".into()));
+        let p = plan(Flavor::WgPolicyK8s, &next, &first.apply, t(2), MAX_REPORT_BYTES);
+        assert_eq!(p.delete.len(), 1);
+        assert!(p.apply.is_empty());
     }
 
     #[test]
