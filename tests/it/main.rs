@@ -1,0 +1,4 @@
+//! The integration-test binary for everything that needs no API server
+//! (tests/README.md). Each area is a module.
+
+mod observability;
