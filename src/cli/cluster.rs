@@ -33,7 +33,7 @@ pub enum ClusterError {
         /// The HTTP status, when the API server answered.
         code: Option<u16>,
     },
-    /// The cluster does not serve the kind.
+    /// The kind could not be found: not served, or discovery failed.
     #[error("failed to find kind {kind} of {api_version} on the cluster: {reason}")]
     Discovery {
         /// The manifest's apiVersion.
@@ -42,6 +42,9 @@ pub enum ClusterError {
         kind: String,
         /// Why.
         reason: String,
+        /// The API server answered that it does not serve the kind (as
+        /// opposed to not answering).
+        not_served: bool,
     },
     /// The release's ConfigMap is missing, unreadable or invalid.
     #[error("failed to load the configuration from ConfigMap {at}: {reason}")]
@@ -219,18 +222,21 @@ impl Discovery {
         }
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, kind);
-        let err = |reason: String| ClusterError::Discovery {
+        let err = |reason: String, not_served: bool| ClusterError::Discovery {
             api_version: api_version.to_string(),
             kind: kind.to_string(),
             reason,
+            not_served,
         };
         let (api, caps) = kube::discovery::pinned_kind(client, &gvk)
             .await
             .map_err(|e| match &e {
-                kube::Error::Api(s) if s.code == 404 => {
-                    err("the API server does not serve this group and version (is the provider's CRD installed?)".into())
-                }
-                _ => err(e.to_string()),
+                kube::Error::Api(s) if s.code == 404 => err(
+                    "the API server does not serve this group and version (is the provider's CRD installed?)".into(),
+                    true,
+                ),
+                kube::Error::Discovery(_) => err(e.to_string(), true),
+                _ => err(e.to_string(), false),
             })?;
         let r = Resource {
             api,

@@ -82,6 +82,7 @@ async fn resolve(
         api_version: group.unwrap_or("any group").to_string(),
         kind: kind.to_string(),
         reason,
+        not_served: false,
     };
     let resources: Vec<(kube::core::ApiResource, kube::discovery::ApiCapabilities)> = match group {
         Some(g) => kube::discovery::group(client, g)
@@ -105,7 +106,12 @@ async fn resolve(
         })
         .collect();
     match found.len() {
-        0 => Err(err("the cluster serves no such kind".into())),
+        0 => Err(ClusterError::Discovery {
+            api_version: group.unwrap_or("any group").to_string(),
+            kind: kind.to_string(),
+            reason: "the cluster serves no such kind".into(),
+            not_served: true,
+        }),
         1 => Ok(found.remove(0)),
         _ => {
             let names: Vec<String> = found.iter().map(Resource::display).collect();

@@ -454,7 +454,11 @@ async fn check_all(
         }
         let resource = match discovery.resolve(&client, &api_version, &kind).await {
             Ok(r) => r,
-            Err(ClusterError::Discovery { reason, .. }) => {
+            Err(ClusterError::Discovery {
+                reason,
+                not_served: true,
+                ..
+            }) => {
                 out.push(rejected(
                     &m,
                     Operation::Create,
@@ -515,7 +519,12 @@ async fn check_all(
                         continue;
                     }
                     Err(e) => {
-                        return Err(api_error("patch (server-side apply, dry run)", what, e).into())
+                        return Err(api_error(
+                            "patch",
+                            format!("{what} (server-side apply, dry run)"),
+                            e,
+                        )
+                        .into())
                     }
                 }
             }

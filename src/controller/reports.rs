@@ -209,6 +209,9 @@ impl ReportWriter {
         // Forced: the reports are mrguard's alone; a conflict can only come
         // from someone editing them by hand.
         let pp = PatchParams::apply(FIELD_MANAGER).force();
+        // One report that cannot be written (a namespace's quota, a webhook)
+        // does not hold the others back; the first error is returned.
+        let mut first_error = None;
         for report in &plan.apply {
             let ns = report
                 .pointer("/metadata/namespace")
@@ -218,21 +221,24 @@ impl ReportWriter {
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or("");
-            self.api(ns)
-                .patch(name, &pp, &Patch::Apply(report))
-                .await
-                .map_err(api_err(
-                    "patch",
-                    resource_name(self.flavor, !ns.is_empty()),
-                    object(ns, name),
-                ))?;
-            tracing::info!(
-                kind = self.flavor.kind(!ns.is_empty()),
-                namespace = ns,
-                name,
-                "policy report written"
-            );
-            stats.applied += 1;
+            match self.api(ns).patch(name, &pp, &Patch::Apply(report)).await {
+                Ok(_) => {
+                    tracing::info!(
+                        kind = self.flavor.kind(!ns.is_empty()),
+                        namespace = ns,
+                        name,
+                        "policy report written"
+                    );
+                    stats.applied += 1;
+                }
+                Err(e) => {
+                    first_error.get_or_insert(api_err(
+                        "patch",
+                        resource_name(self.flavor, !ns.is_empty()),
+                        object(ns, name),
+                    )(e));
+                }
+            }
         }
         for r in &plan.delete {
             match self
@@ -251,13 +257,16 @@ impl ReportWriter {
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => {
-                    return Err(api_err(
+                    first_error.get_or_insert(api_err(
                         "delete",
                         resource_name(self.flavor, !r.namespace.is_empty()),
                         object(&r.namespace, &r.name),
-                    )(e))
+                    )(e));
                 }
             }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
         }
         Ok(stats)
     }
@@ -337,6 +346,16 @@ mod tests {
         Arc<Mutex<BTreeMap<String, Value>>>,
         Arc<Mutex<usize>>,
     ) {
+        cluster_with(false)
+    }
+
+    fn cluster_with(
+        forbid_cluster_reports: bool,
+    ) -> (
+        kube::Client,
+        Arc<Mutex<BTreeMap<String, Value>>>,
+        Arc<Mutex<usize>>,
+    ) {
         let store: Arc<Mutex<BTreeMap<String, Value>>> = Arc::default();
         let writes: Arc<Mutex<usize>> = Arc::default();
         let (s, w) = (store.clone(), writes.clone());
@@ -357,6 +376,12 @@ mod tests {
                         r.query
                     );
                     Reply::Json(200, list("List", "wgpolicyk8s.io/v1alpha2", items))
+                }
+                "PATCH" if forbid_cluster_reports && r.path.contains("/clusterpolicyreports/") => {
+                    Reply::Json(
+                        403,
+                        status(403, "Forbidden", "clusterpolicyreports is forbidden"),
+                    )
                 }
                 "PATCH" => {
                     assert!(
@@ -443,6 +468,32 @@ mod tests {
         let st = store.lock().unwrap();
         assert_eq!(st.len(), 1);
         assert_eq!(st.values().next().unwrap()["summary"]["fail"], 0);
+    }
+
+    #[tokio::test]
+    async fn one_report_that_cannot_be_written_does_not_hold_the_others_back() {
+        let (client, store, _) = cluster_with(true);
+        let mut c = PassCollector::default();
+        c.kind(
+            &bucket_kind(),
+            &[finding("team-a", "b1")],
+            &["".to_string(), "team-a".to_string()].into(),
+        );
+        let e = ReportWriter::new(client, Flavor::WgPolicyK8s)
+            .sync(&c.finish())
+            .await
+            .unwrap_err();
+        assert_eq!(e.status_code(), Some(403));
+        assert!(
+            e.to_string()
+                .starts_with("failed to patch clusterpolicyreports.wgpolicyk8s.io mrguard"),
+            "{e}"
+        );
+        assert_eq!(
+            store.lock().unwrap().len(),
+            1,
+            "the namespaced report is written"
+        );
     }
 
     #[tokio::test]

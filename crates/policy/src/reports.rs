@@ -590,7 +590,13 @@ mod tests {
         let mut next = input(vec![], &[]);
         next.incomplete_kinds
             .insert(("nop.crossplane.io".into(), "NopResource".into()));
-        let p = plan(Flavor::WgPolicyK8s, &next, &first.apply, t(2), MAX_REPORT_BYTES);
+        let p = plan(
+            Flavor::WgPolicyK8s,
+            &next,
+            &first.apply,
+            t(2),
+            MAX_REPORT_BYTES,
+        );
         assert_eq!(p.delete.len(), 1);
         assert!(p.apply.is_empty());
     }
