@@ -10,7 +10,43 @@
 //! that the controller fills them in, that a new MR gets mrguard's defaults,
 //! that an immutable-field change is denied with mrguard's message, and
 //! that a newly installed MR CRD is covered within seconds.
-mod common;
+
+/// The few helpers this file needs; the rest of the integration tests and
+/// their shared support live in `tests/it/` (this file stays apart until
+/// `tests/e2e/` replaces it).
+mod common {
+    use std::path::{Path, PathBuf};
+
+    use clap::Parser;
+    use mrguard::cli::serve::ServeArgs;
+    use mrguard::cli::{Cli, Command};
+    use serde_json::Value;
+
+    pub(crate) fn shared() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    }
+
+    /// The documents of an example manifest (fixtures/examples/).
+    pub(crate) fn example(name: &str) -> Vec<Value> {
+        let p = shared().join("examples").join(name);
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        serde_saphyr::from_multiple::<Value>(&text)
+            .unwrap()
+            .into_iter()
+            .filter(|v| !v.is_null())
+            .collect()
+    }
+
+    pub(crate) fn serve_args(args: &[String]) -> ServeArgs {
+        match Cli::try_parse_from(args)
+            .expect("valid serve flags")
+            .command
+        {
+            Command::Serve(a) => *a,
+            _ => unreachable!(),
+        }
+    }
+}
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -54,6 +54,8 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Validate a configuration file; exits 0 when valid and 1 when not.
+    /// Warns (on stderr) when a valid file is empty or drops a built-in
+    /// protection.
     Check {
         /// The configuration file (YAML).
         file: PathBuf,
@@ -138,7 +140,10 @@ pub fn run(cli: Cli) -> i32 {
         Command::Explain(args) => explain::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::load_file(&file) {
-            Ok(_) => {
+            Ok((config, bytes)) => {
+                for w in config_warnings(&config, &bytes) {
+                    eprintln!("{}: warning: {w}", file.display());
+                }
                 println!("{}: valid", file.display());
                 0
             }
@@ -152,6 +157,26 @@ pub fn run(cli: Cli) -> i32 {
             0
         }
     }
+}
+
+/// What a valid configuration file may still get wrong: being empty (it
+/// then configures nothing, not the built-in defaults) and dropping the
+/// built-in protections, which `--config` replaces whole.
+fn config_warnings(config: &mrguard_policy::config::Config, bytes: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    let text = String::from_utf8_lossy(bytes);
+    let empty = serde_saphyr::from_multiple::<serde_json::Value>(&text)
+        .map(|docs| docs.iter().all(serde_json::Value::is_null))
+        .unwrap_or(false);
+    if empty {
+        out.push(
+            "the file is empty: it configures nothing, and replaces the built-in configuration \
+             (print that with `mrguard config default`)"
+                .to_string(),
+        );
+    }
+    out.extend(config.lost_protections());
+    out
 }
 
 #[cfg(test)]

@@ -17,8 +17,7 @@ mod helm_docs;
 mod promql;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
@@ -30,8 +29,9 @@ use mrguard::metrics::{AdmissionMetrics, Observed};
 use mrguard_policy::admission::{Outcome, Webhook};
 use mrguard_policy::model::{Action, Finding};
 
-const NS: &str = "crossplane-system";
-const RELEASE: &str = "mrguard";
+use crate::support::helm::{self, chart, helm, ok, NS, RELEASE};
+use crate::support::root;
+
 const BOTH_ON: [&str; 4] = [
     "--set",
     "metrics.dashboard.enabled=true",
@@ -57,65 +57,13 @@ const ALERTS: [&str; 9] = [
 
 // ---------------------------------------------------------------- helm
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn read(path: &str) -> String {
     std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("read {path}: {e}"))
 }
 
-fn helm_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("HELM_BIN").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let local = root().join(".tools/bin/helm");
-    assert!(
-        local.is_file(),
-        "helm not found: run `scripts/install-helm.sh` (it installs {}) or set HELM_BIN",
-        local.display()
-    );
-    local
-}
-
-/// helm's own state kept out of $HOME, and no cluster.
-fn helm(args: &[&str]) -> Output {
-    static HOME: OnceLock<tempfile::TempDir> = OnceLock::new();
-    let home = HOME.get_or_init(|| tempfile::tempdir().unwrap()).path();
-    Command::new(helm_bin())
-        .args(args)
-        .current_dir(root())
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .env("KUBECONFIG", home.join("no-kubeconfig"))
-        .env_remove("HELM_NAMESPACE")
-        .env_remove("HELM_KUBECONTEXT")
-        .output()
-        .expect("helm runs")
-}
-
-fn ok(out: &Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
 /// The objects `helm template` renders with these extra arguments.
 fn render(extra: &[&str]) -> Vec<Value> {
-    let chart = root().join("charts/mrguard");
-    let mut args = vec!["template", RELEASE, chart.to_str().unwrap(), "-n", NS];
-    args.extend_from_slice(extra);
-    let yaml = ok(&helm(&args), &format!("helm {}", args.join(" ")));
-    serde_saphyr::from_multiple::<Value>(&yaml)
-        .expect("helm output is YAML")
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
+    helm::template(RELEASE, NS, extra)
 }
 
 fn all<'a>(objs: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -420,7 +368,7 @@ fn dashboard_configmap_carries_the_file_and_the_configured_label_namespace_and_f
 
 #[test]
 fn helm_lint_is_clean_with_observability_on_and_off() {
-    let chart = root().join("charts/mrguard");
+    let chart = chart();
     let chart = chart.to_str().unwrap();
     for extra in [&[][..], &BOTH_ON[..]] {
         let mut args = vec!["lint", "--strict", chart];
@@ -447,7 +395,7 @@ fn helm_lint_is_clean_with_observability_on_and_off() {
 
 #[test]
 fn an_unknown_alert_in_disabled_is_refused_by_name() {
-    let chart = root().join("charts/mrguard");
+    let chart = chart();
     let out = helm(&[
         "template",
         RELEASE,

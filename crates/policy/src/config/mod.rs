@@ -264,6 +264,86 @@ impl Config {
             .unwrap_or(&self.fallback)
     }
 
+    /// The built-in protections this configuration drops, one line each:
+    /// exemptions for the providers' service accounts, immutable fields and
+    /// `IdentifierFromProvider` kinds. `--config` replaces the built-in
+    /// configuration whole, so a short file silently loses them.
+    pub fn lost_protections(&self) -> Vec<String> {
+        let builtin = Self::builtin();
+        let mut lost = Vec::new();
+        let provider = "system:serviceaccount:crossplane-system:provider-aws-s3-0a1b2c3d4e5f";
+        if builtin.is_exempt(provider) && !self.is_exempt(provider) {
+            lost.push(
+                "exemptUsernames does not exempt the providers' service accounts \
+                 (system:serviceaccount:crossplane-system:*): providers will be denied when they \
+                 late-initialize an immutable field or record an external name"
+                    .to_string(),
+            );
+        }
+        // A name each glob matches: '*' and '?' become 'x'.
+        let probe = |pattern: &WildMatch| pattern.to_string().replace(['*', '?'], "x");
+        for entry in &builtin.resources {
+            let mut fields: Vec<&str> = Vec::new();
+            let mut kinds: Vec<String> = Vec::new();
+            for g in &entry.api_groups {
+                for k in &entry.kinds {
+                    let (group, kind) = (probe(g), probe(k));
+                    // Skip probes an earlier built-in entry answers.
+                    if !std::ptr::eq(builtin.resource(&group, &kind), entry) {
+                        continue;
+                    }
+                    let mine = self.resource(&group, &kind);
+                    for f in &entry.immutable_fields {
+                        if !mine
+                            .immutable_fields
+                            .iter()
+                            .any(|m| m.as_str() == f.as_str())
+                            && !fields.contains(&f.as_str())
+                        {
+                            fields.push(f.as_str());
+                        }
+                    }
+                    if entry.external_name == ExternalNameStrategy::IdentifierFromProvider
+                        && mine.external_name != entry.external_name
+                        && !kinds.contains(&k.to_string())
+                    {
+                        kinds.push(k.to_string());
+                    }
+                }
+            }
+            let groups = entry
+                .api_groups
+                .iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let entry_kinds: Vec<String> = entry.kinds.iter().map(|k| k.to_string()).collect();
+            let of = if entry_kinds == ["*"] {
+                String::new()
+            } else {
+                format!(" {} of", few(&entry_kinds))
+            };
+            if !fields.is_empty() {
+                lost.push(format!(
+                    "resources: {} immutable for{of} {groups} in the built-in configuration, but not in this one",
+                    if fields.len() == 1 {
+                        format!("{} is", fields[0])
+                    } else {
+                        format!("{} are", fields.join(", "))
+                    },
+                ));
+            }
+            if !kinds.is_empty() {
+                lost.push(format!(
+                    "resources: {} of {groups} are IdentifierFromProvider in the built-in configuration, but not in \
+                     this one: on create mrguard will set their crossplane.io/external-name to metadata.name, which is not an ID the provider can look up",
+                    few(&kinds)
+                ));
+            }
+        }
+        lost
+    }
+
     /// Whether `username` matches an `exemptUsernames` glob.
     pub fn is_exempt(&self, username: &str) -> bool {
         !username.is_empty() && self.exempt_usernames.iter().any(|g| g.matches(username))
@@ -278,6 +358,15 @@ impl Config {
             .or_else(|| self.rules.get(rule))
             .copied()
             .unwrap_or(default)
+    }
+}
+
+/// A readable list: at most four names, then how many more.
+fn few(names: &[String]) -> String {
+    if names.len() <= 4 {
+        names.join(", ")
+    } else {
+        format!("{} and {} more", names[..3].join(", "), names.len() - 3)
     }
 }
 
@@ -626,6 +715,46 @@ resources:
         let ok = "rules: {\"cel:team\": Warn}\nresources:\n  - apiGroups: [a]\n    kinds: [b]\n    rules: {\"cel:team\": Off}\n    celRules:\n      - {name: team, expression: 'true'}\n";
         let c = Config::from_yaml(ok).unwrap();
         assert_eq!(c.rules.get("cel:team"), Some(&Action::Warn));
+    }
+
+    #[test]
+    fn lost_protections_name_what_a_replacement_drops() {
+        assert!(Config::builtin().lost_protections().is_empty());
+        let lost = Config::from_yaml("").unwrap().lost_protections();
+        let all = lost.join("\n");
+        assert!(all.contains("exemptUsernames"), "{all}");
+        assert!(
+            all.contains("spec.forProvider.region, spec.forProvider.availabilityZone are immutable for VPC, Subnet, SecurityGroup and 17 more of ec2.aws.upbound.io"),
+            "{all}"
+        );
+        assert!(
+            all.contains("spec.forProvider.region is immutable for *.aws.upbound.io, *.aws.m.upbound.io in the built-in configuration, but not in this one"),
+            "{all}"
+        );
+        assert!(
+            all.contains("spec.forProvider.location, spec.forProvider.resourceGroupName are"),
+            "{all}"
+        );
+        assert!(all.contains("spec.forProvider.project"), "{all}");
+        assert!(all.contains("VPC, Subnet, SecurityGroup and 17 more of ec2.aws.upbound.io, ec2.aws.m.upbound.io are IdentifierFromProvider in the built-in configuration, but not in this one"), "{all}");
+        // Keeping the exemption and AWS regions, dropping the rest.
+        let partial = Config::from_yaml(
+            "exemptUsernames: ['system:serviceaccount:crossplane-system:*']\nresources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    immutableFields: [spec.forProvider.region]\n",
+        )
+        .unwrap()
+        .lost_protections();
+        let all = partial.join("\n");
+        assert!(!all.contains("exemptUsernames"), "{all}");
+        assert!(!all.contains("spec.forProvider.region is"), "{all}");
+        assert!(
+            all.contains("spec.forProvider.availabilityZone is immutable"),
+            "{all}"
+        );
+        assert!(
+            all.contains("are IdentifierFromProvider in the built-in"),
+            "{all}"
+        );
+        assert!(all.contains("spec.forProvider.location"), "{all}");
     }
 
     #[test]

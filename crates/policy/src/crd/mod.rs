@@ -92,12 +92,15 @@ pub struct CrdVersion {
 
 /// What an object's apiVersion and kind find.
 pub enum Lookup<'a> {
-    /// No CRD defines the kind: the object gets only mrguard's rules.
+    /// No CRD of the object's API group was read: its schema is unknown.
     NoCrd,
     /// The CRD version that judges the object.
     Found(&'a CrdVersion),
     /// A CRD defines the kind, but not in this version.
     NoVersion(&'a Crd),
+    /// CRDs of the object's group were read, but none defines its kind:
+    /// the API server answers "no matches for kind". Holds the group's CRDs.
+    NoKind(Vec<&'a Crd>),
 }
 
 /// Every CRD read from `--crd`.
@@ -113,7 +116,10 @@ impl Crds {
     pub fn add_yaml(&mut self, source: &str, text: &str) -> Result<(), CrdError> {
         let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| CrdError::Parse {
             path: source.to_string(),
-            reason: e.to_string(),
+            // The parser's snippets say "<input>"; name the file instead.
+            reason: e
+                .to_string()
+                .replace("--> <input>:", &format!("--> {source}:")),
         })?;
         for doc in docs {
             self.add(source, &doc)?;
@@ -235,7 +241,11 @@ impl Crds {
             .iter()
             .find(|c| c.group == group && c.kind == kind)
         else {
-            return Lookup::NoCrd;
+            let same_group: Vec<&Crd> = self.crds.iter().filter(|c| c.group == group).collect();
+            if same_group.is_empty() {
+                return Lookup::NoCrd;
+            }
+            return Lookup::NoKind(same_group);
         };
         match crd.versions.iter().find(|v| v.name == version) {
             Some(v) => Lookup::Found(v),

@@ -117,19 +117,25 @@ impl<'a> RuleContext<'a> {
     }
 }
 
-/// One built-in validation rule: a stable name, the operations it judges, a default action and the check.
+/// A built-in validation rule. `docs/rules.md` is generated from these
+/// methods (the rule reference table), so the texts are written for users.
 pub trait Rule: Sync {
-    /// The stable name, used in messages, metrics and the configuration.
+    /// The stable name used in messages, metrics and the configuration.
     fn name(&self) -> &'static str;
-    /// The operations it judges.
+    /// The operations the rule judges.
     fn operations(&self) -> &'static [Operation];
-    /// The action unless the configuration overrides it.
+    /// The action when the configuration does not override it.
     fn default_action(&self) -> Action;
-    /// Rules that `exemptUsernames` skips.
+    /// One line: what the rule catches and why it matters.
+    fn summary(&self) -> &'static str;
+    /// One line: how a user resolves a finding in general; each finding's
+    /// message carries the specific fix.
+    fn fix(&self) -> &'static str;
+    /// True for rules that `exemptUsernames` skips.
     fn honours_exemptions(&self) -> bool {
         false
     }
-    /// Everything wrong with the request, each as one violation.
+    /// Judges one request; one violation per problem found.
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation>;
 }
 
@@ -353,6 +359,19 @@ mod tests {
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), names.len());
+    }
+
+    /// The texts go into a Markdown table in docs/rules.md: one line each,
+    /// no table separators.
+    #[test]
+    fn every_rule_explains_itself_in_one_line() {
+        for r in RULES {
+            for text in [r.summary(), r.fix()] {
+                assert!(!text.trim().is_empty(), "{}", r.name());
+                assert!(!text.contains(['\n', '|']), "{}: {text}", r.name());
+                assert!(!text.ends_with('.'), "{}: {text}", r.name());
+            }
+        }
     }
 
     #[test]

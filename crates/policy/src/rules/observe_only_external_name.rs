@@ -16,6 +16,12 @@ impl Rule for ObserveOnlyExternalName {
     fn default_action(&self) -> Action {
         Action::Deny
     }
+    fn summary(&self) -> &'static str {
+        "A set without `Create` on an `IdentifierFromProvider` kind, with no external name: nothing identifies the existing resource to observe"
+    }
+    fn fix(&self) -> &'static str {
+        "Set `crossplane.io/external-name` to the existing resource's ID, or add `Create` to the set"
+    }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         if ctx.resource.external_name != ExternalNameStrategy::IdentifierFromProvider {
             return vec![];

@@ -3,18 +3,15 @@
 //! ca.crt completes handshakes for every name a developer or an API server
 //! would use, and fails for a name the certificate lacks.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
-use std::sync::Arc;
 
-use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::support::{bin, Proto, TestServer, TlsClient};
+
 fn generate(out: &Path, extra: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_mrguard"))
+    bin::mrguard()
         .args(["certs", "generate", "--out"])
         .arg(out)
         .args(extra)
@@ -24,18 +21,9 @@ fn generate(out: &Path, extra: &[&str]) -> std::process::Output {
 
 /// GET /healthz over TLS, presenting `sni`; the client trusts only `ca`.
 async fn healthz(addr: SocketAddr, ca: &[u8], sni: &str) -> std::io::Result<String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in mrguard::tls::parse_certs(ca, "ca.crt").unwrap() {
-        roots.add(c).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(mrguard::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from(sni.to_string()).unwrap(), tcp)
+    let mut tls = TlsClient::new(&[ca], Proto::Http1)
+        .server_name(sni)
+        .raw(addr)
         .await?;
     tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .await?;
@@ -63,23 +51,9 @@ async fn generated_certs_serve_tls_for_localhost_and_the_service_names() {
 
     let cert = out.join("tls.crt");
     let key = out.join("tls.key");
-    let args: Vec<String> = [
-        "mrguard",
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--drain-delay",
-        "0s",
-        "--tls-cert-file",
-        cert.to_str().unwrap(),
-        "--tls-key-file",
-        key.to_str().unwrap(),
-    ]
-    .map(String::from)
-    .to_vec();
-    let running = mrguard::cli::serve::start(common::serve_args(&args))
+    let running = TestServer::builder()
+        .tls_files(&cert, &key, &out.join("ca.crt"))
+        .try_start()
         .await
         .expect("serve loads the generated pair");
     let ca = std::fs::read(out.join("ca.crt")).unwrap();
@@ -104,7 +78,7 @@ async fn generated_certs_serve_tls_for_localhost_and_the_service_names() {
     assert!(generate(&other, &[]).status.success());
     let other_ca = std::fs::read(other.join("ca.crt")).unwrap();
     assert!(healthz(running.addr, &other_ca, "localhost").await.is_err());
-    running.shutdown().await;
+    running.stop().await;
 
     // A second run keeps the CA, so a pasted caBundle stays valid.
     let again = generate(&out, &["--service-name", "guard", "--namespace", "ops"]);

@@ -3,9 +3,12 @@
 
 use mrguard_policy::admission;
 use mrguard_policy::config::Config;
-use mrguard_policy::review;
+use mrguard_policy::model::Operation;
+use mrguard_policy::review::{self, RequestBuilder};
 use proptest::prelude::*;
 use serde_json::{json, Value};
+
+use crate::support::IntoReview;
 
 fn leaf() -> impl Strategy<Value = Value> {
     prop_oneof![
@@ -87,18 +90,26 @@ fn object() -> impl Strategy<Value = Value> {
     })
 }
 
-fn request(op: &str, object: &Value, old: Option<&Value>, ns: Option<&str>) -> review::Request {
-    let mut r = json!({
-        "uid": "p", "kind": {"group": "ec2.aws.upbound.io", "version": "v1beta1", "kind": "VPC"},
-        "resource": {"group": "ec2.aws.upbound.io", "version": "v1beta1", "resource": "vpcs"},
-        "operation": op, "userInfo": {"username": "u"}, "object": object, "oldObject": old,
-    });
+/// The request as it comes off the wire: built, sent as a review, decoded.
+/// A namespaced object carries its namespace, which names the request's.
+fn request(
+    op: Operation,
+    object: &Value,
+    old: Option<&Value>,
+    ns: Option<&str>,
+) -> review::Request {
+    let mut object = object.clone();
     if let Some(ns) = ns {
-        r["namespace"] = json!(ns);
+        object["metadata"]["namespace"] = json!(ns);
     }
-    let review =
-        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": r});
-    review::decode(&serde_json::to_vec(&review).unwrap()).unwrap()
+    let mut b = RequestBuilder::new(op)
+        .object(object)
+        .uid("p")
+        .username("u");
+    if let Some(old) = old {
+        b = b.old_object(old.clone());
+    }
+    review::decode(&serde_json::to_vec(&b.review()).unwrap()).unwrap()
 }
 
 fn config() -> Config {
@@ -114,16 +125,16 @@ proptest! {
     #[test]
     fn mutating_twice_is_mutating_once(obj in object(), ns in prop::option::of(prop::sample::select(vec!["a", "b"]))) {
         let cfg = config();
-        let first = admission::mutate(&request("CREATE", &obj, None, ns), &cfg);
+        let first = admission::mutate(&request(Operation::Create, &obj, None, ns), &cfg);
         let once = first.mutated.clone().unwrap_or(obj.clone());
-        let second = admission::mutate(&request("CREATE", &once, None, ns), &cfg);
+        let second = admission::mutate(&request(Operation::Create, &once, None, ns), &cfg);
         prop_assert!(second.response.patch.is_none(), "second pass patched {:?}", second.mutated);
-        let again = admission::mutate(&request("UPDATE", &once, Some(&once), ns), &cfg);
+        let again = admission::mutate(&request(Operation::Update, &once, Some(&once), ns), &cfg);
         prop_assert!(again.response.patch.is_none());
     }
 
     #[test]
-    fn decisions_never_panic(new in object(), old in object(), op in prop::sample::select(vec!["CREATE", "UPDATE", "DELETE"])) {
+    fn decisions_never_panic(new in object(), old in object(), op in prop::sample::select(vec![Operation::Create, Operation::Update, Operation::Delete])) {
         let cfg = config();
         let req = request(op, &new, Some(&old), None);
         let _ = admission::mutate(&req, &cfg);

@@ -1,25 +1,25 @@
 //! The HTTPS server end to end: real TLS, real AdmissionReview JSON.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use serde_json::{json, Value};
+
+use crate::support::server::default_args;
+use crate::support::{apply_patch, bin, fixtures, Proto, TestPki, TestServer, TlsClient};
 
 #[tokio::test]
 async fn mutate_echoes_uid_and_defaults_provider_config_over_http1_and_http2() {
-    let h = Harness::start(Some("providerConfig: {defaultName: aws-prod}\n")).await;
-    let review = fixture_review("001_mutate_CREATE_VPC_sample-vpc.json");
+    let h = TestServer::with_config("providerConfig: {defaultName: aws-prod}\n").await;
+    let review = fixtures::review("001_mutate_CREATE_VPC_sample-vpc.json");
     for proto in [Proto::Http1, Proto::Http2] {
-        let mut conn = h.client(proto).connect(h.addr).await.unwrap();
+        let mut conn = h.connect(proto).await;
         let expected_alpn: &[u8] = if proto == Proto::Http2 {
             b"h2"
         } else {
             b"http/1.1"
         };
         assert_eq!(conn.alpn.as_deref(), Some(expected_alpn));
-        let resp = post_review(&mut conn, "/mutate", &review).await;
+        let resp = conn.review("/mutate", &review).await;
         assert_eq!(resp["allowed"], true);
         let obj = review["request"]["object"].clone();
         let patched = apply_patch(&obj, &resp);
@@ -34,7 +34,7 @@ async fn mutate_echoes_uid_and_defaults_provider_config_over_http1_and_http2() {
 
 #[tokio::test]
 async fn tls_12_and_13_are_both_served() {
-    let h = Harness::start(None).await;
+    let h = TestServer::start().await;
     for (v, expect) in [
         (&rustls::version::TLS12, rustls::ProtocolVersion::TLSv1_2),
         (&rustls::version::TLS13, rustls::ProtocolVersion::TLSv1_3),
@@ -50,17 +50,17 @@ async fn tls_12_and_13_are_both_served() {
 
 #[tokio::test]
 async fn an_untrusted_client_cannot_connect() {
-    let h = Harness::start(None).await;
-    let (_, other_ca) = mrguard::tls::self_signed(&mrguard::tls::local_names()).unwrap();
-    let c = TlsClient::new(&[other_ca.cert.as_bytes()], Proto::Http1);
+    let h = TestServer::start().await;
+    let other = TestPki::generate();
+    let c = TlsClient::new(&[&other.ca], Proto::Http1);
     assert!(c.connect(h.addr).await.is_err());
     h.stop().await;
 }
 
 #[tokio::test]
 async fn health_readiness_and_unknown_paths() {
-    let h = Harness::start(None).await;
-    let mut conn = h.client(Proto::Http1).connect(h.addr).await.unwrap();
+    let h = TestServer::start().await;
+    let mut conn = h.connect(Proto::Http1).await;
     assert_eq!(conn.get("/healthz").await.unwrap().0, 200);
     assert_eq!(conn.get("/readyz").await.unwrap().0, 200);
     let (status, body) = conn.get("/nope").await.unwrap();
@@ -75,8 +75,8 @@ async fn health_readiness_and_unknown_paths() {
 
 #[tokio::test]
 async fn bad_bodies_get_400_naming_the_problem_and_the_server_keeps_serving() {
-    let h = Harness::start(None).await;
-    let mut conn = h.client(Proto::Http1).connect(h.addr).await.unwrap();
+    let h = TestServer::start().await;
+    let mut conn = h.connect(Proto::Http1).await;
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"not json".to_vec(), "failed to decode AdmissionReview"),
         (b"{}".to_vec(), "failed to decode AdmissionReview"),
@@ -95,7 +95,7 @@ async fn bad_bodies_get_400_naming_the_problem_and_the_server_keeps_serving() {
         ),
         (
             serde_json::to_vec(&{
-                let mut r = fixture_review("002_validate_CREATE_VPC_sample-vpc.json");
+                let mut r = fixtures::review("002_validate_CREATE_VPC_sample-vpc.json");
                 r["request"]["operation"] = json!("EXPLODE");
                 r
             })
@@ -104,7 +104,7 @@ async fn bad_bodies_get_400_naming_the_problem_and_the_server_keeps_serving() {
         ),
         (
             serde_json::to_vec(&{
-                let mut r = fixture_review("002_validate_CREATE_VPC_sample-vpc.json");
+                let mut r = fixtures::review("002_validate_CREATE_VPC_sample-vpc.json");
                 r["request"]["uid"] = json!("");
                 r
             })
@@ -124,25 +124,25 @@ async fn bad_bodies_get_400_naming_the_problem_and_the_server_keeps_serving() {
         }
     }
     // The same connection still answers real reviews.
-    let review = fixture_review("002_validate_CREATE_VPC_sample-vpc.json");
-    let resp = post_review(&mut conn, "/validate", &review).await;
+    let review = fixtures::review("002_validate_CREATE_VPC_sample-vpc.json");
+    let resp = conn.review("/validate", &review).await;
     assert_eq!(resp["allowed"], true);
     h.stop().await;
 }
 
 #[tokio::test]
 async fn oversized_bodies_get_413_with_and_without_content_length() {
-    let h = Harness::start(None).await;
+    let h = TestServer::start().await;
     let big = vec![b' '; 8 * 1024 * 1024 + 1];
     for proto in [Proto::Http1, Proto::Http2] {
-        let mut conn = h.client(proto).connect(h.addr).await.unwrap();
+        let mut conn = h.connect(proto).await;
         let (status, body) = conn.post("/validate", big.clone()).await.unwrap();
         assert_eq!(status, 413, "{}", String::from_utf8_lossy(&body));
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert!(v["error"].as_str().unwrap().contains("8388608"));
     }
     // Exactly at the limit is read (and then rejected as not JSON, 400).
-    let mut conn = h.client(Proto::Http2).connect(h.addr).await.unwrap();
+    let mut conn = h.connect(Proto::Http2).await;
     let (status, _) = conn
         .post("/validate", vec![b' '; 8 * 1024 * 1024])
         .await
@@ -152,7 +152,7 @@ async fn oversized_bodies_get_413_with_and_without_content_length() {
     let resp = h
         .review(
             "/validate",
-            &fixture_review("002_validate_CREATE_VPC_sample-vpc.json"),
+            &fixtures::review("002_validate_CREATE_VPC_sample-vpc.json"),
         )
         .await;
     assert_eq!(resp["allowed"], true);
@@ -162,9 +162,9 @@ async fn oversized_bodies_get_413_with_and_without_content_length() {
 #[tokio::test]
 async fn streamed_oversized_body_without_length_is_cut_at_the_limit() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let h = Harness::start(None).await;
+    let h = TestServer::start().await;
     // Chunked transfer: no Content-Length, so the limit must apply while reading.
-    let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"http/1.1").await.unwrap();
+    let mut tls = h.raw(Proto::Http1).await;
     tls.write_all(b"POST /validate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
         .await
         .unwrap();
@@ -187,12 +187,12 @@ async fn streamed_oversized_body_without_length_is_cut_at_the_limit() {
 
 #[tokio::test]
 async fn responses_use_base64_string_patches_and_no_patch_type_without_patch() {
-    let h = Harness::start(None).await;
+    let h = TestServer::start().await;
     // Everything already set: no patch, and so no patchType either.
-    let mut r = fixture_review("007_mutate_CREATE_VPC_sample-vpc.json");
+    let mut r = fixtures::review("007_mutate_CREATE_VPC_sample-vpc.json");
     r["request"]["operation"] = json!("UPDATE");
     r["request"]["oldObject"] = r["request"]["object"].clone();
-    let mut conn = h.client(Proto::Http1).connect(h.addr).await.unwrap();
+    let mut conn = h.connect(Proto::Http1).await;
     let (status, body) = conn
         .post("/mutate", serde_json::to_vec(&r).unwrap())
         .await
@@ -202,7 +202,7 @@ async fn responses_use_base64_string_patches_and_no_patch_type_without_patch() {
     assert!(raw["response"].get("patch").is_none(), "{raw}");
     assert!(raw["response"].get("patchType").is_none(), "{raw}");
     // A bucket CREATE gets an external name: the raw patch is a base64 string.
-    let r = fixture_review("011_mutate_CREATE_Bucket_sample-bucket.json");
+    let r = fixtures::review("011_mutate_CREATE_Bucket_sample-bucket.json");
     let (_, body) = conn
         .post("/mutate", serde_json::to_vec(&r).unwrap())
         .await
@@ -215,38 +215,35 @@ async fn responses_use_base64_string_patches_and_no_patch_type_without_patch() {
 
 #[tokio::test]
 async fn certificate_files_are_hot_reloaded_under_load_without_failures() {
-    let h = Harness::start(None).await;
-    let old_cert = h
-        .client(Proto::Http1)
-        .connect(h.addr)
-        .await
-        .unwrap()
-        .peer_cert;
+    let h = TestServer::start().await;
+    let old_cert = h.connect(Proto::Http1).await.peer_cert;
     // The new pair has a new CA; the client trusts both, as during rotation.
-    let (pair, new_ca) = mrguard::tls::self_signed(&mrguard::tls::local_names()).unwrap();
-    let both = TlsClient::new(&[&h.ca_pem, new_ca.cert.as_bytes()], Proto::Http2);
-    let review = fixture_review("002_validate_CREATE_VPC_sample-vpc.json");
+    let new = TestPki::generate();
+    let both = TlsClient::new(&[&h.ca_pem, &new.ca], Proto::Http2);
+    let review = fixtures::review("002_validate_CREATE_VPC_sample-vpc.json");
 
-    // A long-lived connection opened before the swap must keep working.
+    // A long-lived connection opened (and used, as a pooled one is) before
+    // the swap must keep working. Used at once: a connection whose first
+    // request does not start within the header-read timeout is cut, which
+    // under a loaded machine the load below outlasted.
     let mut long_lived = both.connect(h.addr).await.unwrap();
     assert_eq!(long_lived.peer_cert, old_cert);
-    // Used at once: a connection's first request must start within the
-    // header deadline (1 s), and on a loaded machine the reload below can
-    // take longer than that.
-    let resp = post_review(&mut long_lived, "/validate", &review).await;
-    assert_eq!(resp["allowed"], true);
+    assert_eq!(
+        long_lived.review("/validate", &review).await["allowed"],
+        true
+    );
 
     let addr = h.addr;
     let load = {
         let review = review.clone();
         let ca_old = h.ca_pem.clone();
-        let ca_new = new_ca.cert.clone();
+        let ca_new = new.ca.clone();
         tokio::spawn(async move {
-            let client = TlsClient::new(&[&ca_old, ca_new.as_bytes()], Proto::Http1);
+            let client = TlsClient::new(&[&ca_old, &ca_new], Proto::Http1);
             let mut done = 0;
             for _ in 0..60 {
                 let mut c = client.connect(addr).await.expect("connect during reload");
-                let resp = post_review(&mut c, "/validate", &review).await;
+                let resp = c.review("/validate", &review).await;
                 assert_eq!(resp["allowed"], true);
                 done += 1;
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -257,9 +254,9 @@ async fn certificate_files_are_hot_reloaded_under_load_without_failures() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     // Write the key first: for a moment the pair mismatches, which must be
     // rejected and the last good pair kept.
-    std::fs::write(&h.key_file, &pair.key).unwrap();
+    std::fs::write(&h.key_file, &new.key).unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
-    std::fs::write(&h.cert_file, &pair.cert).unwrap();
+    std::fs::write(&h.cert_file, &new.cert).unwrap();
     assert_eq!(load.await.unwrap(), 60);
 
     let new_cert = tokio::time::timeout(Duration::from_secs(5), async {
@@ -273,13 +270,12 @@ async fn certificate_files_are_hot_reloaded_under_load_without_failures() {
     })
     .await
     .expect("new connections see the new certificate");
-    let expected = mrguard::tls::parse_certs(&pair.cert, "new").unwrap()[0].to_vec();
-    assert_eq!(new_cert, expected);
+    assert_eq!(new_cert, new.leaf());
     // Only the new CA is now enough.
-    let only_new = TlsClient::new(&[new_ca.cert.as_bytes()], Proto::Http1);
+    let only_new = TlsClient::new(&[&new.ca], Proto::Http1);
     assert!(only_new.connect(h.addr).await.is_ok());
     // The connection opened before the swap still works.
-    let resp = post_review(&mut long_lived, "/validate", &review).await;
+    let resp = long_lived.review("/validate", &review).await;
     assert_eq!(resp["allowed"], true);
 
     let m = h.metrics().await;
@@ -296,25 +292,15 @@ async fn certificate_files_are_hot_reloaded_under_load_without_failures() {
 
 #[tokio::test]
 async fn a_broken_certificate_keeps_the_last_good_pair() {
-    let h = Harness::start(None).await;
-    let before = h
-        .client(Proto::Http1)
-        .connect(h.addr)
-        .await
-        .unwrap()
-        .peer_cert;
+    let h = TestServer::start().await;
+    let before = h.connect(Proto::Http1).await.peer_cert;
     std::fs::write(
         &h.cert_file,
         b"-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n",
     )
     .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let after = h
-        .client(Proto::Http1)
-        .connect(h.addr)
-        .await
-        .unwrap()
-        .peer_cert;
+    let after = h.connect(Proto::Http1).await.peer_cert;
     assert_eq!(before, after);
     assert!(h
         .metrics()
@@ -325,8 +311,8 @@ async fn a_broken_certificate_keeps_the_last_good_pair() {
 
 const GOOD: &str = "providerConfig: {defaultName: first}\n";
 
-async fn provider_config_name(h: &Harness) -> String {
-    let review = fixture_review("001_mutate_CREATE_VPC_sample-vpc.json");
+async fn provider_config_name(h: &TestServer) -> String {
+    let review = fixtures::review("001_mutate_CREATE_VPC_sample-vpc.json");
     let resp = h.review("/mutate", &review).await;
     let patched = apply_patch(&review["request"]["object"], &resp);
     patched["spec"]["providerConfigRef"]["name"]
@@ -335,7 +321,7 @@ async fn provider_config_name(h: &Harness) -> String {
         .to_string()
 }
 
-async fn wait_for_name(h: &Harness, want: &str) {
+async fn wait_for_name(h: &TestServer, want: &str) {
     tokio::time::timeout(Duration::from_secs(5), async {
         while provider_config_name(h).await != want {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -347,7 +333,7 @@ async fn wait_for_name(h: &Harness, want: &str) {
 
 #[tokio::test]
 async fn config_reload_good_then_broken_keeps_the_last_good() {
-    let h = Harness::start(Some(GOOD)).await;
+    let h = TestServer::with_config(GOOD).await;
     assert_eq!(provider_config_name(&h).await, "first");
     std::fs::write(&h.config_file, "providerConfig: {defaultName: second}\n").unwrap();
     wait_for_name(&h, "second").await;
@@ -382,7 +368,7 @@ async fn invalid_config_at_start_fails_naming_the_line() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.yaml");
     std::fs::write(&cfg, "providerConfig:\n  defaultName: x\n  bogus: 1\n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrguard"))
+    let out = bin::mrguard()
         .args([
             "serve",
             "--self-signed",
@@ -402,18 +388,18 @@ async fn invalid_config_at_start_fails_naming_the_line() {
 
 #[tokio::test]
 async fn metrics_cover_requests_durations_and_process() {
-    let h = Harness::start(None).await;
+    let h = TestServer::start().await;
     h.review(
         "/mutate",
-        &fixture_review("011_mutate_CREATE_Bucket_sample-bucket.json"),
+        &fixtures::review("011_mutate_CREATE_Bucket_sample-bucket.json"),
     )
     .await;
     h.review(
         "/validate",
-        &fixture_review("012_validate_CREATE_Bucket_sample-bucket.json"),
+        &fixtures::review("012_validate_CREATE_Bucket_sample-bucket.json"),
     )
     .await;
-    let mut conn = h.client(Proto::Http1).connect(h.addr).await.unwrap();
+    let mut conn = h.connect(Proto::Http1).await;
     conn.post("/validate", b"{".to_vec()).await.unwrap();
     let m = h.metrics().await;
     for needle in [
@@ -434,41 +420,25 @@ async fn metrics_cover_requests_durations_and_process() {
 async fn self_signed_mode_writes_its_ca_and_serves_with_it() {
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("ca.crt");
-    let args: Vec<String> = [
-        "mrguard",
-        "serve",
-        "--self-signed",
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--drain-delay",
-        "0s",
-        "--self-signed-ca-file",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([ca_file.display().to_string()])
-    .collect();
-    let running = mrguard::cli::serve::start(serve_args(&args)).await.unwrap();
-    assert_eq!(running.ca_file.as_deref(), Some(ca_file.as_path()));
+    let h = TestServer::builder().self_signed(&ca_file).start().await;
+    assert_eq!(h.running().ca_file.as_deref(), Some(ca_file.as_path()));
     let ca = std::fs::read(&ca_file).unwrap();
     let mut conn = TlsClient::new(&[&ca], Proto::Http2)
-        .connect(running.addr)
+        .connect(h.addr)
         .await
         .unwrap();
     assert_eq!(conn.get("/readyz").await.unwrap().0, 200);
-    running.shutdown().await;
+    h.stop().await;
 }
 
 #[tokio::test]
 async fn shutdown_drains_in_flight_requests() {
     use tokio::io::AsyncWriteExt;
-    let h = Harness::start(None).await;
+    let h = TestServer::start().await;
     let review =
-        serde_json::to_vec(&fixture_review("002_validate_CREATE_VPC_sample-vpc.json")).unwrap();
+        serde_json::to_vec(&fixtures::review("002_validate_CREATE_VPC_sample-vpc.json")).unwrap();
     // Start a request whose body arrives slowly, then shut down mid-way.
-    let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"http/1.1").await.unwrap();
+    let mut tls = h.raw(Proto::Http1).await;
     let head = format!(
         "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
         review.len()
@@ -477,8 +447,7 @@ async fn shutdown_drains_in_flight_requests() {
     tls.write_all(&review[..100]).await.unwrap();
     tls.flush().await.unwrap();
     let mut h = h;
-    let running = h.running.take().unwrap();
-    let stopping = tokio::spawn(running.shutdown());
+    let stopping = h.drain();
     tokio::time::sleep(Duration::from_millis(200)).await;
     // New connections are refused once the listener has closed...
     assert!(h.client(Proto::Http1).connect(h.addr).await.is_err());
@@ -501,4 +470,24 @@ async fn shutdown_drains_in_flight_requests() {
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.contains("\"allowed\":true"), "{text}");
     stopping.await.unwrap();
+}
+
+/// Tests run with the limits and timeouts `mrguard serve` ships with: the
+/// typed defaults of the test server are the binary's, apart from the
+/// ephemeral ports, the fast reloads and the drain delay. (Parsing reads
+/// MRGUARD_* variables; none is set in a clean test environment.)
+#[test]
+fn test_server_defaults_are_the_binarys() {
+    use clap::Parser;
+    let cli = mrguard::cli::Cli::try_parse_from(["mrguard", "serve"]).expect("serve parses");
+    let mrguard::cli::Command::Serve(shipped) = cli.command else {
+        panic!("not serve: {:?}", cli.command)
+    };
+    let mut shipped = *shipped;
+    let test = default_args();
+    shipped.listen = test.listen;
+    shipped.metrics_listen = test.metrics_listen;
+    shipped.reload_interval = test.reload_interval;
+    shipped.drain_delay = test.drain_delay;
+    assert_eq!(format!("{shipped:#?}"), format!("{test:#?}"));
 }

@@ -1,30 +1,13 @@
 //! `mrguard check` as CI pipelines run it: exit codes, stdout, stderr.
 
-mod common;
-
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-fn mrguard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mrguard"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use crate::support::bin::run as mrguard;
+use crate::support::fixtures;
+use crate::support::write;
 
 fn examples(name: &str) -> String {
-    common::shared()
-        .join("examples")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
-    let p = dir.path().join(name);
-    std::fs::write(&p, text).unwrap();
-    p.display().to_string()
+    fixtures::path(&format!("examples/{name}"))
 }
 
 #[test]
@@ -88,7 +71,7 @@ fn patch_mode_prints_json_patches() {
 fn denials_go_to_stderr_and_exit_1_with_each_object_judged() {
     let dir = tempfile::tempdir().unwrap();
     let f = write(
-        &dir,
+        dir.path(),
         "m.yaml",
         "apiVersion: s3.aws.upbound.io/v1beta1\nkind: Bucket\nmetadata: {name: ok}\nspec:\n  forProvider: {region: us-east-1}\n---\n\
          apiVersion: s3.aws.upbound.io/v1beta1\nkind: Bucket\nmetadata: {name: bad}\nspec:\n  deletionPolicy: orphan\n  managementPolicies: ['*', Observe]\n  forProvider: {region: us-east-1}\n---\n\
@@ -120,8 +103,8 @@ fn denials_go_to_stderr_and_exit_1_with_each_object_judged() {
 #[test]
 fn update_with_old_file_and_exempt_username() {
     let dir = tempfile::tempdir().unwrap();
-    let old = write(&dir, "old.yaml", "apiVersion: ec2.aws.upbound.io/v1beta1\nkind: VPC\nmetadata:\n  name: v\n  annotations: {crossplane.io/external-create-succeeded: '2024-01-01T00:00:00Z', crossplane.io/external-name: vpc-1}\nspec:\n  forProvider: {region: us-west-1}\n");
-    let new = write(&dir, "new.yaml", "apiVersion: ec2.aws.upbound.io/v1beta1\nkind: VPC\nmetadata:\n  name: v\n  annotations: {crossplane.io/external-create-succeeded: '2024-01-01T00:00:00Z', crossplane.io/external-name: vpc-1}\nspec:\n  forProvider: {region: us-east-1}\n");
+    let old = write(dir.path(), "old.yaml", "apiVersion: ec2.aws.upbound.io/v1beta1\nkind: VPC\nmetadata:\n  name: v\n  annotations: {crossplane.io/external-create-succeeded: '2024-01-01T00:00:00Z', crossplane.io/external-name: vpc-1}\nspec:\n  forProvider: {region: us-west-1}\n");
+    let new = write(dir.path(), "new.yaml", "apiVersion: ec2.aws.upbound.io/v1beta1\nkind: VPC\nmetadata:\n  name: v\n  annotations: {crossplane.io/external-create-succeeded: '2024-01-01T00:00:00Z', crossplane.io/external-name: vpc-1}\nspec:\n  forProvider: {region: us-east-1}\n");
     let out = mrguard(&["check", "-f", &new, "--old", &old]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("[immutable-field]"));
@@ -148,7 +131,7 @@ fn update_with_old_file_and_exempt_username() {
 #[test]
 fn delete_operation_judges_the_object_as_old() {
     let dir = tempfile::tempdir().unwrap();
-    let f = write(&dir, "p.yaml", "apiVersion: s3.aws.upbound.io/v1beta1\nkind: Bucket\nmetadata:\n  name: b\n  finalizers: [finalizer.managedresource.crossplane.io]\n  annotations: {crossplane.io/paused: 'true'}\nspec:\n  forProvider: {}\n");
+    let f = write(dir.path(), "p.yaml", "apiVersion: s3.aws.upbound.io/v1beta1\nkind: Bucket\nmetadata:\n  name: b\n  finalizers: [finalizer.managedresource.crossplane.io]\n  annotations: {crossplane.io/paused: 'true'}\nspec:\n  forProvider: {}\n");
     let out = mrguard(&["check", "-f", &f, "--operation", "DELETE"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("[paused-delete]"));
@@ -158,8 +141,8 @@ fn delete_operation_judges_the_object_as_old() {
 #[test]
 fn config_overrides_apply() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = write(&dir, "c.yaml", "rules: {deletion-policy: Warn}\n");
-    let f = write(&dir, "m.yaml", "apiVersion: s3.aws.upbound.io/v1beta1\nkind: Bucket\nmetadata: {name: b}\nspec:\n  deletionPolicy: nope\n  forProvider: {}\n");
+    let cfg = write(dir.path(), "c.yaml", "rules: {deletion-policy: Warn}\n");
+    let f = write(dir.path(), "m.yaml", "apiVersion: s3.aws.upbound.io/v1beta1\nkind: Bucket\nmetadata: {name: b}\nspec:\n  deletionPolicy: nope\n  forProvider: {}\n");
     assert_eq!(mrguard(&["check", "-f", &f]).status.code(), Some(1));
     let out = mrguard(&["check", "-f", &f, "--config", &cfg]);
     assert_eq!(out.status.code(), Some(0));
@@ -174,7 +157,7 @@ fn unreadable_input_exits_2_naming_file_and_document() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/file.yaml"));
 
     let f = write(
-        &dir,
+        dir.path(),
         "bad.yaml",
         "apiVersion: v1\nkind: X\nmetadata: {name: a}\n---\n[1, 2]\n",
     );
@@ -186,7 +169,7 @@ fn unreadable_input_exits_2_naming_file_and_document() {
         "{err}"
     );
 
-    let f = write(&dir, "broken.yaml", "kind: [unclosed\n");
+    let f = write(dir.path(), "broken.yaml", "kind: [unclosed\n");
     let out = mrguard(&["check", "-f", &f]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -195,7 +178,11 @@ fn unreadable_input_exits_2_naming_file_and_document() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let f = write(&dir, "nokind.yaml", "apiVersion: v1\nmetadata: {name: a}\n");
+    let f = write(
+        dir.path(),
+        "nokind.yaml",
+        "apiVersion: v1\nmetadata: {name: a}\n",
+    );
     let out = mrguard(&["check", "-f", &f]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("kind is missing"));
@@ -205,7 +192,7 @@ fn unreadable_input_exits_2_naming_file_and_document() {
     assert_eq!(out.status.code(), Some(2), "old file without the object");
     let out = mrguard(&["check", "-f", &ok, "--operation", "PATCH"]);
     assert_eq!(out.status.code(), Some(2), "bad flag");
-    let cfg = write(&dir, "c.yaml", "nope: 1\n");
+    let cfg = write(dir.path(), "c.yaml", "nope: 1\n");
     let out = mrguard(&["check", "-f", &ok, "--config", &cfg]);
     assert_eq!(out.status.code(), Some(2));
 }
@@ -213,17 +200,21 @@ fn unreadable_input_exits_2_naming_file_and_document() {
 #[test]
 fn config_check_validates_files() {
     let dir = tempfile::tempdir().unwrap();
-    let good = write(&dir, "good.yaml", "rules: {paused-delete: Warn}\n");
+    let good = write(dir.path(), "good.yaml", "rules: {paused-delete: Warn}\n");
     let out = mrguard(&["config", "check", &good]);
     assert_eq!(out.status.code(), Some(0));
-    let bad = write(&dir, "bad.yaml", "rules: {paused-delete: Sometimes}\n");
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "rules: {paused-delete: Sometimes}\n",
+    );
     let out = mrguard(&["config", "check", &bad]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("Sometimes"));
     // The built-in default, printed, is itself a valid file.
     let out = mrguard(&["config", "default"]);
     let builtin = write(
-        &dir,
+        dir.path(),
         "builtin.yaml",
         std::str::from_utf8(&out.stdout).unwrap(),
     );

@@ -1,11 +1,11 @@
 //! Configured CEL rules judged by the real server over verified TLS.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{example, review, Harness};
 use serde_json::{json, Value};
+
+use crate::support::fixtures::example_object;
+use crate::support::{create, delete, update, warnings, IntoReview, TestServer};
 
 const CONFIG: &str = r#"
 resources:
@@ -35,26 +35,17 @@ resources:
 "#;
 
 fn contact() -> Value {
-    let mut c = example("aws_account_cluster_v1beta1_alternatecontact.yaml").remove(0);
+    let mut c = example_object("aws_account_cluster_v1beta1_alternatecontact.yaml");
     c["metadata"]["labels"]["team"] = json!("platform");
     c
 }
 
-fn warnings(r: &Value) -> Vec<String> {
-    r["warnings"]
-        .as_array()
-        .map(|w| w.iter().map(|x| x.as_str().unwrap().to_string()).collect())
-        .unwrap_or_default()
-}
-
 #[tokio::test]
 async fn configured_rules_deny_warn_and_report_evaluation_errors() {
-    let h = Harness::start(Some(CONFIG)).await;
+    let h = TestServer::with_config(CONFIG).await;
 
     // A clean object: allowed; the broken rule warns with an evaluation error.
-    let r = h
-        .review("/validate", &review("CREATE", Some(&contact()), None))
-        .await;
+    let r = h.review("/validate", &create(&contact()).review()).await;
     assert_eq!(r["allowed"], true, "{r}");
     let w = warnings(&r);
     assert_eq!(w.len(), 1, "{w:?}");
@@ -63,9 +54,7 @@ async fn configured_rules_deny_warn_and_report_evaluation_errors() {
     // No team label: denied with 403, the rule named.
     let mut bare = contact();
     bare["metadata"].as_object_mut().unwrap().remove("labels");
-    let r = h
-        .review("/validate", &review("CREATE", Some(&bare), None))
-        .await;
+    let r = h.review("/validate", &create(&bare).review()).await;
     assert_eq!(r["allowed"], false, "{r}");
     assert_eq!(r["status"]["code"], 403);
     let msg = r["status"]["message"].as_str().unwrap();
@@ -77,9 +66,7 @@ async fn configured_rules_deny_warn_and_report_evaluation_errors() {
     // messageExpression on a Warn rule.
     let mut billing = contact();
     billing["spec"]["forProvider"]["alternateContactType"] = json!("BILLING");
-    let r = h
-        .review("/validate", &review("CREATE", Some(&billing), None))
-        .await;
+    let r = h.review("/validate", &create(&billing).review()).await;
     assert_eq!(r["allowed"], true, "{r}");
     assert!(
         warnings(&r).contains(
@@ -99,48 +86,43 @@ async fn configured_rules_deny_warn_and_report_evaluation_errors() {
 
 #[tokio::test]
 async fn update_only_rules_compare_with_old_self() {
-    let h = Harness::start(Some(CONFIG)).await;
+    let h = TestServer::with_config(CONFIG).await;
     let old = contact();
     let mut new = contact();
     new["spec"]["forProvider"]["alternateContactType"] = json!("SECURITY");
     // On CREATE the UPDATE-only rule does not run.
-    let r = h
-        .review("/validate", &review("CREATE", Some(&new), None))
-        .await;
+    let r = h.review("/validate", &create(&new).review()).await;
     assert_eq!(r["allowed"], true, "{r}");
-    let r = h
-        .review("/validate", &review("UPDATE", Some(&new), Some(&old)))
-        .await;
+    let r = h.review("/validate", &update(&old, &new).review()).await;
     assert_eq!(r["allowed"], false, "{r}");
     let msg = r["status"]["message"].as_str().unwrap();
     assert!(
         msg.contains("[cel:type-frozen] alternateContactType cannot change"),
         "{msg}"
     );
-    let r = h
-        .review("/validate", &review("UPDATE", Some(&old), Some(&old)))
-        .await;
+    let r = h.review("/validate", &update(&old, &old).review()).await;
     assert_eq!(r["allowed"], true, "{r}");
     h.stop().await;
 }
 
 #[tokio::test]
 async fn request_variables_reach_the_rules() {
-    let h = Harness::start(Some(CONFIG)).await;
-    let mut rv = review("CREATE", Some(&contact()), None);
-    rv["request"]["userInfo"]["username"] = json!("robot-7");
+    let h = TestServer::with_config(CONFIG).await;
+    let rv = create(&contact()).username("robot-7").review();
     let r = h.review("/validate", &rv).await;
     assert_eq!(r["allowed"], false, "{r}");
     assert!(r["status"]["message"]
         .as_str()
         .unwrap()
         .contains("robots may only dry-run"));
-    rv["request"]["dryRun"] = json!(true);
+    let rv = create(&contact())
+        .username("robot-7")
+        .dry_run(true)
+        .review();
     let r = h.review("/validate", &rv).await;
     assert_eq!(r["allowed"], true, "{r}");
     // DELETE: `self` is the old object.
-    let mut rv = review("DELETE", None, Some(&contact()));
-    rv["request"]["userInfo"]["username"] = json!("robot-7");
+    let rv = delete(&contact()).username("robot-7").review();
     let r = h.review("/validate", &rv).await;
     assert_eq!(r["allowed"], false, "{r}");
     h.stop().await;
@@ -148,13 +130,11 @@ async fn request_variables_reach_the_rules() {
 
 #[tokio::test]
 async fn a_pathological_rule_is_stopped_not_a_500() {
-    let h = Harness::start(Some(CONFIG)).await;
+    let h = TestServer::with_config(CONFIG).await;
     let mut big = contact();
     big["spec"]["forProvider"]["items"] = json!((0..20_000).collect::<Vec<i64>>());
     let started = Instant::now();
-    let r = h
-        .review("/validate", &review("CREATE", Some(&big), None))
-        .await;
+    let r = h.review("/validate", &create(&big).review()).await;
     let took = started.elapsed();
     assert_eq!(r["allowed"], false, "{r}");
     let msg = r["status"]["message"].as_str().unwrap();
@@ -166,16 +146,14 @@ async fn a_pathological_rule_is_stopped_not_a_500() {
     // assertion on the rule's speed: only that it was cut off at all.)
     assert!(took < Duration::from_secs(30), "{took:?}");
     // The server still answers.
-    let r = h
-        .review("/validate", &review("CREATE", Some(&contact()), None))
-        .await;
+    let r = h.review("/validate", &create(&contact()).review()).await;
     assert_eq!(r["allowed"], true, "{r}");
     h.stop().await;
 }
 
 #[tokio::test]
 async fn a_config_with_a_broken_rule_is_refused_and_the_last_good_one_kept() {
-    let h = Harness::start(Some(CONFIG)).await;
+    let h = TestServer::with_config(CONFIG).await;
     std::fs::write(
         &h.config_file,
         "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - {name: bad, expression: 'self.a +'}\n",
@@ -184,9 +162,7 @@ async fn a_config_with_a_broken_rule_is_refused_and_the_last_good_one_kept() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     let mut bare = contact();
     bare["metadata"].as_object_mut().unwrap().remove("labels");
-    let r = h
-        .review("/validate", &review("CREATE", Some(&bare), None))
-        .await;
+    let r = h.review("/validate", &create(&bare).review()).await;
     assert_eq!(r["allowed"], false, "the old config still applies: {r}");
     let metrics = h.metrics().await;
     assert!(

@@ -6,19 +6,16 @@
 //! the two good configs gives, and no well-formed connection may fail.
 //! Bounded: at most a few thousand requests and well under a minute.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
-use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use mrguard_policy::config::Config;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
+
+use crate::support::{fixtures, read_until_closed, Proto, TestPki, TestServer, TlsClient};
 
 const CONFIG_A: &str = "providerConfig:\n  defaultName: team-default\n";
 const CONFIG_B: &str =
@@ -71,7 +68,7 @@ fn cases() -> Vec<Case> {
     let cases: Vec<Case> = REVIEWS
         .iter()
         .map(|(path, name)| {
-            let body = serde_json::to_vec(&fixture_review(name)).unwrap();
+            let body = serde_json::to_vec(&fixtures::review(name)).unwrap();
             Case {
                 path,
                 under_a: expected(path, &body, &a),
@@ -140,27 +137,17 @@ async fn steady_load_survives_rotation_reloads_and_bad_clients() {
 }
 
 async fn run() {
-    let h = Harness::start_with(
-        Some(CONFIG_A),
-        &[
-            "--max-body-bytes",
-            "65536",
-            "--header-read-timeout",
-            "500ms",
-            "--request-timeout",
-            "1s",
-        ],
-    )
-    .await;
+    let h = TestServer::builder()
+        .config(CONFIG_A)
+        .max_body_bytes(65536)
+        .header_read_timeout(Duration::from_millis(500))
+        .request_timeout(Duration::from_secs(1))
+        .start()
+        .await;
     let cases = Arc::new(cases());
-    let (new_pair, new_ca) = mrguard::tls::self_signed(&mrguard::tls::local_names()).unwrap();
-    let (third_pair, third_ca) = mrguard::tls::self_signed(&mrguard::tls::local_names()).unwrap();
+    let (new, third) = (TestPki::generate(), TestPki::generate());
     // Clients trust every CA of the rotation, as a caBundle does during one.
-    let cas: Arc<Vec<Vec<u8>>> = Arc::new(vec![
-        h.ca_pem.clone(),
-        new_ca.cert.clone().into_bytes(),
-        third_ca.cert.clone().into_bytes(),
-    ]);
+    let cas: Arc<Vec<Vec<u8>>> = Arc::new(vec![h.ca_pem.clone(), new.ca.clone(), third.ca.clone()]);
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
     let addr = h.addr;
@@ -201,15 +188,13 @@ async fn run() {
     // HTTP/2: one connection, three concurrent streams at a time.
     {
         let ca: Vec<&[u8]> = cas.iter().map(Vec::as_slice).collect();
-        let tls = raw_tls(addr, &ca, b"h2").await.unwrap();
-        let (sender, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
+        let conn = TlsClient::new(&ca, Proto::Http2)
+            .connect(addr)
+            .await
+            .unwrap();
         for w in 0..3 {
             let (cases, tally, stop) = (cases.clone(), tally.clone(), stop.clone());
-            let mut sender = sender.clone();
+            let mut stream = conn.stream();
             workers.spawn(async move {
                 let mut seen_b = false;
                 for i in 0..MAX_PER_WORKER {
@@ -217,19 +202,7 @@ async fn run() {
                         break;
                     }
                     let case = &cases[(i * 3 + w) % cases.len()];
-                    let req = hyper::Request::post(format!("https://localhost{}", case.path))
-                        .header("content-type", "application/json")
-                        .body(Full::new(case.body.clone()))
-                        .unwrap();
-                    let result = async {
-                        sender.ready().await?;
-                        let resp = sender.send_request(req).await?;
-                        let status = resp.status().as_u16();
-                        let body = resp.into_body().collect().await?.to_bytes();
-                        Ok::<_, hyper::Error>((status, body))
-                    }
-                    .await;
-                    match result {
+                    match stream.post(case.path, case.body.to_vec()).await {
                         Ok((status, body)) => check(
                             &tally,
                             &format!("h2 stream {w}"),
@@ -297,11 +270,11 @@ async fn run() {
     let started = Instant::now();
     // 1. A Secret-volume style rotation to a new CA: both files replaced
     //    by rename, the key first, so for a moment they do not match.
-    replace(&h.key_file, &new_pair.key);
+    replace(&h.key_file, &new.key);
     tokio::time::sleep(Duration::from_millis(120)).await;
-    replace(&h.cert_file, &new_pair.cert);
-    let new_leaf = mrguard::tls::parse_certs(&new_pair.cert, "new").unwrap()[0].to_vec();
-    let only_new = TlsClient::new(&[new_ca.cert.as_bytes()], Proto::Http1);
+    replace(&h.cert_file, &new.cert);
+    let new_leaf = new.leaf();
+    let only_new = TlsClient::new(&[&new.ca], Proto::Http1);
     wait_for("the new certificate", || async {
         only_new
             .connect(addr)
@@ -327,11 +300,11 @@ async fn run() {
     .await;
     // 4. Another rotation, to a third CA, written in place (cert first,
     //    then key) while the broken config is still on disk.
-    std::fs::write(&h.cert_file, &third_pair.cert).unwrap();
+    std::fs::write(&h.cert_file, &third.cert).unwrap();
     tokio::time::sleep(Duration::from_millis(120)).await;
-    std::fs::write(&h.key_file, &third_pair.key).unwrap();
-    let third_leaf = mrguard::tls::parse_certs(&third_pair.cert, "third").unwrap()[0].to_vec();
-    let only_third = TlsClient::new(&[third_ca.cert.as_bytes()], Proto::Http2);
+    std::fs::write(&h.key_file, &third.key).unwrap();
+    let third_leaf = third.leaf();
+    let only_third = TlsClient::new(&[&third.ca], Proto::Http2);
     wait_for("the third certificate", || async {
         only_third
             .connect(addr)
@@ -373,15 +346,15 @@ async fn run() {
         "{bad:?}"
     );
     // After it all, the server still serves and uses the last good config.
-    let resp = post_review(
-        &mut TlsClient::new(&[third_ca.cert.as_bytes()], Proto::Http2)
-            .connect(addr)
-            .await
-            .unwrap(),
-        "/validate",
-        &fixture_review("018_validate_UPDATE_VPC_sample-vpc.json"),
-    )
-    .await;
+    let resp = only_third
+        .connect(addr)
+        .await
+        .unwrap()
+        .review(
+            "/validate",
+            &fixtures::review("018_validate_UPDATE_VPC_sample-vpc.json"),
+        )
+        .await;
     assert_eq!(
         resp["allowed"], true,
         "config B (immutable-field: Warn) stays in force: {resp}"
@@ -434,10 +407,11 @@ async fn bad_clients(
         let stop = stop.clone();
         tokio::spawn(async move {
             let ca: Vec<&[u8]> = cas.iter().map(Vec::as_slice).collect();
+            let h1 = TlsClient::new(&ca, Proto::Http1);
             let (mut headers, mut body) = (0, 0);
             while !stop.load(Ordering::Relaxed) {
                 // Slow-loris on the headers: cut by the header-read timeout.
-                let mut tls = raw_tls(addr, &ca, b"http/1.1").await.unwrap();
+                let mut tls = h1.raw(addr).await.unwrap();
                 tls.write_all(b"POST /validate HTTP/1.1\r\nHost: localhost\r\n")
                     .await
                     .unwrap();
@@ -452,10 +426,11 @@ async fn bad_clients(
                 assert!(cut, "slow headers were not cut");
                 headers += 1;
                 // A slow body: answered 408 by the request timeout.
-                let review =
-                    serde_json::to_vec(&fixture_review("002_validate_CREATE_VPC_sample-vpc.json"))
-                        .unwrap();
-                let mut tls = raw_tls(addr, &ca, b"http/1.1").await.unwrap();
+                let review = serde_json::to_vec(&fixtures::review(
+                    "002_validate_CREATE_VPC_sample-vpc.json",
+                ))
+                .unwrap();
+                let mut tls = h1.raw(addr).await.unwrap();
                 let head = format!(
                     "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
                     review.len()
@@ -507,7 +482,7 @@ async fn bad_clients(
         assert!(closed);
         n.not_tls += 1;
         // Garbage after a good handshake: 400 from the HTTP layer, then closed.
-        let mut tls = raw_tls(addr, &ca, b"http/1.1").await.unwrap();
+        let mut tls = h1.raw(addr).await.unwrap();
         tls.write_all(b"\x00\x01GARBAGE\r\n\r\n").await.unwrap();
         let (out, closed) = read_until_closed(&mut tls, Duration::from_secs(5)).await;
         assert!(

@@ -8,90 +8,25 @@
 //! helm comes from $HELM_BIN or .tools/bin/helm; `scripts/install-helm.sh`
 //! installs the latter. Without it these tests fail, on purpose.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::process::Output;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-const NS: &str = "crossplane-system";
-const RELEASE: &str = "mrguard";
-const HA_OFF: &str = "tests/fixtures/values-ha-off.yaml";
+use crate::support::bin::mrguard;
+use crate::support::helm::{self, chart, helm, helm_with_kubeconfig, ok, NS, RELEASE};
+use crate::support::{fixtures, root};
+
 const BINARY: &str = "/usr/local/bin/mrguard";
 
 // ---------------------------------------------------------------- helm
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn chart() -> PathBuf {
-    root().join("charts/mrguard")
-}
-
-fn helm_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("HELM_BIN").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "HELM_BIN={} is not a file", p.display());
-        return p;
-    }
-    let local = root().join(".tools/bin/helm");
-    assert!(
-        local.is_file(),
-        "helm not found: run `scripts/install-helm.sh` (it installs {}) or set HELM_BIN",
-        local.display()
-    );
-    local
-}
-
-/// helm's own state (cache, config, repositories) kept out of $HOME.
-fn helm_home() -> &'static Path {
-    static HOME: OnceLock<tempfile::TempDir> = OnceLock::new();
-    HOME.get_or_init(|| tempfile::tempdir().unwrap()).path()
-}
-
-fn helm_with_kubeconfig(args: &[&str], kubeconfig: &Path) -> Output {
-    let home = helm_home();
-    Command::new(helm_bin())
-        .args(args)
-        .current_dir(root())
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .env("KUBECONFIG", kubeconfig)
-        .env_remove("HELM_NAMESPACE")
-        .env_remove("HELM_KUBECONTEXT")
-        .output()
-        .expect("helm runs")
-}
-
-/// Runs helm with no cluster at all.
-fn helm(args: &[&str]) -> Output {
-    helm_with_kubeconfig(args, &helm_home().join("no-kubeconfig"))
-}
-
-fn ok(out: &Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
 
 /// The objects of a rendered chart.
 struct Manifests(Vec<Value>);
 
 impl Manifests {
-    fn parse(yaml: &str) -> Self {
-        let docs = serde_saphyr::from_multiple::<Value>(yaml).expect("helm output is YAML");
-        Self(docs.into_iter().filter(|d| !d.is_null()).collect())
-    }
-
     fn all(&self, kind: &str) -> Vec<&Value> {
         self.0.iter().filter(|o| o["kind"] == kind).collect()
     }
@@ -128,18 +63,20 @@ impl Manifests {
 }
 
 fn render_in(release: &str, ns: &str, extra: &[&str]) -> Manifests {
-    let chart = chart();
-    let mut args = vec!["template", release, chart.to_str().unwrap(), "-n", ns];
-    args.extend_from_slice(extra);
-    Manifests::parse(&ok(&helm(&args), &format!("helm {}", args.join(" "))))
+    Manifests(helm::template(release, ns, extra))
 }
 
 fn render(extra: &[&str]) -> Manifests {
     render_in(RELEASE, NS, extra)
 }
 
+/// The values file of an install with high availability off.
+fn ha_off() -> String {
+    fixtures::path("values-ha-off.yaml")
+}
+
 fn render_ha_off() -> Manifests {
-    render(&["-f", HA_OFF])
+    render(&["-f", &ha_off()])
 }
 
 fn strs(v: &Value) -> Vec<String> {
@@ -194,7 +131,8 @@ fn port_named(m: &Manifests, name: &str) -> u64 {
 fn helm_lint_is_clean_with_both_values_files() {
     let chart = chart();
     let c = chart.to_str().unwrap();
-    for extra in [&[][..], &["-f", HA_OFF][..]] {
+    let ha_off = ha_off();
+    for extra in [&[][..], &["-f", ha_off.as_str()][..]] {
         let mut args = vec!["lint", "--strict", c, "-n", NS];
         args.extend_from_slice(extra);
         let out = ok(&helm(&args), "helm lint");
@@ -822,7 +760,7 @@ fn audit_role_covers_the_fixture_providers_without_wildcards() {
     assert!(groups.iter().all(|g| !g.contains('*')));
     // Every MR group of the real provider CRDs in the fixtures is covered,
     // cluster-scoped and namespaced alike.
-    let dir = common::shared().join("crds");
+    let dir = fixtures::dir().join("crds");
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -924,10 +862,6 @@ fn the_schema_rejects_values_the_api_server_would() {
 }
 
 // ---------------------------------------------------------------- config
-
-fn mrguard() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_mrguard"))
-}
 
 fn configmap_config(m: &Manifests) -> String {
     m.only("ConfigMap")["data"]["config.yaml"]
@@ -1178,7 +1112,7 @@ impl FakeApiServer {
         ];
         args.extend_from_slice(extra);
         let out = helm_with_kubeconfig(&args, &kubeconfig);
-        Manifests::parse(&ok(&out, "helm template --dry-run=server"))
+        Manifests(helm::documents(&ok(&out, "helm template --dry-run=server")))
     }
 }
 

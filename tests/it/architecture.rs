@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::support::root;
+
 /// `text` without its test code: a `#[cfg(test)]` module block (they sit at
 /// the end of a file) and the item after any other `#[cfg(test)]`. Returns
 /// the names of test-only module files it declares (`#[cfg(test)] mod x;`).
@@ -141,10 +143,6 @@ fn cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
         }
     }
     None
-}
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 #[test]

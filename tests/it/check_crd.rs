@@ -1,38 +1,19 @@
 //! `mrguard check --crd` and configured CEL rules, run as CI would run the
 //! built binary: exit codes, stdout and stderr.
 
-mod common;
-
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn mrguard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mrguard"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn fixture(rel: &str) -> String {
-    common::shared().join(rel).display().to_string()
-}
+use crate::support::bin::{run as mrguard, stderr};
+use crate::support::fixtures::{self, path as fixture};
+use crate::support::write;
 
 fn crds() -> String {
     fixture("crds")
 }
 
 const CONTACT: &str = "examples/aws_account_cluster_v1beta1_alternatecontact.yaml";
-
-fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
-    let p = dir.path().join(name);
-    std::fs::write(&p, text).unwrap();
-    p.display().to_string()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn stdout_docs(o: &Output) -> Vec<Value> {
     let docs: Vec<Value> =
@@ -42,7 +23,7 @@ fn stdout_docs(o: &Output) -> Vec<Value> {
 
 /// The AlternateContact example without some forProvider fields.
 fn contact_without(fields: &[&str]) -> String {
-    let text = std::fs::read_to_string(fixture(CONTACT)).unwrap();
+    let text = fixtures::read(CONTACT);
     text.lines()
         .filter(|l| {
             !fields
@@ -74,7 +55,7 @@ fn the_full_example_passes_with_crd_defaults_applied() {
 #[test]
 fn a_missing_parameter_is_rejected_with_upjets_message() {
     let dir = tempfile::tempdir().unwrap();
-    let f = write(&dir, "c.yaml", &contact_without(&["emailAddress"]));
+    let f = write(dir.path(), "c.yaml", &contact_without(&["emailAddress"]));
     let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(
@@ -90,7 +71,11 @@ fn a_missing_parameter_is_rejected_with_upjets_message() {
 #[test]
 fn every_missing_parameter_is_listed_as_kubectl_lists_them() {
     let dir = tempfile::tempdir().unwrap();
-    let f = write(&dir, "c.yaml", &contact_without(&["phoneNumber", "title"]));
+    let f = write(
+        dir.path(),
+        "c.yaml",
+        &contact_without(&["phoneNumber", "title"]),
+    );
     let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
@@ -102,13 +87,13 @@ fn init_provider_and_observe_only_satisfy_the_rules() {
     let dir = tempfile::tempdir().unwrap();
     let base = contact_without(&["emailAddress"]);
     let init = format!("{base}\n  initProvider:\n    emailAddress: a@example.com\n");
-    let f = write(&dir, "init.yaml", &init);
+    let f = write(dir.path(), "init.yaml", &init);
     let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
     let observe = contact_without(&["emailAddress", "name", "phoneNumber", "title"])
         + "\n  managementPolicies: [Observe]\n";
-    let f = write(&dir, "observe.yaml", &observe);
+    let f = write(dir.path(), "observe.yaml", &observe);
     let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
     // mrguard itself warns or not, but the CRD rules pass.
     assert!(!stderr(&out).contains("invalid"), "{}", stderr(&out));
@@ -119,7 +104,7 @@ fn type_enum_required_and_unknown_field_errors_carry_their_paths() {
     let dir = tempfile::tempdir().unwrap();
     let text = contact_without(&["alternateContactType"]).replace("name: Example", "name: 12")
         + "\n  managementPolicies: [Observe, Delete, Destroy]\n  deletionPolicy: delete\n";
-    let f = write(&dir, "bad.yaml", &text);
+    let f = write(dir.path(), "bad.yaml", &text);
     let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
@@ -139,7 +124,7 @@ fn type_enum_required_and_unknown_field_errors_carry_their_paths() {
 
     let unknown =
         contact_without(&[]).replace("title: Example", "title: Example\n    colour: blue");
-    let f = write(&dir, "unknown.yaml", &unknown);
+    let f = write(dir.path(), "unknown.yaml", &unknown);
     let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -161,10 +146,9 @@ fn kinds_without_a_crd_still_get_mrguards_rules() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(fixture("examples/aws_ec2_cluster_v1beta1_vpc.yaml"))
-        .unwrap()
+    let text = fixtures::read("examples/aws_ec2_cluster_v1beta1_vpc.yaml")
         .replace("spec:\n", "spec:\n  deletionPolicy: Keep\n");
-    let f = write(&dir, "vpc.yaml", &text);
+    let f = write(dir.path(), "vpc.yaml", &text);
     let out = mrguard(&["check", "-f", &f, "--crd", &only_contacts]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
@@ -180,7 +164,7 @@ fn crd_defaults_come_before_mutation() {
     // that name as unset and applies the configured one, as in a cluster.
     let dir = tempfile::tempdir().unwrap();
     let config = write(
-        &dir,
+        dir.path(),
         "config.yaml",
         "providerConfig: {defaultName: aws-prod}\n",
     );
@@ -247,9 +231,9 @@ fn widget(size: i64) -> String {
 #[test]
 fn transition_rules_use_old_and_message_expressions_render() {
     let dir = tempfile::tempdir().unwrap();
-    let crd = write(&dir, "crd.yaml", WIDGET_CRD);
-    let new = write(&dir, "new.yaml", &widget(4));
-    let old = write(&dir, "old.yaml", &widget(3));
+    let crd = write(dir.path(), "crd.yaml", WIDGET_CRD);
+    let new = write(dir.path(), "new.yaml", &widget(4));
+    let old = write(dir.path(), "old.yaml", &widget(3));
     let out = mrguard(&["check", "-f", &new, "--crd", &crd]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = mrguard(&["check", "-f", &new, "--old", &old, "--crd", &crd]);
@@ -261,7 +245,7 @@ fn transition_rules_use_old_and_message_expressions_render() {
         "{}",
         stderr(&out)
     );
-    let big = write(&dir, "big.yaml", &widget(11));
+    let big = write(dir.path(), "big.yaml", &widget(11));
     let out = mrguard(&["check", "-f", &big, "--crd", &crd]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -271,7 +255,7 @@ fn transition_rules_use_old_and_message_expressions_render() {
     );
     // An unserved version is what kubectl would call "no matches".
     let v2 = write(
-        &dir,
+        dir.path(),
         "v2.yaml",
         &widget(1).replace("example.org/v1", "example.org/v2"),
     );
@@ -297,7 +281,7 @@ fn unsupported_cel_fails_loudly_and_only_for_its_kind() {
     )
     .unwrap();
     let crds = crds.display().to_string();
-    let w = write(&dir, "w.yaml", &widget(1));
+    let w = write(dir.path(), "w.yaml", &widget(1));
     let out = mrguard(&["check", "-f", &w, "--crd", &crds]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
@@ -329,7 +313,7 @@ fn unreadable_crd_paths_exit_2() {
     );
     let dir = tempfile::tempdir().unwrap();
     let empty = write(
-        &dir,
+        dir.path(),
         "none.yaml",
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
     );
@@ -346,7 +330,7 @@ fn unreadable_crd_paths_exit_2() {
 fn configured_cel_rules_deny_and_warn_offline() {
     let dir = tempfile::tempdir().unwrap();
     let config = write(
-        &dir,
+        dir.path(),
         "config.yaml",
         r#"
 resources:
@@ -375,7 +359,7 @@ resources:
     );
     // `config check` rejects a rule that does not compile, naming it.
     let bad = write(
-        &dir,
+        dir.path(),
         "bad.yaml",
         "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - {name: oops, expression: 'self.a +'}\n",
     );

@@ -2,22 +2,16 @@
 //! (fixtures/reviews/) and variants built from fixtures/examples/, over
 //! HTTPS, applying the returned patches.
 
-mod common;
-
-use common::*;
+use mrguard_policy::model::Operation;
 use serde_json::{json, Value};
 
-fn warnings(resp: &Value) -> Vec<String> {
-    resp["warnings"]
-        .as_array()
-        .map(|w| w.iter().map(|s| s.as_str().unwrap().to_string()).collect())
-        .unwrap_or_default()
-}
+use crate::support::fixtures::{self, example_object};
+use crate::support::{apply_patch, create, delete, request, warnings, IntoReview, TestServer};
 
 /// Sends a fixture to its own webhook; returns the response and the object
 /// after applying the patch.
-async fn replay(h: &Harness, name: &str) -> (Value, Value) {
-    let review = fixture_review(name);
+async fn replay(h: &TestServer, name: &str) -> (Value, Value) {
+    let review = fixtures::review(name);
     let path = if name.contains("_mutate_") {
         "/mutate"
     } else {
@@ -35,7 +29,7 @@ async fn replay(h: &Harness, name: &str) -> (Value, Value) {
 
 #[tokio::test]
 async fn every_recorded_review_gets_the_expected_answer() {
-    let h = Harness::start(None).await;
+    let h = TestServer::start().await;
     // (fixture, allowed, external-name set by the patch, denial must mention)
     let cases: &[(&str, bool, Option<&str>, &[&str])] = &[
         // VPC ids are assigned by AWS: no external name; CRD defaults already in place.
@@ -179,7 +173,7 @@ async fn every_recorded_review_gets_the_expected_answer() {
         }
         if name.contains("_mutate_") {
             let got = patched["metadata"]["annotations"]["crossplane.io/external-name"].as_str();
-            let review = fixture_review(name);
+            let review = fixtures::review(name);
             let before = review["request"]["object"]["metadata"]["annotations"]
                 ["crossplane.io/external-name"]
                 .as_str();
@@ -200,7 +194,7 @@ async fn every_recorded_review_gets_the_expected_answer() {
 
 #[tokio::test]
 async fn namespace_mapping_applies_to_namespaced_reviews() {
-    let h = Harness::start(Some("providerConfig:\n  defaultName: main\n  namespaceProviderConfigs: {upbound-system: team-upbound}\n")).await;
+    let h = TestServer::with_config("providerConfig:\n  defaultName: main\n  namespaceProviderConfigs: {upbound-system: team-upbound}\n").await;
     let (_, cluster) = replay(&h, "001_mutate_CREATE_VPC_sample-vpc.json").await;
     assert_eq!(
         cluster["spec"]["providerConfigRef"],
@@ -217,29 +211,23 @@ async fn namespace_mapping_applies_to_namespaced_reviews() {
 
 #[tokio::test]
 async fn exempt_provider_service_account_may_change_immutable_fields() {
-    let h = Harness::start(None).await;
-    let mut r = fixture_review("018_validate_UPDATE_VPC_sample-vpc.json");
+    let h = TestServer::start().await;
+    let mut r = fixtures::review("018_validate_UPDATE_VPC_sample-vpc.json");
     r["request"]["userInfo"]["username"] =
         json!("system:serviceaccount:crossplane-system:provider-aws-ec2-abc");
     assert_eq!(h.review("/validate", &r).await["allowed"], true);
     h.stop().await;
 }
 
-fn example_object(file: &str) -> Value {
-    example(file).into_iter().next().unwrap()
-}
-
 #[tokio::test]
 async fn examples_get_defaults_applied_end_to_end() {
-    let h = Harness::start(Some(
+    let h = TestServer::with_config(
         "providerConfig: {defaultName: aws}\nresources:\n  - apiGroups: ['*.aws.upbound.io', '*.aws.m.upbound.io']\n    kinds: ['*']\n    tagsField: spec.forProvider.tags\n",
-    ))
+    )
     .await;
     // Cluster-scoped bucket as written by the user, with no CRD defaults.
     let bucket = example_object("aws_s3_cluster_v1beta1_bucket.yaml");
-    let resp = h
-        .review("/mutate", &review("CREATE", Some(&bucket), None))
-        .await;
+    let resp = h.review("/mutate", &create(&bucket).review()).await;
     let out = apply_patch(&bucket, &resp);
     assert_eq!(out["spec"]["providerConfigRef"], json!({"name": "aws"}));
     assert_eq!(out["spec"]["deletionPolicy"], "Delete");
@@ -260,13 +248,10 @@ async fn examples_get_defaults_applied_end_to_end() {
     );
     // The mutated object passes validation, and mutating it again is a no-op.
     assert_eq!(
-        h.review("/validate", &review("CREATE", Some(&out), None))
-            .await["allowed"],
+        h.review("/validate", &create(&out).review()).await["allowed"],
         true
     );
-    let again = h
-        .review("/mutate", &review("CREATE", Some(&out), None))
-        .await;
+    let again = h.review("/mutate", &create(&out).review()).await;
     assert!(again.get("patch").is_none(), "{again}");
 
     // Namespaced bucket: ClusterProviderConfig kind, no deletionPolicy.
@@ -276,9 +261,7 @@ async fn examples_get_defaults_applied_end_to_end() {
         .as_object_mut()
         .unwrap()
         .remove("providerConfigRef");
-    let resp = h
-        .review("/mutate", &review("CREATE", Some(&nsb), None))
-        .await;
+    let resp = h.review("/mutate", &create(&nsb).review()).await;
     let out = apply_patch(&nsb, &resp);
     assert_eq!(
         out["spec"]["providerConfigRef"],
@@ -286,8 +269,7 @@ async fn examples_get_defaults_applied_end_to_end() {
     );
     assert!(out["spec"].get("deletionPolicy").is_none());
     assert_eq!(
-        h.review("/validate", &review("CREATE", Some(&out), None))
-            .await["allowed"],
+        h.review("/validate", &create(&out).review()).await["allowed"],
         true
     );
     h.stop().await;
@@ -295,13 +277,11 @@ async fn examples_get_defaults_applied_end_to_end() {
 
 #[tokio::test]
 async fn bare_string_provider_config_ref_is_normalised_with_a_warning() {
-    let h = Harness::start(None).await;
+    let h = TestServer::start().await;
     let mut vpc = example_object("aws_ec2_namespaced_v1beta1_vpc.yaml");
     vpc["metadata"]["namespace"] = json!("team-a");
     vpc["spec"]["providerConfigRef"] = json!("aws-team");
-    let resp = h
-        .review("/mutate", &review("CREATE", Some(&vpc), None))
-        .await;
+    let resp = h.review("/mutate", &create(&vpc).review()).await;
     let out = apply_patch(&vpc, &resp);
     assert_eq!(
         out["spec"]["providerConfigRef"],
@@ -318,7 +298,7 @@ async fn bare_string_provider_config_ref_is_normalised_with_a_warning() {
 
 #[tokio::test]
 async fn all_findings_are_reported_together() {
-    let h = Harness::start(None).await;
+    let h = TestServer::start().await;
     let mut vpc = example_object("aws_ec2_cluster_v1beta1_vpc.yaml");
     vpc["spec"]["deletionPolicy"] = json!("orphan");
     vpc["spec"]["managementPolicies"] = json!(["Observe"]);
@@ -326,9 +306,7 @@ async fn all_findings_are_reported_together() {
     vpc["spec"]["forProvider"]["ipv4IpamPoolIdRef"] = json!({});
     vpc["spec"]["initProvider"] = json!({"cidrBlock": "10.0.0.0/16"});
     vpc["metadata"]["annotations"] = json!({"crossplane.io/paused": "yes"});
-    let resp = h
-        .review("/validate", &review("CREATE", Some(&vpc), None))
-        .await;
+    let resp = h.review("/validate", &create(&vpc).review()).await;
     assert_eq!(resp["allowed"], false);
     assert_eq!(resp["status"]["code"], 403);
     let msg = resp["status"]["message"].as_str().unwrap();
@@ -353,11 +331,11 @@ async fn all_findings_are_reported_together() {
 
 #[tokio::test]
 async fn non_managed_objects_and_connect_are_allowed_silently() {
-    let h = Harness::start(None).await;
+    let h = TestServer::start().await;
     let pc = json!({"apiVersion": "aws.upbound.io/v1beta1", "kind": "ProviderConfig", "metadata": {"name": "default"},
                     "spec": {"credentials": {"source": "IRSA"}, "deletionPolicy": "bogus"}});
     for path in ["/mutate", "/validate"] {
-        let resp = h.review(path, &review("CREATE", Some(&pc), None)).await;
+        let resp = h.review(path, &create(&pc).review()).await;
         assert_eq!(resp["allowed"], true);
         assert!(
             resp.get("patch").is_none() && resp.get("warnings").is_none(),
@@ -366,20 +344,18 @@ async fn non_managed_objects_and_connect_are_allowed_silently() {
     }
     let mut bad = example_object("aws_s3_cluster_v1beta1_bucket.yaml");
     bad["spec"]["deletionPolicy"] = json!("bogus");
-    let mut r = review("CONNECT", Some(&bad), None);
-    r["request"]["operation"] = json!("CONNECT");
+    let r = request(Operation::Connect).object(bad).review();
+    assert_eq!(r["request"]["operation"], "CONNECT");
     assert_eq!(h.review("/validate", &r).await["allowed"], true);
     h.stop().await;
 }
 
 #[tokio::test]
 async fn deletion_protection_blocks_delete_until_orphaned() {
-    let h = Harness::start(None).await;
+    let h = TestServer::start().await;
     let mut b = example_object("aws_s3_cluster_v1beta1_bucket.yaml");
     b["metadata"]["annotations"] = json!({"mrguard.io/deletion-protection": "true"});
-    let resp = h
-        .review("/validate", &review("DELETE", None, Some(&b)))
-        .await;
+    let resp = h.review("/validate", &delete(&b).review()).await;
     assert_eq!(resp["allowed"], false);
     let msg = resp["status"]["message"].as_str().unwrap();
     assert!(
@@ -388,8 +364,7 @@ async fn deletion_protection_blocks_delete_until_orphaned() {
     );
     b["spec"]["deletionPolicy"] = json!("Orphan");
     assert_eq!(
-        h.review("/validate", &review("DELETE", None, Some(&b)))
-            .await["allowed"],
+        h.review("/validate", &delete(&b).review()).await["allowed"],
         true
     );
     h.stop().await;
@@ -397,10 +372,10 @@ async fn deletion_protection_blocks_delete_until_orphaned() {
 
 #[tokio::test]
 async fn rule_findings_are_counted_by_rule_and_action() {
-    let h = Harness::start(None).await;
+    let h = TestServer::start().await;
     h.review(
         "/validate",
-        &fixture_review("018_validate_UPDATE_VPC_sample-vpc.json"),
+        &fixtures::review("018_validate_UPDATE_VPC_sample-vpc.json"),
     )
     .await;
     let m = h.metrics().await;

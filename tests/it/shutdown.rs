@@ -2,13 +2,12 @@
 //! listener still answers (so the Service stops routing here), then the
 //! listener closes, the in-flight request completes, and the process exits 0.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
 use tokio::io::AsyncWriteExt;
+
+use crate::support::{bin, fixtures, read_until_closed, Proto, TestPki, TlsClient};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Probe {
@@ -32,15 +31,13 @@ async fn probe(client: &TlsClient, addr: std::net::SocketAddr) -> Probe {
 #[tokio::test]
 async fn sigterm_turns_readiness_off_then_closes_the_listener_and_drains() {
     let dir = tempfile::tempdir().unwrap();
-    let (pair, ca) = mrguard::tls::self_signed(&mrguard::tls::local_names()).unwrap();
-    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    std::fs::write(&cert, &pair.cert).unwrap();
-    std::fs::write(&key, &pair.key).unwrap();
+    let pki = TestPki::generate();
+    let (cert, key) = pki.write(dir.path());
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mrguard"))
+    let mut child = bin::mrguard()
         .args([
             "serve",
             "--listen",
@@ -65,8 +62,7 @@ async fn sigterm_turns_readiness_off_then_closes_the_listener_and_drains() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let ca = ca.cert.into_bytes();
-    let client = TlsClient::new(&[&ca], Proto::Http1);
+    let client = TlsClient::new(&[&pki.ca], Proto::Http1);
     let deadline = Instant::now() + Duration::from_secs(20);
     while probe(&client, addr).await != Probe::Ready {
         assert!(Instant::now() < deadline, "the server never became ready");
@@ -75,8 +71,8 @@ async fn sigterm_turns_readiness_off_then_closes_the_listener_and_drains() {
 
     // An in-flight request: headers and part of the body now, the rest later.
     let review =
-        serde_json::to_vec(&fixture_review("002_validate_CREATE_VPC_sample-vpc.json")).unwrap();
-    let mut tls = raw_tls(addr, &[&ca], b"http/1.1").await.unwrap();
+        serde_json::to_vec(&fixtures::review("002_validate_CREATE_VPC_sample-vpc.json")).unwrap();
+    let mut tls = client.raw(addr).await.unwrap();
     let head = format!(
         "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         review.len()

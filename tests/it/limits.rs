@@ -2,27 +2,25 @@
 //! cap) against real slow and greedy clients over TLS, on HTTP/1.1 and
 //! HTTP/2. Bounds are generous: they prove a cut happens, not how fast.
 
-mod common;
-
-use std::convert::Infallible;
 use std::time::Duration;
 
-use common::*;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Bytes, Frame};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::AsyncWriteExt;
 
+use crate::support::tls::{full, Body};
+use crate::support::{fixtures, read_until_closed, Proto, TestServer};
+
 fn review_body() -> Vec<u8> {
-    serde_json::to_vec(&fixture_review("002_validate_CREATE_VPC_sample-vpc.json")).unwrap()
+    serde_json::to_vec(&fixtures::review("002_validate_CREATE_VPC_sample-vpc.json")).unwrap()
 }
 
 /// A fresh HTTP/1.1 request on its own connection still gets a real answer.
-async fn still_serving(h: &Harness) {
+async fn still_serving(h: &TestServer) {
     let resp = h
         .review(
             "/validate",
-            &fixture_review("002_validate_CREATE_VPC_sample-vpc.json"),
+            &fixtures::review("002_validate_CREATE_VPC_sample-vpc.json"),
         )
         .await;
     assert_eq!(resp["allowed"], true);
@@ -30,8 +28,11 @@ async fn still_serving(h: &Harness) {
 
 #[tokio::test]
 async fn slow_headers_on_http1_are_cut_by_the_header_read_timeout() {
-    let h = Harness::start_with(None, &["--header-read-timeout", "300ms"]).await;
-    let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"http/1.1").await.unwrap();
+    let h = TestServer::builder()
+        .header_read_timeout(Duration::from_millis(300))
+        .start()
+        .await;
+    let mut tls = h.raw(Proto::Http1).await;
     tls.write_all(b"POST /validate HTTP/1.1\r\nHost: localhost\r\n")
         .await
         .unwrap();
@@ -56,8 +57,11 @@ async fn slow_headers_on_http1_are_cut_by_the_header_read_timeout() {
 
 #[tokio::test]
 async fn slow_headers_on_http2_are_cut_by_the_header_read_timeout() {
-    let h = Harness::start_with(None, &["--header-read-timeout", "300ms"]).await;
-    let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"h2").await.unwrap();
+    let h = TestServer::builder()
+        .header_read_timeout(Duration::from_millis(300))
+        .start()
+        .await;
+    let mut tls = h.raw(Proto::Http2).await;
     // The client preface and SETTINGS, then a HEADERS frame announcing
     // 64 bytes of header block whose bytes trickle in one at a time.
     tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
@@ -90,16 +94,19 @@ async fn slow_headers_on_http2_are_cut_by_the_header_read_timeout() {
 
 #[tokio::test]
 async fn a_silent_connection_is_cut_before_and_after_the_handshake() {
-    let h = Harness::start_with(None, &["--header-read-timeout", "300ms"]).await;
+    let h = TestServer::builder()
+        .header_read_timeout(Duration::from_millis(300))
+        .start()
+        .await;
     // No TLS handshake at all.
     let mut tcp = tokio::net::TcpStream::connect(h.addr).await.unwrap();
     let (_, closed) = read_until_closed(&mut tcp, Duration::from_secs(5)).await;
     assert!(closed, "a connection that never handshakes stays open");
     // A handshake, then nothing: the first request's headers never come.
-    let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"http/1.1").await.unwrap();
+    let mut tls = h.raw(Proto::Http1).await;
     let (_, closed) = read_until_closed(&mut tls, Duration::from_secs(5)).await;
     assert!(closed, "a connection that never sends a request stays open");
-    let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"h2").await.unwrap();
+    let mut tls = h.raw(Proto::Http2).await;
     let (_, closed) = read_until_closed(&mut tls, Duration::from_secs(5)).await;
     assert!(
         closed,
@@ -111,9 +118,12 @@ async fn a_silent_connection_is_cut_before_and_after_the_handshake() {
 
 #[tokio::test]
 async fn a_slow_body_on_http1_gets_408_from_the_request_timeout() {
-    let h = Harness::start_with(None, &["--request-timeout", "400ms"]).await;
+    let h = TestServer::builder()
+        .request_timeout(Duration::from_millis(400))
+        .start()
+        .await;
     let body = review_body();
-    let mut tls = raw_tls(h.addr, &[&h.ca_pem], b"http/1.1").await.unwrap();
+    let mut tls = h.raw(Proto::Http1).await;
     let head = format!(
         "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
@@ -138,11 +148,8 @@ async fn a_slow_body_on_http1_gets_408_from_the_request_timeout() {
     h.stop().await;
 }
 
-type Chunks =
-    std::pin::Pin<Box<dyn futures::Stream<Item = Result<Frame<Bytes>, Infallible>> + Send>>;
-
 /// A body that yields `chunk`-sized pieces of `body` every `every`.
-fn trickled(body: Vec<u8>, chunk: usize, every: Duration) -> StreamBody<Chunks> {
+fn trickled(body: Vec<u8>, chunk: usize, every: Duration) -> Body {
     let stream = futures::stream::unfold((body, 0usize), move |(body, at)| async move {
         if at >= body.len() {
             return None;
@@ -154,23 +161,21 @@ fn trickled(body: Vec<u8>, chunk: usize, every: Duration) -> StreamBody<Chunks> 
         let frame = Frame::data(Bytes::copy_from_slice(&body[at..end]));
         Some((Ok(frame), (body, end)))
     });
-    StreamBody::new(Box::pin(stream))
+    StreamBody::new(stream).boxed_unsync()
 }
 
 #[tokio::test]
 async fn a_slow_body_on_http2_gets_408_and_the_connection_keeps_serving() {
-    let h = Harness::start_with(None, &["--request-timeout", "400ms"]).await;
-    let tls = raw_tls(h.addr, &[&h.ca_pem], b"h2").await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let h = TestServer::builder()
+        .request_timeout(Duration::from_millis(400))
+        .start()
+        .await;
+    let mut conn = h.connect(Proto::Http2).await;
     let req = hyper::Request::post("https://localhost/validate")
         .header("content-type", "application/json")
         .body(trickled(review_body(), 16, Duration::from_millis(100)))
         .unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(8), sender.send_request(req))
+    let resp = tokio::time::timeout(Duration::from_secs(8), conn.send(req))
         .await
         .expect("the slow request is answered")
         .unwrap();
@@ -182,51 +187,41 @@ async fn a_slow_body_on_http2_gets_408_and_the_connection_keeps_serving() {
         .header("content-type", "application/json")
         .body(trickled(review_body(), 1 << 20, Duration::ZERO))
         .unwrap();
-    let resp = sender.send_request(req).await.unwrap();
+    let resp = conn.send(req).await.unwrap();
     assert_eq!(resp.status(), 200);
     h.stop().await;
 }
 
 #[tokio::test]
 async fn beyond_the_concurrency_cap_requests_get_503_with_retry_after() {
-    let h = Harness::start_with(
-        None,
-        &["--max-concurrent-requests", "2", "--request-timeout", "3s"],
-    )
-    .await;
+    let h = TestServer::builder()
+        .max_concurrent_requests(2)
+        .request_timeout(Duration::from_secs(3))
+        .start()
+        .await;
     // Two requests hold the two slots while their bodies trickle in.
     let mut slow = Vec::new();
     for _ in 0..2 {
-        let tls = raw_tls(h.addr, &[&h.ca_pem], b"h2").await.unwrap();
-        let (mut sender, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
+        let mut conn = h.connect(Proto::Http2).await;
         let req = hyper::Request::post("https://localhost/validate")
             .header("content-type", "application/json")
             .body(trickled(review_body(), 256, Duration::from_millis(300)))
             .unwrap();
         slow.push(tokio::spawn(async move {
-            let resp = sender.send_request(req).await.unwrap();
+            let resp = conn.send(req).await.unwrap();
             let status = resp.status();
             let body = resp.into_body().collect().await.unwrap().to_bytes();
             (status, body)
         }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut conn = h.client(Proto::Http1).connect(h.addr).await.unwrap();
+    let mut conn = h.connect(Proto::Http1).await;
     let resp = {
         let req = hyper::Request::post("/validate")
             .header("host", "localhost")
-            .body(http_body_util::Full::new(Bytes::from(review_body())))
+            .body(full(review_body()))
             .unwrap();
-        let tls = raw_tls(h.addr, &[&h.ca_pem], b"http/1.1").await.unwrap();
-        let (mut s, c) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .unwrap();
-        tokio::spawn(c);
-        s.send_request(req).await.unwrap()
+        h.connect(Proto::Http1).await.send(req).await.unwrap()
     };
     assert_eq!(resp.status(), 503);
     assert_eq!(resp.headers()["retry-after"], "1");
@@ -240,26 +235,26 @@ async fn beyond_the_concurrency_cap_requests_get_503_with_retry_after() {
         let (status, body) = s.await.unwrap();
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     }
-    let resp = post_review(
-        &mut conn,
-        "/validate",
-        &fixture_review("002_validate_CREATE_VPC_sample-vpc.json"),
-    )
-    .await;
+    let resp = conn
+        .review(
+            "/validate",
+            &fixtures::review("002_validate_CREATE_VPC_sample-vpc.json"),
+        )
+        .await;
     assert_eq!(resp["allowed"], true);
     h.stop().await;
 }
 
 #[tokio::test]
 async fn an_idle_keep_alive_connection_outlives_the_header_read_timeout() {
-    let h = Harness::start_with(None, &["--header-read-timeout", "300ms"]).await;
-    let review = fixture_review("002_validate_CREATE_VPC_sample-vpc.json");
+    let h = TestServer::builder()
+        .header_read_timeout(Duration::from_millis(300))
+        .start()
+        .await;
+    let review = fixtures::review("002_validate_CREATE_VPC_sample-vpc.json");
     for proto in [Proto::Http1, Proto::Http2] {
-        let mut conn = h.client(proto).connect(h.addr).await.unwrap();
-        assert_eq!(
-            post_review(&mut conn, "/validate", &review).await["allowed"],
-            true
-        );
+        let mut conn = h.connect(proto).await;
+        assert_eq!(conn.review("/validate", &review).await["allowed"], true);
         // Idle for longer than the header timeout, as a pooled connection is.
         tokio::time::sleep(Duration::from_millis(900)).await;
         let again = conn
