@@ -368,6 +368,8 @@ pub fn judge_manifest(
             }
         })
         .collect();
+    // Why an allowed UPDATE would be denied once the MR exists.
+    notes.extend(judged.notes.iter().cloned());
     let verdict = if judged.invalid.is_some() {
         "invalid"
     } else if judged.findings.iter().any(|f| f.action == Action::Deny) {
@@ -728,7 +730,7 @@ spec:
             r.findings[0].field.as_deref(),
             Some("spec.forProvider.region")
         );
-        let a = annotations(&[r.clone()]);
+        let a = annotations(std::slice::from_ref(&r));
         assert_eq!(a[0].line, 8);
         assert_eq!(a[0].level, "error");
         let text = render_text(&[r]);

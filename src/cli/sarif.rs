@@ -56,13 +56,10 @@ fn path_in(text: &str) -> Option<Vec<String>> {
     let mut from = 0;
     while from < text.len() {
         let rest = &text[from..];
-        let Some(i) = ["spec.", "metadata."]
+        let i = ["spec.", "metadata."]
             .iter()
             .filter_map(|p| rest.find(p))
-            .min()
-        else {
-            return None;
-        };
+            .min()?;
         let start = from + i;
         let boundary = text[..start]
             .chars()

@@ -340,23 +340,16 @@ mod tests {
         }
     }
 
-    /// An API server holding reports by path, counting writes.
-    fn cluster() -> (
-        kube::Client,
-        Arc<Mutex<BTreeMap<String, Value>>>,
-        Arc<Mutex<usize>>,
-    ) {
+    /// Reports by request path.
+    type Store = Arc<Mutex<BTreeMap<String, Value>>>;
+
+    fn cluster() -> (kube::Client, Store, Arc<Mutex<usize>>) {
         cluster_with(false)
     }
 
-    fn cluster_with(
-        forbid_cluster_reports: bool,
-    ) -> (
-        kube::Client,
-        Arc<Mutex<BTreeMap<String, Value>>>,
-        Arc<Mutex<usize>>,
-    ) {
-        let store: Arc<Mutex<BTreeMap<String, Value>>> = Arc::default();
+    /// An API server holding reports by path, counting writes.
+    fn cluster_with(forbid_cluster_reports: bool) -> (kube::Client, Store, Arc<Mutex<usize>>) {
+        let store: Store = Arc::default();
         let writes: Arc<Mutex<usize>> = Arc::default();
         let (s, w) = (store.clone(), writes.clone());
         let (client, _api) = mock::client(move |r| {

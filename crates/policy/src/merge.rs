@@ -75,11 +75,10 @@ fn filter_nulls(patch: &Map<String, Value>, keep_null: bool) -> Map<String, Valu
                 out.insert(key.clone(), Value::Null);
             }
             Value::Null => {}
-            Value::Object(m) if m.is_empty() => {
-                if !keep_null {
-                    out.insert(key.clone(), v.clone());
-                }
+            Value::Object(m) if m.is_empty() && !keep_null => {
+                out.insert(key.clone(), v.clone());
             }
+            Value::Object(m) if m.is_empty() => {}
             Value::Object(m) => {
                 let sub = filter_nulls(m, keep_null);
                 if !sub.is_empty() {
