@@ -20,11 +20,16 @@ pub use audit::AuditArgs;
 pub use check::CheckArgs;
 pub use serve::ServeArgs;
 
+/// A flag given twice takes its last value (`args_override_self`), as
+/// kubectl and most Kubernetes components do: the chart's `extraArgs` come
+/// after the flags the chart sets, so they can override them. Before, clap
+/// refused the second occurrence and the pod crash-looped.
 #[derive(Debug, Parser)]
 #[command(
     name = "mrguard",
     version,
-    about = "Admission webhook and controller for Crossplane managed resources"
+    about = "Admission webhook and controller for Crossplane managed resources",
+    args_override_self = true
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -36,6 +41,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the mutating and validating webhooks over HTTPS.
+    #[command(args_override_self = true)]
     Serve(Box<ServeArgs>),
     /// Mutate and validate manifests offline, as the webhooks would.
     Check(Box<CheckArgs>),
@@ -187,6 +193,29 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// Bug 6 (regression): a flag given again later wins instead of
+    /// failing with "cannot be used multiple times".
+    #[test]
+    fn a_later_flag_wins() {
+        let cli = Cli::try_parse_from([
+            "mrguard",
+            "serve",
+            "--audit-interval=10m",
+            "--listen=0.0.0.0:9443",
+            "--controller",
+            "--audit-interval=30s",
+            "--listen=127.0.0.1:1",
+            "--controller",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert_eq!(args.listen.to_string(), "127.0.0.1:1");
+        let parsed = format!("{args:?}");
+        assert!(parsed.contains("audit_interval: 30s"), "{parsed}");
     }
 
     #[test]

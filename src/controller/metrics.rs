@@ -16,6 +16,8 @@ pub struct ControllerMetrics {
     pub events: IntCounterVec,
     pub api_errors: IntCounterVec,
     pub audit_last_success: IntGauge,
+    /// `mrguard_controller_forbidden_kinds`.
+    pub forbidden_kinds: IntGauge,
 }
 
 impl ControllerMetrics {
@@ -75,6 +77,10 @@ impl ControllerMetrics {
                 "mrguard_audit_last_success_timestamp_seconds",
                 "When the last complete audit pass finished, in seconds since the epoch.",
             )?,
+            forbidden_kinds: IntGauge::new(
+                "mrguard_controller_forbidden_kinds",
+                "MR kinds whose list or watch RBAC forbids (leader only); their gauges, Events and audit are missing.",
+            )?,
         };
         for c in m.collectors() {
             registry.register(c)?;
@@ -89,6 +95,7 @@ impl ControllerMetrics {
             Box::new(self.audit_violations.clone()),
             Box::new(self.leader.clone()),
             Box::new(self.covered_kinds.clone()),
+            Box::new(self.forbidden_kinds.clone()),
             Box::new(self.webhook_updates.clone()),
             Box::new(self.webhook_configuration_present.clone()),
             Box::new(self.events.clone()),
@@ -110,6 +117,7 @@ impl ControllerMetrics {
         self.managed_resources.reset();
         self.audit_violations.reset();
         self.covered_kinds.set(0);
+        self.forbidden_kinds.set(0);
         self.webhook_configuration_present.reset();
     }
 }

@@ -177,6 +177,9 @@ fn mutate_with(req: &Request, config: &Config, want_object: bool) -> Decision {
         return allow(req);
     }
     let ctx = mutation::MutateContext::new(req, config);
+    if ctx.exempt() {
+        return allow(req);
+    }
     let (mut mutated, left_out) = working_copy(obj, ctx.resource.tags_field.as_ref());
     let warnings = mutation::apply(&mut mutated, &ctx);
     let mut response = AdmissionResponse::from(req);

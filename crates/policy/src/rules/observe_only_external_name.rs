@@ -1,9 +1,11 @@
 use super::{Rule, RuleContext, CU};
 use crate::config::ExternalNameStrategy;
 use crate::model::{Action, Violation};
+use crate::mr::PolicySet;
 
 /// Without Create, a provider-assigned kind can only be found by its
-/// external name.
+/// external name. The paused set `[]` does nothing at all, so it is exempt
+/// (SPEC §4): pausing an MR must never be refused.
 pub(super) struct ObserveOnlyExternalName;
 
 impl Rule for ObserveOnlyExternalName {
@@ -28,11 +30,17 @@ impl Rule for ObserveOnlyExternalName {
         }
         let mr = ctx.mr();
         match mr.policies() {
-            Ok(set) if !set.can_create() && mr.external_name().is_none() => vec![Violation::new(format!(
+            Ok(set)
+                if set != PolicySet::PAUSED
+                    && !set.can_create()
+                    && mr.external_name().is_none() =>
+            {
+                vec![Violation::new(format!(
                 "managementPolicies {set} cannot create, and {} identifiers are assigned by the provider, so without crossplane.io/external-name nothing identifies the existing resource",
                 ctx.kind
             ))
-            .fix("set the crossplane.io/external-name annotation to the existing resource's ID, or add Create to spec.managementPolicies")],
+            .fix("set the crossplane.io/external-name annotation to the existing resource's ID, or add Create to spec.managementPolicies")]
+            }
             _ => vec![],
         }
     }
@@ -59,6 +67,20 @@ mod tests {
         )))
         .check(&ObserveOnlyExternalName);
         assert_eq!(v.len(), 1);
+    }
+
+    /// Bug: pausing an observe-only VPC (`managementPolicies: []`) was
+    /// denied, though the paused set does nothing.
+    #[test]
+    fn the_paused_set_is_exempt() {
+        let paused = mr(json!({"managementPolicies": []}));
+        for case in [
+            Case::create(paused.clone()),
+            Case::update(paused.clone(), paused),
+        ] {
+            let v = vpc(case).check(&ObserveOnlyExternalName);
+            assert!(v.is_empty(), "{v:?}");
+        }
     }
 
     #[test]
