@@ -62,11 +62,11 @@ pub struct LiveArgs {
     pub namespace: Option<String>,
     /// How the new object is computed: kubectl's client-side three-way
     /// merge (needs get), or a server-side-apply dry run (needs patch).
-    #[arg(long, value_enum, default_value = "client")]
+    #[arg(long, value_enum, default_value = "client", requires = "live")]
     pub merge: MergeMode,
     /// Field manager of the server-side-apply dry run; use your GitOps
     /// tool's to see what its apply would remove.
-    #[arg(long, default_value = "mrguard-check")]
+    #[arg(long, default_value = "mrguard-check", requires = "live")]
     pub field_manager: String,
     /// Read the configuration from the installed release's ConfigMap
     /// (key config.yaml) instead of --config.
@@ -78,7 +78,13 @@ pub struct LiveArgs {
     )]
     pub config_from_cluster: Option<String>,
     /// Output format of --live.
-    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    #[arg(
+        short = 'o',
+        long,
+        value_enum,
+        default_value = "text",
+        requires = "live"
+    )]
     pub output: LiveOutput,
 }
 
@@ -288,6 +294,7 @@ pub fn judge_manifest(
     live: Option<&Value>,
     merged: Option<Value>,
     mode: MergeMode,
+    username: &str,
     config: &Config,
     crds: Option<&Crds>,
 ) -> Result<LiveResult, LiveError> {
@@ -344,7 +351,7 @@ pub fn judge_manifest(
         }
         _ => None,
     };
-    let judged = offline::judge(op, &new, live, "", config, crd)
+    let judged = offline::judge(op, &new, live, username, config, crd)
         .map_err(|e| LiveError::Other(format!("{label}: {e}")))?;
     let findings: Vec<LiveFinding> = judged
         .findings
@@ -536,6 +543,7 @@ async fn check_all(
             live_obj.as_ref(),
             merged,
             live.merge,
+            &args.username,
             &config,
             (!crds.is_empty()).then_some(&crds),
         )?);
@@ -721,7 +729,7 @@ spec:
         let cfg = Config::from_yaml(CFG).unwrap();
         let m = manifest(DB);
         let live = live_db(true);
-        let r = judge_manifest(&m, Some(&live), None, MergeMode::Client, &cfg, None).unwrap();
+        let r = judge_manifest(&m, Some(&live), None, MergeMode::Client, "", &cfg, None).unwrap();
         assert_eq!(r.operation, "UPDATE");
         assert_eq!(r.verdict, "denied");
         assert_eq!(r.findings[0].rule, "immutable-field");
@@ -752,6 +760,7 @@ spec:
             Some(&live_db(false)),
             None,
             MergeMode::Client,
+            "",
             &cfg,
             None,
         )
@@ -763,17 +772,36 @@ spec:
     }
 
     #[test]
+    fn the_username_counts_for_exemptions() {
+        let cfg = Config::from_yaml(&format!(
+            "exemptUsernames: ['system:serviceaccount:crossplane-system:*']\n{CFG}"
+        ))
+        .unwrap();
+        let r = judge_manifest(
+            &manifest(DB),
+            Some(&live_db(true)),
+            None,
+            MergeMode::Client,
+            "system:serviceaccount:crossplane-system:provider-aws",
+            &cfg,
+            None,
+        )
+        .unwrap();
+        assert_eq!(r.verdict, "allowed");
+    }
+
+    #[test]
     fn no_live_object_is_a_create_and_an_equal_one_is_unchanged() {
         let cfg = Config::from_yaml(CFG).unwrap();
         let m = manifest(DB);
-        let r = judge_manifest(&m, None, None, MergeMode::Client, &cfg, None).unwrap();
+        let r = judge_manifest(&m, None, None, MergeMode::Client, "", &cfg, None).unwrap();
         assert_eq!(
             (r.operation.as_str(), r.verdict.as_str()),
             ("CREATE", "allowed")
         );
         let mut live = merge::with_last_applied(&m.object);
         live["spec"]["deletionPolicy"] = json!("Delete");
-        let r = judge_manifest(&m, Some(&live), None, MergeMode::Client, &cfg, None).unwrap();
+        let r = judge_manifest(&m, Some(&live), None, MergeMode::Client, "", &cfg, None).unwrap();
         assert_eq!(r.verdict, "unchanged");
     }
 
@@ -784,8 +812,16 @@ spec:
         let live = live_db(true);
         let mut result = live.clone();
         result["spec"]["forProvider"]["region"] = json!("eu-west-1");
-        let r =
-            judge_manifest(&m, Some(&live), Some(result), MergeMode::Server, &cfg, None).unwrap();
+        let r = judge_manifest(
+            &m,
+            Some(&live),
+            Some(result),
+            MergeMode::Server,
+            "",
+            &cfg,
+            None,
+        )
+        .unwrap();
         assert_eq!(r.verdict, "denied");
         assert!(r.notes.is_empty());
     }

@@ -102,6 +102,22 @@ fn bad_input_and_flags_are_exit_2() {
             text(&out.stderr)
         );
     }
+    // --live's own flags need --live.
+    for extra in [
+        ["--merge", "server"],
+        ["-o", "sarif"],
+        ["--field-manager", "x"],
+    ] {
+        let mut args = vec!["check", "-f", &b];
+        args.extend_from_slice(&extra);
+        let out = mrguard(&args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        assert!(
+            text(&out.stderr).contains("--live"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
     // --config and --config-from-cluster exclude each other.
     let out = mrguard(&[
         "check",
