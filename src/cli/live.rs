@@ -445,7 +445,9 @@ async fn check_all(
         .unwrap_or_else(|| client.default_namespace().to_string());
     let mut discovery = Discovery::default();
     let mut crds = Crds::default();
-    let mut crd_tried = std::collections::HashSet::new();
+    // Per CRD name: why it could not be used, if it could not.
+    let mut crd_tried: std::collections::HashMap<String, Option<String>> =
+        std::collections::HashMap::new();
     let mut out = Vec::new();
     for mut m in manifests {
         if !mrguard_policy::mr::is_managed(&m.object) {
@@ -501,16 +503,23 @@ async fn check_all(
             .await
             .map_err(|e| api_error("get", what.clone(), e))?
             .map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
-        if live.merge == MergeMode::Client && crd_tried.insert(resource.display()) {
+        if live.merge == MergeMode::Client && !crd_tried.contains_key(&resource.display()) {
             // The CRD gives defaults and schema checks, as the API server
-            // applies them; without read access to CRDs, judge without.
-            let crd_api: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-                kube::Api::all(client.clone());
-            if let Ok(Some(crd)) = crd_api.get_opt(&resource.display()).await {
-                if let Ok(v) = serde_json::to_value(&crd) {
-                    let _ = crds.add(&resource.display(), &v);
-                }
-            }
+            // applies them; without read access to CRDs, judge without and
+            // say so.
+            let crd_api: kube::Api<
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+            > = kube::Api::all(client.clone());
+            let name = resource.display();
+            let problem = match crd_api.get_opt(&name).await {
+                Ok(Some(crd)) => serde_json::to_value(&crd)
+                    .map_err(|e| e.to_string())
+                    .and_then(|v| crds.add(&name, &v).map_err(|e| e.to_string()))
+                    .err(),
+                Ok(None) => Some("it does not exist".to_string()),
+                Err(e) => Some(e.to_string()),
+            };
+            crd_tried.insert(name, problem);
         }
         let merged = match live.merge {
             MergeMode::Client => None,
@@ -538,7 +547,7 @@ async fn check_all(
                 }
             }
         };
-        out.push(judge_manifest(
+        let mut result = judge_manifest(
             &m,
             live_obj.as_ref(),
             merged,
@@ -546,7 +555,14 @@ async fn check_all(
             &args.username,
             &config,
             (!crds.is_empty()).then_some(&crds),
-        )?);
+        )?;
+        if let Some(Some(why)) = crd_tried.get(&resource.display()) {
+            result.notes.push(format!(
+                "judged without the CRD's defaults and schema: failed to read customresourcedefinitions.apiextensions.k8s.io {:?}: {why}",
+                resource.display()
+            ));
+        }
+        out.push(result);
     }
     Ok(out)
 }
