@@ -4,6 +4,11 @@
 pub mod audit;
 pub mod certs;
 pub mod check;
+pub mod cluster;
+pub mod explain;
+pub mod lines;
+pub mod live;
+pub mod sarif;
 pub mod serve;
 
 use std::path::PathBuf;
@@ -42,6 +47,8 @@ pub enum Command {
     Check(Box<CheckArgs>),
     /// Evaluate the validation rules on every MR in a cluster.
     Audit(Box<AuditArgs>),
+    /// Explain one MR: its states, deletion outcome, and who set each field.
+    Explain(Box<explain::ExplainArgs>),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -136,6 +143,7 @@ pub fn run(cli: Cli) -> i32 {
         }
         Command::Check(args) => check::run(*args),
         Command::Audit(args) => audit::run(*args),
+        Command::Explain(args) => explain::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::load_file(&file) {
             Ok((config, bytes)) => {

@@ -4,7 +4,7 @@
 //! external-name changes) are skipped. Used by the controller on an
 //! interval and by `mrguard audit`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,6 +90,9 @@ pub struct KindReport {
     pub findings: Vec<AuditFinding>,
     /// UIDs with `managementPolicies: []`, which only the spec shows.
     pub paused_by_policy: HashSet<String>,
+    /// Namespaces holding MRs of the kind (`""` for cluster scope), for
+    /// one policy report per namespace.
+    pub namespaces: BTreeSet<String>,
 }
 
 /// Lists every object of `kind` page by page and judges each.
@@ -118,6 +121,11 @@ pub async fn audit_kind(
             value["apiVersion"] = Value::String(format!("{}/{}", kind.group, kind.read_version));
             value["kind"] = Value::String(kind.kind.clone());
             report.objects += 1;
+            if mrguard_policy::mr::is_managed(&value) {
+                report
+                    .namespaces
+                    .insert(obj.metadata.namespace.clone().unwrap_or_default());
+            }
             if mrguard_policy::mr::is_managed(&value) && Mr(&value).is_paused() {
                 if let Some(uid) = obj.metadata.uid.clone() {
                     report.paused_by_policy.insert(uid);
@@ -241,6 +249,7 @@ pub async fn run(
     states: MrStates,
     metrics: Arc<ControllerMetrics>,
     interval: Duration,
+    reports: Option<super::reports::ReportWriter>,
 ) {
     if coverage.wait_for(Option::is_some).await.is_err() {
         return;
@@ -263,6 +272,7 @@ pub async fn run(
         }
         let mut complete = true;
         let (mut objects, mut findings, mut forbidden) = (0, 0, Vec::new());
+        let mut pass = super::reports::PassCollector::default();
         for kind in cov.kinds() {
             match audit_kind(&client, kind, &config).await {
                 Ok(report) => {
@@ -270,6 +280,7 @@ pub async fn run(
                     findings += report.findings.len();
                     state.record(kind, &report.findings);
                     states.set_paused_by_policy(kind, &report.paused_by_policy);
+                    pass.kind(kind, &report.findings, &report.namespaces);
                     states.set_forbidden(kind, false);
                 }
                 // RBAC does not let mrguard read this kind (the chart lists
@@ -286,9 +297,11 @@ pub async fn run(
                     }
                     state.forget(&kind.key());
                     forbidden.push(kind.key());
+                    pass.failed(kind);
                 }
                 Err(e) => {
                     complete = false;
+                    pass.failed(kind);
                     e.log(
                         Some(&metrics),
                         "audit: failed to list MRs of a kind; keeping its last results",
@@ -310,6 +323,9 @@ pub async fn run(
             forbidden_kinds = %forbidden.join(","),
             "audit pass done"
         );
+        if let Some(w) = &reports {
+            super::reports::sync_logged(w, &pass.finish(), &metrics).await;
+        }
         tokio::time::sleep(interval).await;
     }
 }
@@ -493,6 +509,7 @@ mod tests {
             states.clone(),
             metrics.clone(),
             Duration::from_secs(600),
+            None,
         ));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while metrics.audit_last_success.get() == 0 {

@@ -22,6 +22,7 @@ pub mod certs;
 pub mod coverage;
 pub mod leader;
 pub mod metrics;
+pub mod reports;
 pub(crate) mod retry;
 pub mod watch;
 pub mod webhooks;
@@ -93,6 +94,16 @@ pub struct ControllerArgs {
     /// How often existing MRs are audited against the validation rules.
     #[arg(long, env = "MRGUARD_AUDIT_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub audit_interval: Duration,
+    /// Write the audit's findings as policy reports: wgpolicyk8s
+    /// (wgpolicyk8s.io/v1alpha2 PolicyReport/ClusterPolicyReport),
+    /// openreports (openreports.io/v1alpha1 Report/ClusterReport) or off.
+    #[arg(
+        long,
+        env = "MRGUARD_POLICY_REPORTS",
+        value_enum,
+        default_value = "off"
+    )]
+    pub policy_reports: reports::PolicyReports,
     /// Lifetime of a generated CA.
     #[arg(long, env = "MRGUARD_CA_LIFETIME", default_value = "8760h", value_parser = parse_duration)]
     pub ca_lifetime: Duration,
@@ -199,6 +210,8 @@ pub struct Settings {
     pub lease: String,
     pub lease_duration: Duration,
     pub audit_interval: Duration,
+    /// The report API the audit writes to, if any.
+    pub policy_reports: Option<mrguard_policy::reports::Flavor>,
     pub identity: String,
     pub certs: certs::CertSettings,
     /// The port every replica serves admission on, for the rotation probe.
@@ -225,6 +238,7 @@ impl Settings {
             lease: args.lease_name.clone(),
             lease_duration: args.lease_duration.max(Duration::from_secs(3)),
             audit_interval: args.audit_interval.max(Duration::from_secs(1)),
+            policy_reports: args.policy_reports.flavor(),
             identity: identity(),
             certs: certs::CertSettings {
                 names,
@@ -589,6 +603,8 @@ impl LeaderContext {
                 states,
                 self.metrics.clone(),
                 s.audit_interval,
+                s.policy_reports
+                    .map(|f| reports::ReportWriter::new(self.client.clone(), f)),
             )
             .instrument(tracing::info_span!("audit")),
         );
@@ -634,6 +650,7 @@ mod tests {
             lease_name: "mrguard-leader".into(),
             lease_duration: Duration::from_secs(15),
             audit_interval: Duration::from_secs(600),
+            policy_reports: reports::PolicyReports::Off,
             ca_lifetime: Duration::from_secs(3600),
             cert_lifetime: Duration::from_secs(600),
             cert_renew_fraction: 1.0 / 3.0,
@@ -796,6 +813,7 @@ mod tests {
             lease_name: "mrguard-leader".into(),
             lease_duration: Duration::from_secs(15),
             audit_interval: Duration::from_secs(600),
+            policy_reports: reports::PolicyReports::Off,
             ca_lifetime: Duration::from_secs(365 * 86400),
             cert_lifetime: Duration::from_secs(90 * 86400),
             cert_renew_fraction: 1.0 / 3.0,
