@@ -23,9 +23,10 @@ pub(crate) enum CheckOperation {
 
 #[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
-    /// Manifest file (multi-document YAML); "-" reads standard input.
-    #[arg(short = 'f', long = "file")]
-    pub(crate) file: PathBuf,
+    /// Manifest file (multi-document YAML); "-" reads standard input. With
+    /// --live: repeatable, and folders are read recursively.
+    #[arg(short = 'f', long = "file", required = true)]
+    pub(crate) file: Vec<PathBuf>,
     /// The previous version of the objects, for UPDATE (matched by kind, namespace and name).
     #[arg(long)]
     pub(crate) old: Option<PathBuf>,
@@ -56,6 +57,8 @@ pub struct CheckArgs {
     /// a larger file is refused rather than read without bound.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub(crate) max_documents: usize,
+    #[command(flatten)]
+    pub(crate) live: super::live::LiveArgs,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +89,8 @@ pub(crate) enum CheckError {
     Crd(#[from] CrdError),
     #[error("failed to find a CustomResourceDefinition in {0}")]
     NoCrd(String),
+    #[error("failed to read manifests: an offline check reads one -f file; several files and folders need --live")]
+    OneFile,
     #[error("failed to match {what} ({at} of {path}) in {old}: no object with that kind, namespace and name")]
     NoOld {
         what: String,
@@ -278,6 +283,10 @@ fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), CheckError> 
 }
 
 fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<bool, CheckError> {
+    let file = match args.file.as_slice() {
+        [one] => one,
+        _ => return Err(CheckError::OneFile),
+    };
     let config = match &args.config {
         Some(p) => crate::config::load_file(p)?.0,
         None => Config::builtin(),
@@ -286,7 +295,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         Some(p) => Some(load_crds(p)?),
         None => None,
     };
-    let docs = read_docs(&args.file, args.max_documents)?;
+    let docs = read_docs(file, args.max_documents)?;
     let olds = match &args.old {
         Some(p) => Some((p, read_docs(p, args.max_documents)?)),
         None => None,
@@ -308,7 +317,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
                         .ok_or_else(|| CheckError::NoOld {
                             what: label(doc),
                             at: at.clone(),
-                            path: args.file.display().to_string(),
+                            path: file.display().to_string(),
                             old: path.display().to_string(),
                         })?
                         .value,
@@ -364,7 +373,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         };
         let mut judged = offline::judge(op.into(), doc, old, &args.username, &config, crd)
             .map_err(|reason| CheckError::Document {
-                path: args.file.display().to_string(),
+                path: file.display().to_string(),
                 at: at.clone(),
                 reason,
             })?;
@@ -416,6 +425,14 @@ fn json_type(v: &Value) -> &'static str {
 /// Runs the check; 0 allowed, 1 denied or invalid, 2 unreadable input
 /// (or a CRD rule mrguard cannot evaluate).
 pub(crate) fn run(args: CheckArgs) -> i32 {
+    if args.live.live {
+        return super::live::run(&super::live::LiveCheck {
+            files: &args.file,
+            config: args.config.as_ref(),
+            username: &args.username,
+            live: &args.live,
+        });
+    }
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();
     match execute(&args, &mut out, &mut err) {

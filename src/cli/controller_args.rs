@@ -4,10 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use super::parse::{parse_duration, parse_fraction};
 use crate::controller::{certs, identity, resolve_namespace, webhooks, ControllerError, Settings};
+use mrguard_policy::reports::Flavor;
 
 #[derive(Debug, Clone, Args)]
 pub struct ControllerArgs {
@@ -50,6 +51,16 @@ pub struct ControllerArgs {
     /// How often existing MRs are audited against the validation rules.
     #[arg(long, env = "MRGUARD_AUDIT_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub audit_interval: Duration,
+    /// Write the audit's findings as policy reports: wgpolicyk8s
+    /// (wgpolicyk8s.io/v1alpha2 PolicyReport/ClusterPolicyReport),
+    /// openreports (openreports.io/v1alpha1 Report/ClusterReport) or off.
+    #[arg(
+        long,
+        env = "MRGUARD_POLICY_REPORTS",
+        value_enum,
+        default_value = "off"
+    )]
+    pub policy_reports: PolicyReports,
     /// Lifetime of a generated CA.
     #[arg(long, env = "MRGUARD_CA_LIFETIME", default_value = "8760h", value_parser = parse_duration)]
     pub ca_lifetime: Duration,
@@ -64,6 +75,30 @@ pub struct ControllerArgs {
     /// (comma-separated), e.g. for a webhook reached by URL.
     #[arg(long, env = "MRGUARD_CERT_EXTRA_NAMES", value_delimiter = ',')]
     pub cert_extra_names: Vec<String>,
+}
+
+/// `--policy-reports`: which report API the audit writes, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PolicyReports {
+    /// `wgpolicyk8s.io/v1alpha2` PolicyReport and ClusterPolicyReport.
+    #[value(name = "wgpolicyk8s")]
+    WgPolicyK8s,
+    /// `openreports.io/v1alpha1` Report and ClusterReport.
+    #[value(name = "openreports")]
+    OpenReports,
+    /// No reports.
+    Off,
+}
+
+impl PolicyReports {
+    /// The flavor to write, or `None` when off.
+    pub(crate) fn flavor(self) -> Option<Flavor> {
+        match self {
+            PolicyReports::WgPolicyK8s => Some(Flavor::WgPolicyK8s),
+            PolicyReports::OpenReports => Some(Flavor::OpenReports),
+            PolicyReports::Off => None,
+        }
+    }
 }
 
 impl ControllerArgs {
@@ -110,6 +145,7 @@ impl ControllerArgs {
             lease: self.lease_name.clone(),
             lease_duration: self.lease_duration.max(Duration::from_secs(3)),
             audit_interval: self.audit_interval.max(Duration::from_secs(1)),
+            policy_reports: self.policy_reports.flavor(),
             identity: identity(),
             certs: certs::CertSettings {
                 names,
@@ -142,6 +178,7 @@ mod tests {
             lease_name: "mrguard-leader".into(),
             lease_duration: Duration::from_secs(15),
             audit_interval: Duration::from_secs(600),
+            policy_reports: PolicyReports::Off,
             ca_lifetime: Duration::from_secs(3600),
             cert_lifetime: Duration::from_secs(600),
             cert_renew_fraction: 1.0 / 3.0,
@@ -155,5 +192,21 @@ mod tests {
         let s = a.settings(9443);
         assert_eq!(s.certs.names.last().unwrap(), "127.0.0.1");
         assert_eq!(s.certs.names[0], "mrguard");
+        assert_eq!(s.policy_reports, None);
+    }
+
+    #[test]
+    fn policy_report_flag_values() {
+        assert_eq!(PolicyReports::Off.flavor(), None);
+        assert_eq!(
+            PolicyReports::from_str("wgpolicyk8s", false).unwrap(),
+            PolicyReports::WgPolicyK8s
+        );
+        assert_eq!(
+            PolicyReports::from_str("openreports", false)
+                .unwrap()
+                .flavor(),
+            Some(Flavor::OpenReports)
+        );
     }
 }

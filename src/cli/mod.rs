@@ -4,8 +4,13 @@
 mod audit;
 mod certs;
 mod check;
+mod cluster;
 mod controller_args;
+mod explain;
+mod lines;
+mod live;
 mod parse;
+mod sarif;
 pub mod serve;
 
 use std::path::PathBuf;
@@ -15,7 +20,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use audit::AuditArgs;
 pub use certs::CertsCommand;
 pub use check::CheckArgs;
-pub use controller_args::ControllerArgs;
+pub use controller_args::{ControllerArgs, PolicyReports};
+pub use explain::ExplainArgs;
 pub use parse::parse_duration;
 pub use serve::ServeArgs;
 
@@ -46,6 +52,8 @@ pub enum Command {
     Check(Box<CheckArgs>),
     /// Evaluate the validation rules on every MR in a cluster.
     Audit(Box<AuditArgs>),
+    /// Explain one MR: its states, deletion outcome, and who set each field.
+    Explain(Box<explain::ExplainArgs>),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -113,6 +121,7 @@ pub fn run(cli: Cli) -> i32 {
         }
         Command::Check(args) => check::run(*args),
         Command::Audit(args) => audit::run(*args),
+        Command::Explain(args) => explain::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::load_file(&file) {
             Ok((config, bytes)) => {

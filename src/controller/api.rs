@@ -54,6 +54,10 @@ impl ControllerError {
         }
     }
 
+    pub(crate) fn is_not_found(&self) -> bool {
+        self.status_code() == Some(404)
+    }
+
     /// Counts a failed API call in `mrguard_controller_api_errors_total`.
     pub(crate) fn count(&self, metrics: Option<&ControllerMetrics>) {
         if let (Some(m), ControllerError::Api { verb, resource, .. }) = (metrics, self) {

@@ -4,7 +4,7 @@
 //! external-name changes) are skipped. Used by the controller on an
 //! interval and by `mrguard audit`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +22,9 @@ use super::watch::MrStates;
 use crate::config::ConfigStore;
 use mrguard_policy::admission::validate;
 use mrguard_policy::config::Config;
+use mrguard_policy::model::Action;
 use mrguard_policy::mr::Mr;
+use mrguard_policy::reports::{PassInput, ReportFinding, Subject};
 use mrguard_policy::review::RequestBuilder;
 
 /// Objects per list page.
@@ -91,6 +93,9 @@ pub(crate) struct KindReport {
     pub(crate) findings: Vec<AuditFinding>,
     /// UIDs with `managementPolicies: []`, which only the spec shows.
     pub(crate) paused_by_policy: HashSet<String>,
+    /// Namespaces holding MRs of the kind (`""` for cluster scope), for
+    /// one policy report per namespace.
+    pub(crate) namespaces: BTreeSet<String>,
 }
 
 /// Lists every object of `kind` page by page and judges each.
@@ -116,6 +121,11 @@ pub(crate) async fn audit_kind(
             value["apiVersion"] = Value::String(format!("{}/{}", kind.group, kind.read_version));
             value["kind"] = Value::String(kind.kind.clone());
             report.objects += 1;
+            if mrguard_policy::mr::is_managed(&value) {
+                report
+                    .namespaces
+                    .insert(obj.metadata.namespace.clone().unwrap_or_default());
+            }
             if mrguard_policy::mr::is_managed(&value) && Mr(&value).is_paused() {
                 if let Some(uid) = obj.metadata.uid.clone() {
                     report.paused_by_policy.insert(uid);
@@ -138,6 +148,56 @@ pub(crate) async fn discover(client: &kube::Client) -> Result<Coverage, Controll
             "",
         ))?;
     Ok(Coverage::from_crds(&crds))
+}
+
+/// Collects one audit pass into the input of [`mrguard_policy::reports::plan`].
+#[derive(Debug, Default)]
+pub(crate) struct PassCollector {
+    input: PassInput,
+}
+
+impl PassCollector {
+    /// Records one kind's findings and the namespaces its MRs live in.
+    pub(crate) fn kind(
+        &mut self,
+        kind: &MrKind,
+        findings: &[AuditFinding],
+        namespaces: &BTreeSet<String>,
+    ) {
+        self.input.scopes.extend(namespaces.iter().cloned());
+        let api_version = format!("{}/{}", kind.group, kind.read_version);
+        for f in findings {
+            self.input.findings.push(ReportFinding {
+                subject: Subject {
+                    api_version: api_version.clone(),
+                    kind: f.kind.clone(),
+                    namespace: f.namespace.clone(),
+                    name: f.name.clone(),
+                    uid: f.uid.clone(),
+                },
+                rule: f.rule.clone(),
+                action: if f.action == "Deny" {
+                    Action::Deny
+                } else {
+                    Action::Warn
+                },
+                message: f.message.clone(),
+                fix: f.fix.clone(),
+            });
+        }
+    }
+
+    /// Records a kind whose MRs could not be listed: its results stay.
+    pub(crate) fn failed(&mut self, kind: &MrKind) {
+        self.input
+            .incomplete_kinds
+            .insert((kind.group.clone(), kind.kind.clone()));
+    }
+
+    /// The pass, ready to plan.
+    pub(crate) fn finish(self) -> PassInput {
+        self.input
+    }
 }
 
 /// Keeps the violation gauges and the once-per-finding log across passes.
@@ -226,6 +286,7 @@ pub(crate) async fn run(
     states: MrStates,
     metrics: Arc<ControllerMetrics>,
     interval: Duration,
+    reports: Option<super::reports::ReportWriter>,
 ) {
     if coverage.wait_for(Option::is_some).await.is_err() {
         return;
@@ -248,6 +309,7 @@ pub(crate) async fn run(
         }
         let mut complete = true;
         let (mut objects, mut findings, mut forbidden) = (0, 0, Vec::new());
+        let mut pass = PassCollector::default();
         for kind in cov.kinds() {
             match audit_kind(&client, kind, &config).await {
                 Ok(report) => {
@@ -255,6 +317,7 @@ pub(crate) async fn run(
                     findings += report.findings.len();
                     state.record(kind, &report.findings);
                     states.set_paused_by_policy(kind, &report.paused_by_policy);
+                    pass.kind(kind, &report.findings, &report.namespaces);
                     states.set_forbidden(kind, false);
                 }
                 // RBAC does not let mrguard read this kind (the chart lists
@@ -271,9 +334,11 @@ pub(crate) async fn run(
                     }
                     state.forget(&kind.key());
                     forbidden.push(kind.key());
+                    pass.failed(kind);
                 }
                 Err(e) => {
                     complete = false;
+                    pass.failed(kind);
                     e.log(
                         Some(&metrics),
                         "audit: failed to list MRs of a kind; keeping its last results",
@@ -295,6 +360,9 @@ pub(crate) async fn run(
             forbidden_kinds = %forbidden.join(","),
             "audit pass done"
         );
+        if let Some(w) = &reports {
+            super::reports::sync_logged(w, &pass.finish(), &metrics).await;
+        }
         tokio::time::sleep(interval).await;
     }
 }
@@ -478,6 +546,7 @@ mod tests {
             states.clone(),
             metrics.clone(),
             Duration::from_secs(600),
+            None,
         ));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while metrics.audit_last_success.get() == 0 {

@@ -27,6 +27,7 @@ pub(crate) mod certs;
 pub mod coverage;
 mod leader;
 pub(crate) mod metrics;
+pub mod reports;
 pub(crate) mod retry;
 pub(crate) mod secret;
 pub mod watch;
@@ -97,6 +98,8 @@ pub(crate) struct Settings {
     pub(crate) lease: String,
     pub(crate) lease_duration: Duration,
     pub(crate) audit_interval: Duration,
+    /// The report API the audit writes to, if any.
+    pub(crate) policy_reports: Option<mrguard_policy::reports::Flavor>,
     /// This replica's Lease holder identity ([`identity`]).
     pub(crate) identity: String,
     pub(crate) certs: certs::CertSettings,
@@ -282,6 +285,8 @@ impl LeaderContext {
                 states,
                 self.metrics.clone(),
                 s.audit_interval,
+                s.policy_reports
+                    .map(|f| reports::ReportWriter::new(self.client.clone(), f)),
             )
             .instrument(tracing::info_span!("audit")),
         );
@@ -438,6 +443,7 @@ mod tests {
             lease: "mrguard-leader".into(),
             lease_duration: Duration::from_secs(15),
             audit_interval: Duration::from_secs(600),
+            policy_reports: None,
             identity: identity(),
             certs: certs::CertSettings {
                 names: certs::service_names("mrguard", "crossplane-system"),
