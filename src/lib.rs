@@ -31,11 +31,12 @@
 //!   both webhook configurations' caBundle and rules (coverage of every CRD
 //!   in the `managed` category) right, watches existing MRs for paused and
 //!   creation-incomplete states (one `PossiblyLeaked` Event each) and audits
-//!   them with the validation rules. Its settings come from [`cli`];
+//!   them with the validation rules, optionally writing policy reports. Its
+//!   settings come from [`cli`];
 //! - [`shutdown`] carries the signal that stops every task: readiness goes
 //!   false, the listener closes, in-flight requests drain;
-//! - [`cli`] is the command line: `serve`, `check` (offline decisions),
-//!   `audit`, `config` and `certs`.
+//! - [`cli`] is the command line: `serve`, `check` (offline decisions, or
+//!   `--live` against a cluster), `audit`, `explain`, `config` and `certs`.
 
 pub mod cli;
 pub mod config;

@@ -2,24 +2,24 @@
 //!
 //! Every replica:
 //! - watches the TLS Secret and swaps the server's certificate
-//!   ([`secret::run_loader`]); `/readyz` turns true once one is loaded;
-//! - competes for a `coordination.k8s.io` Lease ([`leader`]).
+//!   (`secret::run_loader`); `/readyz` turns true once one is loaded;
+//! - competes for a `coordination.k8s.io` Lease (`leader`).
 //!
 //! Only the Lease holder writes to the cluster. While it leads it runs:
-//! - [`certs::CertReconciler`]: the CA and serving certificate in the Secret,
+//! - `certs::CertReconciler`: the CA and serving certificate in the Secret,
 //!   with a two-CA caBundle while the CA rotates;
-//! - [`coverage`]: a watch over CRDs; the `managed` category names the MRs;
-//! - [`webhooks`]: `caBundle` and `rules` of both webhook configurations,
+//! - `coverage`: a watch over CRDs; the `managed` category names the MRs;
+//! - `webhooks`: `caBundle` and `rules` of both webhook configurations,
 //!   repaired from a watch, never recreated once deleted;
-//! - [`watch`]: metadata-only watches over existing MRs (gauges, one
+//! - `watch`: metadata-only watches over existing MRs (gauges, one
 //!   `PossiblyLeaked` Event per creation-incomplete MR);
-//! - [`audit`]: the validation rules over every existing MR.
+//! - `audit`: the validation rules over every existing MR.
 //!
 //! Losing the Lease stops those tasks; serving admission never stops.
 //!
 //! This module only wires the tasks together; what they share to talk to
-//! the API server is in [`api`]. The command line resolves its flags into
-//! [`Settings`].
+//! the API server is in `api`. The command line resolves its flags into
+//! `Settings`.
 
 pub(crate) mod api;
 pub(crate) mod audit;

@@ -1,6 +1,6 @@
 //! The HTTPS admission server: a TCP accept loop, a bounded TLS handshake
 //! per connection, then hyper's HTTP/1.1 or HTTP/2 connection (as ALPN
-//! chose) serving the axum router, with read deadlines from [`guard`]. On
+//! chose) serving the axum router, with read deadlines from `guard`. On
 //! shutdown it stops accepting and drains.
 
 mod admission;
