@@ -15,7 +15,7 @@ use mrguard_policy::offline::{self, identity, label};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "UPPER")]
-pub enum CheckOperation {
+pub(crate) enum CheckOperation {
     Create,
     Update,
     Delete,
@@ -26,43 +26,43 @@ pub struct CheckArgs {
     /// Manifest file (multi-document YAML); "-" reads standard input. With
     /// --live: repeatable, and folders are read recursively.
     #[arg(short = 'f', long = "file", required = true)]
-    pub file: Vec<PathBuf>,
+    pub(crate) file: Vec<PathBuf>,
     /// The previous version of the objects, for UPDATE (matched by kind, namespace and name).
     #[arg(long)]
-    pub old: Option<PathBuf>,
+    pub(crate) old: Option<PathBuf>,
     /// The operation to judge [default: CREATE, or UPDATE with --old].
     #[arg(long, value_enum)]
-    pub operation: Option<CheckOperation>,
+    pub(crate) operation: Option<CheckOperation>,
     /// Configuration file; the built-in default when absent.
     #[arg(long)]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// The requesting username, for exemptUsernames.
     #[arg(long, default_value = "")]
-    pub username: String,
+    pub(crate) username: String,
     /// Print the JSON Patch of each object instead of the defaulted object.
     #[arg(long)]
-    pub patch: bool,
+    pub(crate) patch: bool,
     /// CRD file, or folder of CRD files: also apply their schema defaults
     /// before mutation, and check types, enums, required fields and
     /// x-kubernetes-validations rules after it, as the API server would.
     #[arg(long, value_name = "PATH")]
-    pub crd: Option<PathBuf>,
+    pub(crate) crd: Option<PathBuf>,
     /// With --crd: fail an object whose API group no CRD in PATH defines,
     /// as an API server without that CRD would ("no matches for kind"),
     /// instead of judging it with a note that its schema was not checked.
     /// Built-in Kubernetes groups (core, apps, batch, *.k8s.io, ...) need no CRD.
     #[arg(long, requires = "crd")]
-    pub require_crd: bool,
+    pub(crate) require_crd: bool,
     /// The most YAML documents read from the manifest file (and from --old);
     /// a larger file is refused rather than read without bound.
     #[arg(long, value_name = "N", default_value_t = 1024)]
-    pub max_documents: usize,
+    pub(crate) max_documents: usize,
     #[command(flatten)]
-    pub live: super::live::LiveArgs,
+    pub(crate) live: super::live::LiveArgs,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CheckError {
+pub(crate) enum CheckError {
     #[error("failed to read {path}: {source}")]
     Read {
         path: String,
@@ -424,9 +424,14 @@ fn json_type(v: &Value) -> &'static str {
 
 /// Runs the check; 0 allowed, 1 denied or invalid, 2 unreadable input
 /// (or a CRD rule mrguard cannot evaluate).
-pub fn run(args: CheckArgs) -> i32 {
+pub(crate) fn run(args: CheckArgs) -> i32 {
     if args.live.live {
-        return super::live::run(&args);
+        return super::live::run(&super::live::LiveCheck {
+            files: &args.file,
+            config: args.config.as_ref(),
+            username: &args.username,
+            live: &args.live,
+        });
     }
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();

@@ -13,11 +13,11 @@ use kube::Api;
 use mrguard_policy::config::Config;
 
 /// The key of the chart's ConfigMap that holds the configuration.
-pub const CONFIG_KEY: &str = "config.yaml";
+pub(crate) const CONFIG_KEY: &str = "config.yaml";
 
 /// A failure talking to the cluster, naming what and why.
 #[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
+pub(crate) enum ClusterError {
     /// No client could be built from the kubeconfig.
     #[error("failed to connect to the cluster: {0}")]
     Client(String),
@@ -58,7 +58,8 @@ pub enum ClusterError {
 
 impl ClusterError {
     /// The HTTP status of a failed call.
-    pub fn code(&self) -> Option<u16> {
+    #[cfg(test)]
+    pub(crate) fn code(&self) -> Option<u16> {
         match self {
             ClusterError::Api { code, .. } => *code,
             _ => None,
@@ -68,7 +69,7 @@ impl ClusterError {
 
 /// Wraps a kube error with the verb and object it was for; an RBAC denial
 /// says which permission is missing.
-pub fn api_error(verb: &'static str, what: String, e: kube::Error) -> ClusterError {
+pub(crate) fn api_error(verb: &'static str, what: String, e: kube::Error) -> ClusterError {
     let (reason, code) = match &e {
         kube::Error::Api(s) if s.code == 403 => (
             format!(
@@ -90,7 +91,7 @@ pub fn api_error(verb: &'static str, what: String, e: kube::Error) -> ClusterErr
 
 /// The client: `--kubeconfig` (and `--context`), else kube's inference
 /// ($KUBECONFIG, ~/.kube/config, in-cluster).
-pub async fn client(
+pub(crate) async fn client(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
 ) -> Result<kube::Client, ClusterError> {
@@ -101,7 +102,7 @@ pub async fn client(
 
 /// Where the configuration comes from.
 #[derive(Debug, Clone)]
-pub enum ConfigSource {
+pub(crate) enum ConfigSource {
     /// The built-in default.
     Builtin,
     /// A file.
@@ -112,7 +113,7 @@ pub enum ConfigSource {
 
 impl ConfigSource {
     /// From `--config` and `--config-from-cluster` (clap keeps them apart).
-    pub fn from_flags(file: Option<&PathBuf>, cluster: Option<&String>) -> Self {
+    pub(crate) fn from_flags(file: Option<&PathBuf>, cluster: Option<&String>) -> Self {
         match (file, cluster) {
             (Some(f), _) => ConfigSource::File(f.clone()),
             (None, Some(c)) => ConfigSource::Cluster(c.clone()),
@@ -121,7 +122,7 @@ impl ConfigSource {
     }
 
     /// Loads it; the cluster is only asked for a ConfigMap source.
-    pub async fn load(&self, client: Option<&kube::Client>) -> anyhow::Result<Config> {
+    pub(crate) async fn load(&self, client: Option<&kube::Client>) -> anyhow::Result<Config> {
         Ok(match self {
             ConfigSource::Builtin => Config::builtin(),
             ConfigSource::File(p) => crate::config::load_file(p)?.0,
@@ -135,7 +136,10 @@ impl ConfigSource {
 
 /// The configuration in the ConfigMap `namespace/name` (key `config.yaml`,
 /// as the chart renders it).
-pub async fn config_from_cluster(client: &kube::Client, at: &str) -> Result<Config, ClusterError> {
+pub(crate) async fn config_from_cluster(
+    client: &kube::Client,
+    at: &str,
+) -> Result<Config, ClusterError> {
     let bad = |reason: String| ClusterError::ConfigMap {
         at: at.to_string(),
         reason,
@@ -165,16 +169,16 @@ pub async fn config_from_cluster(client: &kube::Client, at: &str) -> Result<Conf
 
 /// A resource the cluster serves.
 #[derive(Debug, Clone)]
-pub struct Resource {
+pub(crate) struct Resource {
     /// Group, version, kind and plural.
-    pub api: ApiResource,
+    pub(crate) api: ApiResource,
     /// Whether objects live in namespaces.
-    pub namespaced: bool,
+    pub(crate) namespaced: bool,
 }
 
 impl Resource {
     /// `plural.group`, as kubectl and RBAC name it.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         if self.api.group.is_empty() {
             self.api.plural.clone()
         } else {
@@ -183,7 +187,7 @@ impl Resource {
     }
 
     /// `plural.group "name"`, plus the namespace when namespaced.
-    pub fn object(&self, namespace: &str, name: &str) -> String {
+    pub(crate) fn object(&self, namespace: &str, name: &str) -> String {
         if self.namespaced {
             format!("{} {name:?} in namespace {namespace:?}", self.display())
         } else {
@@ -192,7 +196,7 @@ impl Resource {
     }
 
     /// The dynamic API for one object's scope.
-    pub fn api(&self, client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    pub(crate) fn api(&self, client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
         if self.namespaced {
             Api::namespaced_with(client.clone(), namespace, &self.api)
         } else {
@@ -204,13 +208,13 @@ impl Resource {
 /// Resolves `apiVersion` and `kind` to a resource, asking the API server
 /// once per kind.
 #[derive(Default)]
-pub struct Discovery {
+pub(crate) struct Discovery {
     cache: HashMap<(String, String), Resource>,
 }
 
 impl Discovery {
     /// The resource serving `kind` in `api_version`.
-    pub async fn resolve(
+    pub(crate) async fn resolve(
         &mut self,
         client: &kube::Client,
         api_version: &str,

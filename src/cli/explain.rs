@@ -15,7 +15,7 @@ use mrguard_policy::explain::{self, Options, DEFAULT_PROVIDER_MANAGERS};
 
 /// Output formats of `explain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ExplainOutput {
+pub(crate) enum ExplainOutput {
     /// For people.
     Text,
     /// The whole analysis as JSON.
@@ -28,34 +28,34 @@ pub struct ExplainArgs {
     /// The MR as KIND/NAME; KIND is a kind or resource, optionally with its
     /// group (e.g. bucket/b, buckets.s3.aws.upbound.io/b).
     #[arg(required_unless_present = "file", conflicts_with = "file")]
-    pub target: Option<String>,
+    pub(crate) target: Option<String>,
     /// The MR's namespace [default: the context's].
     #[arg(short = 'n', long)]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// Read the MR from a file ("-": standard input), e.g. the output of
     /// `kubectl get -o yaml --show-managed-fields`, instead of the cluster.
     #[arg(short = 'f', long)]
-    pub file: Option<PathBuf>,
+    pub(crate) file: Option<PathBuf>,
     /// Kubeconfig [default: $KUBECONFIG or ~/.kube/config, else in-cluster].
     #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// The kubeconfig context [default: the current context].
     #[arg(long)]
-    pub context: Option<String>,
+    pub(crate) context: Option<String>,
     /// Configuration file whose rules apply; the built-in default when absent.
     #[arg(long)]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Read the configuration from the installed release's ConfigMap (key
     /// config.yaml).
     #[arg(long, value_name = "NAMESPACE/NAME", conflicts_with = "config")]
-    pub config_from_cluster: Option<String>,
+    pub(crate) config_from_cluster: Option<String>,
     /// Field managers that are the provider (globs; repeatable) [default:
     /// provider, provider-*, crossplane-*-provider].
     #[arg(long = "provider-manager", value_name = "GLOB")]
-    pub provider_managers: Vec<String>,
+    pub(crate) provider_managers: Vec<String>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
-    pub output: ExplainOutput,
+    pub(crate) output: ExplainOutput,
 }
 
 /// `KIND[.GROUP]/NAME`.
@@ -202,7 +202,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<explain::Explanation>
 
 /// Runs `explain`; 0 when explained, 2 when the MR or the cluster could not
 /// be read.
-pub fn run(args: ExplainArgs) -> i32 {
+pub(crate) fn run(args: ExplainArgs) -> i32 {
     let mut err = std::io::stderr().lock();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -25,7 +25,7 @@ use mrguard_policy::offline::{self, identity};
 /// How the new object is computed from the manifest and the live object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum MergeMode {
+pub(crate) enum MergeMode {
     /// kubectl apply's client-side three-way JSON merge (needs `get`).
     Client,
     /// A server-side-apply dry run (needs `patch`; runs the cluster's own
@@ -35,7 +35,7 @@ pub enum MergeMode {
 
 /// Output formats of `check --live`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LiveOutput {
+pub(crate) enum LiveOutput {
     /// One block per manifest, for people.
     Text,
     /// A JSON array of results.
@@ -46,28 +46,28 @@ pub enum LiveOutput {
 
 /// The flags of `check --live` (flattened into `check`).
 #[derive(Debug, Clone, Args)]
-pub struct LiveArgs {
+pub(crate) struct LiveArgs {
     /// Judge the manifests against the live objects of a cluster: each as
     /// the UPDATE (or CREATE) applying it would send. Never writes.
     #[arg(long, conflicts_with_all = ["old", "operation", "patch", "crd"])]
-    pub live: bool,
+    pub(crate) live: bool,
     /// Kubeconfig [default: $KUBECONFIG or ~/.kube/config, else in-cluster].
     #[arg(long, requires = "live")]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// The kubeconfig context [default: the current context].
     #[arg(long, requires = "live")]
-    pub context: Option<String>,
+    pub(crate) context: Option<String>,
     /// Namespace of manifests that name none [default: the context's].
     #[arg(short = 'n', long, requires = "live")]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// How the new object is computed: kubectl's client-side three-way
     /// merge (needs get), or a server-side-apply dry run (needs patch).
     #[arg(long, value_enum, default_value = "client", requires = "live")]
-    pub merge: MergeMode,
+    pub(crate) merge: MergeMode,
     /// Field manager of the server-side-apply dry run; use your GitOps
     /// tool's to see what its apply would remove.
     #[arg(long, default_value = "mrguard-check", requires = "live")]
-    pub field_manager: String,
+    pub(crate) field_manager: String,
     /// Read the configuration from the installed release's ConfigMap
     /// (key config.yaml) instead of --config.
     #[arg(
@@ -76,7 +76,7 @@ pub struct LiveArgs {
         conflicts_with = "config",
         requires = "live"
     )]
-    pub config_from_cluster: Option<String>,
+    pub(crate) config_from_cluster: Option<String>,
     /// Output format of --live.
     #[arg(
         short = 'o',
@@ -85,12 +85,12 @@ pub struct LiveArgs {
         default_value = "text",
         requires = "live"
     )]
-    pub output: LiveOutput,
+    pub(crate) output: LiveOutput,
 }
 
 /// Why a live check could not run.
 #[derive(Debug, thiserror::Error)]
-pub enum LiveError {
+pub(crate) enum LiveError {
     /// A manifest could not be read.
     #[error("failed to read {path}: {reason}")]
     Read {
@@ -119,15 +119,15 @@ pub enum LiveError {
 
 /// One manifest to check.
 #[derive(Debug, Clone)]
-pub struct Manifest {
+pub(crate) struct Manifest {
     /// The file it came from ("-" for standard input).
-    pub file: String,
+    pub(crate) file: String,
     /// 1-based document number in the file.
-    pub doc: usize,
+    pub(crate) doc: usize,
     /// The object.
-    pub object: Value,
+    pub(crate) object: Value,
     /// Lines of its fields.
-    pub lines: DocLines,
+    pub(crate) lines: DocLines,
 }
 
 /// Every `.yaml`, `.yml` and `.json` file under `path` (sorted), or `path`.
@@ -161,7 +161,7 @@ fn files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), LiveError> {
 
 /// Reads the manifests of one file's text: every document, `List`s
 /// expanded, with the lines of their fields.
-pub fn parse_manifests(file: &str, text: &str) -> Result<Vec<Manifest>, LiveError> {
+pub(crate) fn parse_manifests(file: &str, text: &str) -> Result<Vec<Manifest>, LiveError> {
     let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| LiveError::Read {
         path: file.to_string(),
         reason: e.to_string(),
@@ -246,50 +246,50 @@ fn read_manifests(paths: &[PathBuf]) -> Result<Vec<Manifest>, LiveError> {
 /// What became of one manifest.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LiveResult {
+pub(crate) struct LiveResult {
     /// The file.
-    pub file: String,
+    pub(crate) file: String,
     /// 1-based document number.
-    pub document: usize,
+    pub(crate) document: usize,
     /// The line the object starts on.
-    pub line: usize,
+    pub(crate) line: usize,
     /// `Kind/name` or `Kind/namespace/name`.
-    pub object: String,
+    pub(crate) object: String,
     /// `CREATE`, `UPDATE`, or `NONE` when nothing would be sent or judged.
-    pub operation: String,
+    pub(crate) operation: String,
     /// `allowed`, `denied`, `invalid` (the API server would refuse it),
     /// `unchanged` or `skipped` (not a managed resource).
-    pub verdict: String,
+    pub(crate) verdict: String,
     /// Rule findings, each with the line it points at.
-    pub findings: Vec<LiveFinding>,
+    pub(crate) findings: Vec<LiveFinding>,
     /// Every warning the API server would pass on (mutation and validation).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Why the API server itself would refuse it.
-    pub invalid: Option<String>,
+    pub(crate) invalid: Option<String>,
     /// Things worth knowing about how it was judged.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// One rule finding of a live check.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LiveFinding {
+pub(crate) struct LiveFinding {
     /// The rule.
-    pub rule: String,
+    pub(crate) rule: String,
     /// `Deny` or `Warn`.
-    pub action: String,
+    pub(crate) action: String,
     /// The message, with the fix.
-    pub message: String,
+    pub(crate) message: String,
     /// The field it is about, when known.
-    pub field: Option<String>,
+    pub(crate) field: Option<String>,
     /// The line of that field in the manifest (or the nearest line).
-    pub line: usize,
+    pub(crate) line: usize,
 }
 
 /// Judges one manifest against its live object; `crd` is the kind's CRD
 /// when the credentials may read it.
 #[allow(clippy::too_many_arguments)]
-pub fn judge_manifest(
+pub(crate) fn judge_manifest(
     m: &Manifest,
     live: Option<&Value>,
     merged: Option<Value>,
@@ -428,14 +428,22 @@ fn rejected(m: &Manifest, op: Operation, message: String) -> LiveResult {
     }
 }
 
+/// What `check --live` reads from the flags of `check`.
+pub(crate) struct LiveCheck<'a> {
+    pub(crate) files: &'a [PathBuf],
+    pub(crate) config: Option<&'a PathBuf>,
+    pub(crate) username: &'a str,
+    pub(crate) live: &'a LiveArgs,
+}
+
 /// Everything the live check does with the cluster, in order.
 async fn check_all(
-    args: &super::CheckArgs,
+    args: &LiveCheck<'_>,
     manifests: Vec<Manifest>,
 ) -> Result<Vec<LiveResult>, LiveError> {
-    let live = &args.live;
+    let live = args.live;
     let client = cluster::client(live.kubeconfig.as_deref(), live.context.as_deref()).await?;
-    let config = ConfigSource::from_flags(args.config.as_ref(), live.config_from_cluster.as_ref())
+    let config = ConfigSource::from_flags(args.config, live.config_from_cluster.as_ref())
         .load(Some(&client))
         .await
         .map_err(|e| LiveError::Other(e.to_string()))?;
@@ -552,7 +560,7 @@ async fn check_all(
             live_obj.as_ref(),
             merged,
             live.merge,
-            &args.username,
+            args.username,
             &config,
             (!crds.is_empty()).then_some(&crds),
         )?;
@@ -568,7 +576,7 @@ async fn check_all(
 }
 
 /// The text output: one block per manifest.
-pub fn render_text(results: &[LiveResult]) -> String {
+pub(crate) fn render_text(results: &[LiveResult]) -> String {
     let mut s = String::new();
     for r in results {
         let op = if r.operation == "NONE" {
@@ -608,7 +616,7 @@ pub fn render_text(results: &[LiveResult]) -> String {
 }
 
 /// The SARIF annotations of the results.
-pub fn annotations(results: &[LiveResult]) -> Vec<Annotation> {
+pub(crate) fn annotations(results: &[LiveResult]) -> Vec<Annotation> {
     let mut out = Vec::new();
     for r in results {
         for f in &r.findings {
@@ -644,9 +652,9 @@ pub fn annotations(results: &[LiveResult]) -> Vec<Annotation> {
 
 /// Runs `check --live`; 0 allowed, 1 denied or invalid, 2 unreadable input
 /// or an unreachable or forbidden cluster.
-pub fn run(args: &super::CheckArgs) -> i32 {
+pub(crate) fn run(args: &LiveCheck<'_>) -> i32 {
     let mut err = std::io::stderr().lock();
-    let manifests = match read_manifests(&args.file) {
+    let manifests = match read_manifests(args.files) {
         Ok(m) => m,
         Err(e) => {
             let _ = writeln!(err, "mrguard check: {e}");

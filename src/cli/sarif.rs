@@ -14,25 +14,25 @@ const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
 
 /// One annotation: a rule finding (or an API-server rejection) at a place.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Annotation {
+pub(crate) struct Annotation {
     /// The rule, e.g. `immutable-field`, `cel:team-label`, `crd-schema`.
-    pub rule: String,
+    pub(crate) rule: String,
     /// `error` (denied) or `warning`.
-    pub level: &'static str,
+    pub(crate) level: &'static str,
     /// The message shown on the pull request.
-    pub message: String,
+    pub(crate) message: String,
     /// The file as given on the command line.
-    pub file: String,
+    pub(crate) file: String,
     /// 1-based line.
-    pub line: usize,
+    pub(crate) line: usize,
     /// `Kind/name` and the field, e.g. `Bucket/b spec.forProvider.region`.
-    pub logical: String,
+    pub(crate) logical: String,
 }
 
 /// The field a finding is about, as keys from the object's root: the first
 /// field path its message names (rules name the field they judge), else the
 /// field the rule is about.
-pub fn finding_path(rule: &str, message: &str) -> Option<Vec<String>> {
+pub(crate) fn finding_path(rule: &str, message: &str) -> Option<Vec<String>> {
     if let Some(p) = path_in(message) {
         return Some(p);
     }
@@ -100,7 +100,7 @@ fn uri(path: &str) -> String {
 }
 
 /// The SARIF 2.1.0 log for `annotations`.
-pub fn log(annotations: &[Annotation]) -> Value {
+pub(crate) fn log(annotations: &[Annotation]) -> Value {
     let mut rules: BTreeMap<&str, usize> = BTreeMap::new();
     for a in annotations {
         let n = rules.len();

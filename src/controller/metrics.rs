@@ -112,7 +112,7 @@ impl ControllerMetrics {
     }
 
     /// Drops what only the leader knows, when leadership ends.
-    pub fn clear_leader_state(&self) {
+    pub(crate) fn clear_leader_state(&self) {
         self.leader.set(0);
         self.managed_resources.reset();
         self.audit_violations.reset();

@@ -4,45 +4,16 @@
 //! that with server-side apply; reports that should go are deleted. An
 //! unchanged pass reads the reports and writes nothing.
 
-use std::collections::BTreeSet;
-
-use clap::ValueEnum;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::Api;
 use serde_json::Value;
 
-use super::audit::AuditFinding;
-use super::coverage::MrKind;
-use super::{api_err, ControllerError, FIELD_MANAGER};
-use mrguard_policy::model::Action;
+use super::api::{api_err, ControllerError, FIELD_MANAGER};
+use super::metrics::ControllerMetrics;
 use mrguard_policy::reports::{
-    self, Flavor, PassInput, ReportFinding, Subject, MANAGED_BY, MANAGED_BY_LABEL, MAX_REPORT_BYTES,
+    self, Flavor, PassInput, MANAGED_BY, MANAGED_BY_LABEL, MAX_REPORT_BYTES,
 };
-
-/// `--policy-reports`: which report API the audit writes, if any.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PolicyReports {
-    /// `wgpolicyk8s.io/v1alpha2` PolicyReport and ClusterPolicyReport.
-    #[value(name = "wgpolicyk8s")]
-    WgPolicyK8s,
-    /// `openreports.io/v1alpha1` Report and ClusterReport.
-    #[value(name = "openreports")]
-    OpenReports,
-    /// No reports.
-    Off,
-}
-
-impl PolicyReports {
-    /// The flavor to write, or `None` when off.
-    pub fn flavor(self) -> Option<Flavor> {
-        match self {
-            PolicyReports::WgPolicyK8s => Some(Flavor::WgPolicyK8s),
-            PolicyReports::OpenReports => Some(Flavor::OpenReports),
-            PolicyReports::Off => None,
-        }
-    }
-}
 
 /// The resource name for errors and metrics (`plural.group`).
 fn resource_name(flavor: Flavor, namespaced: bool) -> &'static str {
@@ -63,56 +34,6 @@ pub struct SyncStats {
     pub deleted: usize,
     /// Reports left as they were.
     pub unchanged: usize,
-}
-
-/// Collects one audit pass into the input of [`reports::plan`].
-#[derive(Debug, Default)]
-pub struct PassCollector {
-    input: PassInput,
-}
-
-impl PassCollector {
-    /// Records one kind's findings and the namespaces its MRs live in.
-    pub fn kind(
-        &mut self,
-        kind: &MrKind,
-        findings: &[AuditFinding],
-        namespaces: &BTreeSet<String>,
-    ) {
-        self.input.scopes.extend(namespaces.iter().cloned());
-        let api_version = format!("{}/{}", kind.group, kind.read_version);
-        for f in findings {
-            self.input.findings.push(ReportFinding {
-                subject: Subject {
-                    api_version: api_version.clone(),
-                    kind: f.kind.clone(),
-                    namespace: f.namespace.clone(),
-                    name: f.name.clone(),
-                    uid: f.uid.clone(),
-                },
-                rule: f.rule.clone(),
-                action: if f.action == "Deny" {
-                    Action::Deny
-                } else {
-                    Action::Warn
-                },
-                message: f.message.clone(),
-                fix: f.fix.clone(),
-            });
-        }
-    }
-
-    /// Records a kind whose MRs could not be listed: its results stay.
-    pub fn failed(&mut self, kind: &MrKind) {
-        self.input
-            .incomplete_kinds
-            .insert((kind.group.clone(), kind.kind.clone()));
-    }
-
-    /// The pass, ready to plan.
-    pub fn finish(self) -> PassInput {
-        self.input
-    }
 }
 
 /// Writes reports of one flavor.
@@ -273,10 +194,10 @@ impl ReportWriter {
 }
 
 /// Syncs and logs the outcome; failures are retried on the next pass.
-pub async fn sync_logged(
+pub(crate) async fn sync_logged(
     writer: &ReportWriter,
     input: &PassInput,
-    metrics: &super::ControllerMetrics,
+    metrics: &ControllerMetrics,
 ) {
     match writer.sync(input).await {
         Ok(s) => tracing::info!(
@@ -311,10 +232,11 @@ fn object(ns: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::audit::{AuditFinding, PassCollector};
     use crate::controller::coverage::tests::{fixture_crds, summaries};
     use crate::controller::coverage::Coverage;
+    use crate::controller::coverage::MrKind;
     use crate::controller::mock::{self, list, status, Reply};
-    use serde_json::json;
     use std::collections::BTreeMap;
     use std::sync::{Arc, Mutex};
 
@@ -511,21 +433,5 @@ mod tests {
             "{e}"
         );
         assert!(e.is_not_found());
-    }
-
-    #[test]
-    fn flag_values() {
-        assert_eq!(PolicyReports::Off.flavor(), None);
-        assert_eq!(
-            PolicyReports::from_str("wgpolicyk8s", false).unwrap(),
-            PolicyReports::WgPolicyK8s
-        );
-        assert_eq!(
-            PolicyReports::from_str("openreports", false)
-                .unwrap()
-                .flavor(),
-            Some(Flavor::OpenReports)
-        );
-        let _ = json!(null);
     }
 }
