@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC §9). Each component registers its own struct on
+//! Prometheus metrics (docs/metrics.md). Each component registers its own struct on
 //! a shared [`Registry`]; this module owns the registry, the admission
 //! metrics and the plain-HTTP `/metrics` listener.
 

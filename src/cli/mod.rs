@@ -1,4 +1,4 @@
-//! The command line (SPEC §7): clap definitions with an environment
+//! The command line (docs/cli.md): clap definitions with an environment
 //! variable for every serve flag, and one runner per subcommand.
 
 mod audit;

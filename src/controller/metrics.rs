@@ -1,4 +1,4 @@
-//! The controller's metrics, registered on the shared registry (SPEC §9).
+//! The controller's metrics, registered on the shared registry (docs/metrics.md).
 //! Only the Lease holder exports the MR and audit gauges; the others clear
 //! them, so summing over replicas does not double-count.
 

@@ -1,4 +1,4 @@
-//! The companion controller (SPEC §8), run inside `mrguard serve`.
+//! The companion controller (docs/controller.md), run inside `mrguard serve`.
 //!
 //! Every replica:
 //! - watches the TLS Secret and swaps the server's certificate

@@ -17,7 +17,7 @@ use crate::config::ConfigStore;
 use crate::metrics::AdmissionMetrics;
 use mrguard_policy::admission::Webhook;
 
-/// Bodies above this get 413 (SPEC §6).
+/// Bodies above this get 413 (docs/cli.md).
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// What the routes share.
@@ -30,7 +30,7 @@ pub struct AppState {
     pub ready: Arc<AtomicBool>,
 }
 
-/// Limits of the admission endpoints (SPEC §6); probes have none.
+/// Limits of the admission endpoints (docs/cli.md); probes have none.
 #[derive(Debug, Clone)]
 pub struct RouteLimits {
     /// Larger bodies get 413.

@@ -54,7 +54,7 @@ fn baseline_true(bencher: Bencher<'_, '_>) {
     run(bencher, "true", false);
 }
 
-/// SPEC §5's example rule.
+/// The example rule of docs/configuration.md.
 #[divan::bench]
 fn team_label(bencher: Bencher<'_, '_>) {
     run(bencher, TEAM, false);

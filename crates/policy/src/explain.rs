@@ -2,7 +2,7 @@
 //! functions over the object (with its `managedFields`) and the active
 //! configuration.
 //!
-//! - derived states (SPEC §1): created, the creation attempt, paused;
+//! - derived states (docs/managed-resources.md): created, the creation attempt, paused;
 //! - the effective management-policy set and what a delete would do to the
 //!   external resource now, and whether deletion protection applies;
 //! - every value under `spec.forProvider` and `spec.initProvider`: who set it
@@ -162,7 +162,7 @@ pub struct Policies {
 pub struct Deletion {
     /// `Delete` or `Orphan`: what happens to the external resource.
     pub outcome: String,
-    /// Why (SPEC §2).
+    /// Why (docs/managed-resources.md).
     pub because: String,
     /// What protects the MR from deletion (the annotation, the
     /// configuration); empty when nothing does.

@@ -26,7 +26,7 @@
 //!
 //! Modules depend on each other in one direction, bottom to top:
 //! [`model`] (the shared vocabulary), [`fieldpath`], [`mr`] (managed
-//! resource states and policies, SPEC §1–2) and [`review`] (the wire format)
+//! resource states and policies, docs/managed-resources.md) and [`review`] (the wire format)
 //! → [`cel`] → [`config`] and [`crd`] → [`rules`] → [`admission`] →
 //! [`offline`] → [`explain`]. A test keeps it so.
 //!
