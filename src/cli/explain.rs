@@ -8,9 +8,9 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use kube::discovery::Scope;
-use serde_json::Value;
 
 use super::cluster::{self, api_error, ClusterError, ConfigSource, Resource};
+use super::manifests;
 use mrguard_policy::explain::{self, Options, DEFAULT_PROVIDER_MANAGERS};
 
 /// Output formats of `explain`.
@@ -124,37 +124,6 @@ async fn resolve(
     }
 }
 
-fn read_objects(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
-    let text = if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
-        s
-    } else {
-        std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("failed to read {}: {e}", path.display()))?
-    };
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
-        .map_err(|e| anyhow::anyhow!("failed to parse {}: {e}", path.display()))?;
-    let mut out = Vec::new();
-    for d in docs {
-        match d.get("items").and_then(Value::as_array) {
-            Some(items)
-                if d.get("kind")
-                    .and_then(Value::as_str)
-                    .is_some_and(|k| k.ends_with("List")) =>
-            {
-                out.extend(items.iter().cloned())
-            }
-            _ if d.is_null() => {}
-            _ => out.push(d),
-        }
-    }
-    if out.is_empty() {
-        anyhow::bail!("failed to find an object in {}", path.display());
-    }
-    Ok(out)
-}
-
 async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<explain::Explanation>> {
     let options = Options {
         provider_managers: if args.provider_managers.is_empty() {
@@ -175,7 +144,12 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<explain::Explanation>
     };
     let config = source.load(client.as_ref()).await?;
     let objects = match (&args.file, &args.target, &client) {
-        (Some(path), _, _) => read_objects(path)?,
+        (Some(path), _, _) => {
+            manifests::read(std::slice::from_ref(path), manifests::MAX_DOCUMENTS)?
+                .into_iter()
+                .map(|m| m.object)
+                .collect()
+        }
         (None, Some(target), Some(client)) => {
             let (kind, group, name) = split_target(target).map_err(anyhow::Error::msg)?;
             let resource = resolve(client, &kind, group.as_deref()).await?;

@@ -6,7 +6,7 @@
 //! never writes: client mode only reads, server mode sends `dryRun=All`.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use kube::api::{Patch, PatchParams};
@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::cluster::{self, api_error, ClusterError, ConfigSource, Discovery};
-use super::lines::{self, DocLines};
+use super::manifests::{self, Manifest, ManifestError};
 use super::sarif::{self, Annotation};
 use mrguard_policy::config::Config;
 use mrguard_policy::crd::{Crds, Lookup};
@@ -92,15 +92,10 @@ pub(crate) struct LiveArgs {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LiveError {
     /// A manifest could not be read.
-    #[error("failed to read {path}: {reason}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-    /// A document is not an object with apiVersion, kind and name.
-    #[error("failed to read {path}, document {doc}: {reason}")]
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// A manifest cannot be judged against the cluster.
+    #[error("failed to judge {path}, document {doc}: {reason}")]
     Document {
         /// The file.
         path: String,
@@ -115,132 +110,6 @@ pub(crate) enum LiveError {
     /// Anything else on the way (configuration, merge).
     #[error("{0}")]
     Other(String),
-}
-
-/// One manifest to check.
-#[derive(Debug, Clone)]
-pub(crate) struct Manifest {
-    /// The file it came from ("-" for standard input).
-    pub(crate) file: String,
-    /// 1-based document number in the file.
-    pub(crate) doc: usize,
-    /// The object.
-    pub(crate) object: Value,
-    /// Lines of its fields.
-    pub(crate) lines: DocLines,
-}
-
-/// Every `.yaml`, `.yml` and `.json` file under `path` (sorted), or `path`.
-fn files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), LiveError> {
-    let err = |e: std::io::Error| LiveError::Read {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    };
-    if path == Path::new("-") || !std::fs::metadata(path).map_err(err)?.is_dir() {
-        out.push(path.to_path_buf());
-        return Ok(());
-    }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(err)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for e in entries {
-        if e.is_dir() {
-            files(&e, out)?;
-        } else if e
-            .extension()
-            .and_then(|x| x.to_str())
-            .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
-        {
-            out.push(e);
-        }
-    }
-    Ok(())
-}
-
-/// Reads the manifests of one file's text: every document, `List`s
-/// expanded, with the lines of their fields.
-pub(crate) fn parse_manifests(file: &str, text: &str) -> Result<Vec<Manifest>, LiveError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| LiveError::Read {
-        path: file.to_string(),
-        reason: e.to_string(),
-    })?;
-    // Lines are a help, never a reason to fail: without them findings
-    // point at line 1.
-    let mut lines = lines::index(text).unwrap_or_default();
-    if lines.len() != docs.len() {
-        lines = vec![DocLines::default(); docs.len()];
-    }
-    let mut out = Vec::new();
-    for (i, (doc, lines)) in docs.into_iter().zip(lines).enumerate() {
-        let n = i + 1;
-        let bad = |reason: String| LiveError::Document {
-            path: file.to_string(),
-            doc: n,
-            reason,
-        };
-        match &doc {
-            Value::Null => continue,
-            Value::Object(_) => {}
-            _ => return Err(bad("expected a mapping".into())),
-        }
-        let items = doc
-            .get("kind")
-            .and_then(Value::as_str)
-            .filter(|k| k.ends_with("List"))
-            .and(doc.get("items"))
-            .and_then(Value::as_array);
-        let objects: Vec<(Value, DocLines)> = match items {
-            Some(items) => items
-                .iter()
-                .enumerate()
-                .map(|(j, o)| (o.clone(), lines.subtree(&["items".into(), j.to_string()])))
-                .collect(),
-            None => vec![(doc.clone(), lines)],
-        };
-        for (object, lines) in objects {
-            for field in ["apiVersion", "kind"] {
-                if object
-                    .get(field)
-                    .and_then(Value::as_str)
-                    .is_none_or(str::is_empty)
-                {
-                    return Err(bad(format!("{field} is missing")));
-                }
-            }
-            out.push(Manifest {
-                file: file.to_string(),
-                doc: n,
-                object,
-                lines,
-            });
-        }
-    }
-    Ok(out)
-}
-
-fn read_manifests(paths: &[PathBuf]) -> Result<Vec<Manifest>, LiveError> {
-    let mut all = Vec::new();
-    for p in paths {
-        let mut found = Vec::new();
-        files(p, &mut found)?;
-        for f in found {
-            let name = f.display().to_string();
-            let text = if f == Path::new("-") {
-                let mut s = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
-            } else {
-                std::fs::read_to_string(&f)
-            }
-            .map_err(|e| LiveError::Read {
-                path: name.clone(),
-                reason: e.to_string(),
-            })?;
-            all.extend(parse_manifests(&name, &text)?);
-        }
-    }
-    Ok(all)
 }
 
 /// What became of one manifest.
@@ -433,6 +302,7 @@ pub(crate) struct LiveCheck<'a> {
     pub(crate) files: &'a [PathBuf],
     pub(crate) config: Option<&'a PathBuf>,
     pub(crate) username: &'a str,
+    pub(crate) max_documents: usize,
     pub(crate) live: &'a LiveArgs,
 }
 
@@ -654,7 +524,7 @@ pub(crate) fn annotations(results: &[LiveResult]) -> Vec<Annotation> {
 /// or an unreachable or forbidden cluster.
 pub(crate) fn run(args: &LiveCheck<'_>) -> i32 {
     let mut err = std::io::stderr().lock();
-    let manifests = match read_manifests(args.files) {
+    let manifests = match manifests::read(args.files, args.max_documents) {
         Ok(m) => m,
         Err(e) => {
             let _ = writeln!(err, "mrguard check: {e}");
@@ -721,7 +591,9 @@ mod tests {
     const CFG: &str = "resources:\n  - apiGroups: ['rds.aws.upbound.io']\n    kinds: ['*']\n    immutableFields: [spec.forProvider.region]\n";
 
     fn manifest(text: &str) -> Manifest {
-        parse_manifests("gitops/db.yaml", text).unwrap().remove(0)
+        manifests::parse("gitops/db.yaml", text, manifests::MAX_DOCUMENTS)
+            .unwrap()
+            .remove(0)
     }
 
     const DB: &str = "\
@@ -848,32 +720,5 @@ spec:
         .unwrap();
         assert_eq!(r.verdict, "denied");
         assert!(r.notes.is_empty());
-    }
-
-    #[test]
-    fn lists_and_bad_documents() {
-        let text = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: s3.aws.upbound.io/v1beta1\n  kind: Bucket\n  metadata:\n    name: a\n  spec:\n    forProvider:\n      region: x\n";
-        let ms = parse_manifests("l.yaml", text).unwrap();
-        assert_eq!(ms.len(), 1);
-        assert_eq!(ms[0].lines.start, 4);
-        assert_eq!(
-            ms[0]
-                .lines
-                .line_of(&["spec".into(), "forProvider".into(), "region".into()]),
-            10
-        );
-        let e = parse_manifests("x.yaml", "---\nkind: A\n")
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            e,
-            "failed to read x.yaml, document 1: apiVersion is missing"
-        );
-        let e = parse_manifests("x.yaml", "a: [").unwrap_err().to_string();
-        assert!(e.starts_with("failed to read x.yaml: "), "{e}");
-        let e = parse_manifests("x.yaml", "---\n- 1\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("document 1: expected a mapping"), "{e}");
     }
 }

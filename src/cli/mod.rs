@@ -9,6 +9,7 @@ mod controller_args;
 mod explain;
 mod lines;
 mod live;
+mod manifests;
 mod parse;
 mod sarif;
 pub mod serve;
