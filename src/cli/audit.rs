@@ -16,12 +16,8 @@ pub(crate) enum AuditOutput {
 
 #[derive(Debug, Clone, Args)]
 pub struct AuditArgs {
-    /// Kubeconfig [default: $KUBECONFIG or ~/.kube/config, else in-cluster].
-    #[arg(long)]
-    pub(crate) kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context [default: the current context].
-    #[arg(long)]
-    pub(crate) context: Option<String>,
+    #[command(flatten)]
+    pub(crate) cluster: super::cluster::ClusterArgs,
     /// Configuration file whose rules apply; the built-in default when absent.
     #[arg(long)]
     pub(crate) config: Option<PathBuf>,
@@ -99,27 +95,17 @@ pub(crate) fn run(args: AuditArgs) -> i32 {
             }
         },
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("failed to start the async runtime: {e}");
-            return 2;
-        }
+    let Some(runtime) = super::runtime("audit") else {
+        return 2;
     };
     runtime.block_on(async move {
-        let client =
-            match crate::controller::client(args.kubeconfig.as_deref(), args.context.as_deref())
-                .await
-            {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("mrguard audit: {e}");
-                    return 2;
-                }
-            };
+        let client = match args.cluster.client().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("mrguard audit: {e}");
+                return 2;
+            }
+        };
         let coverage = match discover(&client).await {
             Ok(c) => c,
             Err(e) => {

@@ -18,8 +18,9 @@ pub(crate) const CONFIG_KEY: &str = "config.yaml";
 /// A failure talking to the cluster, naming what and why.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ClusterError {
-    /// No client could be built from the kubeconfig.
-    #[error("failed to connect to the cluster: {0}")]
+    /// No client could be built from the kubeconfig (the message says why,
+    /// as "failed to connect to the Kubernetes API: ...").
+    #[error("{0}")]
     Client(String),
     /// An API call failed.
     #[error("failed to {verb} {what}: {reason}")]
@@ -86,6 +87,24 @@ pub(crate) fn api_error(verb: &'static str, what: String, e: kube::Error) -> Clu
         what,
         reason,
         code,
+    }
+}
+
+/// How a one-shot command reaches its cluster.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ClusterArgs {
+    /// Kubeconfig [default: $KUBECONFIG or ~/.kube/config, else in-cluster].
+    #[arg(long)]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context [default: the current context].
+    #[arg(long)]
+    pub(crate) context: Option<String>,
+}
+
+impl ClusterArgs {
+    /// The client these flags name.
+    pub(crate) async fn client(&self) -> Result<kube::Client, ClusterError> {
+        client(self.kubeconfig.as_deref(), self.context.as_deref()).await
     }
 }
 

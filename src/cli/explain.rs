@@ -36,12 +36,8 @@ pub struct ExplainArgs {
     /// `kubectl get -o yaml --show-managed-fields`, instead of the cluster.
     #[arg(short = 'f', long)]
     pub(crate) file: Option<PathBuf>,
-    /// Kubeconfig [default: $KUBECONFIG or ~/.kube/config, else in-cluster].
-    #[arg(long)]
-    pub(crate) kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context [default: the current context].
-    #[arg(long)]
-    pub(crate) context: Option<String>,
+    #[command(flatten)]
+    pub(crate) cluster: cluster::ClusterArgs,
     /// Configuration file whose rules apply; the built-in default when absent.
     #[arg(long)]
     pub(crate) config: Option<PathBuf>,
@@ -138,7 +134,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<explain::Explanation>
     let source = ConfigSource::from_flags(args.config.as_ref(), args.config_from_cluster.as_ref());
     let needs_cluster = args.file.is_none() || args.config_from_cluster.is_some();
     let client = if needs_cluster {
-        Some(cluster::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?)
+        Some(args.cluster.client().await?)
     } else {
         None
     };
@@ -178,18 +174,8 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<explain::Explanation>
 /// be read.
 pub(crate) fn run(args: ExplainArgs) -> i32 {
     let mut err = std::io::stderr().lock();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = writeln!(
-                err,
-                "mrguard explain: failed to start the async runtime: {e}"
-            );
-            return 2;
-        }
+    let Some(runtime) = super::runtime("explain") else {
+        return 2;
     };
     let explained = match runtime.block_on(execute(&args)) {
         Ok(e) => e,

@@ -531,15 +531,8 @@ pub(crate) fn run(args: &LiveCheck<'_>) -> i32 {
             return 2;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = writeln!(err, "mrguard check: failed to start the async runtime: {e}");
-            return 2;
-        }
+    let Some(runtime) = super::runtime("check") else {
+        return 2;
     };
     let results = match runtime.block_on(check_all(args, manifests)) {
         Ok(r) => r,
