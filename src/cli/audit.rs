@@ -95,7 +95,7 @@ pub(crate) fn run(args: AuditArgs) -> i32 {
             }
         },
     };
-    let Some(runtime) = super::runtime("audit") else {
+    let Some(runtime) = super::cluster::runtime("audit") else {
         return 2;
     };
     runtime.block_on(async move {

@@ -90,6 +90,21 @@ pub(crate) fn api_error(verb: &'static str, what: String, e: kube::Error) -> Clu
     }
 }
 
+/// A current-thread runtime for a one-shot command that talks to a
+/// cluster; `None` (after saying why on stderr) when none can be started.
+pub(crate) fn runtime(command: &str) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("mrguard {command}: failed to start the async runtime: {e}");
+            None
+        }
+    }
+}
+
 /// How a one-shot command reaches its cluster.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ClusterArgs {

@@ -174,7 +174,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<explain::Explanation>
 /// be read.
 pub(crate) fn run(args: ExplainArgs) -> i32 {
     let mut err = std::io::stderr().lock();
-    let Some(runtime) = super::runtime("explain") else {
+    let Some(runtime) = super::cluster::runtime("explain") else {
         return 2;
     };
     let explained = match runtime.block_on(execute(&args)) {

@@ -531,7 +531,7 @@ pub(crate) fn run(args: &LiveCheck<'_>) -> i32 {
             return 2;
         }
     };
-    let Some(runtime) = super::runtime("check") else {
+    let Some(runtime) = super::cluster::runtime("check") else {
         return 2;
     };
     let results = match runtime.block_on(check_all(args, manifests)) {

@@ -113,21 +113,6 @@ fn init_logging(log: &LogArgs) {
     };
 }
 
-/// A current-thread runtime for a one-shot command that talks to a
-/// cluster; `None` (after saying why on stderr) when none can be started.
-fn runtime(command: &str) -> Option<tokio::runtime::Runtime> {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => Some(r),
-        Err(e) => {
-            eprintln!("mrguard {command}: failed to start the async runtime: {e}");
-            None
-        }
-    }
-}
-
 /// Runs the command line; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
     match cli.command {
