@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Deserialize;
 use wildmatch::WildMatch;
 
-use crate::cel::{CelProgram, CelRule};
+use crate::cel::{CelProgram, CelRule, CelRules};
 use crate::fieldpath::FieldPath;
 use crate::model::{Action, Operation};
 use crate::rules;
@@ -141,7 +141,7 @@ pub struct ResourceConfig {
     pub tags_field: Option<FieldPath>,
     pub deletion_protection: bool,
     pub rules: BTreeMap<String, Action>,
-    pub cel_rules: Vec<CelRule>,
+    pub cel_rules: CelRules,
 }
 
 impl ResourceConfig {
@@ -356,7 +356,7 @@ fn validate_resource(at: &str, r: RawResource) -> Result<ResourceConfig, ConfigE
         tags_field,
         deletion_protection: r.deletion_protection,
         rules: r.rules,
-        cel_rules,
+        cel_rules: CelRules::new(cel_rules),
     })
 }
 

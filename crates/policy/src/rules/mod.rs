@@ -186,7 +186,9 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
         if action == Action::Off {
             continue;
         }
-        let scope = scope.get_or_insert_with(|| crate::cel::Scope::for_request(ctx));
+        let scope = scope.get_or_insert_with(|| {
+            crate::cel::Scope::for_request(ctx, ctx.resource.cel_rules.reads())
+        });
         if let Some(v) = crate::cel::check_rule(cel, scope) {
             findings.push(Finding {
                 rule: Cow::Owned(name),
