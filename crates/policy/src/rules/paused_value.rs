@@ -16,10 +16,7 @@ impl Rule for PausedValue {
         Action::Warn
     }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
-        let Some(v) = ctx
-            .object
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(PAUSED))
+        let Some(v) = crate::mr::at(ctx.object, &["metadata", "annotations", PAUSED])
         else {
             return vec![];
         };
