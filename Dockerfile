@@ -3,7 +3,7 @@
 #
 #   docker build -t mrguard:dev .
 #
-# The chart (charts/mrguard) runs /usr/local/bin/mrguard serve; tests/chart.rs
+# The chart (charts/mrguard) runs /usr/local/bin/mrguard serve; tests/it/chart.rs
 # checks that this file and the chart agree.
 
 ARG RUST_VERSION=1.95

@@ -9,11 +9,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 export PATH="$root/.tools/bin:$PATH"
 
-cargo_deny_version=${CARGO_DENY_VERSION:-0.18.3}
-if ! cargo deny --version >/dev/null 2>&1; then
-  echo "check-deps: installing cargo-deny $cargo_deny_version into .tools/"
-  cargo install --locked --root "$root/.tools" cargo-deny --version "$cargo_deny_version"
-fi
+scripts/install-cargo-deny.sh
 cargo deny --all-features check bans licenses sources
 
 impure=$(cargo tree -p mrguard-policy -e normal --prefix none --format '{p}' \

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Runs the end-to-end test (tests/envtest.rs) against a real kube-apiserver
-# and etcd on loopback. `scripts/test.sh` runs the same test, which skips
-# itself there unless KUBEBUILDER_ASSETS is set.
+# Runs the end-to-end suite (tests/e2e) against a real kube-apiserver and
+# etcd on loopback: one API server for the whole run, mrguard run as the
+# real binary with the Helm chart's arguments and RBAC.
 #
-# Usage: scripts/envtest.sh [ASSETS_DIR]
-#   ASSETS_DIR (default: $KUBEBUILDER_ASSETS) holds kube-apiserver and etcd.
-#   With neither, they are fetched with setup-envtest, which needs Go and
-#   network access to the envtest releases.
+# Usage: scripts/envtest.sh [ASSETS_DIR] [-- TEST_FILTER...]
+#   ASSETS_DIR (default: $KUBEBUILDER_ASSETS) holds kube-apiserver and etcd
+#   (the controller-runtime envtest layout). With neither, they are fetched
+#   with setup-envtest, which needs Go and network access to its releases.
+#   Arguments after -- go to the test binary (e.g. a test name).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-assets="${1:-${KUBEBUILDER_ASSETS:-}}"
+assets="${KUBEBUILDER_ASSETS:-}"
+if [[ $# -gt 0 && "$1" != "--" ]]; then
+  assets="$1"
+  shift
+fi
+[[ "${1:-}" == "--" ]] && shift
+
 if [[ -z "$assets" ]]; then
   bin="$PWD/target/envtest-tools"
   if ! command -v setup-envtest >/dev/null 2>&1 && [[ ! -x "$bin/setup-envtest" ]]; then
@@ -29,4 +36,6 @@ for b in kube-apiserver etcd; do
     exit 2
   fi
 done
-KUBEBUILDER_ASSETS="$(cd "$assets" && pwd)" exec cargo test --test envtest -- --nocapture
+scripts/install-helm.sh
+# CI=true: a test that cannot reach the API server fails instead of skipping.
+KUBEBUILDER_ASSETS="$(cd "$assets" && pwd)" CI=true exec cargo test -p mrguard --test e2e -- "$@"

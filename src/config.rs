@@ -31,15 +31,25 @@ impl ConfigMetrics {
             "mrguard_config_last_reload_success_timestamp_seconds",
             "When the configuration was last loaded successfully, in seconds since the epoch.",
         )?;
-        registry.register(Box::new(reloads.clone()))?;
-        registry.register(Box::new(last_success.clone()))?;
-        for r in ["success", "failure"] {
-            reloads.with_label_values(&[r]);
-        }
-        Ok(Self {
+        let m = Self {
             reloads,
             last_success,
-        })
+        };
+        for c in m.collectors() {
+            registry.register(c)?;
+        }
+        for r in ["success", "failure"] {
+            m.reloads.with_label_values(&[r]);
+        }
+        Ok(m)
+    }
+
+    /// Every collector, as registered (and listed in docs/metrics.md).
+    pub(crate) fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.reloads.clone()),
+            Box::new(self.last_success.clone()),
+        ]
     }
 
     fn success(&self) {
@@ -127,9 +137,16 @@ pub fn load_file(path: &Path) -> Result<(Config, Vec<u8>), ConfigFileError> {
         path: path.display().to_string(),
         source,
     })?;
+    let shown = path.display().to_string();
     let config = parse(&bytes).map_err(|source| ConfigFileError::Invalid {
-        path: path.display().to_string(),
-        source,
+        // The parser's snippets say "<input>"; name the file instead.
+        source: match source {
+            ConfigError::Parse(m) => {
+                ConfigError::Parse(m.replace("--> <input>:", &format!("--> {shown}:")))
+            }
+            other => other,
+        },
+        path: shown.clone(),
     })?;
     Ok((config, bytes))
 }

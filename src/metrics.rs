@@ -74,15 +74,25 @@ impl AdmissionMetrics {
             ),
             &["rule", "action"],
         )?;
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(duration.clone()))?;
-        registry.register(Box::new(findings.clone()))?;
-        Ok(Self {
+        let m = Self {
             requests,
             duration,
             findings,
             kinds: RwLock::new(Kinds::default()),
-        })
+        };
+        for c in m.collectors() {
+            registry.register(c)?;
+        }
+        Ok(m)
+    }
+
+    /// Every collector, as registered (and listed in docs/metrics.md).
+    pub(crate) fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.requests.clone()),
+            Box::new(self.duration.clone()),
+            Box::new(self.findings.clone()),
+        ]
     }
 
     // Looked up by borrowed strings: no allocation once a kind is known.
@@ -134,6 +144,70 @@ pub struct Observed<'a> {
     pub operation: &'a str,
     pub group: &'a str,
     pub kind: &'a str,
+}
+
+/// One metric family mrguard exports, for the reference in docs/metrics.md.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricInfo {
+    /// The metric name, e.g. `mrguard_admission_requests_total`.
+    pub name: String,
+    /// The help text `/metrics` shows.
+    pub help: String,
+    /// `counter`, `gauge`, `histogram`, ...
+    pub kind: String,
+    /// The label names, in order.
+    pub labels: Vec<String>,
+    /// Which part of `mrguard serve` exports it.
+    pub source: &'static str,
+}
+
+/// Every metric family `mrguard serve` can export, read from the same
+/// collectors `serve` registers: the process metrics, admission,
+/// configuration, TLS and (with the controller) controller metrics. Empty
+/// vectors are read from their collectors directly, as a registry's
+/// `gather` leaves them out until they have a series.
+pub fn catalogue() -> prometheus::Result<Vec<MetricInfo>> {
+    use prometheus::core::Collector;
+    let r = Registry::new();
+    let mut sources: Vec<(&'static str, Vec<Box<dyn Collector>>)> = vec![
+        ("admission", AdmissionMetrics::register(&r)?.collectors()),
+        (
+            "configuration",
+            crate::config::ConfigMetrics::register(&r)?.collectors(),
+        ),
+        ("TLS", crate::tls::TlsMetrics::register(&r)?.collectors()),
+        (
+            "controller",
+            crate::controller::ControllerMetrics::register(&r)?.collectors(),
+        ),
+    ];
+    #[cfg(target_os = "linux")]
+    sources.insert(
+        0,
+        (
+            "process",
+            vec![Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            )],
+        ),
+    );
+    let mut out = Vec::new();
+    for (source, collectors) in sources {
+        for c in collectors {
+            let labels: Vec<Vec<String>> =
+                c.desc().iter().map(|d| d.variable_labels.clone()).collect();
+            for (i, mf) in c.collect().into_iter().enumerate() {
+                out.push(MetricInfo {
+                    name: mf.name().to_string(),
+                    help: mf.help().to_string(),
+                    kind: format!("{:?}", mf.get_field_type()).to_lowercase(),
+                    labels: labels.get(i).cloned().unwrap_or_default(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Renders the registry in the Prometheus text format.

@@ -146,12 +146,22 @@ impl TlsMetrics {
             ),
             &["result"],
         )?;
-        registry.register(Box::new(expiry.clone()))?;
-        registry.register(Box::new(reloads.clone()))?;
-        for r in ["success", "failure"] {
-            reloads.with_label_values(&[r]);
+        let m = Self { expiry, reloads };
+        for c in m.collectors() {
+            registry.register(c)?;
         }
-        Ok(Self { expiry, reloads })
+        for r in ["success", "failure"] {
+            m.reloads.with_label_values(&[r]);
+        }
+        Ok(m)
+    }
+
+    /// Every collector, as registered (and listed in docs/metrics.md).
+    pub(crate) fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.expiry.clone()),
+            Box::new(self.reloads.clone()),
+        ]
     }
 }
 

@@ -1,7 +1,8 @@
 //! What the fuzz targets share: the full review path with its invariants.
 
 use base64::Engine;
-use mrguard_policy::admission::{self, Request};
+use mrguard_policy::admission;
+use mrguard_policy::review::{self, Request};
 use mrguard_policy::config::Config;
 use serde_json::Value;
 
@@ -53,7 +54,7 @@ pub fn configs() -> &'static [Config] {
 /// for every input: answers are AdmissionReviews echoing the uid, a patch
 /// applies to the object it was computed for, and mutation is idempotent.
 pub fn review_bytes(body: &[u8]) {
-    let Ok(request) = admission::decode(body) else {
+    let Ok(request) = review::decode(body) else {
         return;
     };
     review_request(&request);
@@ -62,10 +63,10 @@ pub fn review_bytes(body: &[u8]) {
 pub fn review_request(request: &Request) {
     for config in configs() {
         let decision = admission::validate(request, config);
-        check_encoded(&admission::encode(decision.response), &request.uid);
+        check_encoded(&review::encode(decision.response), &request.uid);
 
         let decision = admission::mutate(request, config);
-        let encoded = admission::encode(decision.response);
+        let encoded = review::encode(decision.response);
         let response = check_encoded(&encoded, &request.uid);
         if let Some(patch) = response.get("patch") {
             assert_eq!(response["patchType"], "JSONPatch");
@@ -88,7 +89,7 @@ pub fn review_request(request: &Request) {
             );
             // Idempotence: mutating the result again changes nothing.
             let mut again = request.clone();
-            again.object = Some(admission::RawObject::new(object));
+            again.object = Some(review::RawObject::new(object));
             let second = admission::mutate(&again, config);
             assert!(
                 second.response.patch.is_none(),

@@ -46,6 +46,16 @@ pub struct CheckArgs {
     /// x-kubernetes-validations rules after it, as the API server would.
     #[arg(long, value_name = "PATH")]
     pub crd: Option<PathBuf>,
+    /// With --crd: fail an object whose API group no CRD in PATH defines,
+    /// as an API server without that CRD would ("no matches for kind"),
+    /// instead of judging it with a note that its schema was not checked.
+    /// Built-in Kubernetes groups (core, apps, batch, *.k8s.io, ...) need no CRD.
+    #[arg(long, requires = "crd")]
+    pub require_crd: bool,
+    /// The most YAML documents read from the manifest file (and from --old);
+    /// a larger file is refused rather than read without bound.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_documents: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,28 +68,79 @@ pub enum CheckError {
     },
     #[error("failed to parse {path}: {reason}")]
     Parse { path: String, reason: String },
-    #[error("failed to read {path}, document {doc}: {reason}")]
+    #[error("failed to read {path}, {at}: {reason}")]
     Document {
         path: String,
-        doc: usize,
+        /// "document 2", or "document 2, item 5" inside a List.
+        at: String,
         reason: String,
     },
+    #[error("failed to read {path}: it has more than {max} YAML documents; raise --max-documents to read them all")]
+    TooManyDocuments { path: String, max: usize },
+    /// What `kubectl apply` says of such a file: "no objects passed to apply".
+    #[error("failed to find an object in {path}: it is empty, or holds only comments or `---` separators")]
+    NoObjects { path: String },
     #[error("{0}")]
     Config(#[from] crate::config::ConfigFileError),
     #[error("{0}")]
     Crd(#[from] CrdError),
     #[error("failed to find a CustomResourceDefinition in {0}")]
     NoCrd(String),
-    #[error("failed to match {what} (document {doc} of {path}) in {old}: no object with that kind, namespace and name")]
+    #[error("failed to match {what} ({at} of {path}) in {old}: no object with that kind, namespace and name")]
     NoOld {
         what: String,
-        doc: usize,
+        at: String,
         path: String,
         old: String,
     },
 }
 
-fn read_docs(path: &Path) -> Result<Vec<Value>, CheckError> {
+/// One object of a manifest file, with where it was found.
+struct Doc {
+    /// "document 2", or "document 2, item 5" inside a List.
+    at: String,
+    value: Value,
+}
+
+/// `kubectl get -o yaml` prints several objects as a `List` (or a typed
+/// `<Kind>List`); `kubectl apply` applies its items.
+fn list_items(v: &Value) -> Option<&Vec<Value>> {
+    let kind = v.get("kind").and_then(Value::as_str)?;
+    if !kind.ends_with("List") {
+        return None;
+    }
+    v.get("items").and_then(Value::as_array)
+}
+
+/// Parses YAML documents with at most `max` documents; parse errors name
+/// `path` instead of the parser's placeholder.
+fn parse_documents(path: &str, text: &str, max: usize) -> Result<Vec<Value>, CheckError> {
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_documents: max,
+        },
+    };
+    serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
+        if let serde_saphyr::Error::Budget {
+            breach: serde_saphyr::budget::BudgetBreach::Documents { .. },
+            ..
+        } = e.without_snippet()
+        {
+            return CheckError::TooManyDocuments {
+                path: path.to_string(),
+                max,
+            };
+        }
+        CheckError::Parse {
+            path: path.to_string(),
+            reason: e
+                .to_string()
+                .replace("--> <input>:", &format!("--> {path}:")),
+        }
+    })
+}
+
+fn read_docs(path: &Path, max_documents: usize) -> Result<Vec<Doc>, CheckError> {
     let p = path.display().to_string();
     let text = if path == Path::new("-") {
         let mut s = String::new();
@@ -96,40 +157,66 @@ fn read_docs(path: &Path) -> Result<Vec<Value>, CheckError> {
             source,
         })?
     };
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| CheckError::Parse {
-        path: p.clone(),
-        reason: e.to_string(),
-    })?;
+    let docs = parse_documents(&p, &text, max_documents)?;
     let mut out = Vec::new();
     for (i, d) in docs.into_iter().enumerate() {
-        match d {
-            Value::Null => continue,
-            Value::Object(_) => {
-                let doc = i + 1;
-                for field in ["apiVersion", "kind"] {
-                    if d.get(field)
-                        .and_then(Value::as_str)
-                        .is_none_or(str::is_empty)
-                    {
-                        return Err(CheckError::Document {
-                            path: p.clone(),
-                            doc,
-                            reason: format!("{field} is missing"),
-                        });
-                    }
+        let at = format!("document {}", i + 1);
+        if d.is_null() {
+            continue;
+        }
+        match list_items(&d) {
+            Some(items) => {
+                for (j, item) in items.iter().enumerate() {
+                    let at = format!("{at}, item {}", j + 1);
+                    check_object(&p, &at, item)?;
+                    out.push(Doc {
+                        at,
+                        value: item.clone(),
+                    });
                 }
-                out.push(d);
             }
-            other => {
-                return Err(CheckError::Document {
-                    path: p.clone(),
-                    doc: i + 1,
-                    reason: format!("expected a mapping, found {}", json_type(&other)),
-                })
+            None => {
+                check_object(&p, &at, &d)?;
+                out.push(Doc { at, value: d });
             }
         }
     }
+    if out.is_empty() {
+        return Err(CheckError::NoObjects { path: p });
+    }
     Ok(out)
+}
+
+/// Every object needs a kind and an apiVersion, as for the API server.
+fn check_object(path: &str, at: &str, d: &Value) -> Result<(), CheckError> {
+    if !d.is_object() {
+        return Err(CheckError::Document {
+            path: path.to_string(),
+            at: at.to_string(),
+            reason: format!("expected a mapping, found {}", json_type(d)),
+        });
+    }
+    for field in ["apiVersion", "kind"] {
+        if d.get(field)
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            return Err(CheckError::Document {
+                path: path.to_string(),
+                at: at.to_string(),
+                reason: format!("{field} is missing"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// API groups the API server serves itself: their objects need no CRD.
+fn builtin_group(group: &str) -> bool {
+    matches!(
+        group,
+        "" | "apps" | "autoscaling" | "batch" | "policy" | "extensions"
+    ) || group.ends_with(".k8s.io")
 }
 
 impl From<CheckOperation> for Operation {
@@ -199,9 +286,9 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         Some(p) => Some(load_crds(p)?),
         None => None,
     };
-    let docs = read_docs(&args.file)?;
+    let docs = read_docs(&args.file, args.max_documents)?;
     let olds = match &args.old {
-        Some(p) => Some((p, read_docs(p)?)),
+        Some(p) => Some((p, read_docs(p, args.max_documents)?)),
         None => None,
     };
     let op = args.operation.unwrap_or(if olds.is_some() {
@@ -209,24 +296,29 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
     } else {
         CheckOperation::Create
     });
+    let crd_path = args.crd.as_deref().map(Path::display);
     let mut any_denied = false;
-    for (i, doc) in docs.iter().enumerate() {
-        let old =
-            match (&olds, op) {
-                (Some((path, olds)), CheckOperation::Update) => {
-                    let id = identity(doc);
-                    Some(olds.iter().find(|o| identity(o) == id).ok_or_else(|| {
-                        CheckError::NoOld {
+    for Doc { at, value: doc } in &docs {
+        let old = match (&olds, op) {
+            (Some((path, olds)), CheckOperation::Update) => {
+                let id = identity(doc);
+                let found = olds.iter().find(|o| identity(&o.value) == id);
+                Some(
+                    &found
+                        .ok_or_else(|| CheckError::NoOld {
                             what: label(doc),
-                            doc: i + 1,
+                            at: at.clone(),
                             path: args.file.display().to_string(),
                             old: path.display().to_string(),
-                        }
-                    })?)
-                }
-                _ => None,
-            };
+                        })?
+                        .value,
+                )
+            }
+            _ => None,
+        };
         let (api_version, kind, _, _) = identity(doc);
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let mut notes = Vec::new();
         let (crd, missing) = match crds.as_ref().map(|c| c.lookup(&api_version, &kind)) {
             Some(Lookup::Found(v)) => {
                 // Never judge with only part of a CRD's rules.
@@ -242,12 +334,38 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
                 );
                 (None, Some(why))
             }
+            Some(Lookup::NoKind(same_group)) if op != CheckOperation::Delete => {
+                let kinds: Vec<&str> = same_group.iter().map(|c| c.kind.as_str()).collect();
+                let why = format!(
+                    "no matches for kind {kind:?} in version {api_version:?} (the CRDs of {group} in {} define {})",
+                    crd_path.as_ref().map(ToString::to_string).unwrap_or_default(),
+                    kinds.join(", ")
+                );
+                (None, Some(why))
+            }
+            Some(Lookup::NoCrd) if !builtin_group(group) => {
+                let path = crd_path
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                if args.require_crd && op != CheckOperation::Delete {
+                    let why = format!(
+                        "no matches for kind {kind:?} in version {api_version:?} (no CRD in {path} defines group {group:?}, and --require-crd is set)"
+                    );
+                    (None, Some(why))
+                } else {
+                    notes.push(format!(
+                        "schema not checked: no CRD in {path} defines group {group:?} (--require-crd makes this a failure)"
+                    ));
+                    (None, None)
+                }
+            }
             _ => (None, None),
         };
         let mut judged = offline::judge(op.into(), doc, old, &args.username, &config, crd)
             .map_err(|reason| CheckError::Document {
                 path: args.file.display().to_string(),
-                doc: i + 1,
+                at: at.clone(),
                 reason,
             })?;
         if args.patch {
@@ -261,6 +379,10 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         } else if op != CheckOperation::Delete {
             let yaml = serde_saphyr::to_string(&judged.object).unwrap_or_default();
             let _ = write!(out, "---\n{yaml}");
+        }
+        notes.extend(judged.notes.iter().cloned());
+        for n in &notes {
+            let _ = writeln!(err, "{}: note: {n}", judged.label);
         }
         for w in &judged.warnings {
             let _ = writeln!(err, "{}: warning: {w}", judged.label);

@@ -15,11 +15,16 @@ pub use audit::AuditArgs;
 pub use check::CheckArgs;
 pub use serve::ServeArgs;
 
+/// A flag given twice takes its last value (`args_override_self`), as
+/// kubectl and most Kubernetes components do: the chart's `extraArgs` come
+/// after the flags the chart sets, so they can override them. Before, clap
+/// refused the second occurrence and the pod crash-looped.
 #[derive(Debug, Parser)]
 #[command(
     name = "mrguard",
     version,
-    about = "Admission webhook and controller for Crossplane managed resources"
+    about = "Admission webhook and controller for Crossplane managed resources",
+    args_override_self = true
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -31,6 +36,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the mutating and validating webhooks over HTTPS.
+    #[command(args_override_self = true)]
     Serve(Box<ServeArgs>),
     /// Mutate and validate manifests offline, as the webhooks would.
     Check(Box<CheckArgs>),
@@ -47,6 +53,8 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Validate a configuration file; exits 0 when valid and 1 when not.
+    /// Warns (on stderr) when a valid file is empty or drops a built-in
+    /// protection.
     Check {
         /// The configuration file (YAML).
         file: PathBuf,
@@ -130,7 +138,10 @@ pub fn run(cli: Cli) -> i32 {
         Command::Audit(args) => audit::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::load_file(&file) {
-            Ok(_) => {
+            Ok((config, bytes)) => {
+                for w in config_warnings(&config, &bytes) {
+                    eprintln!("{}: warning: {w}", file.display());
+                }
                 println!("{}: valid", file.display());
                 0
             }
@@ -146,6 +157,26 @@ pub fn run(cli: Cli) -> i32 {
     }
 }
 
+/// What a valid configuration file may still get wrong: being empty (it
+/// then configures nothing, not the built-in defaults) and dropping the
+/// built-in protections, which `--config` replaces whole.
+fn config_warnings(config: &mrguard_policy::config::Config, bytes: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    let text = String::from_utf8_lossy(bytes);
+    let empty = serde_saphyr::from_multiple::<serde_json::Value>(&text)
+        .map(|docs| docs.iter().all(serde_json::Value::is_null))
+        .unwrap_or(false);
+    if empty {
+        out.push(
+            "the file is empty: it configures nothing, and replaces the built-in configuration \
+             (print that with `mrguard config default`)"
+                .to_string(),
+        );
+    }
+    out.extend(config.lost_protections());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +185,29 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// Bug 6 (regression): a flag given again later wins instead of
+    /// failing with "cannot be used multiple times".
+    #[test]
+    fn a_later_flag_wins() {
+        let cli = Cli::try_parse_from([
+            "mrguard",
+            "serve",
+            "--audit-interval=10m",
+            "--listen=0.0.0.0:9443",
+            "--controller",
+            "--audit-interval=30s",
+            "--listen=127.0.0.1:1",
+            "--controller",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert_eq!(args.listen.to_string(), "127.0.0.1:1");
+        let parsed = format!("{args:?}");
+        assert!(parsed.contains("audit_interval: 30s"), "{parsed}");
     }
 
     #[test]

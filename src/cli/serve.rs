@@ -44,7 +44,7 @@ pub struct ServeArgs {
     /// Where --self-signed writes its CA certificate [default: <tmp>/mrguard-ca.crt].
     #[arg(long, env = "MRGUARD_SELF_SIGNED_CA_FILE")]
     pub self_signed_ca_file: Option<PathBuf>,
-    /// Configuration file (YAML, SPEC §5); the built-in default when absent.
+    /// Configuration file (YAML, docs/configuration.md); the built-in default when absent.
     #[arg(long, env = "MRGUARD_CONFIG")]
     pub config: Option<PathBuf>,
     /// How often the config and certificate files are checked for changes.

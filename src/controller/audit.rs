@@ -19,9 +19,10 @@ use super::coverage::{Coverage, CrdSummary, MrKind};
 use super::watch::MrStates;
 use super::{api_err, ControllerError, ControllerMetrics};
 use crate::config::ConfigStore;
-use mrguard_policy::admission::{validate, RequestBuilder};
+use mrguard_policy::admission::validate;
 use mrguard_policy::config::Config;
 use mrguard_policy::mr::Mr;
+use mrguard_policy::review::RequestBuilder;
 
 /// Objects per list page.
 const PAGE_SIZE: u32 = 250;
@@ -261,7 +262,7 @@ pub async fn run(
             state.forget(&k);
         }
         let mut complete = true;
-        let (mut objects, mut findings) = (0, 0);
+        let (mut objects, mut findings, mut forbidden) = (0, 0, Vec::new());
         for kind in cov.kinds() {
             match audit_kind(&client, kind, &config).await {
                 Ok(report) => {
@@ -269,6 +270,22 @@ pub async fn run(
                     findings += report.findings.len();
                     state.record(kind, &report.findings);
                     states.set_paused_by_policy(kind, &report.paused_by_policy);
+                    states.set_forbidden(kind, false);
+                }
+                // RBAC does not let mrguard read this kind (the chart lists
+                // API groups; a provider outside them). That is the
+                // operator's choice, not a failed pass: the kind is reported
+                // in mrguard_controller_forbidden_kinds and the pass still
+                // counts, so a staleness alert on the success timestamp
+                // means the audit is really stuck.
+                Err(e) if e.status_code() == Some(403) => {
+                    if states.set_forbidden(kind, true) {
+                        e.log(Some(&metrics), "audit: skipping a kind RBAC forbids");
+                    } else {
+                        e.count(Some(&metrics));
+                    }
+                    state.forget(&kind.key());
+                    forbidden.push(kind.key());
                 }
                 Err(e) => {
                     complete = false;
@@ -289,6 +306,8 @@ pub async fn run(
             objects,
             findings,
             complete,
+            forbidden = forbidden.len(),
+            forbidden_kinds = %forbidden.join(","),
             "audit pass done"
         );
         tokio::time::sleep(interval).await;
@@ -433,6 +452,66 @@ mod tests {
         // Broken again: logged again.
         assert_eq!(s.record(&kind, &findings), 1);
         assert_eq!(g(), 1);
+    }
+
+    /// Bug 3 (regression): with one kind RBAC forbids (the chart's
+    /// default `groups` mode and a provider outside it), a pass still
+    /// counts as successful, and the kind is reported as forbidden.
+    #[tokio::test]
+    async fn a_forbidden_kind_does_not_fail_the_pass() {
+        let (client, _api) = mock::client(|r| {
+            if r.path.contains("/vpcs") {
+                return Reply::Json(
+                    403,
+                    status(403, "Forbidden", "vpcs.ec2.aws.upbound.io is forbidden"),
+                );
+            }
+            Reply::Json(
+                200,
+                page(vec![bucket("b", "u1", json!({"forProvider": {}}))], ""),
+            )
+        });
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let cov = Coverage::from_crds(
+            &summaries(&fixture_crds())
+                .into_iter()
+                .filter(|c| {
+                    matches!(
+                        c.metadata.name.as_deref(),
+                        Some("vpcs.ec2.aws.upbound.io" | "buckets.s3.aws.upbound.io")
+                    )
+                })
+                .collect::<Vec<_>>(),
+        );
+        assert_eq!(cov.len(), 2);
+        let (_tx, rx) = channel::channel(Some(Arc::new(cov)));
+        let states = MrStates::new(metrics.clone());
+        let task = tokio::spawn(run(
+            client,
+            rx,
+            ConfigStore::new(Config::builtin(), None),
+            states.clone(),
+            metrics.clone(),
+            Duration::from_secs(600),
+        ));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while metrics.audit_last_success.get() == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "no successful pass");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(metrics.forbidden_kinds.get(), 1);
+        assert_eq!(
+            states.forbidden(),
+            vec!["vpcs.ec2.aws.upbound.io".to_string()]
+        );
+        assert_eq!(
+            metrics
+                .api_errors
+                .with_label_values(&["list", "managed resources", "403"])
+                .get(),
+            1
+        );
+        task.abort();
     }
 
     #[tokio::test]

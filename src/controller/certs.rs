@@ -30,7 +30,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use kube::api::{ListParams, PostParams};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::Api;
 use rcgen::PublicKeyData;
 use rustls::client::danger::ServerCertVerifier;
@@ -732,18 +732,21 @@ pub async fn run_loader(
     shutdown: Signal,
 ) {
     let fields = format!("metadata.name={name}");
-    let mut stream = watcher(secrets, watcher::Config::default().fields(&fields))
-        .default_backoff()
-        .boxed();
+    let mut stream =
+        super::retry::backoff_watcher(watcher(secrets, watcher::Config::default().fields(&fields)))
+            .boxed();
     let mut last: Option<PemPair> = None;
     let mut seen_in_list = false;
-    let mut watch_error = super::ErrorOnce::default();
+    let mut watch_error = super::retry::ErrorOnce::default();
     loop {
         let event = tokio::select! {
             e = stream.next() => e,
             _ = shutdown.wait() => return,
         };
         let Some(event) = event else { return };
+        if super::retry::watcher_progress(&event) {
+            watch_error.ok("TLS Secret watch");
+        }
         let secret = match event {
             Ok(watcher::Event::Apply(s)) | Ok(watcher::Event::InitApply(s)) => {
                 seen_in_list = true;
@@ -751,7 +754,6 @@ pub async fn run_loader(
             }
             Ok(watcher::Event::Delete(_)) => None,
             Ok(watcher::Event::Init) => {
-                watch_error.ok();
                 seen_in_list = false;
                 continue;
             }

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::ApiResource;
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch as channel;
@@ -234,16 +234,18 @@ pub async fn run_crd_watch(
     metrics: Arc<ControllerMetrics>,
 ) {
     let api: Api<CrdSummary> = Api::all(client);
-    let mut stream = watcher(api, watcher::Config::default().page_size(CRD_PAGE_SIZE))
-        .default_backoff()
-        .boxed();
+    let mut stream = super::retry::backoff_watcher(watcher(
+        api,
+        watcher::Config::default().page_size(CRD_PAGE_SIZE),
+    ))
+    .boxed();
     let mut current = Coverage::default();
     let mut listing: Option<Coverage> = None;
     let mut synced = false;
-    let mut watch_error = super::ErrorOnce::default();
+    let mut watch_error = super::retry::ErrorOnce::default();
     while let Some(event) = stream.next().await {
-        if event.is_ok() {
-            watch_error.ok();
+        if super::retry::watcher_progress(&event) {
+            watch_error.ok("CRD watch");
         }
         match event {
             Ok(watcher::Event::Init) => listing = Some(Coverage::default()),
@@ -267,7 +269,8 @@ pub async fn run_crd_watch(
                     object: String::new(),
                     source: watcher_source(e),
                 };
-                e.log(
+                watch_error.failed(
+                    &e,
                     Some(&metrics),
                     "failed to watch CRDs; retrying with backoff",
                 );

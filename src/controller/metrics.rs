@@ -16,6 +16,8 @@ pub struct ControllerMetrics {
     pub events: IntCounterVec,
     pub api_errors: IntCounterVec,
     pub audit_last_success: IntGauge,
+    /// `mrguard_controller_forbidden_kinds`.
+    pub forbidden_kinds: IntGauge,
 }
 
 impl ControllerMetrics {
@@ -75,17 +77,31 @@ impl ControllerMetrics {
                 "mrguard_audit_last_success_timestamp_seconds",
                 "When the last complete audit pass finished, in seconds since the epoch.",
             )?,
+            forbidden_kinds: IntGauge::new(
+                "mrguard_controller_forbidden_kinds",
+                "MR kinds whose list or watch RBAC forbids (leader only); their gauges, Events and audit are missing.",
+            )?,
         };
-        registry.register(Box::new(m.managed_resources.clone()))?;
-        registry.register(Box::new(m.audit_violations.clone()))?;
-        registry.register(Box::new(m.leader.clone()))?;
-        registry.register(Box::new(m.covered_kinds.clone()))?;
-        registry.register(Box::new(m.webhook_updates.clone()))?;
-        registry.register(Box::new(m.webhook_configuration_present.clone()))?;
-        registry.register(Box::new(m.events.clone()))?;
-        registry.register(Box::new(m.api_errors.clone()))?;
-        registry.register(Box::new(m.audit_last_success.clone()))?;
+        for c in m.collectors() {
+            registry.register(c)?;
+        }
         Ok(m)
+    }
+
+    /// Every collector, as registered (and listed in docs/metrics.md).
+    pub(crate) fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.managed_resources.clone()),
+            Box::new(self.audit_violations.clone()),
+            Box::new(self.leader.clone()),
+            Box::new(self.covered_kinds.clone()),
+            Box::new(self.forbidden_kinds.clone()),
+            Box::new(self.webhook_updates.clone()),
+            Box::new(self.webhook_configuration_present.clone()),
+            Box::new(self.events.clone()),
+            Box::new(self.api_errors.clone()),
+            Box::new(self.audit_last_success.clone()),
+        ]
     }
 
     pub fn api_error(&self, verb: &str, resource: &str, code: Option<u16>) {
@@ -101,6 +117,7 @@ impl ControllerMetrics {
         self.managed_resources.reset();
         self.audit_violations.reset();
         self.covered_kinds.set(0);
+        self.forbidden_kinds.set(0);
         self.webhook_configuration_present.reset();
     }
 }

@@ -135,7 +135,11 @@ impl MockApi {
     }
 
     /// Waits until `pred` holds for the recorded requests; panics after 10 s.
-    pub(crate) async fn wait_for(&self, what: &str, pred: impl Fn(&[Recorded]) -> bool) -> Vec<Recorded> {
+    pub(crate) async fn wait_for(
+        &self,
+        what: &str,
+        pred: impl Fn(&[Recorded]) -> bool,
+    ) -> Vec<Recorded> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let notified = self.changed.notified();

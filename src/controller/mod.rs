@@ -22,6 +22,7 @@ pub mod certs;
 pub mod coverage;
 pub mod leader;
 pub mod metrics;
+pub(crate) mod retry;
 pub mod watch;
 pub mod webhooks;
 
@@ -317,35 +318,6 @@ impl ControllerError {
     }
 }
 
-/// Logs a watch's error once until the watch works again, so a missing
-/// permission does not flood the log at every backoff step; every failure
-/// is still counted.
-#[derive(Debug, Default)]
-pub(crate) struct ErrorOnce(Option<String>);
-
-impl ErrorOnce {
-    pub(crate) fn failed(
-        &mut self,
-        e: &ControllerError,
-        metrics: Option<&ControllerMetrics>,
-        what: &str,
-    ) {
-        let message = e.to_string();
-        if self.0.as_deref() == Some(message.as_str()) {
-            e.count(metrics);
-            return;
-        }
-        e.log(metrics, what);
-        self.0 = Some(message);
-    }
-
-    pub(crate) fn ok(&mut self) {
-        if self.0.take().is_some() {
-            tracing::info!("watch recovered");
-        }
-    }
-}
-
 /// Wraps a kube call's error with the verb and resource it was for.
 pub(crate) fn api_err(
     verb: &'static str,
@@ -597,12 +569,8 @@ impl LeaderContext {
             .instrument(tracing::info_span!("webhooks")),
         );
         let states = watch::MrStates::new(self.metrics.clone());
-        let recorder = watch::EventRecorder::new(
-            self.client.clone(),
-            s.identity.clone(),
-            self.clock.clone(),
-            self.dedup.clone(),
-        );
+        let recorder =
+            watch::EventRecorder::new(self.client.clone(), s.identity.clone(), self.dedup.clone());
         tasks.spawn(
             watch::run(
                 self.client.clone(),

@@ -9,32 +9,37 @@
 //! incomplete creation (its UID and `external-create-pending` time), not one
 //! per resync: the keys already reported are remembered across leadership
 //! changes and seeded from the Events that exist when leadership starts.
+//! Events go through kube's `events::Recorder`. It names them
+//! `<name>.<hex time>`; the hand-written `generateName: "<name>."` before it
+//! was rejected by the API server (a name prefix may not end in a dot), so
+//! no Event was ever written and the write was retried forever.
+//!
+//! A metadata-only watcher per kind feeds counts kept incrementally (one
+//! update per event); kube's reflector would keep whole metadata of every
+//! MR in memory and need a recount per event for the gauges.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{ListParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::ListParams;
 use kube::core::{DynamicObject, PartialObjectMeta};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::events::{Event as RecordedEvent, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
 use kube::Api;
 use serde_json::json;
 use tokio::sync::watch as channel;
 
 use super::coverage::{Coverage, MrKind};
-use super::{api_err, Backoff, Clock, ControllerError, ControllerMetrics};
+use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
+use super::{api_err, Backoff, ControllerError, ControllerMetrics};
 use mrguard_policy::mr::{Mr, CREATE_PENDING};
 
 pub const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
-/// Annotation on our Events naming what they report (`<uid>@<pending time>`).
-pub const EVENT_KEY: &str = "mrguard.io/event-key";
 pub const REPORTING_CONTROLLER: &str = "mrguard.io/controller";
-pub const LEAK_NOTE: &str = "possibly leaked external resource: creation is incomplete, so the provider stopped \
-     because it may have leaked an external resource; check the external system for a leaked resource, then \
-     remove the crossplane.io/external-create-pending annotation when safe";
 
 /// What the gauges count for one MR.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -71,10 +76,12 @@ struct KindStates {
     objects: HashMap<String, ObjState>,
 }
 
-/// Per-kind MR states behind the `mrguard_managed_resources` gauges.
+/// Per-kind MR states behind the `mrguard_managed_resources` gauges, and
+/// the kinds RBAC forbids listing (`mrguard_controller_forbidden_kinds`).
 #[derive(Clone)]
 pub struct MrStates {
     inner: Arc<Mutex<BTreeMap<String, KindStates>>>,
+    forbidden: Arc<Mutex<BTreeSet<String>>>,
     metrics: Arc<ControllerMetrics>,
 }
 
@@ -82,8 +89,28 @@ impl MrStates {
     pub fn new(metrics: Arc<ControllerMetrics>) -> Self {
         Self {
             inner: Arc::new(Mutex::new(BTreeMap::new())),
+            forbidden: Arc::new(Mutex::new(BTreeSet::new())),
             metrics,
         }
+    }
+
+    /// Marks a kind as forbidden (a 403 on list or watch) or allowed (a
+    /// list or watch that worked). Returns whether it changed.
+    pub fn set_forbidden(&self, kind: &MrKind, forbidden: bool) -> bool {
+        let mut set = self.forbidden.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = if forbidden {
+            set.insert(kind.key())
+        } else {
+            set.remove(&kind.key())
+        };
+        self.metrics.forbidden_kinds.set(set.len() as i64);
+        changed
+    }
+
+    /// The kinds RBAC forbids listing, by CRD name.
+    pub fn forbidden(&self) -> Vec<String> {
+        let set = self.forbidden.lock().unwrap_or_else(|p| p.into_inner());
+        set.iter().cloned().collect()
     }
 
     fn with_kind<R>(&self, kind: &MrKind, f: impl FnOnce(&mut KindStates) -> R) -> R {
@@ -143,6 +170,7 @@ impl MrStates {
 
     /// The kind is no longer an MR kind: forget it and its series.
     pub fn drop_kind(&self, kind: &MrKind) {
+        self.set_forbidden(kind, false);
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = inner.remove(&kind.key()) {
             for state in ["paused", "creation_incomplete"] {
@@ -189,7 +217,6 @@ pub struct ObjRef {
     pub name: String,
     pub namespace: Option<String>,
     pub uid: String,
-    pub resource_version: Option<String>,
 }
 
 impl ObjRef {
@@ -200,8 +227,21 @@ impl ObjRef {
             name: meta.name.clone()?,
             namespace: meta.namespace.clone().filter(|n| !n.is_empty()),
             uid: meta.uid.clone()?,
-            resource_version: meta.resource_version.clone(),
         })
+    }
+
+    /// The Event's `regarding`. No resourceVersion: kube's Recorder keys
+    /// its series on the whole reference, and a repeat about the same MR
+    /// must count into the same Event.
+    fn reference(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(self.api_version.clone()),
+            kind: Some(self.kind.clone()),
+            name: Some(self.name.clone()),
+            namespace: self.namespace.clone(),
+            uid: Some(self.uid.clone()),
+            ..ObjectReference::default()
+        }
     }
 }
 
@@ -209,32 +249,52 @@ pub fn event_key(uid: &str, pending: &str) -> String {
     format!("{uid}@{pending}")
 }
 
-/// Writes `events.k8s.io/v1` Events, at most one per key.
+/// The Event's note: names the incomplete creation, so that a new leader
+/// can tell which ones its predecessor reported.
+pub fn leak_note(pending: &str) -> String {
+    format!("{LEAK_NOTE_HEAD} ({PENDING_MARK}{pending}). {LEAK_NOTE_TAIL}")
+}
+
+const LEAK_NOTE_HEAD: &str = "possibly leaked external resource: creation is incomplete";
+const PENDING_MARK: &str = "crossplane.io/external-create-pending: ";
+const LEAK_NOTE_TAIL: &str =
+    "The provider stopped because it may have leaked an external resource; \
+     check the external system for a leaked resource, then remove the \
+     crossplane.io/external-create-pending annotation when safe";
+
+/// The `external-create-pending` time in a note written by [`leak_note`].
+fn pending_in_note(note: &str) -> Option<&str> {
+    let rest = &note[note.find(PENDING_MARK)? + PENDING_MARK.len()..];
+    Some(&rest[..rest.find(')')?])
+}
+
+/// Writes `PossiblyLeaked` Events with kube's [`Recorder`]: at most one
+/// per incomplete creation, and a repeat about the same MR (a new
+/// incomplete creation within kube's six-minute series window) counts
+/// into the existing Event's series instead of adding another.
 pub struct EventRecorder {
     client: kube::Client,
-    instance: String,
-    clock: Arc<dyn Clock>,
+    recorder: Recorder,
     dedup: EventDedup,
 }
 
 impl EventRecorder {
-    pub fn new(
-        client: kube::Client,
-        instance: String,
-        clock: Arc<dyn Clock>,
-        dedup: EventDedup,
-    ) -> Self {
-        let instance = instance.chars().take(128).collect();
+    pub fn new(client: kube::Client, instance: String, dedup: EventDedup) -> Self {
+        let reporter = Reporter {
+            controller: REPORTING_CONTROLLER.into(),
+            // events.k8s.io limits reportingInstance to 128 characters.
+            instance: Some(instance.chars().take(128).collect()),
+        };
         Self {
+            recorder: Recorder::new(client.clone(), reporter),
             client,
-            instance,
-            clock,
             dedup,
         }
     }
 
-    /// Remembers the keys of the `PossiblyLeaked` Events that already exist,
-    /// so a new leader does not repeat its predecessor's.
+    /// Remembers the incomplete creations that existing `PossiblyLeaked`
+    /// Events already report, so a new leader does not repeat its
+    /// predecessor's.
     pub async fn seed(&self) -> Result<usize, ControllerError> {
         let api: Api<Event> = Api::all(self.client.clone());
         let lp = ListParams::default().fields(&format!("reason={POSSIBLY_LEAKED}"));
@@ -247,13 +307,10 @@ impl EventRecorder {
             if e.reporting_controller.as_deref() != Some(REPORTING_CONTROLLER) {
                 continue;
             }
-            if let Some(key) = e
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(EVENT_KEY))
-            {
-                self.dedup.insert(key.clone());
+            let uid = e.regarding.as_ref().and_then(|r| r.uid.as_deref());
+            let pending = e.note.as_deref().and_then(pending_in_note);
+            if let (Some(uid), Some(pending)) = (uid, pending) {
+                self.dedup.insert(event_key(uid, pending));
                 n += 1;
             }
         }
@@ -271,36 +328,17 @@ impl EventRecorder {
         if self.dedup.contains(&key) {
             return Ok(false);
         }
-        // Events about cluster-scoped objects live in "default".
-        let namespace = obj.namespace.clone().unwrap_or_else(|| "default".into());
-        let prefix: String = obj.name.chars().take(200).collect();
-        let event = Event {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{prefix}.")),
-                namespace: Some(namespace.clone()),
-                annotations: Some([(EVENT_KEY.to_string(), key.clone())].into()),
-                ..ObjectMeta::default()
-            },
-            event_time: Some(MicroTime(self.clock.now())),
-            action: Some("Observe".into()),
-            reason: Some(POSSIBLY_LEAKED.into()),
-            note: Some(LEAK_NOTE.into()),
-            type_: Some("Warning".into()),
-            reporting_controller: Some(REPORTING_CONTROLLER.into()),
-            reporting_instance: Some(self.instance.clone()),
-            regarding: Some(ObjectReference {
-                api_version: Some(obj.api_version.clone()),
-                kind: Some(obj.kind.clone()),
-                name: Some(obj.name.clone()),
-                namespace: obj.namespace.clone(),
-                uid: Some(obj.uid.clone()),
-                resource_version: obj.resource_version.clone(),
-                ..ObjectReference::default()
-            }),
-            ..Event::default()
+        let event = RecordedEvent {
+            type_: EventType::Warning,
+            reason: POSSIBLY_LEAKED.into(),
+            note: Some(leak_note(pending)),
+            action: "Observe".into(),
+            secondary: None,
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        api.create(&PostParams::default(), &event)
+        // Events about cluster-scoped objects go to "default" (kube's rule).
+        let namespace = obj.namespace.as_deref().unwrap_or("default");
+        self.recorder
+            .publish(&event, &obj.reference())
             .await
             .map_err(api_err(
                 "create",
@@ -380,19 +418,21 @@ pub async fn watch_kind(
     metrics: Arc<ControllerMetrics>,
 ) {
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &kind.api_resource());
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
     let mut listing: Option<HashMap<String, (ObjRef, ObjState)>> = None;
     let mut retry: Vec<(ObjRef, String)> = Vec::new();
     let mut backoff = Backoff::default();
     let mut retry_at: Option<tokio::time::Instant> = None;
-    let mut watch_error = super::ErrorOnce::default();
+    let mut watch_error = ErrorOnce::default();
+    let what = format!("watch of {}", kind.key());
     loop {
         let due = retry_at;
         let mut report: Vec<(ObjRef, String)> = Vec::new();
         tokio::select! {
-            ev = stream.next() => match ev.inspect(|e| if e.is_ok() { watch_error.ok() }) {
+            ev = stream.next() => match ev.inspect(|e| if watcher_progress(e) {
+                watch_error.ok(&what);
+                states.set_forbidden(&kind, false);
+            }) {
                 None => return,
                 Some(Ok(watcher::Event::Init)) => listing = Some(HashMap::new()),
                 Some(Ok(watcher::Event::InitApply(o))) => {
@@ -431,6 +471,12 @@ pub async fn watch_kind(
                         object: kind.key(),
                         source: super::coverage::watcher_source(e),
                     };
+                    // A kind the service account may not list (the chart's
+                    // RBAC lists groups; a provider outside them) is
+                    // reported by mrguard_controller_forbidden_kinds.
+                    if e.status_code() == Some(403) {
+                        states.set_forbidden(&kind, true);
+                    }
                     watch_error.failed(&e, Some(&metrics), "failed to watch MRs; retrying with backoff");
                 }
             },
@@ -481,8 +527,7 @@ pub async fn watch_kind(
 mod tests {
     use super::*;
     use crate::controller::coverage::tests::{fixture_crds, summaries};
-    use crate::controller::mock::{self, list, status, ManualClock, Reply};
-    use jiff::Timestamp;
+    use crate::controller::mock::{self, list, status, Reply};
     use serde_json::Value;
 
     fn vpc_kind() -> MrKind {
@@ -545,8 +590,9 @@ mod tests {
         let (client, api) = mock::client(move |r| {
             if r.path == "/apis/events.k8s.io/v1/events" {
                 let mut e = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
-                    "metadata": {"name": "old.1", "namespace": "default",
-                                 "annotations": {EVENT_KEY: event_key("u9", "2024-01-01T00:00:10Z")}},
+                    "metadata": {"name": "old.1", "namespace": "default"},
+                    "regarding": {"uid": "u9", "name": "reported-before"},
+                    "note": leak_note("2024-01-01T00:00:10Z"),
                     "reason": POSSIBLY_LEAKED, "reportingController": REPORTING_CONTROLLER, "eventTime": "2024-01-01T00:00:10.000000Z"});
                 e["metadata"]["resourceVersion"] = json!("1");
                 return Reply::Json(200, list("EventList", "events.k8s.io/v1", vec![e]));
@@ -584,12 +630,7 @@ mod tests {
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
         let states = MrStates::new(metrics.clone());
         let dedup = EventDedup::default();
-        let recorder = EventRecorder::new(
-            client.clone(),
-            "pod_1".into(),
-            Arc::new(ManualClock::new(Timestamp::now())),
-            dedup.clone(),
-        );
+        let recorder = EventRecorder::new(client.clone(), "pod_1".into(), dedup.clone());
         let (tx, rx) = channel::channel(None);
         tx.send(Some(Arc::new(Coverage::from_crds(
             &summaries(&fixture_crds())
@@ -628,6 +669,24 @@ mod tests {
         assert_eq!(e.body["regarding"]["name"], "leaky");
         assert_eq!(e.body["regarding"]["uid"], "u1");
         assert_eq!(e.body["regarding"]["kind"], "VPC");
+        // Bug: generateName "leaky." is not a valid name prefix (422). The
+        // Recorder names the Event "<name>.<hex time>".
+        assert!(
+            e.body["metadata"].get("generateName").is_none(),
+            "{}",
+            e.body
+        );
+        let name = e.body["metadata"]["name"].as_str().unwrap();
+        let (head, hex) = name.split_once('.').unwrap();
+        assert_eq!(head, "leaky");
+        assert!(
+            !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()),
+            "{name}"
+        );
+        assert_eq!(
+            pending_in_note(e.body["note"].as_str().unwrap()),
+            Some("2024-01-01T00:00:10Z")
+        );
         assert!(e.body["note"]
             .as_str()
             .unwrap()
@@ -650,13 +709,10 @@ mod tests {
         states.set_paused_by_policy(&vpc_kind(), &["u4".to_string()].into());
         assert_eq!(g("paused"), 2);
 
-        // A new incomplete creation of the same MR is a new Event.
-        let recorder = EventRecorder::new(
-            api_client_for_events(),
-            "pod_2".into(),
-            Arc::new(ManualClock::new(Timestamp::now())),
-            dedup.clone(),
-        );
+        // A new incomplete creation of the same MR is reported again, and
+        // kube's Recorder counts it into the same Event's series.
+        let (events_client, events_api) = api_client_for_events();
+        let recorder = EventRecorder::new(events_client, "pod_2".into(), dedup.clone());
         let r = ObjRef::new(
             &vpc_kind(),
             &serde_json::from_value(objects()[0]["metadata"].clone()).unwrap(),
@@ -670,16 +726,78 @@ mod tests {
             .possibly_leaked(&r, "2024-02-01T00:00:00Z")
             .await
             .unwrap());
+        assert!(recorder
+            .possibly_leaked(&r, "2024-03-01T00:00:00Z")
+            .await
+            .unwrap());
+        let reqs = events_api.requests();
+        let methods: Vec<&str> = reqs.iter().map(|r| r.method.as_str()).collect();
+        assert_eq!(methods, ["POST", "PATCH"], "{reqs:#?}");
+        assert_eq!(reqs[1].body["series"]["count"], 2);
+        assert!(reqs[1].path.ends_with(&format!(
+            "/events/{}",
+            reqs[0].body["metadata"]["name"].as_str().unwrap()
+        )));
         task.abort();
     }
 
-    fn api_client_for_events() -> kube::Client {
-        mock::client(|r| {
-            let mut b = r.body.clone();
-            b["metadata"]["name"] = json!("x");
-            Reply::Json(201, b)
-        })
-        .0
+    fn api_client_for_events() -> (kube::Client, mock::MockApi) {
+        mock::client(|r| Reply::Json(if r.method == "POST" { 201 } else { 200 }, r.body.clone()))
+    }
+
+    /// A kind RBAC forbids counts in mrguard_controller_forbidden_kinds
+    /// until a list works.
+    #[tokio::test]
+    async fn a_forbidden_kind_is_counted_until_its_list_works() {
+        let allowed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let a = allowed.clone();
+        let (client, _api) = mock::client(move |r| {
+            if r.query.contains("watch=true") {
+                return Reply::Watch(vec![]);
+            }
+            if a.load(std::sync::atomic::Ordering::SeqCst) {
+                Reply::Json(
+                    200,
+                    list("PartialObjectMetadataList", "meta.k8s.io/v1", vec![]),
+                )
+            } else {
+                Reply::Json(
+                    403,
+                    status(403, "Forbidden", "vpcs.ec2.aws.upbound.io is forbidden"),
+                )
+            }
+        });
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let recorder = Arc::new(EventRecorder::new(
+            client.clone(),
+            "pod".into(),
+            EventDedup::default(),
+        ));
+        let task = tokio::spawn(watch_kind(
+            client,
+            vpc_kind(),
+            MrStates::new(metrics.clone()),
+            recorder,
+            metrics.clone(),
+        ));
+        let wait = |want: i64| {
+            let metrics = metrics.clone();
+            async move {
+                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+                while metrics.forbidden_kinds.get() != want {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "forbidden_kinds never {want}"
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        };
+        wait(1).await;
+        allowed.store(true, std::sync::atomic::Ordering::SeqCst);
+        // The next relist (after the first backoff step) succeeds.
+        wait(0).await;
+        task.abort();
     }
 
     #[tokio::test]
@@ -716,7 +834,6 @@ mod tests {
         let recorder = Arc::new(EventRecorder::new(
             client.clone(),
             "pod".into(),
-            Arc::new(ManualClock::new(Timestamp::now())),
             EventDedup::default(),
         ));
         let task = tokio::spawn(watch_kind(

@@ -16,7 +16,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhookConfiguration,
 };
 use kube::api::{Patch, PatchParams};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::Api;
 use rustls_pki_types::CertificateDer;
 use serde_json::{json, Value};
@@ -328,18 +328,21 @@ pub async fn run(
     mut coverage: channel::Receiver<Option<Arc<Coverage>>>,
     metrics: Arc<ControllerMetrics>,
 ) {
-    let mutating =
-        kube::runtime::watcher::watch_object(api.mutating.clone(), api.name(ConfigKind::Mutating))
-            .default_backoff()
-            .map(|r| match r {
-                Ok(o) => Update::Seen(ConfigKind::Mutating, o.as_ref().map(Observed::from)),
-                Err(e) => Update::Failed(ConfigKind::Mutating, e),
-            });
-    let validating = kube::runtime::watcher::watch_object(
-        api.validating.clone(),
-        api.name(ConfigKind::Validating),
+    let mutating = super::retry::backoff_on_failure(
+        kube::runtime::watcher::watch_object(api.mutating.clone(), api.name(ConfigKind::Mutating)),
+        Result::is_ok,
     )
-    .default_backoff()
+    .map(|r| match r {
+        Ok(o) => Update::Seen(ConfigKind::Mutating, o.as_ref().map(Observed::from)),
+        Err(e) => Update::Failed(ConfigKind::Mutating, e),
+    });
+    let validating = super::retry::backoff_on_failure(
+        kube::runtime::watcher::watch_object(
+            api.validating.clone(),
+            api.name(ConfigKind::Validating),
+        ),
+        Result::is_ok,
+    )
     .map(|r| match r {
         Ok(o) => Update::Seen(ConfigKind::Validating, o.as_ref().map(Observed::from)),
         Err(e) => Update::Failed(ConfigKind::Validating, e),
@@ -348,7 +351,7 @@ pub async fn run(
     // None: not seen yet; Some(None): absent.
     let mut state: BTreeMap<ConfigKind, Option<Observed>> = BTreeMap::new();
     let mut missing_webhook_warned = BTreeMap::new();
-    let mut watch_errors: BTreeMap<ConfigKind, super::ErrorOnce> = BTreeMap::new();
+    let mut watch_errors: BTreeMap<ConfigKind, super::retry::ErrorOnce> = BTreeMap::new();
     let mut backoff = Backoff::default();
     let mut retry: Option<tokio::time::Instant> = None;
     loop {
@@ -356,7 +359,7 @@ pub async fn run(
         tokio::select! {
             u = updates.next() => match u {
                 Some(Update::Seen(kind, observed)) => {
-                    watch_errors.entry(kind).or_default().ok();
+                    watch_errors.entry(kind).or_default().ok(kind.kind());
                     let was_present = state.get(&kind).is_some_and(Option::is_some);
                     if observed.is_none() && was_present {
                         tracing::warn!(

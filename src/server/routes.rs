@@ -150,7 +150,7 @@ async fn handle(state: AppState, webhook: Webhook, req: Request) -> Response {
             );
         }
     };
-    let request = match admission::decode(&body) {
+    let request = match mrguard_policy::review::decode(&body) {
         Ok(r) => r,
         Err(e) => {
             observe_error(&state, webhook, started);
@@ -187,7 +187,7 @@ async fn handle(state: AppState, webhook: Webhook, req: Request) -> Response {
     if outcome == Outcome::Denied {
         tracing::debug!(uid = %request.uid, kind = %request.kind.kind, name = %request.name, message = %response.result.message, "denied");
     }
-    let encoded = admission::encode(response);
+    let encoded = mrguard_policy::review::encode(response);
     if let Some(m) = &state.metrics {
         m.observe(
             &Observed {

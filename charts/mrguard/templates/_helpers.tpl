@@ -121,3 +121,34 @@ come from values (webhooks.initialRules).
 {{- $rules := $live.rules | default .initialRules | default list }}
 {{- toJson (dict "caBundle" $caBundle "rules" $rules) }}
 {{- end }}
+
+{{/*
+Seconds in a duration as `mrguard serve` reads it (500ms, 30s, 10m, 1h; a
+bare number is seconds), printed as a plain number for PromQL.
+*/}}
+{{- define "mrguard.durationSeconds" -}}
+{{- $s := toString . | trim }}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" $s }}
+{{- $unit := trimPrefix $num $s | default "s" }}
+{{- $factors := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- if or (not $num) (not (hasKey $factors $unit)) }}
+{{- fail (printf "%q is not a duration like 500ms, 30s, 10m or 1h" $s) }}
+{{- end }}
+{{- mulf (float64 $num) (get $factors $unit) }}
+{{- end }}
+
+{{/* Labels and annotations of one alert (.alert, .severity, .summary, .description, .base, .extra). */}}
+{{- define "mrguard.alertMeta" -}}
+labels:
+  severity: {{ .severity }}
+  {{- with .extra }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+annotations:
+  summary: {{ .summary | quote }}
+  description: {{ .description | quote }}
+  runbook: {{ printf "docs/troubleshooting.md#%s" (lower .alert) | quote }}
+  {{- with .base }}
+  runbook_url: {{ printf "%s#%s" . (lower $.alert) | quote }}
+  {{- end }}
+{{- end }}

@@ -17,9 +17,10 @@
 use std::time::{Duration, Instant};
 
 use divan::{black_box, Bencher};
-use mrguard_policy::admission::{validate, Request, RequestBuilder};
+use mrguard_policy::admission::validate;
 use mrguard_policy::cel::{CelProgram, Reads, Scope, CONFIG_VARS, CRD_VARS};
 use mrguard_policy::config::Config;
+use mrguard_policy::review::{Request, RequestBuilder};
 use serde_json::{json, Value};
 
 fn main() {
@@ -126,7 +127,7 @@ fn validate_update(bencher: Bencher<'_, '_>, rules: usize) {
     let req = update_request();
     let config = config(rules);
     let d = validate(&req, &config);
-    assert!(d.allowed, "{:?}", d);
+    assert!(d.response.allowed, "{}", d.response.result.message);
     bencher.bench_local(|| black_box(validate(black_box(&req), &config)));
 }
 

@@ -10,28 +10,38 @@ use std::fmt;
 
 use serde_json::Value;
 
+/// One step of a [`FieldPath`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Segment {
+    /// `.name`: an object field.
     Field(String),
+    /// `[key]`: a map key.
     Key(String),
+    /// `[*]`: every list item (or map value).
     Wildcard,
 }
 
+/// A configured field path: dots, `[*]` and `[key]`, e.g. `spec.forProvider.subnets[*].availabilityZone`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldPath {
     raw: String,
     segments: Vec<Segment>,
 }
 
+/// Why a field path does not parse.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("failed to parse field path {path:?} at character {position}: {reason}")]
 pub struct FieldPathError {
+    /// The path as written.
     pub path: String,
+    /// The byte offset of the problem.
     pub position: usize,
+    /// What is wrong there.
     pub reason: &'static str,
 }
 
 impl FieldPath {
+    /// Parses a path as the configuration writes it.
     pub fn parse(raw: &str) -> Result<Self, FieldPathError> {
         let err = |position: usize, reason: &'static str| FieldPathError {
             path: raw.to_string(),
@@ -116,10 +126,12 @@ impl FieldPath {
         })
     }
 
+    /// The path as written.
     pub fn as_str(&self) -> &str {
         &self.raw
     }
 
+    /// Its steps.
     pub fn segments(&self) -> &[Segment] {
         &self.segments
     }

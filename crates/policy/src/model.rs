@@ -44,6 +44,28 @@ impl From<&kube_core::admission::Operation> for Operation {
     }
 }
 
+/// The stable names of the built-in rules (SPEC §4), in the order findings
+/// are reported. They name rules in messages, metrics and the
+/// configuration, which checks its `rules` keys against this list below
+/// the rules themselves; `rules::RULES` implements one rule per name, in
+/// this order, and a test keeps the two equal.
+pub const RULE_NAMES: [&str; 14] = [
+    "deletion-policy",
+    "management-policies",
+    "deletion-policy-conflict",
+    "init-provider-late-init",
+    "init-provider-change",
+    "immutable-field",
+    "external-name-change",
+    "observe-only-external-name",
+    "paused-value",
+    "paused-delete",
+    "deletion-protection",
+    "creation-incomplete",
+    "connection-secret-ref",
+    "reference",
+];
+
 /// What a rule does when it finds something; ordered `Off < Warn < Deny`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 pub enum Action {

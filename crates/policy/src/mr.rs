@@ -7,11 +7,17 @@ use std::fmt;
 use jiff::Timestamp;
 use serde_json::Value;
 
+/// The resource's name in the external system.
 pub const EXTERNAL_NAME: &str = "crossplane.io/external-name";
+/// RFC 3339 time: the provider was about to create the resource.
 pub const CREATE_PENDING: &str = "crossplane.io/external-create-pending";
+/// RFC 3339 time: the last create succeeded.
 pub const CREATE_SUCCEEDED: &str = "crossplane.io/external-create-succeeded";
+/// RFC 3339 time: the last create failed.
 pub const CREATE_FAILED: &str = "crossplane.io/external-create-failed";
+/// Only the exact value `"true"` pauses reconciliation.
 pub const PAUSED: &str = "crossplane.io/paused";
+/// mrguard's own annotation: `"true"` protects the MR from a deleting delete.
 pub const DELETION_PROTECTION: &str = "mrguard.io/deletion-protection";
 
 /// An object is an MR when `spec.forProvider` is a JSON object.
@@ -31,6 +37,7 @@ pub(crate) fn at<'a>(v: &'a Value, keys: &[&str]) -> Option<&'a Value> {
 pub struct Mr<'a>(pub &'a Value);
 
 impl<'a> Mr<'a> {
+    /// An annotation's string value.
     pub fn annotation(&self, key: &str) -> Option<&'a str> {
         self.0
             .get("metadata")?
@@ -39,6 +46,7 @@ impl<'a> Mr<'a> {
             .as_str()
     }
 
+    /// Whether an annotation is present (with any non-null value).
     pub fn has_annotation(&self, key: &str) -> bool {
         self.0
             .get("metadata")
@@ -47,6 +55,7 @@ impl<'a> Mr<'a> {
             .is_some_and(|v| !v.is_null())
     }
 
+    /// `metadata.name`, or empty.
     pub fn name(&self) -> &'a str {
         self.0
             .get("metadata")
@@ -55,6 +64,7 @@ impl<'a> Mr<'a> {
             .unwrap_or("")
     }
 
+    /// A non-null field of `spec`.
     pub fn spec(&self, field: &str) -> Option<&'a Value> {
         self.0.get("spec")?.get(field).filter(|v| !v.is_null())
     }
@@ -85,6 +95,7 @@ impl<'a> Mr<'a> {
             })
     }
 
+    /// creation attempted: any of pending, succeeded or failed is present.
     pub fn creation_attempted(&self) -> bool {
         [CREATE_PENDING, CREATE_SUCCEEDED, CREATE_FAILED]
             .iter()
@@ -114,12 +125,14 @@ impl<'a> Mr<'a> {
                 .is_some_and(Vec::is_empty)
     }
 
+    /// Whether `metadata.finalizers` is non-empty.
     pub fn has_finalizers(&self) -> bool {
         at(self.0, &["metadata", "finalizers"])
             .and_then(Value::as_array)
             .is_some_and(|f| !f.is_empty())
     }
 
+    /// `spec.deletionPolicy` as written (absent means `Delete`).
     pub fn deletion_policy(&self) -> Option<&'a Value> {
         self.spec("deletionPolicy")
     }
@@ -143,11 +156,17 @@ impl<'a> Mr<'a> {
 /// One management-policy action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PolicyAction {
+    /// `*`: every action.
     All,
+    /// `Observe`.
     Observe,
+    /// `Create`.
     Create,
+    /// `Update`.
     Update,
+    /// `LateInitialize`.
     LateInitialize,
+    /// `Delete`.
     Delete,
 }
 
@@ -165,6 +184,7 @@ impl PolicyAction {
         1 << (self as u8)
     }
 
+    /// As written in `managementPolicies`.
     pub fn as_str(self) -> &'static str {
         match self {
             PolicyAction::All => "*",
@@ -185,24 +205,38 @@ impl PolicyAction {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PolicySet(u8);
 
+/// Why a `managementPolicies` list is not supported.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
+    /// Not a list of strings.
     #[error("managementPolicies must be a list of strings")]
     NotAList,
+    /// An item is not a string.
     #[error("managementPolicies[{0}] is not a string")]
     NotAString(usize),
+    /// An unknown action (they are case-sensitive).
     #[error("managementPolicies[{index}] {value:?} is not a known action (*, Create, Delete, LateInitialize, Observe, Update; case-sensitive)")]
-    Unknown { index: usize, value: String },
+    Unknown {
+        /// Its position in the list.
+        index: usize,
+        /// The action as written.
+        value: String,
+    },
+    /// An action listed twice.
     #[error("managementPolicies lists {0:?} more than once")]
     Duplicate(&'static str),
+    /// `*` combined with other actions.
     #[error("managementPolicies combines \"*\" with other actions, which is not supported")]
     StarMixed,
+    /// A combination outside the 13 supported sets.
     #[error("managementPolicies {0} is not a supported combination")]
     Unsupported(PolicySet),
 }
 
 impl PolicySet {
+    /// `{*}`: full control, the default.
     pub const DEFAULT: PolicySet = PolicySet(1);
+    /// `{}`: paused.
     pub const PAUSED: PolicySet = PolicySet(0);
 
     const fn of(actions: &[PolicyAction]) -> Self {
@@ -262,10 +296,12 @@ impl PolicySet {
         Ok(set)
     }
 
+    /// Whether the set lists `a` (not counting `*`).
     pub fn has(self, a: PolicyAction) -> bool {
         self.0 & a.bit() != 0
     }
 
+    /// Whether the set is `{*}`.
     pub fn is_default(self) -> bool {
         self == Self::DEFAULT
     }
@@ -275,6 +311,7 @@ impl PolicySet {
         self.has(PolicyAction::All) || self.has(PolicyAction::Create)
     }
 
+    /// Whether late initialization runs: `LateInitialize` or `*`.
     pub fn can_late_initialize(self) -> bool {
         self.has(PolicyAction::All) || self.has(PolicyAction::LateInitialize)
     }
@@ -306,9 +343,12 @@ impl fmt::Debug for PolicySet {
     }
 }
 
+/// What deleting the MR does to the external resource (SPEC §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeletionOutcome {
+    /// It is deleted.
     Delete,
+    /// It is left in place.
     Orphan,
 }
 

@@ -6,10 +6,11 @@
 
 use serde_json::Value;
 
-use crate::admission::{self, RequestBuilder};
+use crate::admission;
 use crate::config::Config;
 use crate::crd::CrdVersion;
 use crate::model::Operation;
+use crate::review::{self, RequestBuilder};
 
 /// What one manifest came to.
 #[derive(Debug)]
@@ -26,6 +27,66 @@ pub struct Judged {
     pub denial: Option<String>,
     /// What the API server would reject, given a CRD (kubectl's wording).
     pub invalid: Option<String>,
+    /// Why something that a live MR would be refused was allowed here, so
+    /// that an allowed check is not read as a promise.
+    pub notes: Vec<String>,
+}
+
+/// Rules that judge only MRs that exist: on an old object that was never
+/// created they allow what they would deny on a live MR.
+const ONCE_CREATED: [&str; 3] = [
+    "immutable-field",
+    "external-name-change",
+    "init-provider-change",
+];
+
+/// On UPDATE from an old object that is not created yet, what the rules of
+/// [`ONCE_CREATED`] would say once it is: the same request judged again
+/// with the old object marked created.
+fn not_created_notes(
+    new: &Value,
+    old: Option<&Value>,
+    username: &str,
+    config: &Config,
+    found: &[crate::model::Finding],
+) -> Vec<String> {
+    let Some(old) = old else { return vec![] };
+    if !crate::mr::is_managed(old) || crate::mr::Mr(old).is_created() {
+        return vec![];
+    }
+    let mut created = old.clone();
+    let Some(meta) = created.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return vec![];
+    };
+    let annotations = meta
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let Some(annotations) = annotations.as_object_mut() else {
+        return vec![];
+    };
+    annotations.insert(
+        crate::mr::CREATE_SUCCEEDED.into(),
+        Value::from("1970-01-01T00:00:00Z"),
+    );
+    let d = admission::validate(
+        &request(Operation::Update, Some(new), Some(&created), username),
+        config,
+    );
+    d.findings
+        .iter()
+        .filter(|f| ONCE_CREATED.contains(&f.rule.as_ref()))
+        .filter(|f| !found.iter().any(|g| g.rule == f.rule && g.message == f.message))
+        .map(|f| {
+            format!(
+                "allowed only because the old object is not created yet (no {} annotation, no Ready condition); \
+                 on an MR that exists, {} would {}: {}",
+                crate::mr::CREATE_SUCCEEDED,
+                f.rule,
+                if f.action == crate::model::Action::Deny { "deny this" } else { "warn" },
+                f.message
+            )
+        })
+        .collect()
 }
 
 /// The apiVersion, kind, namespace and name of an object; empty when absent.
@@ -60,7 +121,7 @@ fn request(
     object: Option<&Value>,
     old: Option<&Value>,
     username: &str,
-) -> admission::Request {
+) -> review::Request {
     let mut b = RequestBuilder::new(op)
         .username(username)
         .uid("mrguard-check")
@@ -119,6 +180,10 @@ pub fn judge(
     let d = admission::validate(&req, config);
     warnings.extend(d.response.warnings.clone().unwrap_or_default());
     let denial = (!d.response.allowed).then(|| d.response.result.message.clone());
+    let notes = match op {
+        Operation::Update => not_created_notes(&current, old, username, config, &d.findings),
+        _ => vec![],
+    };
     let invalid = match crd {
         None => None,
         Some(c) => {
@@ -136,6 +201,7 @@ pub fn judge(
         warnings,
         denial,
         invalid,
+        notes,
     })
 }
 
@@ -155,6 +221,33 @@ mod tests {
         bad["spec"]["deletionPolicy"] = json!("delete");
         let j = judge(Operation::Create, &bad, None, "", &cfg, None).unwrap();
         assert!(j.denial.unwrap().contains("[deletion-policy]"));
+    }
+
+    #[test]
+    fn an_immutable_change_before_creation_is_allowed_with_a_note() {
+        let cfg = Config::builtin();
+        let old = json!({"apiVersion": "s3.aws.upbound.io/v1beta1", "kind": "Bucket", "metadata": {"name": "b"}, "spec": {"forProvider": {"region": "us-east-1"}}});
+        let mut new = old.clone();
+        new["spec"]["forProvider"]["region"] = json!("eu-west-1");
+        let j = judge(Operation::Update, &new, Some(&old), "", &cfg, None).unwrap();
+        assert!(j.denial.is_none());
+        assert_eq!(j.notes.len(), 1, "{:?}", j.notes);
+        assert!(j.notes[0].contains("not created yet"), "{}", j.notes[0]);
+        assert!(
+            j.notes[0].contains("immutable-field would deny this"),
+            "{}",
+            j.notes[0]
+        );
+        // Once created, the rule denies and there is nothing to explain.
+        let mut created = old.clone();
+        created["metadata"]["annotations"] =
+            json!({"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"});
+        let j = judge(Operation::Update, &new, Some(&created), "", &cfg, None).unwrap();
+        assert!(j.denial.unwrap().contains("[immutable-field]"));
+        assert!(j.notes.is_empty());
+        // An unchanged field needs no note.
+        let j = judge(Operation::Update, &old, Some(&old), "", &cfg, None).unwrap();
+        assert!(j.notes.is_empty());
     }
 
     #[test]

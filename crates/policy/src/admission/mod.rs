@@ -1,17 +1,15 @@
 //! Admission decisions as pure functions: a [`Request`] and a [`Config`]
 //! in, a [`Decision`] out. The HTTP layer only decodes and encodes.
 //!
-//! - [`decode`] and [`encode`] are the wire format;
-//! - [`RequestBuilder`] makes the request the API server would send, for
-//!   callers that have objects instead of a review;
+//! The wire format and [`RequestBuilder`](crate::review::RequestBuilder)
+//! live in [`crate::review`].
+//!
 //! - [`mutate`] runs the mutation steps on a copy of the object and builds
 //!   one JSON Patch from the difference;
 //! - [`validate`] runs every rule and merges the findings into one response.
 
 mod mutation;
 pub mod patch;
-mod request;
-mod review;
 
 use kube_core::admission::AdmissionResponse;
 use kube_core::Status;
@@ -22,17 +20,19 @@ use crate::fieldpath::{FieldPath, Segment};
 use crate::model::{Action, Finding, Operation};
 use crate::rules::{self, RuleContext};
 
-pub use request::RequestBuilder;
-pub use review::{decode, encode, DecodeError, RawObject, Request};
+use crate::review::Request;
 
 /// Which webhook endpoint a request came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Webhook {
+    /// `POST /mutate`: defaults, as a JSON Patch.
     Mutate,
+    /// `POST /validate`: allow, warn or deny.
     Validate,
 }
 
 impl Webhook {
+    /// The `webhook` metric label.
     pub fn as_str(self) -> &'static str {
         match self {
             Webhook::Mutate => "mutate",
@@ -44,13 +44,18 @@ impl Webhook {
 /// The `result` label of `mrguard_admission_requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
+    /// Allowed with no change.
     Allowed,
+    /// Denied by at least one Deny finding.
     Denied,
+    /// Allowed with a patch.
     Patched,
+    /// The request could not be judged normally (for example a patch that failed to serialise).
     Error,
 }
 
 impl Outcome {
+    /// The `result` metric label.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Allowed => "allowed",
@@ -61,9 +66,13 @@ impl Outcome {
     }
 }
 
+/// What a webhook answers, and what the metrics and logs need to know of it.
 pub struct Decision {
+    /// The AdmissionResponse to encode.
     pub response: AdmissionResponse,
+    /// How the request ended, for `mrguard_admission_requests_total`.
     pub outcome: Outcome,
+    /// Every Warn and Deny finding, for `mrguard_rule_findings_total`.
     pub findings: Vec<Finding>,
     /// The mutated object, when the mutating webhook changed it.
     pub mutated: Option<Value>,
@@ -168,6 +177,9 @@ fn mutate_with(req: &Request, config: &Config, want_object: bool) -> Decision {
         return allow(req);
     }
     let ctx = mutation::MutateContext::new(req, config);
+    if ctx.exempt() {
+        return allow(req);
+    }
     let (mut mutated, left_out) = working_copy(obj, ctx.resource.tags_field.as_ref());
     let warnings = mutation::apply(&mut mutated, &ctx);
     let mut response = AdmissionResponse::from(req);
@@ -256,6 +268,7 @@ pub fn respond(
     response
 }
 
+/// The denial message: the object, then every Deny finding with its fix.
 pub fn denial_message(ctx: &RuleContext<'_>, denials: &[&Finding]) -> String {
     let name = if ctx.name.is_empty() {
         crate::mr::Mr(ctx.object).name()
@@ -305,7 +318,7 @@ mod tests {
         let mut checked = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
             let body = std::fs::read(entry.unwrap().path()).unwrap();
-            let mut req = decode(&body).unwrap();
+            let mut req = crate::review::decode(&body).unwrap();
             if let Some(o) = req.object.as_mut() {
                 // A status as providers write it, so leaving it out matters.
                 o.value["status"] =

@@ -9,7 +9,7 @@ use crate::config::{Config, ExternalNameStrategy, ResourceConfig};
 use crate::model::Operation;
 use crate::mr::{Mr, PolicySet, EXTERNAL_NAME};
 
-use super::Request;
+use crate::review::Request;
 
 /// What a mutation step may read besides the object.
 pub(crate) struct MutateContext<'a> {
@@ -19,6 +19,10 @@ pub(crate) struct MutateContext<'a> {
     pub(crate) namespace: &'a str,
     pub(crate) config: &'a Config,
     pub(crate) resource: &'a ResourceConfig,
+    /// The object before an UPDATE; `None` on CREATE.
+    pub(crate) old: Option<&'a Value>,
+    /// The requesting user, matched against `exemptUsernames`.
+    pub(crate) username: &'a str,
 }
 
 impl<'a> MutateContext<'a> {
@@ -31,18 +35,44 @@ impl<'a> MutateContext<'a> {
             namespace: req.namespace.as_deref().unwrap_or(""),
             config,
             resource: config.resource(&req.kind.group, &req.kind.kind),
+            old: req.old_object.as_ref().map(|o| &o.value),
+            username: req.user_info.username.as_deref().unwrap_or(""),
         }
     }
 
     fn namespaced(&self) -> bool {
         !self.namespace.is_empty()
     }
+
+    /// Requests from `exemptUsernames` (the providers' own accounts) are
+    /// never mutated: a provider writing its MR gets back what it sent.
+    pub(crate) fn exempt(&self) -> bool {
+        self.config.is_exempt(self.username)
+    }
+
+    /// Whether the name `default` stands for "unset": only on CREATE, where
+    /// CRD defaulting makes the two indistinguishable. On UPDATE it is the
+    /// name the live MR uses.
+    fn default_means_unset(&self) -> bool {
+        self.operation == Operation::Create
+    }
+
+    /// On UPDATE, whether the old object already had a reference, whose
+    /// name and kind are then never changed (SPEC §3).
+    fn old_had_reference(&self) -> bool {
+        self.operation == Operation::Update
+            && self
+                .old
+                .and_then(|o| o.pointer("/spec/providerConfigRef"))
+                .is_some_and(|r| !r.is_null())
+    }
 }
 
-/// Runs every step in order on `obj`; returns the warnings.
+/// Runs every step in order on `obj`; returns the warnings. Exempt users'
+/// objects are left exactly as they are.
 pub(crate) fn apply(obj: &mut Value, ctx: &MutateContext<'_>) -> Vec<String> {
     let mut warnings = Vec::new();
-    if !obj.is_object() {
+    if !obj.is_object() || ctx.exempt() {
         return warnings;
     }
     provider_config_ref(obj, ctx, &mut warnings);
@@ -60,6 +90,11 @@ fn spec_mut(obj: &mut Value) -> Option<&mut Map<String, Value>> {
 fn provider_config_ref(obj: &mut Value, ctx: &MutateContext<'_>, warnings: &mut Vec<String>) {
     let default = ctx.config.provider_config.name_for(ctx.namespace);
     let namespaced = ctx.namespaced();
+    let default_means_unset = ctx.default_means_unset();
+    // A live MR keeps its credentials: neither the name nor the kind of a
+    // reference the old object had is touched (a label change or a
+    // provider's finalizer removal must not move it).
+    let keep_reference = ctx.old_had_reference();
     let Some(spec) = spec_mut(obj) else { return };
     let fresh = || {
         if namespaced {
@@ -75,7 +110,7 @@ fn provider_config_ref(obj: &mut Value, ctx: &MutateContext<'_>, warnings: &mut 
         Some(Value::String(s)) => {
             // "default" counts as unset here too, as in the object form
             // below; otherwise a second pass would rename it (found by fuzzing).
-            let name = if s.is_empty() || s == "default" {
+            let name = if s.is_empty() || (s == "default" && default_means_unset) {
                 default.to_string()
             } else {
                 s.clone()
@@ -89,11 +124,13 @@ fn provider_config_ref(obj: &mut Value, ctx: &MutateContext<'_>, warnings: &mut 
             }
             spec.insert("providerConfigRef".into(), r);
         }
+        Some(Value::Object(_)) if keep_reference => {}
         Some(Value::Object(r)) => {
-            // CRD defaulting writes "default" before we run, so "default" is
-            // indistinguishable from unset and takes the configured name.
+            // CRD defaulting writes "default" before we run, so on CREATE
+            // "default" is indistinguishable from unset and takes the
+            // configured name.
             let name = r.get("name").and_then(Value::as_str).unwrap_or("");
-            if name.is_empty() || name == "default" {
+            if name.is_empty() || (name == "default" && default_means_unset) {
                 r.insert("name".into(), json!(default));
             }
             if namespaced && r.get("kind").is_none_or(Value::is_null) {
@@ -187,7 +224,7 @@ fn tags(obj: &mut Value, ctx: &MutateContext<'_>, warnings: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::RequestBuilder;
+    use crate::review::RequestBuilder;
 
     fn run(
         obj: &mut Value,
@@ -284,6 +321,103 @@ mod tests {
             let once = o.clone();
             create(&mut o, ns, &cfg);
             assert_eq!(o, once, "a second pass changed the object");
+        }
+    }
+
+    fn bucket_at(ns: &str, spec: Value) -> Value {
+        let mut o = json!({"apiVersion": "s3.aws.upbound.io/v1beta1", "kind": "Bucket",
+                           "metadata": {"name": "b1"}, "spec": spec});
+        if !ns.is_empty() {
+            o["metadata"]["namespace"] = json!(ns);
+        }
+        o
+    }
+
+    /// Bug: a label change on a live MR whose reference was `{name:
+    /// default}` moved it to the configured default's credentials.
+    #[test]
+    fn an_update_never_changes_a_reference_the_old_object_had() {
+        let cfg = Config::from_yaml(&format!(
+            "providerConfig: {{defaultName: aws-default}}\n{TAGS}"
+        ))
+        .unwrap();
+        for (ns, old_ref) in [
+            ("", json!({"name": "default"})),
+            ("team", json!({"name": "default"})),
+            ("team", json!({"name": "default", "kind": "ProviderConfig"})),
+        ] {
+            let old = bucket_at(ns, json!({"forProvider": {}, "providerConfigRef": old_ref}));
+            let mut new = old.clone();
+            new["metadata"]["labels"] = json!({"team": "x"});
+            let req = RequestBuilder::update(old.clone(), new.clone())
+                .username("alice")
+                .build();
+            let mut o = new.clone();
+            apply(&mut o, &MutateContext::new(&req, &cfg));
+            assert_eq!(o["spec"]["providerConfigRef"], old_ref, "{ns:?}");
+            // Tags describe the reference the MR really uses.
+            assert_eq!(
+                o["spec"]["forProvider"]["tags"]["crossplane-providerconfig"],
+                "default"
+            );
+        }
+        // The same object on CREATE takes the configured name.
+        let new = bucket_at(
+            "",
+            json!({"forProvider": {}, "providerConfigRef": {"name": "default"}}),
+        );
+        let req = RequestBuilder::create(new.clone()).build();
+        let mut o = new;
+        apply(&mut o, &MutateContext::new(&req, &cfg));
+        assert_eq!(o["spec"]["providerConfigRef"]["name"], "aws-default");
+    }
+
+    #[test]
+    fn an_update_without_an_old_reference_still_gets_the_default() {
+        let cfg = Config::from_yaml("providerConfig: {defaultName: aws-default}\n").unwrap();
+        let old = bucket_at("", json!({"forProvider": {}}));
+        let req = RequestBuilder::update(old.clone(), old.clone()).build();
+        let mut o = old;
+        apply(&mut o, &MutateContext::new(&req, &cfg));
+        assert_eq!(
+            o["spec"]["providerConfigRef"],
+            json!({"name": "aws-default"})
+        );
+        // A bare-string "default" on UPDATE keeps its name.
+        let old = bucket_at(
+            "",
+            json!({"forProvider": {}, "providerConfigRef": "default"}),
+        );
+        let req = RequestBuilder::update(old.clone(), old.clone()).build();
+        let mut o = old;
+        apply(&mut o, &MutateContext::new(&req, &cfg));
+        assert_eq!(o["spec"]["providerConfigRef"], json!({"name": "default"}));
+    }
+
+    #[test]
+    fn exempt_users_are_never_mutated() {
+        let cfg = Config::from_yaml(&format!(
+            "providerConfig: {{defaultName: aws-default}}\nexemptUsernames: [\"system:serviceaccount:crossplane-system:*\"]\n{TAGS}"
+        ))
+        .unwrap();
+        let new = bucket_at(
+            "",
+            json!({"forProvider": {}, "providerConfigRef": {"name": "default"}}),
+        );
+        for req in [
+            RequestBuilder::create(new.clone()),
+            RequestBuilder::update(new.clone(), new.clone()),
+        ] {
+            let req = req
+                .username("system:serviceaccount:crossplane-system:provider-aws-s3")
+                .build();
+            let mut o = new.clone();
+            assert!(apply(&mut o, &MutateContext::new(&req, &cfg)).is_empty());
+            assert_eq!(o, new);
+            let d = crate::admission::mutate(&req, &cfg);
+            assert!(d.response.allowed);
+            assert!(d.response.patch.is_none());
+            assert_eq!(d.outcome, crate::admission::Outcome::Allowed);
         }
     }
 

@@ -43,7 +43,9 @@ struct Meter {
 /// Why an evaluation was stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exceeded {
+    /// The cost budget ran out.
     Cost,
+    /// The time backstop ran out.
     Time,
 }
 
@@ -57,6 +59,7 @@ pub struct Guard {
 }
 
 impl Guard {
+    /// Arms a meter of `limit` cost units and `time` for this thread.
     pub fn arm(limit: u64, time: Duration) -> Self {
         let meter = Meter {
             remaining: limit,

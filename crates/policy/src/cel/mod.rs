@@ -25,7 +25,7 @@ use cel::common::value::Val;
 use serde_json::Value;
 
 use crate::model::{Action, Operation, Violation};
-use crate::rules::RuleContext;
+use crate::review::Request;
 
 pub use env::FUNCTIONS;
 pub use reads::{Need, Reads};
@@ -49,7 +49,7 @@ impl std::fmt::Debug for CelProgram {
     }
 }
 
-/// Why an expression does not compile; the message names the problem.
+/// Why an expression does not compile, in the compiler's words.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct CompileError(String);
@@ -57,16 +57,16 @@ pub struct CompileError(String);
 /// Why an evaluation produced no verdict.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EvalError {
-    /// CEL failed: no such key, no matching overload, division by zero, ...
+    /// The evaluation failed (a missing field, a type mismatch, ...).
     #[error("{0}")]
     Runtime(String),
-    /// The evaluation ran out of its cost or time budget ([`budget`]).
+    /// The cost or time budget ran out.
     #[error("{0}; the expression was stopped")]
     Exceeded(String),
-    /// A rule returned something else than a bool (its type is named).
+    /// A rule expression returned something other than a bool.
     #[error("the expression returned {0}, not a bool")]
     NotBool(String),
-    /// A message expression returned something else than a string.
+    /// A message expression returned something other than a string.
     #[error("the expression returned {0}, not a string")]
     NotString(String),
 }
@@ -261,22 +261,35 @@ impl<'v> Scope<'v> {
         self.ctx.add_variable_as_val(name, Box::new(v));
     }
 
-    /// `self`, `oldSelf` and `request` for configured rules (SPEC §5),
-    /// converting only what `reads` names (see [`CelRules::reads`]).
-    pub fn for_request(ctx: &RuleContext<'v>, reads: &'v Reads) -> Self {
+    /// `self`, `oldSelf` and `request` for configured rules (SPEC §5):
+    /// `object` is the object under judgment (the old one on DELETE).
+    /// Only what `reads` names is converted (see [`CelRules::reads`]).
+    pub fn for_request(
+        req: &'v Request,
+        object: &'v Value,
+        old: Option<&'v Value>,
+        reads: &'v Reads,
+    ) -> Self {
         let mut scope = Self::reading(reads);
-        scope.bind("self", Some(ctx.object));
-        scope.bind("oldSelf", ctx.old_object);
+        scope.bind("self", Some(object));
+        scope.bind("oldSelf", old);
         if scope.need("request").is_none() {
             return scope;
         }
-        let groups: Vec<Box<dyn Val + 'v>> = ctx
+        let groups: Vec<Box<dyn Val + 'v>> = req
+            .user_info
             .groups
             .iter()
+            .flatten()
             .map(|g| Box::new(CelString::from(g.as_str())) as Box<dyn Val + 'v>)
             .collect();
         let user = json::map(vec![
-            ("username", Box::new(CelString::from(ctx.username))),
+            (
+                "username",
+                Box::new(CelString::from(
+                    req.user_info.username.as_deref().unwrap_or(""),
+                )),
+            ),
             (
                 "groups",
                 Box::new(cel::common::types::CelList::from(groups)),
@@ -285,11 +298,14 @@ impl<'v> Scope<'v> {
         let request = json::map(vec![
             (
                 "operation",
-                Box::new(CelString::from(ctx.operation.as_str())),
+                Box::new(CelString::from(Operation::from(&req.operation).as_str())),
             ),
-            ("namespace", Box::new(CelString::from(ctx.namespace))),
-            ("name", Box::new(CelString::from(ctx.name))),
-            ("dryRun", Box::new(CelBool::from(ctx.dry_run))),
+            (
+                "namespace",
+                Box::new(CelString::from(req.namespace.as_deref().unwrap_or(""))),
+            ),
+            ("name", Box::new(CelString::from(req.name.as_str()))),
+            ("dryRun", Box::new(CelBool::from(req.dry_run))),
             ("userInfo", user),
         ]);
         scope.ctx.add_variable_as_val("request", request);
@@ -300,19 +316,19 @@ impl<'v> Scope<'v> {
 /// A `celRules` entry of the configuration, compiled.
 #[derive(Debug, Clone)]
 pub struct CelRule {
-    /// The rule's name; findings are reported as `cel:<name>`.
+    /// The rule's name, without the `cel:` prefix.
     pub name: String,
-    /// The source of `expression`, for messages.
+    /// The expression as written.
     pub expression: String,
-    /// `expression`, compiled.
+    /// The compiled expression.
     pub program: CelProgram,
-    /// `message`: what a failure says when there is no `messageExpression`.
+    /// The static message.
     pub message: Option<String>,
-    /// `messageExpression`, compiled.
+    /// The compiled `messageExpression`, which wins over `message` when it evaluates.
     pub message_program: Option<CelProgram>,
-    /// What a failure does, unless the configuration overrides it.
+    /// Deny or Warn, before overrides.
     pub action: Action,
-    /// The operations the rule runs on.
+    /// The operations it judges.
     pub operations: Vec<Operation>,
 }
 

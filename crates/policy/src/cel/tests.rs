@@ -474,16 +474,15 @@ fn request_namespace_name_groups_and_dry_run() {
                      "metadata": {"name": "n1", "namespace": "team-a"},
                      "spec": {"forProvider": {}}});
     let groups = vec!["system:authenticated".to_string(), "admins".to_string()];
-    let config = crate::config::Config::builtin();
-    let req = crate::admission::RequestBuilder::new(Operation::Update)
+    let req = crate::review::RequestBuilder::new(Operation::Update)
         .object(obj)
         .username("bob")
         .groups(groups)
         .dry_run(true)
         .build();
-    let ctx = RuleContext::new(&req, &config).unwrap();
+    let object = &req.object.as_ref().unwrap().value;
     let all = Reads::whole(CONFIG_VARS);
-    let scope = Scope::for_request(&ctx, &all);
+    let scope = Scope::for_request(&req, object, None, &all);
     for expr in [
         "request.operation == 'UPDATE'",
         "request.namespace == 'team-a' && request.name == 'n1'",

@@ -9,18 +9,25 @@ use wildmatch::WildMatch;
 
 use crate::cel::{CelProgram, CelRule, CelRules};
 use crate::fieldpath::FieldPath;
-use crate::model::{Action, Operation};
-use crate::rules;
+use crate::model::{Action, Operation, RULE_NAMES};
 
 /// The built-in configuration, used when `--config` is not given.
 pub const BUILTIN_YAML: &str = include_str!("builtin.yaml");
 
+/// Why a configuration is rejected; the message names the line or field.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The YAML does not parse, or has an unknown or mistyped key.
     #[error("failed to parse config: {0}")]
     Parse(String),
+    /// A value is not valid: `field` names it, `reason` says why.
     #[error("failed to validate config: {field}: {reason}")]
-    Invalid { field: String, reason: String },
+    Invalid {
+        /// The field, e.g. `resources[2].immutableFields[0]`.
+        field: String,
+        /// Why it is not valid.
+        reason: String,
+    },
 }
 
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
@@ -94,15 +101,19 @@ fn default_cel_action() -> CelAction {
 /// How a kind's external name is chosen (SPEC §3, item 2).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub enum ExternalNameStrategy {
+    /// The external name is `metadata.name` (the default); mutation sets it on CREATE.
     #[default]
     NameAsIdentifier,
+    /// The provider assigns the identifier (for example an AWS VPC ID); mutation never sets it.
     IdentifierFromProvider,
 }
 
 /// The action a CEL rule takes when it fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum CelAction {
+    /// Deny the request.
     Deny,
+    /// Warn and allow.
     Warn,
 }
 
@@ -115,9 +126,12 @@ impl From<CelAction> for Action {
     }
 }
 
+/// `providerConfig`: the default ProviderConfig names.
 #[derive(Debug, Clone)]
 pub struct ProviderConfigDefaults {
+    /// `defaultName`: the name new MRs get (`default` unless configured).
     pub default_name: String,
+    /// `namespaceProviderConfigs`: namespace to default name, for namespaced MRs.
     pub namespace_provider_configs: BTreeMap<String, String>,
 }
 
@@ -136,32 +150,45 @@ impl ProviderConfigDefaults {
 pub struct ResourceConfig {
     api_groups: Vec<WildMatch>,
     kinds: Vec<WildMatch>,
+    /// `externalName`: how the kinds' external names are chosen.
     pub external_name: ExternalNameStrategy,
+    /// `immutableFields`: fields that must not change once the MR is created.
     pub immutable_fields: Vec<FieldPath>,
+    /// `tagsField`: the map the tag initializer fills, if any.
     pub tags_field: Option<FieldPath>,
+    /// `deletionProtection`: deleting these kinds with outcome Delete is denied.
     pub deletion_protection: bool,
+    /// `rules`: per-kind action overrides, by rule name.
     pub rules: BTreeMap<String, Action>,
+    /// `celRules`: the compiled CEL rules for these kinds, with what
+    /// they read together.
     pub cel_rules: CelRules,
 }
 
 impl ResourceConfig {
+    /// Whether this entry's `apiGroups` and `kinds` globs match.
     pub fn matches(&self, group: &str, kind: &str) -> bool {
         self.api_groups.iter().any(|g| g.matches(group))
             && self.kinds.iter().any(|k| k.matches(kind))
     }
 }
 
+/// A validated configuration (SPEC §5): what every decision reads.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `providerConfig`.
     pub provider_config: ProviderConfigDefaults,
     exempt_usernames: Vec<WildMatch>,
+    /// `rules`: global action overrides, by rule name.
     pub rules: BTreeMap<String, Action>,
+    /// `resources`: the entries, first match wins.
     pub resources: Vec<ResourceConfig>,
     /// What applies to kinds that no entry matches.
     fallback: ResourceConfig,
 }
 
 impl Config {
+    /// The built-in configuration ([`BUILTIN_YAML`]).
     pub fn builtin() -> Self {
         // The built-in YAML is part of the binary and covered by a unit test.
         match Self::from_yaml(BUILTIN_YAML) {
@@ -170,6 +197,7 @@ impl Config {
         }
     }
 
+    /// Parses and validates a configuration; an empty text is the empty configuration.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
         let raw: RawConfig = if text.trim().is_empty() {
             RawConfig::default()
@@ -237,6 +265,87 @@ impl Config {
             .unwrap_or(&self.fallback)
     }
 
+    /// The built-in protections this configuration drops, one line each:
+    /// exemptions for the providers' service accounts, immutable fields and
+    /// `IdentifierFromProvider` kinds. `--config` replaces the built-in
+    /// configuration whole, so a short file silently loses them.
+    pub fn lost_protections(&self) -> Vec<String> {
+        let builtin = Self::builtin();
+        let mut lost = Vec::new();
+        let provider = "system:serviceaccount:crossplane-system:provider-aws-s3-0a1b2c3d4e5f";
+        if builtin.is_exempt(provider) && !self.is_exempt(provider) {
+            lost.push(
+                "exemptUsernames does not exempt the providers' service accounts \
+                 (system:serviceaccount:crossplane-system:*): providers will be denied when they \
+                 late-initialize an immutable field or record an external name"
+                    .to_string(),
+            );
+        }
+        // A name each glob matches: '*' and '?' become 'x'.
+        let probe = |pattern: &WildMatch| pattern.to_string().replace(['*', '?'], "x");
+        for entry in &builtin.resources {
+            let mut fields: Vec<&str> = Vec::new();
+            let mut kinds: Vec<String> = Vec::new();
+            for g in &entry.api_groups {
+                for k in &entry.kinds {
+                    let (group, kind) = (probe(g), probe(k));
+                    // Skip probes an earlier built-in entry answers.
+                    if !std::ptr::eq(builtin.resource(&group, &kind), entry) {
+                        continue;
+                    }
+                    let mine = self.resource(&group, &kind);
+                    for f in &entry.immutable_fields {
+                        if !mine
+                            .immutable_fields
+                            .iter()
+                            .any(|m| m.as_str() == f.as_str())
+                            && !fields.contains(&f.as_str())
+                        {
+                            fields.push(f.as_str());
+                        }
+                    }
+                    if entry.external_name == ExternalNameStrategy::IdentifierFromProvider
+                        && mine.external_name != entry.external_name
+                        && !kinds.contains(&k.to_string())
+                    {
+                        kinds.push(k.to_string());
+                    }
+                }
+            }
+            let groups = entry
+                .api_groups
+                .iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let entry_kinds: Vec<String> = entry.kinds.iter().map(|k| k.to_string()).collect();
+            let of = if entry_kinds == ["*"] {
+                String::new()
+            } else {
+                format!(" {} of", few(&entry_kinds))
+            };
+            if !fields.is_empty() {
+                lost.push(format!(
+                    "resources: {} immutable for{of} {groups} in the built-in configuration, but not in this one",
+                    if fields.len() == 1 {
+                        format!("{} is", fields[0])
+                    } else {
+                        format!("{} are", fields.join(", "))
+                    },
+                ));
+            }
+            if !kinds.is_empty() {
+                lost.push(format!(
+                    "resources: {} of {groups} are IdentifierFromProvider in the built-in configuration, but not in \
+                     this one: on create mrguard will set their crossplane.io/external-name to metadata.name, which is not an ID the provider can look up",
+                    few(&kinds)
+                ));
+            }
+        }
+        lost
+    }
+
+    /// Whether `username` matches an `exemptUsernames` glob.
     pub fn is_exempt(&self, username: &str) -> bool {
         !username.is_empty() && self.exempt_usernames.iter().any(|g| g.matches(username))
     }
@@ -250,6 +359,15 @@ impl Config {
             .or_else(|| self.rules.get(rule))
             .copied()
             .unwrap_or(default)
+    }
+}
+
+/// A readable list: at most four names, then how many more.
+fn few(names: &[String]) -> String {
+    if names.len() <= 4 {
+        names.join(", ")
+    } else {
+        format!("{} and {} more", names[..3].join(", "), names.len() - 3)
     }
 }
 
@@ -370,14 +488,14 @@ fn check_rule_key(at: &str, name: &str, cel_names: &BTreeSet<String>) -> Result<
             format!("no CEL rule named {cel:?} is defined here"),
         ));
     }
-    if rules::is_known(name) {
+    if RULE_NAMES.contains(&name) {
         return Ok(());
     }
     Err(invalid(
         format!("{at}[{name}]"),
         format!(
             "unknown rule; known rules are {} and cel:<name>",
-            rules::names().collect::<Vec<_>>().join(", ")
+            RULE_NAMES.join(", ")
         ),
     ))
 }
@@ -598,6 +716,46 @@ resources:
         let ok = "rules: {\"cel:team\": Warn}\nresources:\n  - apiGroups: [a]\n    kinds: [b]\n    rules: {\"cel:team\": Off}\n    celRules:\n      - {name: team, expression: 'true'}\n";
         let c = Config::from_yaml(ok).unwrap();
         assert_eq!(c.rules.get("cel:team"), Some(&Action::Warn));
+    }
+
+    #[test]
+    fn lost_protections_name_what_a_replacement_drops() {
+        assert!(Config::builtin().lost_protections().is_empty());
+        let lost = Config::from_yaml("").unwrap().lost_protections();
+        let all = lost.join("\n");
+        assert!(all.contains("exemptUsernames"), "{all}");
+        assert!(
+            all.contains("spec.forProvider.region, spec.forProvider.availabilityZone are immutable for VPC, Subnet, SecurityGroup and 17 more of ec2.aws.upbound.io"),
+            "{all}"
+        );
+        assert!(
+            all.contains("spec.forProvider.region is immutable for *.aws.upbound.io, *.aws.m.upbound.io in the built-in configuration, but not in this one"),
+            "{all}"
+        );
+        assert!(
+            all.contains("spec.forProvider.location, spec.forProvider.resourceGroupName are"),
+            "{all}"
+        );
+        assert!(all.contains("spec.forProvider.project"), "{all}");
+        assert!(all.contains("VPC, Subnet, SecurityGroup and 17 more of ec2.aws.upbound.io, ec2.aws.m.upbound.io are IdentifierFromProvider in the built-in configuration, but not in this one"), "{all}");
+        // Keeping the exemption and AWS regions, dropping the rest.
+        let partial = Config::from_yaml(
+            "exemptUsernames: ['system:serviceaccount:crossplane-system:*']\nresources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    immutableFields: [spec.forProvider.region]\n",
+        )
+        .unwrap()
+        .lost_protections();
+        let all = partial.join("\n");
+        assert!(!all.contains("exemptUsernames"), "{all}");
+        assert!(!all.contains("spec.forProvider.region is"), "{all}");
+        assert!(
+            all.contains("spec.forProvider.availabilityZone is immutable"),
+            "{all}"
+        );
+        assert!(
+            all.contains("are IdentifierFromProvider in the built-in"),
+            "{all}"
+        );
+        assert!(all.contains("spec.forProvider.location"), "{all}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// A field path: `spec.forProvider.tags[team]`, `spec.items[0]`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Path(Vec<Segment>);
+pub struct SchemaPath(Vec<Segment>);
 
 #[derive(Debug, Clone, PartialEq)]
 enum Segment {
@@ -17,9 +17,10 @@ enum Segment {
     Key(String),
 }
 
-impl Path {
+impl SchemaPath {
+    /// The object itself.
     pub fn root() -> Self {
-        Path(Vec::new())
+        SchemaPath(Vec::new())
     }
 
     fn with(&self, s: Segment) -> Self {
@@ -28,18 +29,22 @@ impl Path {
         p
     }
 
+    /// A field of this node.
     pub fn child(&self, name: &str) -> Self {
         self.with(Segment::Field(name.to_string()))
     }
 
+    /// An item of this list.
     pub fn index(&self, i: usize) -> Self {
         self.with(Segment::Index(i))
     }
 
+    /// Every item of this list (`[*]`).
     pub fn index_any(&self) -> Self {
         self.with(Segment::IndexAny)
     }
 
+    /// A key of this map.
     pub fn key(&self, k: &str) -> Self {
         self.with(Segment::Key(k.to_string()))
     }
@@ -74,7 +79,7 @@ impl Path {
     }
 }
 
-impl fmt::Display for Path {
+impl fmt::Display for SchemaPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.0.is_empty() {
             return f.write_str("<nil>");
@@ -95,48 +100,65 @@ impl fmt::Display for Path {
 /// One failure, as a `field.Error` of the API server.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FieldError {
+    /// Where, as kubectl prints it (`spec.forProvider.region`).
     pub path: String,
-    pub kind: Kind,
+    /// What went wrong.
+    pub kind: FieldErrorKind,
 }
 
+/// The kinds of `field.Error` the API server reports.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Kind {
+pub enum FieldErrorKind {
+    /// A required field is missing (with the rule's message, if a rule said so).
     Required(Option<String>),
     /// A value of the wrong type; it stops the CEL rules from running.
     Type {
+        /// The value as given.
         value: String,
+        /// `<path> in body must be of type <type>`.
         detail: String,
     },
+    /// A value breaks a rule or a format.
     Invalid {
+        /// The value as given.
         value: String,
+        /// The rule's message.
         detail: String,
     },
+    /// A value outside an `enum`.
     NotSupported {
+        /// The value as given.
         value: String,
+        /// The values the `enum` allows.
         supported: Vec<String>,
     },
+    /// A value the schema forbids.
     Forbidden(String),
+    /// A duplicate item in a set or map list.
     Duplicate(String),
     /// Strict field validation: the field is not in the schema.
     Unknown,
 }
 
 impl FieldError {
-    pub fn required(path: &Path) -> Self {
+    /// `Required value` at `path`.
+    pub fn required(path: &SchemaPath) -> Self {
         FieldError {
             path: path.to_string(),
-            kind: Kind::Required(None),
+            kind: FieldErrorKind::Required(None),
         }
     }
 
-    pub fn unknown(path: &Path) -> Self {
+    /// `field not declared in schema` at `path`.
+    pub fn unknown(path: &SchemaPath) -> Self {
         FieldError {
             path: path.to_string(),
-            kind: Kind::Unknown,
+            kind: FieldErrorKind::Unknown,
         }
     }
 
-    pub fn type_error(path: &Path, got: &str, want: &str) -> Self {
+    /// `Invalid value: "<got>": <path> in body must be of type <want>`.
+    pub fn type_error(path: &SchemaPath, got: &str, want: &str) -> Self {
         let body = if path.0.is_empty() {
             "body".to_string()
         } else {
@@ -144,27 +166,29 @@ impl FieldError {
         };
         FieldError {
             path: path.to_string(),
-            kind: Kind::Type {
+            kind: FieldErrorKind::Type {
                 value: format!("{got:?}"),
                 detail: format!("{body} must be of type {want}: {got:?}"),
             },
         }
     }
 
-    pub fn not_supported(path: &Path, v: &Value, allowed: &[Value]) -> Self {
+    /// `Unsupported value` with the supported values.
+    pub fn not_supported(path: &SchemaPath, v: &Value, allowed: &[Value]) -> Self {
         FieldError {
             path: path.to_string(),
-            kind: Kind::NotSupported {
+            kind: FieldErrorKind::NotSupported {
                 value: v.to_string(),
                 supported: allowed.iter().map(Value::to_string).collect(),
             },
         }
     }
 
-    pub fn invalid(path: &Path, ty: &str, detail: String) -> Self {
+    /// `Invalid value` of type `ty` with `detail`.
+    pub fn invalid(path: &SchemaPath, ty: &str, detail: String) -> Self {
         FieldError {
             path: path.to_string(),
-            kind: Kind::Invalid {
+            kind: FieldErrorKind::Invalid {
                 value: format!("{ty:?}"),
                 detail,
             },
@@ -172,11 +196,11 @@ impl FieldError {
     }
 
     /// A failed `x-kubernetes-validations` rule, by its `reason`.
-    pub fn rule(path: &Path, ty: &str, reason: Option<&str>, message: String) -> Self {
+    pub fn rule(path: &SchemaPath, ty: &str, reason: Option<&str>, message: String) -> Self {
         let kind = match reason {
-            Some("FieldValueRequired") => Kind::Required(Some(message)),
-            Some("FieldValueForbidden") => Kind::Forbidden(message),
-            Some("FieldValueDuplicate") => Kind::Duplicate(message),
+            Some("FieldValueRequired") => FieldErrorKind::Required(Some(message)),
+            Some("FieldValueForbidden") => FieldErrorKind::Forbidden(message),
+            Some("FieldValueDuplicate") => FieldErrorKind::Duplicate(message),
             _ => {
                 return Self::invalid(path, ty, message);
             }
@@ -192,21 +216,21 @@ impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = &self.path;
         match &self.kind {
-            Kind::Required(None) => write!(f, "{p}: Required value"),
-            Kind::Required(Some(m)) => write!(f, "{p}: Required value: {m}"),
-            Kind::Type { value, detail } | Kind::Invalid { value, detail } => {
+            FieldErrorKind::Required(None) => write!(f, "{p}: Required value"),
+            FieldErrorKind::Required(Some(m)) => write!(f, "{p}: Required value: {m}"),
+            FieldErrorKind::Type { value, detail } | FieldErrorKind::Invalid { value, detail } => {
                 write!(f, "{p}: Invalid value: {value}: {detail}")
             }
-            Kind::NotSupported { value, supported } => {
+            FieldErrorKind::NotSupported { value, supported } => {
                 write!(
                     f,
                     "{p}: Unsupported value: {value}: supported values: {}",
                     supported.join(", ")
                 )
             }
-            Kind::Forbidden(m) => write!(f, "{p}: Forbidden: {m}"),
-            Kind::Duplicate(m) => write!(f, "{p}: Duplicate value: {m:?}"),
-            Kind::Unknown => write!(f, "unknown field {p:?}"),
+            FieldErrorKind::Forbidden(m) => write!(f, "{p}: Forbidden: {m}"),
+            FieldErrorKind::Duplicate(m) => write!(f, "{p}: Duplicate value: {m:?}"),
+            FieldErrorKind::Unknown => write!(f, "unknown field {p:?}"),
         }
     }
 }

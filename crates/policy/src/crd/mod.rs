@@ -15,17 +15,29 @@ mod schema;
 
 use serde_json::Value;
 
-pub use errors::{render, FieldError, Kind, Path as FieldPath};
-pub use schema::{Schema, Unsupported};
+pub use errors::{render, FieldError, FieldErrorKind, SchemaPath};
+pub(crate) use schema::Schema;
+pub use schema::Unsupported;
 
+/// Why a CRD cannot be used to judge objects.
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
+    /// The text does not parse as YAML.
     #[error("failed to parse {path}: {reason}")]
-    Parse { path: String, reason: String },
+    Parse {
+        /// Where the text came from.
+        path: String,
+        /// The parser's message.
+        reason: String,
+    },
+    /// The CRD is not one mrguard can read: a wrong apiVersion, no group or kind, a schema it cannot parse, or a kind defined twice.
     #[error("failed to load CRD {name} from {path}: {reason}")]
     Invalid {
+        /// The CRD's name.
         name: String,
+        /// Where it came from.
         path: String,
+        /// What is wrong.
         reason: String,
     },
     #[error(
@@ -33,9 +45,13 @@ pub enum CrdError {
          mrguard's CEL environment does not support this (see docs/cel.md), so it cannot judge these objects",
         describe(.rules)
     )]
+    /// A validation rule uses CEL that mrguard does not support.
     Unsupported {
+        /// The CRD's name.
         crd: String,
+        /// The version whose rules cannot run.
         version: String,
+        /// Each rule that cannot run, and why.
         rules: Vec<Unsupported>,
     },
 }
@@ -53,33 +69,44 @@ fn describe(rules: &[Unsupported]) -> String {
 pub struct Crd {
     /// `metadata.name`, e.g. `alternatecontacts.account.aws.upbound.io`.
     pub name: String,
+    /// `spec.group`.
     pub group: String,
+    /// `spec.names.kind`.
     pub kind: String,
+    /// Where it was read from, for messages.
     pub source: String,
+    /// Its versions, in the order listed.
     pub versions: Vec<CrdVersion>,
 }
 
 /// One version of a CRD, with its schema.
 #[derive(Debug, Clone)]
 pub struct CrdVersion {
+    /// The CRD's name.
     pub crd: String,
+    /// The version, e.g. `v1beta1`.
     pub name: String,
-    pub schema: Schema,
+    pub(crate) schema: Schema,
     unsupported: Vec<Unsupported>,
 }
 
 /// What an object's apiVersion and kind find.
 pub enum Lookup<'a> {
-    /// No CRD defines the kind: the object gets only mrguard's rules.
+    /// No CRD of the object's API group was read: its schema is unknown.
     NoCrd,
+    /// The CRD version that judges the object.
     Found(&'a CrdVersion),
     /// A CRD defines the kind, but not in this version.
     NoVersion(&'a Crd),
+    /// CRDs of the object's group were read, but none defines its kind:
+    /// the API server answers "no matches for kind". Holds the group's CRDs.
+    NoKind(Vec<&'a Crd>),
 }
 
 /// Every CRD read from `--crd`.
 #[derive(Debug, Clone, Default)]
 pub struct Crds {
+    /// The CRDs, in the order read.
     pub crds: Vec<Crd>,
 }
 
@@ -89,7 +116,10 @@ impl Crds {
     pub fn add_yaml(&mut self, source: &str, text: &str) -> Result<(), CrdError> {
         let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| CrdError::Parse {
             path: source.to_string(),
-            reason: e.to_string(),
+            // The parser's snippets say "<input>"; name the file instead.
+            reason: e
+                .to_string()
+                .replace("--> <input>:", &format!("--> {source}:")),
         })?;
         for doc in docs {
             self.add(source, &doc)?;
@@ -184,7 +214,7 @@ impl Crds {
                 },
             };
             let mut unsupported = Vec::new();
-            schema.unsupported(&FieldPath::root(), &mut unsupported);
+            schema.unsupported(&SchemaPath::root(), &mut unsupported);
             versions.push(CrdVersion {
                 crd: name.clone(),
                 name: vname,
@@ -211,7 +241,11 @@ impl Crds {
             .iter()
             .find(|c| c.group == group && c.kind == kind)
         else {
-            return Lookup::NoCrd;
+            let same_group: Vec<&Crd> = self.crds.iter().filter(|c| c.group == group).collect();
+            if same_group.is_empty() {
+                return Lookup::NoCrd;
+            }
+            return Lookup::NoKind(same_group);
         };
         match crd.versions.iter().find(|v| v.name == version) {
             Some(v) => Lookup::Found(v),
@@ -246,15 +280,15 @@ impl CrdVersion {
         let mut errors = Vec::new();
         let mut copy = obj.clone();
         self.schema
-            .check(&mut copy, &FieldPath::root(), true, true, &mut errors);
-        errors.retain(|e| matches!(e.kind, Kind::Unknown));
+            .check(&mut copy, &SchemaPath::root(), true, true, &mut errors);
+        errors.retain(|e| matches!(e.kind, FieldErrorKind::Unknown));
         errors
     }
 
     /// Drops unknown fields, as the API server prunes them before storing.
     pub fn prune(&self, obj: &mut Value) {
         self.schema
-            .check(obj, &FieldPath::root(), true, false, &mut Vec::new());
+            .check(obj, &SchemaPath::root(), true, false, &mut Vec::new());
     }
 
     /// Everything the API server would reject in `obj` (already defaulted
@@ -266,10 +300,13 @@ impl CrdVersion {
         let mut errors = Vec::new();
         let mut pruned = obj.clone();
         self.schema
-            .check(&mut pruned, &FieldPath::root(), true, false, &mut errors);
-        if errors.iter().any(|e| matches!(e.kind, Kind::Type { .. })) {
+            .check(&mut pruned, &SchemaPath::root(), true, false, &mut errors);
+        if errors
+            .iter()
+            .any(|e| matches!(e.kind, FieldErrorKind::Type { .. }))
+        {
             errors.push(FieldError::invalid(
-                &FieldPath::root(),
+                &SchemaPath::root(),
                 "",
                 "some validation rules were not checked because the object was invalid; \
                  correct the existing errors to complete validation"
@@ -278,7 +315,7 @@ impl CrdVersion {
             return Ok(errors);
         }
         self.schema
-            .validate_rules(&pruned, old, &FieldPath::root(), true, &mut errors);
+            .validate_rules(&pruned, old, &SchemaPath::root(), true, &mut errors);
         Ok(errors)
     }
 }

@@ -8,11 +8,11 @@ use serde_json::{Map, Value};
 
 use crate::cel::{CelProgram, Scope, CRD_VARS};
 
-use super::errors::{FieldError, Path};
+use super::errors::{FieldError, SchemaPath};
 
 /// One `x-kubernetes-validations` entry.
 #[derive(Debug, Clone)]
-pub struct Rule {
+pub(crate) struct ValidationRule {
     pub rule: String,
     pub program: Result<CelProgram, String>,
     pub message: Option<String>,
@@ -24,7 +24,7 @@ pub struct Rule {
 
 /// A schema node.
 #[derive(Debug, Clone, Default)]
-pub struct Schema {
+pub(crate) struct Schema {
     pub ty: Option<String>,
     pub nullable: bool,
     pub properties: BTreeMap<String, Schema>,
@@ -39,20 +39,23 @@ pub struct Schema {
     pub int_or_string: bool,
     pub embedded: bool,
     pub list_map_keys: Vec<String>,
-    pub rules: Vec<Rule>,
+    pub rules: Vec<ValidationRule>,
 }
 
 /// A rule the CEL engine cannot run, found when the CRD loads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Unsupported {
+    /// Where the rule is declared.
     pub path: String,
+    /// The rule's expression.
     pub rule: String,
+    /// Why it cannot run.
     pub reason: String,
 }
 
 impl Schema {
     /// Parses a schema node; `at` names it in errors.
-    pub fn parse(v: &Value, at: &str) -> Result<Schema, String> {
+    pub(crate) fn parse(v: &Value, at: &str) -> Result<Schema, String> {
         let Some(o) = v.as_object() else {
             return Err(format!("{at}: a schema must be an object"));
         };
@@ -115,7 +118,7 @@ impl Schema {
                     .to_string();
                 let compile =
                     |src: &str| CelProgram::compile_with(src, CRD_VARS).map_err(|e| e.to_string());
-                s.rules.push(Rule {
+                s.rules.push(ValidationRule {
                     program: compile(&rule),
                     message_expression: r
                         .get("messageExpression")
@@ -139,7 +142,7 @@ impl Schema {
     }
 
     /// Every rule that did not compile, with where it is declared.
-    pub fn unsupported(&self, path: &Path, out: &mut Vec<Unsupported>) {
+    pub(crate) fn unsupported(&self, path: &SchemaPath, out: &mut Vec<Unsupported>) {
         for r in &self.rules {
             let failed = [Some(&r.program), r.message_expression.as_ref()];
             for e in failed
@@ -179,7 +182,7 @@ impl Schema {
 
     /// Fills in `default`s at every level, and drops `null`s the schema does
     /// not allow (they would be pruned before defaulting).
-    pub fn apply_defaults(&self, v: &mut Value) {
+    pub(crate) fn apply_defaults(&self, v: &mut Value) {
         match v {
             Value::Object(map) => {
                 for (k, prop) in &self.properties {
@@ -217,10 +220,10 @@ impl Schema {
     /// Checks types, enums and required fields, and prunes unknown fields:
     /// `strict` reports them too, as strict field validation does for what
     /// a client sends (fields a webhook adds are pruned silently).
-    pub fn check(
+    pub(crate) fn check(
         &self,
         v: &mut Value,
-        path: &Path,
+        path: &SchemaPath,
         root: bool,
         strict: bool,
         errors: &mut Vec<FieldError>,
@@ -257,7 +260,7 @@ impl Schema {
     fn check_object(
         &self,
         map: &mut Map<String, Value>,
-        path: &Path,
+        path: &SchemaPath,
         root: bool,
         strict: bool,
         errors: &mut Vec<FieldError>,
@@ -310,11 +313,11 @@ impl Schema {
 
     /// Evaluates every rule at and below this node. `old` is the
     /// correlated old value, for transition rules.
-    pub fn validate_rules(
+    pub(crate) fn validate_rules(
         &self,
         v: &Value,
         old: Option<&Value>,
-        path: &Path,
+        path: &SchemaPath,
         root: bool,
         errors: &mut Vec<FieldError>,
     ) {
@@ -376,10 +379,10 @@ impl Schema {
 
     fn run_rule(
         &self,
-        r: &Rule,
+        r: &ValidationRule,
         v: &Value,
         old: Option<&Value>,
-        path: &Path,
+        path: &SchemaPath,
         errors: &mut Vec<FieldError>,
     ) {
         // Compile errors are reported when the CRD is looked up.

@@ -444,6 +444,11 @@ fn lookup_by_api_version_and_kind() {
         Lookup::NoCrd
     ));
     assert!(matches!(crds.lookup("v1", "ConfigMap"), Lookup::NoCrd));
+    // A kind its group's CRDs do not define: "no matches for kind".
+    match crds.lookup("account.aws.upbound.io/v1beta1", "AlternateContactt") {
+        Lookup::NoKind(group) => assert_eq!(group[0].kind, "AlternateContact"),
+        _ => panic!("expected NoKind"),
+    }
 }
 
 #[test]

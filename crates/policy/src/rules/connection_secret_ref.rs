@@ -21,6 +21,12 @@ impl Rule for ConnectionSecretRef {
     fn default_action(&self) -> Action {
         Action::Deny
     }
+    fn summary(&self) -> &'static str {
+        "`spec.writeConnectionSecretToRef` needs a non-empty name, and a namespace exactly when the MR is cluster-scoped, or the provider cannot write the Secret"
+    }
+    fn fix(&self) -> &'static str {
+        "Set `name`, plus `namespace` on a cluster-scoped MR only"
+    }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let Some(r) = ctx.mr().spec("writeConnectionSecretToRef") else {
             return vec![];

@@ -15,6 +15,12 @@ impl Rule for CreationIncomplete {
     fn default_action(&self) -> Action {
         Action::Warn
     }
+    fn summary(&self) -> &'static str {
+        "The MR is creation-incomplete: the provider stopped because its last create may have leaked an external resource"
+    }
+    fn fix(&self) -> &'static str {
+        "Check the external system for a leaked resource, then remove `crossplane.io/external-create-pending`"
+    }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         // Removing the pending annotation is the documented way to resume.
         if !ctx.state().creation_incomplete() || !ctx.mr().has_annotation(CREATE_PENDING) {

@@ -16,6 +16,12 @@ impl Rule for DeletionPolicy {
     fn default_action(&self) -> Action {
         Action::Deny
     }
+    fn summary(&self) -> &'static str {
+        "`spec.deletionPolicy` is exactly `Delete` or `Orphan`; on a namespaced MR, which has none and ignores it, its presence is a warning"
+    }
+    fn fix(&self) -> &'static str {
+        "Set `spec.deletionPolicy` to `Delete` or `Orphan`; on a namespaced MR remove it and keep the resource with `managementPolicies`"
+    }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let Some(policy) = ctx.mr().deletion_policy() else {
             return vec![];

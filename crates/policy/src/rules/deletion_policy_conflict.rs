@@ -17,6 +17,12 @@ impl Rule for DeletionPolicyConflict {
     fn default_action(&self) -> Action {
         Action::Warn
     }
+    fn summary(&self) -> &'static str {
+        "`deletionPolicy: Orphan` is ignored when a non-default set contains `Delete`: the external resource WILL be deleted"
+    }
+    fn fix(&self) -> &'static str {
+        "Remove `Delete` from `spec.managementPolicies` to keep the external resource"
+    }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let mr = ctx.mr();
         if mr.deletion_policy().and_then(Value::as_str) != Some("Orphan") {

@@ -16,6 +16,12 @@ impl Rule for DeletionProtection {
     fn default_action(&self) -> Action {
         Action::Deny
     }
+    fn summary(&self) -> &'static str {
+        "Deleting an MR protected by `mrguard.io/deletion-protection: \"true\"` or its config entry's `deletionProtection: true` while its deletion outcome is `Delete`: that destroys the external resource (applies to exempt users too)"
+    }
+    fn fix(&self) -> &'static str {
+        "Orphan it first (`deletionPolicy: Orphan`, or a set without `Delete`), or remove the protection"
+    }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let state = ctx.state();
         let by_annotation = state.annotation(DELETION_PROTECTION) == Some("true");

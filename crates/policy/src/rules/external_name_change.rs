@@ -15,6 +15,12 @@ impl Rule for ExternalNameChange {
     fn default_action(&self) -> Action {
         Action::Deny
     }
+    fn summary(&self) -> &'static str {
+        "A non-empty `crossplane.io/external-name` changed or was removed after creation was attempted: the MR would manage another resource and lose the first"
+    }
+    fn fix(&self) -> &'static str {
+        "Restore the annotation; to manage another resource, create a new MR"
+    }
     fn honours_exemptions(&self) -> bool {
         true
     }

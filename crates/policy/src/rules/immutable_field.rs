@@ -17,6 +17,12 @@ impl Rule for ImmutableField {
     fn default_action(&self) -> Action {
         Action::Deny
     }
+    fn summary(&self) -> &'static str {
+        "A configured immutable field changed or was removed on a created MR: the provider cannot change it in place (setting an absent field is allowed)"
+    }
+    fn fix(&self) -> &'static str {
+        "Restore the old value, or create a new MR for the new value"
+    }
     fn honours_exemptions(&self) -> bool {
         true
     }

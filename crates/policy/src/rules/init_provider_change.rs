@@ -23,6 +23,12 @@ impl Rule for InitProviderChange {
     fn default_action(&self) -> Action {
         Action::Warn
     }
+    fn summary(&self) -> &'static str {
+        "`spec.initProvider` changed on a created MR: it applies only at creation, so the change does nothing"
+    }
+    fn fix(&self) -> &'static str {
+        "Change the value in `spec.forProvider` instead"
+    }
     fn honours_exemptions(&self) -> bool {
         true
     }

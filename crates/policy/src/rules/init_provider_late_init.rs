@@ -14,6 +14,12 @@ impl Rule for InitProviderLateInit {
     fn default_action(&self) -> Action {
         Action::Warn
     }
+    fn summary(&self) -> &'static str {
+        "`spec.initProvider` is set while `LateInitialize` (or `*`) is on: late initialization can copy its values into `forProvider`, which then enforces them"
+    }
+    fn fix(&self) -> &'static str {
+        "Drop `LateInitialize` from the set, e.g. `[Observe, Create, Update, Delete]`"
+    }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let mr = ctx.mr();
         let set_init = mr

@@ -15,6 +15,12 @@ impl Rule for ManagementPolicies {
     fn default_action(&self) -> Action {
         Action::Deny
     }
+    fn summary(&self) -> &'static str {
+        "`spec.managementPolicies` is one of the 13 supported sets, with no unknown or repeated action: providers fail on any other set"
+    }
+    fn fix(&self) -> &'static str {
+        "Use a supported set (the message lists them), such as `[\"*\"]`, `[Observe]` or `[Observe, Create, Update, Delete]`"
+    }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         match ctx.mr().policies() {
             Ok(_) => vec![],

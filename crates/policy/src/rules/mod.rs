@@ -6,9 +6,9 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use crate::admission::Request;
 use crate::config::{Config, ResourceConfig};
 use crate::model::{Action, Finding, Operation, Violation};
+use crate::review::Request;
 
 mod connection_secret_ref;
 mod creation_incomplete;
@@ -43,25 +43,16 @@ pub static RULES: &[&dyn Rule] = &[
     &reference::Reference,
 ];
 
-pub fn names() -> impl Iterator<Item = &'static str> {
-    RULES.iter().map(|r| r.name())
-}
-
-pub fn is_known(name: &str) -> bool {
-    names().any(|n| n == name)
-}
-
 /// Everything a rule may read. The object under judgment is the new object
 /// on CREATE and UPDATE and the old one on DELETE; derived states come from
 /// `state`, which is the old object on UPDATE and DELETE.
 pub struct RuleContext<'a> {
+    pub(crate) request: &'a Request,
     pub(crate) operation: Operation,
     pub(crate) kind: &'a str,
     pub(crate) name: &'a str,
     pub(crate) namespace: &'a str,
     pub(crate) username: &'a str,
-    pub(crate) groups: &'a [String],
-    pub(crate) dry_run: bool,
     pub(crate) object: &'a Value,
     pub(crate) old_object: Option<&'a Value>,
     pub(crate) config: &'a Config,
@@ -97,13 +88,12 @@ impl<'a> RuleContext<'a> {
             return None;
         }
         Some(RuleContext {
+            request: req,
             operation: op,
             kind: &req.kind.kind,
             name: &req.name,
             namespace: req.namespace.as_deref().unwrap_or(""),
             username: req.user_info.username.as_deref().unwrap_or(""),
-            groups: req.user_info.groups.as_deref().unwrap_or(&[]),
-            dry_run: req.dry_run,
             object: subject,
             old_object: old,
             config,
@@ -111,6 +101,7 @@ impl<'a> RuleContext<'a> {
         })
     }
 
+    /// Whether the MR is namespaced (Crossplane v2 style).
     pub fn namespaced(&self) -> bool {
         !self.namespace.is_empty()
     }
@@ -120,19 +111,31 @@ impl<'a> RuleContext<'a> {
         crate::mr::Mr(self.old_object.unwrap_or(self.object))
     }
 
+    /// The object under judgment.
     pub fn mr(&self) -> crate::mr::Mr<'a> {
         crate::mr::Mr(self.object)
     }
 }
 
+/// A built-in validation rule. `docs/rules.md` is generated from these
+/// methods (the rule reference table), so the texts are written for users.
 pub trait Rule: Sync {
+    /// The stable name used in messages, metrics and the configuration.
     fn name(&self) -> &'static str;
+    /// The operations the rule judges.
     fn operations(&self) -> &'static [Operation];
+    /// The action when the configuration does not override it.
     fn default_action(&self) -> Action;
-    /// Rules that `exemptUsernames` skips.
+    /// One line: what the rule catches and why it matters.
+    fn summary(&self) -> &'static str;
+    /// One line: how a user resolves a finding in general; each finding's
+    /// message carries the specific fix.
+    fn fix(&self) -> &'static str;
+    /// True for rules that `exemptUsernames` skips.
     fn honours_exemptions(&self) -> bool {
         false
     }
+    /// Judges one request; one violation per problem found.
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation>;
 }
 
@@ -187,7 +190,12 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
             continue;
         }
         let scope = scope.get_or_insert_with(|| {
-            crate::cel::Scope::for_request(ctx, ctx.resource.cel_rules.reads())
+            crate::cel::Scope::for_request(
+                ctx.request,
+                ctx.object,
+                ctx.old_object,
+                ctx.resource.cel_rules.reads(),
+            )
         });
         if let Some(v) = crate::cel::check_rule(cel, scope) {
             findings.push(Finding {
@@ -280,7 +288,7 @@ pub(crate) mod testing {
         }
 
         /// The request this case describes, built as every caller builds one.
-        pub(crate) fn request(&self) -> crate::admission::Request {
+        pub(crate) fn request(&self) -> crate::review::Request {
             let place = |v: &Value| {
                 let mut v = v.clone();
                 if let Some(o) = v.as_object_mut() {
@@ -295,7 +303,7 @@ pub(crate) mod testing {
                 }
                 v
             };
-            let b = crate::admission::RequestBuilder::new(self.operation);
+            let b = crate::review::RequestBuilder::new(self.operation);
             let b = match self.operation {
                 Operation::Delete => b,
                 _ => b.object(place(&self.object)),
@@ -349,12 +357,26 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn names_are_unique_and_stable() {
-        let mut n: Vec<_> = names().collect();
-        assert_eq!(n.len(), 14);
-        n.sort();
-        n.dedup();
-        assert_eq!(n.len(), 14);
+    fn the_registry_implements_every_name_once_in_order() {
+        let names: Vec<_> = RULES.iter().map(|r| r.name()).collect();
+        assert_eq!(names, crate::model::RULE_NAMES);
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len());
+    }
+
+    /// The texts go into a Markdown table in docs/rules.md: one line each,
+    /// no table separators.
+    #[test]
+    fn every_rule_explains_itself_in_one_line() {
+        for r in RULES {
+            for text in [r.summary(), r.fix()] {
+                assert!(!text.trim().is_empty(), "{}", r.name());
+                assert!(!text.contains(['\n', '|']), "{}: {text}", r.name());
+                assert!(!text.ends_with('.'), "{}: {text}", r.name());
+            }
+        }
     }
 
     #[test]

@@ -1,9 +1,11 @@
 use super::{Rule, RuleContext, CU};
 use crate::config::ExternalNameStrategy;
 use crate::model::{Action, Violation};
+use crate::mr::PolicySet;
 
 /// Without Create, a provider-assigned kind can only be found by its
-/// external name.
+/// external name. The paused set `[]` does nothing at all, so it is exempt
+/// (SPEC §4): pausing an MR must never be refused.
 pub(super) struct ObserveOnlyExternalName;
 
 impl Rule for ObserveOnlyExternalName {
@@ -16,17 +18,29 @@ impl Rule for ObserveOnlyExternalName {
     fn default_action(&self) -> Action {
         Action::Deny
     }
+    fn summary(&self) -> &'static str {
+        "A set without `Create` on an `IdentifierFromProvider` kind, with no external name: nothing identifies the existing resource to observe"
+    }
+    fn fix(&self) -> &'static str {
+        "Set `crossplane.io/external-name` to the existing resource's ID, or add `Create` to the set"
+    }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         if ctx.resource.external_name != ExternalNameStrategy::IdentifierFromProvider {
             return vec![];
         }
         let mr = ctx.mr();
         match mr.policies() {
-            Ok(set) if !set.can_create() && mr.external_name().is_none() => vec![Violation::new(format!(
+            Ok(set)
+                if set != PolicySet::PAUSED
+                    && !set.can_create()
+                    && mr.external_name().is_none() =>
+            {
+                vec![Violation::new(format!(
                 "managementPolicies {set} cannot create, and {} identifiers are assigned by the provider, so without crossplane.io/external-name nothing identifies the existing resource",
                 ctx.kind
             ))
-            .fix("set the crossplane.io/external-name annotation to the existing resource's ID, or add Create to spec.managementPolicies")],
+            .fix("set the crossplane.io/external-name annotation to the existing resource's ID, or add Create to spec.managementPolicies")]
+            }
             _ => vec![],
         }
     }
@@ -53,6 +67,20 @@ mod tests {
         )))
         .check(&ObserveOnlyExternalName);
         assert_eq!(v.len(), 1);
+    }
+
+    /// Bug: pausing an observe-only VPC (`managementPolicies: []`) was
+    /// denied, though the paused set does nothing.
+    #[test]
+    fn the_paused_set_is_exempt() {
+        let paused = mr(json!({"managementPolicies": []}));
+        for case in [
+            Case::create(paused.clone()),
+            Case::update(paused.clone(), paused),
+        ] {
+            let v = vpc(case).check(&ObserveOnlyExternalName);
+            assert!(v.is_empty(), "{v:?}");
+        }
     }
 
     #[test]

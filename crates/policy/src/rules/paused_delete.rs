@@ -14,6 +14,12 @@ impl Rule for PausedDelete {
     fn default_action(&self) -> Action {
         Action::Deny
     }
+    fn summary(&self) -> &'static str {
+        "Deleting a paused MR that still has finalizers: the provider never runs its finalizer, so the deletion hangs forever"
+    }
+    fn fix(&self) -> &'static str {
+        "Unpause it first (remove `crossplane.io/paused`, or give `managementPolicies` a non-empty set), then delete"
+    }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let state = ctx.state();
         if state.is_paused() && state.has_finalizers() {

@@ -15,6 +15,12 @@ impl Rule for PausedValue {
     fn default_action(&self) -> Action {
         Action::Warn
     }
+    fn summary(&self) -> &'static str {
+        "`crossplane.io/paused` is neither `\"true\"` nor `\"false\"`: only `\"true\"` pauses, so the MR is NOT paused"
+    }
+    fn fix(&self) -> &'static str {
+        "Set the annotation to `\"true\"` or `\"false\"`"
+    }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let Some(v) = crate::mr::at(ctx.object, &["metadata", "annotations", PAUSED])
         else {

@@ -125,6 +125,12 @@ impl Rule for Reference {
     fn default_action(&self) -> Action {
         Action::Deny
     }
+    fn summary(&self) -> &'static str {
+        "Every `*Ref`/`*Refs` item under `forProvider`/`initProvider` names an object, every `*Selector` selects something, and `policy` values are valid: otherwise resolution fails"
+    }
+    fn fix(&self) -> &'static str {
+        "Name the referenced object, give the selector `matchLabels` or `matchControllerRef: true`, or fix `policy.resolve`/`policy.resolution`"
+    }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let mut out = Vec::new();
         for field in ["forProvider", "initProvider"] {

@@ -1,0 +1,248 @@
+//! The AdmissionReview wire format: decoding with kube's types, and encoding
+//! with `response.patch` as a base64 string, as the Kubernetes API
+//! serialises bytes (kube 5 writes a list of numbers, kube-rs#1781).
+//!
+//! [`decode`] and [`RequestBuilder`] are the two ways to a [`Request`], and a
+//! request is the only way to a rule context, so every caller — the
+//! webhooks, `mrguard check`, the audit and the tests — is judged the same
+//! way.
+
+mod builder;
+
+pub use builder::RequestBuilder;
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use base64::Engine;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube_core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube_core::{ApiResource, DynamicResourceScope, Resource};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// An object in an AdmissionReview kept as plain JSON: rules and mutators
+/// read and edit the `Value` directly, so it is parsed exactly once.
+#[derive(Debug, Clone, Default)]
+pub struct RawObject {
+    /// The object, parsed once.
+    pub value: Value,
+    // Only built if kube's generic code asks for it.
+    meta: OnceLock<ObjectMeta>,
+}
+
+impl RawObject {
+    /// Wraps a parsed object.
+    pub fn new(value: Value) -> Self {
+        Self {
+            value,
+            meta: OnceLock::new(),
+        }
+    }
+
+    fn parse_meta(value: &Value) -> ObjectMeta {
+        value
+            .get("metadata")
+            .and_then(|m| ObjectMeta::deserialize(m).ok())
+            .unwrap_or_default()
+    }
+}
+
+impl<'de> Deserialize<'de> for RawObject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Value::deserialize(d).map(Self::new)
+    }
+}
+
+impl Serialize for RawObject {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.value.serialize(s)
+    }
+}
+
+impl Resource for RawObject {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        self.meta.get_or_init(|| Self::parse_meta(&self.value))
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        if self.meta.get().is_none() {
+            let parsed = Self::parse_meta(&self.value);
+            let _ = self.meta.set(parsed);
+        }
+        match self.meta.get_mut() {
+            Some(m) => m,
+            None => unreachable!("metadata was initialised just above"),
+        }
+    }
+}
+
+/// An admission request whose objects stay plain JSON.
+pub type Request = AdmissionRequest<RawObject>;
+
+/// Why a request body is not an AdmissionReview v1; answered with HTTP 400.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The body is not the JSON of an AdmissionReview.
+    #[error("failed to decode AdmissionReview: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error(
+        "failed to decode AdmissionReview: apiVersion is {0:?}, expected \"admission.k8s.io/v1\""
+    )]
+    /// The envelope has another apiVersion.
+    ApiVersion(String),
+    /// The envelope has another kind.
+    #[error("failed to decode AdmissionReview: kind is {0:?}, expected \"AdmissionReview\"")]
+    Kind(String),
+    /// The review carries no request.
+    #[error("failed to decode AdmissionReview: the request field is missing")]
+    NoRequest,
+    /// The request has no uid to answer to.
+    #[error("failed to decode AdmissionReview: request.uid is empty")]
+    NoUid,
+}
+
+/// Decodes a request body into an admission request.
+pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
+    let review: AdmissionReview<RawObject> = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        // Name the envelope problem first when there is one: "wrong version"
+        // says more than the missing field it leads to.
+        Err(e) => {
+            if let Ok(types) = serde_json::from_slice::<kube_core::TypeMeta>(body) {
+                check_types(&types)?;
+            }
+            return Err(e.into());
+        }
+    };
+    check_types(&review.types)?;
+    let request: Request = review.try_into().map_err(|_| DecodeError::NoRequest)?;
+    if request.uid.is_empty() {
+        return Err(DecodeError::NoUid);
+    }
+    Ok(request)
+}
+
+fn check_types(types: &kube_core::TypeMeta) -> Result<(), DecodeError> {
+    if types.api_version != "admission.k8s.io/v1" {
+        return Err(DecodeError::ApiVersion(types.api_version.clone()));
+    }
+    if types.kind != "AdmissionReview" {
+        return Err(DecodeError::Kind(types.kind.clone()));
+    }
+    Ok(())
+}
+
+/// The wire form of an answer, serialised in one pass.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: WireResponse<'a>,
+}
+
+#[derive(Serialize)]
+struct WireResponse<'a> {
+    #[serde(flatten)]
+    response: &'a AdmissionResponse,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+}
+
+/// Encodes a response as an `admission.k8s.io/v1` AdmissionReview.
+pub fn encode(mut response: AdmissionResponse) -> Vec<u8> {
+    // The patch goes out as base64 text, not as kube's list of numbers.
+    let patch = response
+        .patch
+        .take()
+        .map(|p| base64::engine::general_purpose::STANDARD.encode(p));
+    let envelope = Envelope {
+        api_version: "admission.k8s.io/v1",
+        kind: "AdmissionReview",
+        response: WireResponse {
+            response: &response,
+            patch,
+        },
+    };
+    // Serialising plain structs of strings cannot fail; answer safely anyway.
+    serde_json::to_vec(&envelope).unwrap_or_else(|e| fallback(&e.to_string()))
+}
+
+fn fallback(reason: &str) -> Vec<u8> {
+    format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{{"uid":"","allowed":false,"status":{{"code":500,"message":{}}}}}}}"#,
+        Value::from(reason)
+    )
+    .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BODY: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1","kind":{"group":"g","version":"v1","kind":"K"},"resource":{"group":"g","version":"v1","resource":"ks"},"operation":"CREATE","userInfo":{"username":"a"},"object":{"metadata":{"name":"n","labels":{"a":"b"}},"spec":{"forProvider":{}}}}}"#;
+
+    #[test]
+    fn decodes_and_keeps_the_object_as_json() {
+        let r = decode(BODY.as_bytes()).unwrap();
+        assert_eq!(r.uid, "u1");
+        let obj = r.object.unwrap();
+        assert_eq!(obj.value["spec"]["forProvider"], serde_json::json!({}));
+        assert_eq!(obj.meta().name.as_deref(), Some("n"));
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        let e = decode(b"{").unwrap_err().to_string();
+        assert!(e.starts_with("failed to decode AdmissionReview"), "{e}");
+        let e = decode(br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("v1beta1"), "{e}");
+        let e = decode(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("request field is missing"), "{e}");
+        let e = decode(BODY.replace("CREATE", "PATCH").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("PATCH"), "{e}");
+    }
+
+    #[test]
+    fn patch_goes_out_as_base64_string() {
+        let r = decode(BODY.as_bytes()).unwrap();
+        let patch: json_patch::Patch =
+            serde_json::from_value(serde_json::json!([{"op": "add", "path": "/a", "value": 1}]))
+                .unwrap();
+        let resp = AdmissionResponse::from(&r).with_patch(patch).unwrap();
+        let out: Value = serde_json::from_slice(&encode(resp)).unwrap();
+        let b64 = out["response"]["patch"].as_str().expect("a string");
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        let ops: Value = serde_json::from_slice(&raw).unwrap();
+        assert_eq!(ops[0]["path"], "/a");
+        assert_eq!(out["response"]["patchType"], "JSONPatch");
+        assert_eq!(out["response"]["uid"], "u1");
+        assert_eq!(out["apiVersion"], "admission.k8s.io/v1");
+    }
+}

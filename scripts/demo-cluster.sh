@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# A throwaway API server with mrguard in its admission path, for trying
+# mrguard with kubectl on a workstation (docs/try-it.md). It starts etcd
+# and kube-apiserver on loopback, `mrguard serve --self-signed`, installs the
+# provider CRDs of tests/fixtures/crds/ and two webhook configurations that
+# reach mrguard by URL, then waits; Ctrl-C stops everything and deletes the
+# state folder.
+#
+# Usage: KUBEBUILDER_ASSETS=/path/with/etcd-and-kube-apiserver scripts/demo-cluster.sh
+# Needs: kubectl, cargo (or MRGUARD=/path/to/mrguard), and the two binaries
+# (`scripts/envtest.sh` shows how to get them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+assets=${KUBEBUILDER_ASSETS:?set KUBEBUILDER_ASSETS to a folder holding etcd and kube-apiserver}
+for b in etcd kube-apiserver; do
+  [[ -x "$assets/$b" ]] || { echo "demo-cluster: no executable $assets/$b" >&2; exit 2; }
+done
+command -v kubectl >/dev/null || { echo "demo-cluster: kubectl is not on PATH" >&2; exit 2; }
+if [[ -z "${MRGUARD:-}" ]]; then
+  cargo build --quiet --bin mrguard
+  MRGUARD=target/debug/mrguard
+fi
+
+state=$(mktemp -d -t mrguard-demo.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$state"
+}
+trap cleanup EXIT INT TERM
+
+# Certificates: a CA and a serving certificate for 127.0.0.1; the CA key
+# also signs service-account tokens.
+"$MRGUARD" certs generate --out "$state/pki" >/dev/null
+echo "demo-token,admin,admin,system:masters" >"$state/tokens.csv"
+
+"$assets/etcd" --data-dir "$state/etcd" --unsafe-no-fsync \
+  --listen-client-urls http://127.0.0.1:2479 --advertise-client-urls http://127.0.0.1:2479 \
+  --listen-peer-urls http://127.0.0.1:2480 --initial-advertise-peer-urls http://127.0.0.1:2480 \
+  --initial-cluster default=http://127.0.0.1:2480 >"$state/etcd.log" 2>&1 &
+pids+=($!)
+
+"$assets/kube-apiserver" --etcd-servers http://127.0.0.1:2479 \
+  --secure-port 6443 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+  --tls-cert-file "$state/pki/tls.crt" --tls-private-key-file "$state/pki/tls.key" \
+  --token-auth-file "$state/tokens.csv" --authorization-mode RBAC \
+  --service-account-issuer https://127.0.0.1 --service-cluster-ip-range 10.0.0.0/24 \
+  --service-account-key-file "$state/pki/ca.crt" --service-account-signing-key-file "$state/pki/ca.key" \
+  --disable-admission-plugins ServiceAccount \
+  --feature-gates CustomResourceValidationExpressions=true >"$state/apiserver.log" 2>&1 &
+pids+=($!)
+
+"$MRGUARD" serve --self-signed --self-signed-ca-file "$state/mrguard-ca.crt" \
+  --listen 127.0.0.1:9443 --metrics-listen 127.0.0.1:9090 >"$state/mrguard.log" 2>&1 &
+pids+=($!)
+
+export KUBECONFIG="$state/kubeconfig"
+kubectl config set-cluster demo --server https://127.0.0.1:6443 \
+  --certificate-authority "$state/pki/ca.crt" --embed-certs >/dev/null
+kubectl config set-credentials admin --token demo-token >/dev/null
+kubectl config set-context demo --cluster demo --user admin >/dev/null
+kubectl config use-context demo >/dev/null
+
+for _ in $(seq 60); do
+  kubectl get --raw /readyz >/dev/null 2>&1 && [[ -s "$state/mrguard-ca.crt" ]] && break
+  sleep 1
+done
+kubectl get --raw /readyz >/dev/null || { tail -20 "$state/apiserver.log" >&2; exit 1; }
+
+kubectl apply -f tests/fixtures/crds/ >/dev/null
+kubectl wait --for condition=Established crd --all --timeout 60s >/dev/null
+
+ca=$(base64 -w0 "$state/mrguard-ca.crt")
+groups='["s3.aws.upbound.io", "ec2.aws.upbound.io", "account.aws.upbound.io"]'
+kubectl apply -f - >/dev/null <<EOF
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: mrguard}
+webhooks:
+  - name: mutate.mrguard.io
+    clientConfig: {url: "https://127.0.0.1:9443/mutate", caBundle: "$ca"}
+    rules: [{apiGroups: $groups, apiVersions: ["*"], resources: ["*"], operations: [CREATE, UPDATE]}]
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    failurePolicy: Ignore
+    reinvocationPolicy: IfNeeded
+    timeoutSeconds: 2
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: mrguard}
+webhooks:
+  - name: validate.mrguard.io
+    clientConfig: {url: "https://127.0.0.1:9443/validate", caBundle: "$ca"}
+    rules: [{apiGroups: $groups, apiVersions: ["*"], resources: ["*"], operations: [CREATE, UPDATE, DELETE]}]
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    failurePolicy: Fail
+    timeoutSeconds: 5
+EOF
+
+cat <<EOF
+The demo cluster is ready. In another shell:
+
+  export KUBECONFIG=$KUBECONFIG
+  kubectl apply -f examples/manifests/
+
+Logs: $state/{apiserver,etcd,mrguard}.log
+Ctrl-C stops everything and deletes $state.
+EOF
+wait "${pids[@]}"

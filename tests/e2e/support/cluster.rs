@@ -1,0 +1,341 @@
+//! ONE etcd and kube-apiserver per test-binary run, on loopback, started by
+//! the first test that asks and shared by all of them. The processes run
+//! under [`Guarded`] so they stop when the binary exits, whichever way.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+use super::process::Guarded;
+use super::{fixtures_dir, wait_for, WAIT};
+
+/// The admin's static token (group system:masters). Loopback only.
+const ADMIN_TOKEN: &str = "mrguard-e2e-admin";
+/// Where the binaries come from (the controller-runtime envtest convention).
+pub(crate) const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
+
+/// The running API server, shared by every test of the binary.
+pub(crate) struct Cluster {
+    pub(crate) server: String,
+    /// PEM of the CA that signed the API server's serving certificate.
+    pub(crate) ca_pem: String,
+    pub(crate) dir: PathBuf,
+    admin_kubeconfig: PathBuf,
+    // Never dropped: the guards stop both when the binary exits.
+    etcd: Guarded,
+    apiserver: Guarded,
+}
+
+/// Where kube-apiserver and etcd are, when `KUBEBUILDER_ASSETS` names a
+/// folder holding both.
+pub(crate) fn assets() -> Result<PathBuf, String> {
+    let dir = std::env::var_os(ASSETS_ENV)
+        .filter(|d| !d.is_empty())
+        .ok_or_else(|| format!("{ASSETS_ENV} is not set"))?;
+    let dir = PathBuf::from(dir);
+    for bin in ["kube-apiserver", "etcd"] {
+        if !dir.join(bin).is_file() {
+            return Err(format!("{ASSETS_ENV}={} has no {bin}", dir.display()));
+        }
+    }
+    Ok(dir)
+}
+
+pub(crate) fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn write(path: &Path, contents: impl AsRef<[u8]>) -> String {
+    std::fs::write(path, contents).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    path.display().to_string()
+}
+
+/// A kubeconfig for `server` with a bearer token.
+pub(crate) fn kubeconfig(server: &str, ca_pem: &str, user: &str, token: &str) -> String {
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {server}\n    \
+         certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\n\
+         contexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: {user}\n\
+         current-context: e2e\n"
+    )
+}
+
+static CLUSTER: OnceCell<Result<Cluster, String>> = OnceCell::const_new();
+
+impl Cluster {
+    /// The shared API server, started on first use. Err when the binaries
+    /// are missing or it did not come up.
+    pub(crate) async fn shared() -> Result<&'static Cluster, String> {
+        CLUSTER
+            .get_or_init(|| async {
+                let assets = assets()?;
+                Cluster::start(&assets).await
+            })
+            .await
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    async fn start(assets: &Path) -> Result<Cluster, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("mrguard-e2e-")
+            .tempdir()
+            .map_err(|e| e.to_string())?
+            // The etcd guard removes it once etcd is gone.
+            .keep();
+        let d = dir.as_path();
+
+        let (etcd_port, peer_port) = (free_port(), free_port());
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let etcd = Guarded::spawn(
+            "etcd",
+            &assets.join("etcd"),
+            &[
+                format!("--data-dir={}", d.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                // No metrics or other listeners off loopback.
+                format!("--listen-metrics-urls=http://127.0.0.1:{}", free_port()),
+                "--unsafe-no-fsync".into(),
+            ],
+            &[],
+            &d.join("etcd.log"),
+            Some(d),
+        )?;
+
+        // The API server's own CA and serving certificate; a service-account
+        // signing key so TokenRequest can mint tokens for mrguard.
+        let ca = mrguard::tls::generate_ca("mrguard e2e API server CA", Duration::from_secs(86400))
+            .map_err(|e| e.to_string())?;
+        let serving = mrguard::tls::issue_serving_cert(
+            &ca,
+            &["127.0.0.1".into(), "localhost".into()],
+            Duration::from_secs(86400),
+        )
+        .map_err(|e| e.to_string())?;
+        let sa = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+        let port = free_port();
+        let server = format!("https://127.0.0.1:{port}");
+        let args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            format!("--secure-port={port}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--cert-dir={}", d.join("apiserver-certs").display()),
+            format!("--tls-cert-file={}", write(&d.join("apiserver.crt"), &serving.cert)),
+            format!("--tls-private-key-file={}", write(&d.join("apiserver.key"), &serving.key)),
+            format!("--client-ca-file={}", write(&d.join("ca.crt"), &ca.cert)),
+            format!(
+                "--token-auth-file={}",
+                write(
+                    &d.join("tokens.csv"),
+                    format!("{ADMIN_TOKEN},admin,admin,\"system:masters\"\n")
+                )
+            ),
+            format!("--service-account-key-file={}", write(&d.join("sa.pub"), sa.public_key_pem())),
+            format!(
+                "--service-account-signing-key-file={}",
+                write(&d.join("sa.key"), sa.serialize_pem())
+            ),
+            format!("--service-account-issuer={server}"),
+            "--api-audiences=https://kubernetes.default.svc".into(),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--authorization-mode=RBAC".into(),
+            // The webhooks are what the suite is about; the rest are the
+            // defaults of 1.24. ServiceAccount admission would wait for the
+            // token controller, which does not run here (no pods either).
+            "--enable-admission-plugins=NamespaceLifecycle,MutatingAdmissionWebhook,ValidatingAdmissionWebhook"
+                .into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+            // CEL rules of the upjet CRDs are alpha in 1.24.
+            "--feature-gates=CustomResourceValidationExpressions=true".into(),
+            "--allow-privileged=false".into(),
+            "--profiling=false".into(),
+        ];
+        let apiserver = Guarded::spawn(
+            "kube-apiserver",
+            &assets.join("kube-apiserver"),
+            &args,
+            &[],
+            &d.join("kube-apiserver.log"),
+            None,
+        )?;
+
+        let admin_kubeconfig = d.join("admin.kubeconfig");
+        write(
+            &admin_kubeconfig,
+            kubeconfig(&server, &ca.cert, "admin", ADMIN_TOKEN),
+        );
+        let cluster = Cluster {
+            server,
+            ca_pem: ca.cert.clone(),
+            dir: dir.clone(),
+            admin_kubeconfig,
+            etcd,
+            apiserver,
+        };
+        cluster.wait_ready().await?;
+        cluster.install_fixture_crds().await?;
+        Ok(cluster)
+    }
+
+    fn check_alive(&self) -> Result<(), String> {
+        self.etcd.check_alive()?;
+        self.apiserver.check_alive()
+    }
+
+    async fn wait_ready(&self) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            self.check_alive()?;
+            if let Ok(client) = self.admin().await {
+                let req = hyper::Request::get("/readyz").body(Vec::new()).unwrap();
+                if let Ok(body) = client.request_text(req).await {
+                    if body.trim() == "ok" {
+                        // The default namespace appears shortly after.
+                        let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+                        if ns.get_opt("default").await.ok().flatten().is_some() {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!(
+                    "kube-apiserver was not ready within 90 s; last lines:\n{}",
+                    self.apiserver.log_tail(40)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// A client with cluster-admin rights, bound to the calling runtime.
+    pub(crate) async fn admin(&self) -> Result<kube::Client, String> {
+        client_from(&self.admin_kubeconfig).await
+    }
+
+    pub(crate) fn admin_kubeconfig(&self) -> &Path {
+        &self.admin_kubeconfig
+    }
+
+    /// A token for a ServiceAccount, minted with TokenRequest as the
+    /// kubelet would for a pod.
+    pub(crate) async fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String, String> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.admin().await?, namespace);
+        let req = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                audiences: Some(vec!["https://kubernetes.default.svc".into()]),
+                expiration_seconds: Some(3600),
+                ..TokenRequestSpec::default()
+            }),
+            ..TokenRequest::default()
+        };
+        let tr = api
+            .create_token_request(name, &PostParams::default(), &req)
+            .await
+            .map_err(|e| format!("failed to mint a token for {namespace}/{name}: {e}"))?;
+        tr.status
+            .and_then(|s| s.token)
+            .ok_or_else(|| "TokenRequest returned no token".to_string())
+    }
+
+    /// A kubeconfig holding a ServiceAccount's token, written to `path`.
+    pub(crate) async fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        name: &str,
+        path: &Path,
+    ) -> Result<(), String> {
+        let token = self.service_account_token(namespace, name).await?;
+        let user = format!("system:serviceaccount:{namespace}:{name}");
+        write(path, kubeconfig(&self.server, &self.ca_pem, &user, &token));
+        Ok(())
+    }
+
+    /// The fixture CRDs (tests/fixtures/crds), established. provider-nop's
+    /// group is in none of the chart's default RBAC groups: with the
+    /// chart's RBAC it is the forbidden kind of a default install.
+    async fn install_fixture_crds(&self) -> Result<(), String> {
+        let client = self.admin().await?;
+        let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures_dir().join("crds"))
+            .map_err(|e| e.to_string())?
+            .map(|e| e.map(|e| e.path()).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
+        files.sort();
+        let mut crds = Vec::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).map_err(|e| e.to_string())?;
+            let v: Value =
+                serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", f.display()))?;
+            let crd: CustomResourceDefinition =
+                serde_json::from_value(v).map_err(|e| format!("{}: {e}", f.display()))?;
+            crds.push(crd);
+        }
+        let loose = super::managed_crd(
+            super::LOOSE_GROUP,
+            super::LOOSE_VERSION,
+            super::LOOSE_KIND,
+            super::LOOSE_PLURAL,
+            "Cluster",
+        );
+        crds.push(serde_json::from_value(loose).map_err(|e| e.to_string())?);
+        for crd in &crds {
+            create_crd(&client, crd).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Creates a CRD and waits until it is Established.
+pub(crate) async fn create_crd(
+    client: &kube::Client,
+    crd: &CustomResourceDefinition,
+) -> Result<(), String> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    api.create(&PostParams::default(), crd)
+        .await
+        .map_err(|e| format!("failed to create CRD {name}: {e}"))?;
+    wait_for(&format!("CRD {name} to be established"), WAIT, || {
+        let api = api.clone();
+        let name = name.clone();
+        async move {
+            let c = api.get(&name).await.ok()?;
+            c.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        }
+    })
+    .await
+}
+
+pub(crate) async fn client_from(kubeconfig: &Path) -> Result<kube::Client, String> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    kube::Client::try_from(config).map_err(|e| e.to_string())
+}

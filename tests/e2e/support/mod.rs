@@ -1,0 +1,218 @@
+//! The end-to-end harness, reusable by any test or benchmark that needs a
+//! real API server:
+//!
+//! - [`cluster::Cluster::shared`]: ONE etcd + kube-apiserver per binary run
+//!   (from `KUBEBUILDER_ASSETS`), started lazily, stopped when the binary
+//!   exits; an admin client ([`cluster::Cluster::admin`]), the fixture CRDs
+//!   installed, [`cluster::create_crd`], ServiceAccount tokens
+//!   ([`cluster::Cluster::service_account_token`]);
+//! - [`release::Release::install`]: the chart rendered with helm, its RBAC
+//!   and webhook configurations applied, the real `mrguard` binary run with
+//!   the chart's arguments under the chart's ServiceAccount;
+//! - [`chart::Rendered`]: `helm template` and the Deployment's command;
+//! - [`metrics::Metrics`]: a parsed `/metrics` scrape;
+//! - [`process::Guarded`]: processes that never outlive the binary;
+//! - [`wait_for`]: every wait is bounded;
+//! - [`require_cluster`]: the skip/fail policy when the binaries are absent.
+
+pub(crate) mod api;
+pub(crate) mod chart;
+pub(crate) mod cluster;
+pub(crate) mod metrics;
+pub(crate) mod process;
+pub(crate) mod release;
+
+use std::future::Future;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kube::api::ApiResource;
+use serde_json::{json, Value};
+
+pub(crate) use cluster::Cluster;
+pub(crate) use metrics::Metrics;
+pub(crate) use release::{Options, Release};
+
+/// The longest any single wait may take.
+pub(crate) const WAIT: Duration = Duration::from_secs(60);
+
+pub(crate) fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub(crate) fn fixtures_dir() -> PathBuf {
+    repo_root().join("tests/fixtures")
+}
+
+/// Polls `f` every 100 ms until it returns Some, for at most `timeout`.
+pub(crate) async fn wait_for<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut f: F,
+) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("timed out after {timeout:?} waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The line scripts/test.sh counts; written to the real stderr, past the
+/// test harness's output capture, so it shows for passing tests too.
+pub(crate) const SKIP_MARKER: &str = "e2e skipped:";
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The shared API server, or None when this test is skipped: without
+/// `KUBEBUILDER_ASSETS` the test prints why and how to get the binaries,
+/// and passes. Under `CI=true` a missing API server fails the test.
+pub(crate) async fn require_cluster(test: &str) -> Option<&'static Cluster> {
+    if let Err(why) = cluster::assets() {
+        let how =
+            "run scripts/envtest.sh ASSETS_DIR, or set KUBEBUILDER_ASSETS to a folder holding \
+                   kube-apiserver and etcd (docs/controller.md, \"End-to-end tests\")";
+        if ci() {
+            panic!("{test} needs a real API server and CI=true: {why}; {how}");
+        }
+        let line = format!("{SKIP_MARKER} {test}: {why}; {how}\n");
+        let _ = std::io::stderr().write_all(line.as_bytes());
+        return None;
+    }
+    match Cluster::shared().await {
+        Ok(c) => Some(c),
+        Err(e) => panic!("{test}: the API server did not start: {e}"),
+    }
+}
+
+/// Installs a release for `test`, failing the test with mrguard's log.
+pub(crate) async fn install(cluster: &'static Cluster, test: &str, options: Options) -> Release {
+    match Release::install(cluster, test, options).await {
+        Ok(r) => r,
+        Err(e) => panic!("{test}: failed to install mrguard: {e}"),
+    }
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+pub(crate) fn bucket_resource() -> ApiResource {
+    resource("s3.aws.upbound.io", "v1beta1", "Bucket", "buckets")
+}
+
+pub(crate) fn vpc_resource() -> ApiResource {
+    resource("ec2.aws.upbound.io", "v1beta1", "VPC", "vpcs")
+}
+
+pub(crate) fn namespaced_vpc_resource() -> ApiResource {
+    resource("ec2.aws.m.upbound.io", "v1beta1", "VPC", "vpcs")
+}
+
+pub(crate) fn contact_resource() -> ApiResource {
+    resource(
+        "account.aws.upbound.io",
+        "v1beta1",
+        "AlternateContact",
+        "alternatecontacts",
+    )
+}
+
+/// A cluster-scoped Bucket manifest.
+pub(crate) fn bucket(name: &str, for_provider: Value) -> Value {
+    json!({
+        "apiVersion": "s3.aws.upbound.io/v1beta1",
+        "kind": "Bucket",
+        "metadata": {"name": name},
+        "spec": {"forProvider": for_provider},
+    })
+}
+
+/// A cluster-scoped VPC manifest (a provider-assigned identifier).
+pub(crate) fn vpc(name: &str, spec: Value) -> Value {
+    let mut v = json!({
+        "apiVersion": "ec2.aws.upbound.io/v1beta1",
+        "kind": "VPC",
+        "metadata": {"name": name},
+        "spec": {"forProvider": {"region": "us-east-1", "cidrBlock": "10.0.0.0/16"}},
+    });
+    if let (Some(s), Some(extra)) = (v["spec"].as_object_mut(), spec.as_object()) {
+        for (k, val) in extra {
+            s.insert(k.clone(), val.clone());
+        }
+    }
+    v
+}
+
+/// A namespaced (Crossplane v2) VPC manifest; the namespace is set by
+/// [`Release::namespaced_object`].
+pub(crate) fn namespaced_vpc(name: &str, spec: Value) -> Value {
+    let mut v = vpc(name, spec);
+    v["apiVersion"] = json!("ec2.aws.m.upbound.io/v1beta1");
+    v
+}
+
+/// A loose MR CRD (no enums, unknown fields kept), as older or hand-made
+/// providers ship: it lets values reach the webhook that the upjet CRDs'
+/// schemas reject first. In a group the chart's RBAC covers, so it is not
+/// a forbidden kind. Installed with the fixture CRDs.
+pub(crate) const LOOSE_GROUP: &str = "azure.upbound.io";
+pub(crate) const LOOSE_VERSION: &str = "v1alpha1";
+pub(crate) const LOOSE_KIND: &str = "E2eLooseResource";
+pub(crate) const LOOSE_PLURAL: &str = "e2elooseresources";
+
+/// A minimal MR CRD in the `managed` category.
+pub(crate) fn managed_crd(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    scope: &str,
+) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": {
+                "kind": kind,
+                "listKind": format!("{kind}List"),
+                "plural": plural,
+                "singular": kind.to_lowercase(),
+                "categories": ["crossplane", "managed"],
+            },
+            "versions": [{
+                "name": version,
+                "served": true,
+                "storage": true,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    },
+                }},
+                "subresources": {"status": {}},
+            }],
+        },
+    })
+}

@@ -1,0 +1,369 @@
+//! `mrguard check --crd` and configured CEL rules, run as CI would run the
+//! built binary: exit codes, stdout and stderr.
+
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::support::bin::{run as mrguard, stderr};
+use crate::support::fixtures::{self, path as fixture};
+use crate::support::write;
+
+fn crds() -> String {
+    fixture("crds")
+}
+
+const CONTACT: &str = "examples/aws_account_cluster_v1beta1_alternatecontact.yaml";
+
+fn stdout_docs(o: &Output) -> Vec<Value> {
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(std::str::from_utf8(&o.stdout).unwrap()).unwrap();
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// The AlternateContact example without some forProvider fields.
+fn contact_without(fields: &[&str]) -> String {
+    let text = fixtures::read(CONTACT);
+    text.lines()
+        .filter(|l| {
+            !fields
+                .iter()
+                .any(|f| l.trim_start().starts_with(&format!("{f}:")))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_full_example_passes_with_crd_defaults_applied() {
+    for example in [
+        CONTACT,
+        "examples/aws_account_namespaced_v1beta1_alternatecontact.yaml",
+    ] {
+        let out = mrguard(&["check", "-f", &fixture(example), "--crd", &crds()]);
+        assert_eq!(out.status.code(), Some(0), "{example}: {}", stderr(&out));
+        let docs = stdout_docs(&out);
+        assert_eq!(docs.len(), 1);
+        assert_eq!(
+            docs[0]["spec"]["managementPolicies"],
+            serde_json::json!(["*"])
+        );
+        assert!(out.stderr.is_empty(), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn a_missing_parameter_is_rejected_with_upjets_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "c.yaml", &contact_without(&["emailAddress"]));
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "AlternateContact/operations: invalid: The AlternateContact \"operations\" is invalid: \
+         spec: Invalid value: \"object\": spec.forProvider.emailAddress is a required parameter\n"
+    );
+    // Without --crd nothing checks it: mrguard's own rules pass it.
+    let out = mrguard(&["check", "-f", &f]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn every_missing_parameter_is_listed_as_kubectl_lists_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "c.yaml",
+        &contact_without(&["phoneNumber", "title"]),
+    );
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("is invalid: \n* spec: Invalid value: \"object\": spec.forProvider.phoneNumber is a required parameter\n* spec: Invalid value: \"object\": spec.forProvider.title is a required parameter\n"), "{err}");
+}
+
+#[test]
+fn init_provider_and_observe_only_satisfy_the_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = contact_without(&["emailAddress"]);
+    let init = format!("{base}\n  initProvider:\n    emailAddress: a@example.com\n");
+    let f = write(dir.path(), "init.yaml", &init);
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let observe = contact_without(&["emailAddress", "name", "phoneNumber", "title"])
+        + "\n  managementPolicies: [Observe]\n";
+    let f = write(dir.path(), "observe.yaml", &observe);
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
+    // mrguard itself warns or not, but the CRD rules pass.
+    assert!(!stderr(&out).contains("invalid"), "{}", stderr(&out));
+}
+
+#[test]
+fn type_enum_required_and_unknown_field_errors_carry_their_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = contact_without(&["alternateContactType"]).replace("name: Example", "name: 12")
+        + "\n  managementPolicies: [Observe, Delete, Destroy]\n  deletionPolicy: delete\n";
+    let f = write(dir.path(), "bad.yaml", &text);
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    for line in [
+        "* spec.deletionPolicy: Unsupported value: \"delete\": supported values: \"Orphan\", \"Delete\"",
+        "* spec.forProvider.alternateContactType: Required value",
+        "* spec.forProvider.name: Invalid value: \"integer\": spec.forProvider.name in body must be of type string: \"integer\"",
+        "* spec.managementPolicies[2]: Unsupported value: \"Destroy\"",
+    ] {
+        assert!(err.contains(line), "{line}\n---\n{err}");
+    }
+    // mrguard's own rules still run: the deletionPolicy case is theirs too.
+    assert!(
+        err.contains("denied: ") && err.contains("[deletion-policy]"),
+        "{err}"
+    );
+
+    let unknown =
+        contact_without(&[]).replace("title: Example", "title: Example\n    colour: blue");
+    let f = write(dir.path(), "unknown.yaml", &unknown);
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("is invalid: unknown field \"spec.forProvider.colour\""),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn kinds_without_a_crd_still_get_mrguards_rules() {
+    let only_contacts = fixture("crds/account.aws.upbound.io_alternatecontacts.yaml");
+    let out = mrguard(&[
+        "check",
+        "-f",
+        &fixture("examples/aws_ec2_cluster_v1beta1_vpc.yaml"),
+        "--crd",
+        &only_contacts,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let dir = tempfile::tempdir().unwrap();
+    let text = fixtures::read("examples/aws_ec2_cluster_v1beta1_vpc.yaml")
+        .replace("spec:\n", "spec:\n  deletionPolicy: Keep\n");
+    let f = write(dir.path(), "vpc.yaml", &text);
+    let out = mrguard(&["check", "-f", &f, "--crd", &only_contacts]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("[deletion-policy]") && !err.contains("invalid:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn crd_defaults_come_before_mutation() {
+    // The CRD defaults providerConfigRef to {name: default}; mrguard treats
+    // that name as unset and applies the configured one, as in a cluster.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "config.yaml",
+        "providerConfig: {defaultName: aws-prod}\n",
+    );
+    let out = mrguard(&[
+        "check",
+        "-f",
+        &fixture(CONTACT),
+        "--crd",
+        &crds(),
+        "--config",
+        &config,
+        "--patch",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let patch: Value = serde_json::from_str(text.split_once('\n').unwrap().1).unwrap();
+    let ops: Vec<&str> = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["path"].as_str().unwrap())
+        .collect();
+    // The webhook's patch is relative to the defaulted object: the CRD
+    // already set managementPolicies and deletionPolicy.
+    assert!(ops.contains(&"/spec/providerConfigRef/name"), "{ops:?}");
+    assert!(!ops.contains(&"/spec/managementPolicies"), "{ops:?}");
+    assert!(!ops.contains(&"/spec/deletionPolicy"), "{ops:?}");
+}
+
+const WIDGET_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.org}
+spec:
+  group: example.org
+  names: {kind: Widget, plural: widgets, categories: [managed]}
+  scope: Cluster
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              x-kubernetes-validations:
+                - rule: "self.size == oldSelf.size"
+                  message: size is immutable
+                - rule: "self.size * 2 <= 20"
+                  messageExpression: "'size ' + string(self.size) + ' is over 10'"
+              properties:
+                size: {type: integer, default: 3}
+                forProvider: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+fn widget(size: i64) -> String {
+    format!(
+        "apiVersion: example.org/v1\nkind: Widget\nmetadata: {{name: w}}\nspec:\n  size: {size}\n  forProvider: {{}}\n"
+    )
+}
+
+#[test]
+fn transition_rules_use_old_and_message_expressions_render() {
+    let dir = tempfile::tempdir().unwrap();
+    let crd = write(dir.path(), "crd.yaml", WIDGET_CRD);
+    let new = write(dir.path(), "new.yaml", &widget(4));
+    let old = write(dir.path(), "old.yaml", &widget(3));
+    let out = mrguard(&["check", "-f", &new, "--crd", &crd]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = mrguard(&["check", "-f", &new, "--old", &old, "--crd", &crd]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(
+            "The Widget \"w\" is invalid: spec: Invalid value: \"object\": size is immutable"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let big = write(dir.path(), "big.yaml", &widget(11));
+    let out = mrguard(&["check", "-f", &big, "--crd", &crd]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("spec: Invalid value: \"object\": size 11 is over 10"),
+        "{}",
+        stderr(&out)
+    );
+    // An unserved version is what kubectl would call "no matches".
+    let v2 = write(
+        dir.path(),
+        "v2.yaml",
+        &widget(1).replace("example.org/v1", "example.org/v2"),
+    );
+    let out = mrguard(&["check", "-f", &v2, "--crd", &crd]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no matches for kind \"Widget\" in version \"example.org/v2\""),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn unsupported_cel_fails_loudly_and_only_for_its_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let crd = WIDGET_CRD.replace("self.size * 2 <= 20", "isURL(self.endpoint)");
+    let crds = dir.path().join("crds");
+    std::fs::create_dir(&crds).unwrap();
+    std::fs::write(crds.join("widget.yaml"), crd).unwrap();
+    std::fs::copy(
+        fixture("crds/account.aws.upbound.io_alternatecontacts.yaml"),
+        crds.join("contacts.yaml"),
+    )
+    .unwrap();
+    let crds = crds.display().to_string();
+    let w = write(dir.path(), "w.yaml", &widget(1));
+    let out = mrguard(&["check", "-f", &w, "--crd", &crds]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("widgets.example.org v1")
+            && err.contains("isURL(self.endpoint)")
+            && err.contains("function 'isURL' is not supported")
+            && err.contains("docs/cel.md"),
+        "{err}"
+    );
+    let out = mrguard(&["check", "-f", &fixture(CONTACT), "--crd", &crds]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn unreadable_crd_paths_exit_2() {
+    let out = mrguard(&[
+        "check",
+        "-f",
+        &fixture(CONTACT),
+        "--crd",
+        "/nonexistent/crds",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("failed to read /nonexistent/crds"),
+        "{}",
+        stderr(&out)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let empty = write(
+        dir.path(),
+        "none.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+    );
+    let out = mrguard(&["check", "-f", &fixture(CONTACT), "--crd", &empty]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("failed to find a CustomResourceDefinition"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn configured_cel_rules_deny_and_warn_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "config.yaml",
+        r#"
+resources:
+  - apiGroups: ["account.aws.upbound.io"]
+    kinds: ["AlternateContact"]
+    celRules:
+      - name: team
+        expression: "has(self.metadata.labels) && 'team' in self.metadata.labels"
+        message: every MR needs a team label
+      - name: ops-type
+        expression: "self.spec.forProvider.alternateContactType != 'OPERATIONS'"
+        messageExpression: "'type ' + self.spec.forProvider.alternateContactType + ' needs review'"
+        action: Warn
+"#,
+    );
+    let out = mrguard(&["check", "-f", &fixture(CONTACT), "--config", &config]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning: cel:ops-type: type OPERATIONS needs review"),
+        "{err}"
+    );
+    assert!(
+        err.contains("[cel:team] every MR needs a team label"),
+        "{err}"
+    );
+    // `config check` rejects a rule that does not compile, naming it.
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - {name: oops, expression: 'self.a +'}\n",
+    );
+    let out = mrguard(&["config", "check", &bad]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("\"oops\""), "{}", stderr(&out));
+}

@@ -1,0 +1,22 @@
+//! The integration tests that need no API server, in one binary (one link
+//! instead of one per file). One module per area; shared helpers live in
+//! `support/`. `tests/README.md` says what each module covers.
+
+mod support;
+
+mod architecture;
+mod cel_https;
+mod certs;
+mod chart;
+mod check_cli;
+mod check_crd;
+mod check_gate;
+mod controller;
+mod docs;
+mod faults;
+mod limits;
+mod observability;
+mod properties;
+mod reviews;
+mod server;
+mod shutdown;

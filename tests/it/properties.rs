@@ -1,0 +1,164 @@
+//! Properties over arbitrary objects: mutating twice equals mutating once,
+//! and no input makes the decision functions or the decoder panic.
+
+use mrguard_policy::admission;
+use mrguard_policy::config::Config;
+use mrguard_policy::model::Operation;
+use mrguard_policy::review::{self, RequestBuilder};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use crate::support::IntoReview;
+
+fn leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        "[a-zA-Z*]{0,8}".prop_map(Value::from),
+        prop::sample::select(vec![
+            "Delete",
+            "Orphan",
+            "*",
+            "Observe",
+            "Create",
+            "true",
+            "True",
+            "default",
+            "2024-01-01T00:00:00Z",
+            "2024-01-02T00:00:00+02:00",
+        ])
+        .prop_map(Value::from),
+    ]
+}
+
+fn value() -> impl Strategy<Value = Value> {
+    let keys = prop::sample::select(vec![
+        "forProvider",
+        "initProvider",
+        "providerConfigRef",
+        "deletionPolicy",
+        "managementPolicies",
+        "name",
+        "kind",
+        "tags",
+        "vpcIdRef",
+        "subnetIdRefs",
+        "vpcIdSelector",
+        "matchLabels",
+        "matchControllerRef",
+        "policy",
+        "resolve",
+        "writeConnectionSecretToRef",
+        "namespace",
+        "region",
+    ]);
+    leaf().prop_recursive(4, 48, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(keys.clone(), inner, 0..5).prop_map(|m| Value::Object(
+                m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+            )),
+        ]
+    })
+}
+
+fn annotations() -> impl Strategy<Value = Value> {
+    let keys = prop::sample::select(vec![
+        "crossplane.io/external-name",
+        "crossplane.io/external-create-pending",
+        "crossplane.io/external-create-succeeded",
+        "crossplane.io/external-create-failed",
+        "crossplane.io/paused",
+        "mrguard.io/deletion-protection",
+    ]);
+    prop::collection::btree_map(keys, leaf(), 0..4)
+        .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
+}
+
+fn object() -> impl Strategy<Value = Value> {
+    (value(), value(), annotations(), prop::option::of("[a-z]{1,6}")).prop_map(|(mut spec, fp, ann, name)| {
+        if !spec.is_object() {
+            spec = json!({});
+        }
+        spec["forProvider"] = if fp.is_object() { fp } else { json!({}) };
+        let mut meta = json!({"annotations": ann});
+        if let Some(n) = name {
+            meta["name"] = json!(n);
+        }
+        json!({"apiVersion": "ec2.aws.upbound.io/v1beta1", "kind": "VPC", "metadata": meta, "spec": spec})
+    })
+}
+
+/// The request as it comes off the wire: built, sent as a review, decoded.
+/// A namespaced object carries its namespace, which names the request's.
+fn request(
+    op: Operation,
+    object: &Value,
+    old: Option<&Value>,
+    ns: Option<&str>,
+) -> review::Request {
+    let mut object = object.clone();
+    if let Some(ns) = ns {
+        object["metadata"]["namespace"] = json!(ns);
+    }
+    let mut b = RequestBuilder::new(op)
+        .object(object)
+        .uid("p")
+        .username("u");
+    if let Some(old) = old {
+        b = b.old_object(old.clone());
+    }
+    review::decode(&serde_json::to_vec(&b.review()).unwrap()).unwrap()
+}
+
+fn config() -> Config {
+    Config::from_yaml(
+        "providerConfig: {defaultName: prod, namespaceProviderConfigs: {a: team-a}}\nresources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    tagsField: spec.forProvider.tags\n    immutableFields: [spec.forProvider.region, 'spec.forProvider.subnetIdRefs[*].name']\n",
+    )
+    .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn mutating_twice_is_mutating_once(obj in object(), ns in prop::option::of(prop::sample::select(vec!["a", "b"]))) {
+        let cfg = config();
+        let first = admission::mutate(&request(Operation::Create, &obj, None, ns), &cfg);
+        let once = first.mutated.clone().unwrap_or(obj.clone());
+        let second = admission::mutate(&request(Operation::Create, &once, None, ns), &cfg);
+        prop_assert!(second.response.patch.is_none(), "second pass patched {:?}", second.mutated);
+        let again = admission::mutate(&request(Operation::Update, &once, Some(&once), ns), &cfg);
+        prop_assert!(again.response.patch.is_none());
+    }
+
+    #[test]
+    fn decisions_never_panic(new in object(), old in object(), op in prop::sample::select(vec![Operation::Create, Operation::Update, Operation::Delete])) {
+        let cfg = config();
+        let req = request(op, &new, Some(&old), None);
+        let _ = admission::mutate(&req, &cfg);
+        let d = admission::validate(&req, &cfg);
+        // A denial always carries 403 and a message naming mrguard.
+        if !d.response.allowed {
+            prop_assert_eq!(d.response.result.code, 403);
+            prop_assert!(d.response.result.message.starts_with("mrguard denied"));
+        }
+        let _ = review::encode(d.response);
+    }
+
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = review::decode(&bytes);
+    }
+
+    #[test]
+    fn decoding_arbitrary_json_reviews_never_panics(v in value()) {
+        let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": v});
+        if let Ok(req) = review::decode(&serde_json::to_vec(&review).unwrap()) {
+            let cfg = Config::builtin();
+            let _ = admission::mutate(&req, &cfg);
+            let _ = admission::validate(&req, &cfg);
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! The files under `tests/fixtures/` (see its PROVENANCE.md).
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+/// `tests/fixtures/`.
+pub(crate) fn dir() -> PathBuf {
+    super::root().join("tests/fixtures")
+}
+
+/// A file or folder under `tests/fixtures/`, as a string for argv.
+pub(crate) fn path(rel: &str) -> String {
+    dir().join(rel).display().to_string()
+}
+
+/// The text of a fixture file.
+pub(crate) fn read(rel: &str) -> String {
+    let p = dir().join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("failed to read {}: {e}", p.display()))
+}
+
+/// An AdmissionReview a real kube-apiserver sent (`reviews/`).
+pub(crate) fn review(name: &str) -> Value {
+    let rel = format!("reviews/{name}");
+    serde_json::from_str(&read(&rel)).unwrap_or_else(|e| panic!("{rel} is not JSON: {e}"))
+}
+
+/// The documents of an example manifest (`examples/`).
+pub(crate) fn example(name: &str) -> Vec<Value> {
+    let rel = format!("examples/{name}");
+    serde_saphyr::from_multiple::<Value>(&read(&rel))
+        .unwrap_or_else(|e| panic!("{rel} is not YAML: {e}"))
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The first object of an example manifest.
+pub(crate) fn example_object(name: &str) -> Value {
+    example(name).remove(0)
+}
