@@ -2,7 +2,9 @@
 //! strings extension, and the parts of Kubernetes' CEL libraries that
 //! provider CRDs use (list functions, regex `find`, `sets`). Built once.
 
+use std::cell::RefCell;
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use cel::common::types::{
@@ -16,6 +18,12 @@ use super::budget;
 
 /// The bounded replacement the compiler substitutes for `string.replace`.
 pub(super) const REPLACE_FN: &str = "@mrguard_replace";
+
+/// What the compiler substitutes for `matches`: the same function with the
+/// compiled regex cached. `cel`'s own compiles the pattern on every call,
+/// which was 290 k instructions of a 630 k request with ten rules, one of
+/// them a `matches` (callgrind, BENCHMARKS.md).
+pub(super) const MATCHES_FN: &str = "@mrguard_matches";
 
 pub(crate) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| match build() {
     Ok(env) => Arc::new(env),
@@ -147,6 +155,13 @@ fn build() -> Result<Env, DeclarationError> {
         s(),
         vec![s(), s(), INT_TYPE],
         replace,
+    )?;
+    env.add_member_overload(MATCHES_FN, "mrguard_matches", s(), vec![s()], matches)?;
+    env.add_overload(
+        MATCHES_FN,
+        "mrguard_matches_global",
+        vec![s(), s()],
+        matches,
     )?;
     env.add_member_overload("isSorted", "list_is_sorted", LIST_TYPE, vec![], is_sorted)?;
     env.add_member_overload("sum", "list_sum", LIST_TYPE, vec![], sum)?;
@@ -377,11 +392,55 @@ fn list_last_index_of<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
     Ok(CowVal::owned(CelInt::from(i.map_or(-1, |i| i as i64))))
 }
 
+/// Most compiled patterns kept per thread; past that the cache starts
+/// over, so patterns computed at run time cannot grow it without bound.
+const REGEX_CACHE: usize = 64;
+
+thread_local! {
+    /// Compiled patterns by (bounded?, pattern). A `Regex` is cheap to
+    /// clone (it shares the compiled program).
+    static REGEXES: RefCell<HashMap<(bool, String), regex::Regex>> = RefCell::new(HashMap::new());
+}
+
+/// `build(pattern)`, from this thread's cache when it was compiled before.
+/// Errors are not cached: an invalid pattern fails the same way each time.
+fn cached_regex<E>(
+    bounded: bool,
+    pattern: &str,
+    build: impl FnOnce(&str) -> Result<regex::Regex, E>,
+) -> Result<regex::Regex, E> {
+    let key = (bounded, pattern.to_string());
+    if let Some(re) = REGEXES.with(|c| c.borrow().get(&key).cloned()) {
+        return Ok(re);
+    }
+    let re = build(pattern)?;
+    REGEXES.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= REGEX_CACHE {
+            c.clear();
+        }
+        c.insert(key, re.clone());
+    });
+    Ok(re)
+}
+
+/// The patterns of `find` and `findAll`, with a bounded program size.
 fn regex(function: &str, pattern: &str) -> Result<regex::Regex, ExecutionError> {
-    regex::RegexBuilder::new(pattern)
-        .size_limit(1 << 20)
-        .build()
-        .map_err(|e| err(function, e))
+    cached_regex(true, pattern, |p| {
+        regex::RegexBuilder::new(p).size_limit(1 << 20).build()
+    })
+    .map_err(|e| err(function, e))
+}
+
+/// `matches`, as `cel`'s (the same regex settings and error message),
+/// with the compiled pattern cached.
+fn matches<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
+    const F: &str = "matches";
+    let this = string_arg(F, nth(&args, 0)?)?;
+    let pattern = string_arg(F, nth(&args, 1)?)?;
+    let re = cached_regex(false, pattern, regex::Regex::new)
+        .map_err(|e| err(F, format!("'{pattern}' not a valid regex:\n{e}")))?;
+    Ok(CowVal::owned(CelBool::from(re.is_match(this))))
 }
 
 fn find<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {

@@ -14,7 +14,7 @@ use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, L
 use super::reads::{Need, Reads};
 
 use super::budget;
-use super::env::{CONSTANT_COST, FUNCTIONS, REPLACE_FN};
+use super::env::{CONSTANT_COST, FUNCTIONS, MATCHES_FN, REPLACE_FN};
 
 /// Longest accepted expression, in bytes.
 pub const MAX_SOURCE_LEN: usize = 16 * 1024;
@@ -261,8 +261,12 @@ impl Walk<'_> {
             }
             d = d.max(ad);
         }
-        if call.func_name == "replace" && call.target.is_some() && namespaced.is_none() {
-            call.func_name = REPLACE_FN.to_string();
+        if namespaced.is_none() {
+            if call.func_name == "replace" && call.target.is_some() {
+                call.func_name = REPLACE_FN.to_string();
+            } else if call.func_name == "matches" {
+                call.func_name = MATCHES_FN.to_string();
+            }
         }
         d
     }

@@ -766,3 +766,22 @@ fn a_configured_message_expression_reads_what_its_rule_does_not() {
     }
     assert!(!reads.iter().any(|r| r.contains("status")), "{reads:?}");
 }
+
+#[test]
+fn matches_keeps_cel_semantics_with_a_cached_regex() {
+    let obj = json!({"name": "vpc-1", "bad": "(", "patterns": (0..100).map(|i| format!("^x{i}$")).collect::<Vec<_>>()});
+    for _ in 0..3 {
+        t("self.name.matches('^[a-z0-9-]{3,63}$')", &obj);
+        t("matches(self.name, '^vpc-[0-9]+$')", &obj);
+        t("!self.name.matches('^[A-Z]+$')", &obj);
+        t("self.name.matches('pc-')", &obj);
+    }
+    // More patterns than the cache holds, each still right.
+    t("self.patterns.all(p, !self.name.matches(p))", &obj);
+    t("self.patterns.exists(p, 'x42'.matches(p))", &obj);
+    let e = eval_on("self.name.matches(self.bad)", &obj).unwrap_err();
+    assert!(e.to_string().contains("not a valid regex"), "{e}");
+    // Twice: an invalid pattern is not cached as valid.
+    let e = eval_on("self.name.matches(self.bad)", &obj).unwrap_err();
+    assert!(e.to_string().contains("not a valid regex"), "{e}");
+}
