@@ -397,38 +397,49 @@ fn list_last_index_of<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
 const REGEX_CACHE: usize = 64;
 
 thread_local! {
-    /// Compiled patterns by (bounded?, pattern). A `Regex` is cheap to
-    /// clone (it shares the compiled program).
-    static REGEXES: RefCell<HashMap<(bool, String), regex::Regex>> = RefCell::new(HashMap::new());
+    /// Compiled patterns, for `find`/`findAll` (bounded program size) and
+    /// for `matches` (`cel`'s settings). Used in place, never cloned: a
+    /// clone of a `Regex` starts with an empty search cache, which cost
+    /// more than the match itself (callgrind).
+    static BOUNDED: RefCell<HashMap<String, regex::Regex>> = RefCell::new(HashMap::new());
+    static PLAIN: RefCell<HashMap<String, regex::Regex>> = RefCell::new(HashMap::new());
 }
 
-/// `build(pattern)`, from this thread's cache when it was compiled before.
-/// Errors are not cached: an invalid pattern fails the same way each time.
-fn cached_regex<E>(
-    bounded: bool,
+/// Runs `f` on `build(pattern)`, compiled once per thread. Errors are not
+/// cached: an invalid pattern fails the same way each time.
+fn with_regex<R, E>(
+    cache: &'static std::thread::LocalKey<RefCell<HashMap<String, regex::Regex>>>,
     pattern: &str,
     build: impl FnOnce(&str) -> Result<regex::Regex, E>,
-) -> Result<regex::Regex, E> {
-    let key = (bounded, pattern.to_string());
-    if let Some(re) = REGEXES.with(|c| c.borrow().get(&key).cloned()) {
-        return Ok(re);
-    }
-    let re = build(pattern)?;
-    REGEXES.with(|c| {
+    f: impl FnOnce(&regex::Regex) -> R,
+) -> Result<R, E> {
+    cache.with(|c| {
+        if let Some(re) = c.borrow().get(pattern) {
+            return Ok(f(re));
+        }
+        let re = build(pattern)?;
+        let out = f(&re);
         let mut c = c.borrow_mut();
         if c.len() >= REGEX_CACHE {
             c.clear();
         }
-        c.insert(key, re.clone());
-    });
-    Ok(re)
+        c.insert(pattern.to_string(), re);
+        Ok(out)
+    })
 }
 
 /// The patterns of `find` and `findAll`, with a bounded program size.
-fn regex(function: &str, pattern: &str) -> Result<regex::Regex, ExecutionError> {
-    cached_regex(true, pattern, |p| {
-        regex::RegexBuilder::new(p).size_limit(1 << 20).build()
-    })
+fn with_bounded_regex<R>(
+    function: &str,
+    pattern: &str,
+    f: impl FnOnce(&regex::Regex) -> R,
+) -> Result<R, ExecutionError> {
+    with_regex(
+        &BOUNDED,
+        pattern,
+        |p| regex::RegexBuilder::new(p).size_limit(1 << 20).build(),
+        f,
+    )
     .map_err(|e| err(function, e))
 }
 
@@ -438,21 +449,23 @@ fn matches<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
     const F: &str = "matches";
     let this = string_arg(F, nth(&args, 0)?)?;
     let pattern = string_arg(F, nth(&args, 1)?)?;
-    let re = cached_regex(false, pattern, regex::Regex::new)
+    let found = with_regex(&PLAIN, pattern, regex::Regex::new, |re| re.is_match(this))
         .map_err(|e| err(F, format!("'{pattern}' not a valid regex:\n{e}")))?;
-    Ok(CowVal::owned(CelBool::from(re.is_match(this))))
+    Ok(CowVal::owned(CelBool::from(found)))
 }
 
 fn find<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
     let this = string_arg("find", nth(&args, 0)?)?;
-    let re = regex("find", string_arg("find", nth(&args, 1)?)?)?;
-    let found = re.find(this).map_or("", |m| m.as_str());
-    Ok(CowVal::owned(CelString::from(found.to_string())))
+    let pattern = string_arg("find", nth(&args, 1)?)?;
+    let found = with_bounded_regex("find", pattern, |re| {
+        re.find(this).map_or("", |m| m.as_str()).to_string()
+    })?;
+    Ok(CowVal::owned(CelString::from(found)))
 }
 
 fn find_all<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
     let this = string_arg("findAll", nth(&args, 0)?)?;
-    let re = regex("findAll", string_arg("findAll", nth(&args, 1)?)?)?;
+    let pattern = string_arg("findAll", nth(&args, 1)?)?;
     let limit = match args.get(2) {
         Some(n) => int_arg("findAll", n.as_ref())?,
         None => -1,
@@ -462,11 +475,12 @@ fn find_all<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
     } else {
         limit as usize
     };
-    let found: Vec<Box<dyn Val + 'v>> = re
-        .find_iter(this)
-        .take(take)
-        .map(|m| Box::new(CelString::from(m.as_str().to_string())) as Box<dyn Val + 'v>)
-        .collect();
+    let found: Vec<Box<dyn Val + 'v>> = with_bounded_regex("findAll", pattern, |re| {
+        re.find_iter(this)
+            .take(take)
+            .map(|m| Box::new(CelString::from(m.as_str().to_string())) as Box<dyn Val + 'v>)
+            .collect()
+    })?;
     Ok(CowVal::owned(CelList::from(found)))
 }
 
