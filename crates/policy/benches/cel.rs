@@ -25,9 +25,10 @@ use serde_json::{json, Value};
 
 fn main() {
     divan::main();
-    // `cargo test --benches` runs each bench once with --test: no summary.
+    // Only under `cargo bench` (which passes --bench); `cargo test` runs
+    // each bench once as a test, and the summary would only slow it down.
     let args: Vec<String> = std::env::args().collect();
-    if !args.iter().any(|a| a == "--test" || a == "--list") {
+    if args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--list") {
         ratios();
     }
 }
