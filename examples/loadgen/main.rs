@@ -150,13 +150,14 @@ fn mrguard_router(config: Option<&Path>) -> anyhow::Result<axum::Router> {
             &registry,
         )?)),
         ready: Arc::new(AtomicBool::new(true)),
-        limits: Arc::new(mrguard::server::RouteLimits::new(
-            mrguard::server::MAX_BODY_BYTES,
-            Duration::from_millis(1500),
-            512,
-        )),
     };
-    Ok(mrguard::server::router(state))
+    // `serve`'s defaults.
+    let limits = mrguard::server::RouteLimits {
+        max_body_bytes: mrguard::server::MAX_BODY_BYTES,
+        request_timeout: Duration::from_millis(1500),
+        max_concurrent_requests: 512,
+    };
+    Ok(mrguard::server::router(state, &limits))
 }
 
 /// The measured loop of --inproc, separate so that callgrind can count

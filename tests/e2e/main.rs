@@ -12,5 +12,8 @@ mod admission;
 mod availability;
 mod chart_args;
 mod controller;
+mod explain;
 mod observability;
+mod policy_reports;
+mod preflight;
 mod support;

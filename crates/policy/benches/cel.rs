@@ -198,7 +198,7 @@ fn expression_true(bencher: Bencher<'_, '_>) {
     expression(bencher, "true", false);
 }
 
-/// SPEC §5's example rule.
+/// The example rule of docs/configuration.md.
 #[divan::bench]
 fn expression_team_label(bencher: Bencher<'_, '_>) {
     expression(bencher, TEAM, false);

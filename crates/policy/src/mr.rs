@@ -1,4 +1,4 @@
-//! Managed-resource semantics shared by every rule (SPEC §1–§2): what an MR
+//! Managed-resource semantics shared by every rule (docs/managed-resources.md): what an MR
 //! is, its derived states, the supported management-policy sets and the
 //! deletion outcome. All functions read a `serde_json::Value`.
 
@@ -249,7 +249,7 @@ impl PolicySet {
         PolicySet(bits)
     }
 
-    /// Exactly the 13 sets of SPEC §2.
+    /// Exactly the 13 sets of docs/managed-resources.md.
     pub const SUPPORTED: [PolicySet; 13] = {
         use PolicyAction::*;
         [
@@ -343,7 +343,7 @@ impl fmt::Debug for PolicySet {
     }
 }
 
-/// What deleting the MR does to the external resource (SPEC §2).
+/// What deleting the MR does to the external resource (docs/managed-resources.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeletionOutcome {
     /// It is deleted.
@@ -352,7 +352,7 @@ pub enum DeletionOutcome {
     Orphan,
 }
 
-/// SPEC §2: a non-default policy set overrides `deletionPolicy`.
+/// A non-default policy set overrides `deletionPolicy`.
 /// `deletion_policy` is `None` when absent, which means `Delete`.
 pub fn deletion_outcome(deletion_policy: Option<&str>, set: PolicySet) -> DeletionOutcome {
     let policy_delete = deletion_policy.is_none_or(|p| p == "Delete");

@@ -87,7 +87,7 @@ fn allow(req: &Request) -> Decision {
     }
 }
 
-/// The mutating webhook (SPEC §3).
+/// The mutating webhook (docs/rules.md).
 pub fn mutate(req: &Request, config: &Config) -> Decision {
     mutate_with(req, config, true)
 }
@@ -220,7 +220,7 @@ fn mutate_with(req: &Request, config: &Config, want_object: bool) -> Decision {
     }
 }
 
-/// The validating webhook (SPEC §4).
+/// The validating webhook (docs/rules.md).
 pub fn validate(req: &Request, config: &Config) -> Decision {
     let Some(ctx) = RuleContext::new(req, config) else {
         return allow(req);

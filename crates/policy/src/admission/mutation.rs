@@ -1,4 +1,4 @@
-//! Mutation (SPEC §3). Each step edits the object as a `serde_json::Value`
+//! Mutation (docs/rules.md). Each step edits the object as a `serde_json::Value`
 //! and returns its warnings; [`super::patch::build`] turns the result into
 //! the JSON Patch. Steps only add what is missing, so running them over
 //! their own output changes nothing.
@@ -58,7 +58,7 @@ impl<'a> MutateContext<'a> {
     }
 
     /// On UPDATE, whether the old object already had a reference, whose
-    /// name and kind are then never changed (SPEC §3).
+    /// name and kind are then never changed (docs/rules.md).
     fn old_had_reference(&self) -> bool {
         self.operation == Operation::Update
             && self

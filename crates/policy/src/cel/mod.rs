@@ -30,7 +30,7 @@ use crate::review::Request;
 pub use env::FUNCTIONS;
 pub use reads::{Need, Reads};
 
-/// The variables of configured rules (SPEC §5).
+/// The variables of configured rules (docs/configuration.md).
 pub const CONFIG_VARS: &[&str] = &["self", "oldSelf", "request"];
 /// The variables of a CRD's `x-kubernetes-validations` rules.
 pub const CRD_VARS: &[&str] = &["self", "oldSelf"];
@@ -261,7 +261,7 @@ impl<'v> Scope<'v> {
         self.ctx.add_variable_as_val(name, Box::new(v));
     }
 
-    /// `self`, `oldSelf` and `request` for configured rules (SPEC §5):
+    /// `self`, `oldSelf` and `request` for a configured rule (docs/configuration.md):
     /// `object` is the object under judgment (the old one on DELETE).
     /// Only what `reads` names is converted (see [`CelRules::reads`]).
     pub fn for_request(
