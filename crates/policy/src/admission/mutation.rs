@@ -190,7 +190,7 @@ fn tags(obj: &mut Value, ctx: &MutateContext<'_>, warnings: &mut Vec<String>) {
         return;
     };
     // Without Create the provider never creates, so there is nothing to tag.
-    match PolicySet::parse(obj.pointer("/spec/managementPolicies")) {
+    match PolicySet::parse(crate::mr::at(obj, &["spec", "managementPolicies"])) {
         Ok(set) if set.can_create() => {}
         _ => return,
     }
@@ -202,8 +202,7 @@ fn tags(obj: &mut Value, ctx: &MutateContext<'_>, warnings: &mut Vec<String>) {
     if !mr.name().is_empty() {
         wanted.push(("crossplane-name", mr.name().to_string()));
     }
-    if let Some(pc) = obj
-        .pointer("/spec/providerConfigRef/name")
+    if let Some(pc) = crate::mr::at(obj, &["spec", "providerConfigRef", "name"])
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
     {

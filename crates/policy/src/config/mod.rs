@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Deserialize;
 use wildmatch::WildMatch;
 
-use crate::cel::{CelProgram, CelRule};
+use crate::cel::{CelProgram, CelRule, CelRules};
 use crate::fieldpath::FieldPath;
 use crate::model::{Action, Operation, RULE_NAMES};
 
@@ -160,8 +160,9 @@ pub struct ResourceConfig {
     pub deletion_protection: bool,
     /// `rules`: per-kind action overrides, by rule name.
     pub rules: BTreeMap<String, Action>,
-    /// `celRules`: the compiled CEL rules for these kinds.
-    pub cel_rules: Vec<CelRule>,
+    /// `celRules`: the compiled CEL rules for these kinds, with what
+    /// they read together.
+    pub cel_rules: CelRules,
 }
 
 impl ResourceConfig {
@@ -473,7 +474,7 @@ fn validate_resource(at: &str, r: RawResource) -> Result<ResourceConfig, ConfigE
         tags_field,
         deletion_protection: r.deletion_protection,
         rules: r.rules,
-        cel_rules,
+        cel_rules: CelRules::new(cel_rules),
     })
 }
 

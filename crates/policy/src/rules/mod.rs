@@ -190,7 +190,12 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
             continue;
         }
         let scope = scope.get_or_insert_with(|| {
-            crate::cel::Scope::for_request(ctx.request, ctx.object, ctx.old_object)
+            crate::cel::Scope::for_request(
+                ctx.request,
+                ctx.object,
+                ctx.old_object,
+                ctx.resource.cel_rules.reads(),
+            )
         });
         if let Some(v) = crate::cel::check_rule(cel, scope) {
             findings.push(Finding {
