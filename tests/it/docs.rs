@@ -560,6 +560,8 @@ fn every_repository_path_in_messages_and_docs_exists() {
     let mut problems = Vec::new();
     let mut checked = 0;
     let literal = regex::Regex::new(r#""((?:[^"\\\n]|\\.)*)""#).unwrap();
+    // Heredoc bodies in scripts (embedded Python, YAML) are not commands.
+    let heredoc = regex::Regex::new(r#"<<-?\s*['"]?([A-Za-z_]+)"#).unwrap();
     for file in repo_files() {
         let r = rel(&file);
         let is_source = (r.starts_with("src/") || r.starts_with("crates/"))
@@ -586,8 +588,6 @@ fn every_repository_path_in_messages_and_docs_exists() {
         } else if r.starts_with("scripts/") || r.starts_with(".ci/") {
             // Shell: every path a command uses (comments aside) must exist;
             // a moved file once broke the fuzz seeding in CI only.
-            // Heredoc bodies (embedded Python, YAML) are not commands.
-            let heredoc = regex::Regex::new(r#"<<-?\s*['"]?([A-Za-z_]+)"#).unwrap();
             let text = std::fs::read_to_string(&file).unwrap();
             let mut until: Option<String> = None;
             for (n, line) in text.lines().enumerate() {
