@@ -110,9 +110,11 @@ const TOUCHED: [&[&str]; 5] = [
     &["spec", "managementPolicies"],
 ];
 
-/// A copy of only what the mutation steps touch. Copying and diffing the
-/// whole object (forProvider, managedFields, status) was most of a patched
-/// request's cost (callgrind: ~64 k of ~430 k instructions).
+/// A copy of only what the mutation steps touch: no step reads
+/// managedFields or status, so copying and diffing them was wasted work.
+/// The saving measured small on the benchmark mix (callgrind: 429.8 k to
+/// 426.9 k instructions per /mutate request) because the tags map, which
+/// most patched reviews there touch, is still copied and diffed whole.
 fn touched_copy(obj: &Value, paths: &[&[&str]]) -> Value {
     let mut copy = Value::Object(serde_json::Map::new());
     for path in paths {
