@@ -28,6 +28,9 @@ pub struct AuditArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: AuditOutput,
+    /// Requests per HTTP/2 connection to the API server; 0 speaks HTTP/1.1.
+    #[arg(long, env = "MRGUARD_API_STREAMS_PER_CONNECTION", default_value_t = crate::controller::connections::DEFAULT_STREAMS_PER_CONNECTION)]
+    pub api_streams_per_connection: usize,
 }
 
 /// Renders findings as aligned columns, sorted by kind, namespace and name.
@@ -111,7 +114,11 @@ pub fn run(args: AuditArgs) -> i32 {
     };
     runtime.block_on(async move {
         let client =
-            match crate::controller::client(args.kubeconfig.as_deref(), args.context.as_deref())
+            match crate::controller::client(
+                args.kubeconfig.as_deref(),
+                args.context.as_deref(),
+                args.api_streams_per_connection,
+            )
                 .await
             {
                 Ok(c) => c,

@@ -261,6 +261,7 @@ pub async fn run(
         for k in gone {
             state.forget(&k);
         }
+        let started = std::time::Instant::now();
         let mut complete = true;
         let (mut objects, mut findings, mut forbidden) = (0, 0, Vec::new());
         for kind in cov.kinds() {
@@ -308,6 +309,7 @@ pub async fn run(
             complete,
             forbidden = forbidden.len(),
             forbidden_kinds = %forbidden.join(","),
+            seconds = started.elapsed().as_secs_f64(),
             "audit pass done"
         );
         tokio::time::sleep(interval).await;

@@ -19,6 +19,7 @@
 
 pub mod audit;
 pub mod certs;
+pub mod connections;
 pub mod coverage;
 pub mod leader;
 pub mod metrics;
@@ -107,6 +108,12 @@ pub struct ControllerArgs {
     /// (comma-separated), e.g. for a webhook reached by URL.
     #[arg(long, env = "MRGUARD_CERT_EXTRA_NAMES", value_delimiter = ',')]
     pub cert_extra_names: Vec<String>,
+    /// Requests (watches included) per HTTP/2 connection to the API server;
+    /// another connection opens when every one is full. Keep it below the
+    /// API server's --http2-max-streams-per-connection (250 by default).
+    /// 0 speaks HTTP/1.1: one connection per request in flight.
+    #[arg(long, env = "MRGUARD_API_STREAMS_PER_CONNECTION", default_value_t = connections::DEFAULT_STREAMS_PER_CONNECTION)]
+    pub api_streams_per_connection: usize,
 }
 
 /// Parses "1/3" or "0.25" into a fraction strictly between 0 and 1.
@@ -384,10 +391,12 @@ impl Default for Backoff {
 }
 
 /// Builds the Kubernetes client: an explicit kubeconfig (and context), else
-/// $KUBECONFIG or ~/.kube/config, else in-cluster.
+/// $KUBECONFIG or ~/.kube/config, else in-cluster; over HTTP/2 with
+/// `streams_per_connection` (see [`connections`]).
 pub async fn client(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
+    streams_per_connection: usize,
 ) -> Result<kube::Client, ControllerError> {
     let options = kube::config::KubeConfigOptions {
         context: context.map(String::from),
@@ -408,7 +417,7 @@ pub async fn client(
             .await
             .map_err(|e| ControllerError::Client(e.to_string()))?,
     };
-    kube::Client::try_from(config).map_err(|e| ControllerError::Client(e.to_string()))
+    connections::client(config, streams_per_connection)
 }
 
 /// The running controller's shared pieces.
@@ -638,6 +647,7 @@ mod tests {
             cert_lifetime: Duration::from_secs(600),
             cert_renew_fraction: 1.0 / 3.0,
             cert_extra_names: vec!["127.0.0.1".into()],
+            api_streams_per_connection: 100,
         };
         a.controller = true;
         assert!(a.enabled(false).unwrap());
@@ -800,6 +810,7 @@ mod tests {
             cert_lifetime: Duration::from_secs(90 * 86400),
             cert_renew_fraction: 1.0 / 3.0,
             cert_extra_names: vec![],
+            api_streams_per_connection: 100,
         };
         let (pair, _) = crate::tls::self_signed(&crate::tls::local_names()).unwrap();
         let certs = CertStore::new(pair.certified_key().unwrap(), None);

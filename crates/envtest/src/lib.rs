@@ -17,6 +17,7 @@
 //! - [`chart::Rendered`]: `helm template` and the Deployment's command;
 //! - [`metrics::Metrics`]: a parsed `/metrics` scrape;
 //! - [`process::Guarded`]: processes that never outlive the binary;
+//! - [`procfs`]: CPU, memory and connections of a process, for benchmarks;
 //! - [`wait_for`]: every wait is bounded;
 //! - [`require_cluster`]: the skip/fail policy when the binaries are absent.
 
@@ -26,6 +27,7 @@ pub mod chart;
 pub mod cluster;
 pub mod metrics;
 pub mod process;
+pub mod procfs;
 pub mod release;
 
 use std::future::Future;
