@@ -140,7 +140,7 @@ fn mr(k: &Kind, j: usize) -> Value {
         "crossplane.io/external-name": name,
         "crossplane.io/external-create-pending": "2025-01-01T00:00:00Z",
     });
-    if j % 100 != 0 {
+    if !j.is_multiple_of(100) {
         annotations["crossplane.io/external-create-succeeded"] = json!("2025-01-01T00:00:01Z");
     }
     if j % 50 == 1 {

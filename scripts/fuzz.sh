@@ -48,7 +48,7 @@ seed() {
       if [ -d "$fixtures/reviews" ]; then cp -n "$fixtures"/reviews/*.json "$dir"/; fi
       ;;
     config)
-      cp -n src/config/builtin.yaml "$dir"/builtin.yaml
+      cp -n crates/policy/src/config/builtin.yaml "$dir"/builtin.yaml
       ;;
   esac
 }

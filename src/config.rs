@@ -84,11 +84,11 @@ impl ConfigStore {
         })
     }
 
-    pub fn load(&self) -> Arc<Config> {
+    pub(crate) fn load(&self) -> Arc<Config> {
         self.current.load_full()
     }
 
-    pub fn replace(&self, config: Config) {
+    pub(crate) fn replace(&self, config: Config) {
         self.current.store(Arc::new(config));
         if let Some(m) = &self.metrics {
             m.success();

@@ -2,26 +2,41 @@
 //! [`mrguard_policy`] that touches the network, the file system or the
 //! cluster.
 //!
+//! Dependencies run one way: `main` → [`cli`] → the runtime modules →
+//! `mrguard_policy`; no module uses one that uses it back, parents and
+//! children included (`tests/architecture.rs` checks both).
+//!
 //! Data flow of one admission request:
 //!
 //! 1. [`server`] accepts a TCP connection, completes a rustls handshake with
-//!    the certificate currently in [`tls::CertStore`], and serves HTTP/1.1 or
-//!    HTTP/2 with axum. Tower layers shed load, bound the body and time the
-//!    request out before the handler runs.
-//! 2. The handler decodes the AdmissionReview, asks `mrguard_policy` for a
-//!    decision against the [`config::ConfigStore`] snapshot in force, and
-//!    encodes the answer; [`metrics`] records it.
+//!    the certificate currently in [`tls::CertStore`] (bounded by the header
+//!    deadline), and serves HTTP/1.1 or HTTP/2, as ALPN chose, with axum;
+//!    per-connection read deadlines cut slow and idle clients.
+//! 2. Tower layers on `/mutate` and `/validate` refuse what must not reach
+//!    a decision: beyond the concurrency cap (503 with `Retry-After`), a
+//!    body above the limit (413), a body that does not arrive in time (408).
+//! 3. The handler decodes the AdmissionReview (400 naming the problem when
+//!    it cannot), asks `mrguard_policy` for a decision against the
+//!    [`config::ConfigStore`] snapshot in force, and encodes the answer. A
+//!    panic in a decision is answered by failure policy, never with a 500.
+//! 4. [`metrics`] counts every request, refused ones included.
 //!
 //! Alongside the server:
 //! - [`config`] and [`tls`] reload the configuration file and the
 //!   certificate files when their contents change, through one file poller;
-//! - [`controller`] (with `serve --controller`) holds a Lease and, as leader,
-//!   keeps the TLS Secret, the webhook configurations' caBundle and rules
-//!   (coverage of every CRD in the `managed` category) right, watches
-//!   existing MRs for leaked-resource states and audits them with the same
-//!   rules;
-//! - [`cli`] is the command line: `serve`, `check` (offline decisions),
-//!   `audit`, `config` and `certs`.
+//! - [`controller`] (with `serve --controller`) runs on every replica a
+//!   loader that serves the TLS Secret's certificate (readiness waits for
+//!   it) and a Lease election; the leader keeps the Secret's CA and serving
+//!   certificate valid (rotating the CA without breaking admission), keeps
+//!   both webhook configurations' caBundle and rules (coverage of every CRD
+//!   in the `managed` category) right, watches existing MRs for paused and
+//!   creation-incomplete states (one `PossiblyLeaked` Event each) and audits
+//!   them with the validation rules, optionally writing policy reports. Its
+//!   settings come from [`cli`];
+//! - [`shutdown`] carries the signal that stops every task: readiness goes
+//!   false, the listener closes, in-flight requests drain;
+//! - [`cli`] is the command line: `serve`, `check` (offline decisions, or
+//!   `--live` against a cluster), `audit`, `explain`, `config` and `certs`.
 
 pub mod cli;
 pub mod config;

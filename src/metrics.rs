@@ -1,9 +1,8 @@
-//! Prometheus metrics (SPEC §9). Each component registers its own struct on
+//! Prometheus metrics (docs/metrics.md). Each component registers its own struct on
 //! a shared [`Registry`]; this module owns the registry, the admission
 //! metrics and the plain-HTTP `/metrics` listener.
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
 use axum::http::{header, StatusCode};
@@ -36,6 +35,7 @@ const MAX_KINDS: usize = 1000;
 
 pub struct AdmissionMetrics {
     requests: IntCounterVec,
+    rejected: IntCounterVec,
     duration: HistogramVec,
     findings: IntCounterVec,
     kinds: RwLock<Kinds>,
@@ -56,6 +56,14 @@ impl AdmissionMetrics {
             ),
             &["webhook", "operation", "group", "kind", "result"],
         )?;
+        let rejected = IntCounterVec::new(
+            Opts::new(
+                "mrguard_admission_rejected_total",
+                "Admission requests refused before a decision, by webhook and reason \
+                 (overloaded, too_large, timeout, bad_request).",
+            ),
+            &["webhook", "reason"],
+        )?;
         let duration = HistogramVec::new(
             HistogramOpts::new(
                 "mrguard_admission_duration_seconds",
@@ -74,8 +82,15 @@ impl AdmissionMetrics {
             ),
             &["rule", "action"],
         )?;
+        // Every series exists from the start, so a rate over it is 0, not absent.
+        for webhook in [Webhook::Mutate, Webhook::Validate] {
+            for reason in RejectReason::ALL {
+                rejected.with_label_values(&[webhook.as_str(), reason.as_str()]);
+            }
+        }
         let m = Self {
             requests,
+            rejected,
             duration,
             findings,
             kinds: RwLock::new(Kinds::default()),
@@ -90,6 +105,7 @@ impl AdmissionMetrics {
     pub(crate) fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
         vec![
             Box::new(self.requests.clone()),
+            Box::new(self.rejected.clone()),
             Box::new(self.duration.clone()),
             Box::new(self.findings.clone()),
         ]
@@ -120,7 +136,14 @@ impl AdmissionMetrics {
         }
     }
 
-    pub fn observe(&self, r: &Observed<'_>, outcome: Outcome, seconds: f64, findings: &[Finding]) {
+    /// Counts a decided request.
+    pub fn observe(
+        &self,
+        r: &RequestLabels<'_>,
+        outcome: Outcome,
+        seconds: f64,
+        findings: &[Finding],
+    ) {
         let webhook = r.webhook;
         let operation = r.operation;
         let (group, kind) = self.bounded(r.group, r.kind);
@@ -136,10 +159,57 @@ impl AdmissionMetrics {
                 .inc();
         }
     }
+
+    /// Counts a request refused before a decision: in the requests total
+    /// as an error without operation, group or kind (nothing was decoded),
+    /// and by reason.
+    pub(crate) fn rejected(&self, webhook: Webhook, reason: RejectReason, seconds: f64) {
+        self.requests
+            .with_label_values(&[webhook.as_str(), "", "", "", Outcome::Error.as_str()])
+            .inc();
+        self.rejected
+            .with_label_values(&[webhook.as_str(), reason.as_str()])
+            .inc();
+        self.duration
+            .with_label_values(&[webhook.as_str()])
+            .observe(seconds);
+    }
 }
 
-/// The request labels of one observation.
-pub struct Observed<'a> {
+/// Why a request was refused before a decision: the `reason` label of
+/// `mrguard_admission_rejected_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RejectReason {
+    /// Beyond the concurrency cap (503).
+    Overloaded,
+    /// The body is above the size limit (413).
+    TooLarge,
+    /// The body did not arrive within the request timeout (408).
+    Timeout,
+    /// The body is unreadable or not an AdmissionReview (400).
+    BadRequest,
+}
+
+impl RejectReason {
+    pub(crate) const ALL: [Self; 4] = [
+        Self::Overloaded,
+        Self::TooLarge,
+        Self::Timeout,
+        Self::BadRequest,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Overloaded => "overloaded",
+            Self::TooLarge => "too_large",
+            Self::Timeout => "timeout",
+            Self::BadRequest => "bad_request",
+        }
+    }
+}
+
+/// The request labels of one decided request.
+pub struct RequestLabels<'a> {
     pub webhook: Webhook,
     pub operation: &'a str,
     pub group: &'a str,
@@ -218,16 +288,7 @@ pub fn render(registry: &Registry) -> Result<Vec<u8>, prometheus::Error> {
 }
 
 /// Serves `GET /metrics` on plain HTTP until `shutdown` fires.
-pub async fn serve(
-    addr: SocketAddr,
-    registry: Registry,
-    shutdown: crate::shutdown::Signal,
-) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    serve_on(listener, registry, shutdown).await
-}
-
-pub async fn serve_on(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     registry: Registry,
     shutdown: crate::shutdown::Signal,

@@ -12,19 +12,19 @@ pub fn channel() -> (Trigger, Signal) {
 }
 
 impl Trigger {
-    pub fn fire(&self) {
+    pub(crate) fn fire(&self) {
         let _ = self.0.send(true);
     }
 }
 
 impl Signal {
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         let mut rx = self.0.clone();
         // An error means the trigger is gone, which also means stop.
         let _ = rx.wait_for(|v| *v).await;
     }
 
-    pub fn is_fired(&self) -> bool {
+    pub(crate) fn is_fired(&self) -> bool {
         *self.0.borrow()
     }
 }

@@ -114,13 +114,13 @@ pub fn parse_certs(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>
 }
 
 /// Seconds since the epoch at which the certificate stops being valid.
-pub fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
+pub(crate) fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
     let (_, c) = x509_parser::parse_x509_certificate(cert).ok()?;
     Some(c.validity().not_after.timestamp())
 }
 
 /// `(not_before, not_after)` in seconds since the epoch.
-pub fn validity(cert: &CertificateDer<'_>) -> Option<(i64, i64)> {
+pub(crate) fn validity(cert: &CertificateDer<'_>) -> Option<(i64, i64)> {
     let (_, c) = x509_parser::parse_x509_certificate(cert).ok()?;
     Some((
         c.validity().not_before.timestamp(),
@@ -187,11 +187,11 @@ impl CertStore {
         store
     }
 
-    pub fn current(&self) -> Arc<CertifiedKey> {
+    pub(crate) fn current(&self) -> Arc<CertifiedKey> {
         self.current.load_full()
     }
 
-    pub fn replace(&self, key: CertifiedKey) {
+    pub(crate) fn replace(&self, key: CertifiedKey) {
         self.current.store(Arc::new(key));
         self.update_expiry();
         if let Some(m) = &self.metrics {
@@ -199,7 +199,7 @@ impl CertStore {
         }
     }
 
-    pub fn record_failure(&self) {
+    pub(crate) fn record_failure(&self) {
         if let Some(m) = &self.metrics {
             m.reloads.with_label_values(&["failure"]).inc();
         }
@@ -299,7 +299,7 @@ pub fn generate_ca(common_name: &str, lifetime: Duration) -> Result<CaPem, TlsEr
 }
 
 /// Generates a self-signed CA valid from `now` (minus the skew allowance).
-pub fn generate_ca_at(
+pub(crate) fn generate_ca_at(
     common_name: &str,
     now: SystemTime,
     lifetime: Duration,
@@ -334,7 +334,7 @@ pub fn issue_serving_cert(
 }
 
 /// Like [`issue_serving_cert`], valid from `now` (minus the skew allowance).
-pub fn issue_serving_cert_at(
+pub(crate) fn issue_serving_cert_at(
     ca: &CaPem,
     names: &[String],
     now: SystemTime,
@@ -372,7 +372,7 @@ pub fn self_signed(names: &[String]) -> Result<(PemPair, CaPem), TlsError> {
 
 /// Writes `contents` to `path`, creating parent folders; private keys get
 /// mode 0600.
-pub fn write_file(path: &Path, contents: &[u8], private: bool) -> Result<(), TlsError> {
+pub(crate) fn write_file(path: &Path, contents: &[u8], private: bool) -> Result<(), TlsError> {
     let err = |source| TlsError::Write {
         path: path.display().to_string(),
         source,

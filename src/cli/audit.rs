@@ -9,32 +9,25 @@ use crate::controller::audit::{audit_kind, discover, AuditFinding};
 use mrguard_policy::config::Config;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum AuditOutput {
+pub(crate) enum AuditOutput {
     Table,
     Json,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct AuditArgs {
-    /// Kubeconfig [default: $KUBECONFIG or ~/.kube/config, else in-cluster].
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context [default: the current context].
-    #[arg(long)]
-    pub context: Option<String>,
+    #[command(flatten)]
+    pub(crate) cluster: super::cluster::ClusterArgs,
     /// Configuration file whose rules apply; the built-in default when absent.
     #[arg(long)]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "table")]
-    pub output: AuditOutput,
-    /// Requests per HTTP/2 connection to the API server; 0 speaks HTTP/1.1.
-    #[arg(long, env = "MRGUARD_API_STREAMS_PER_CONNECTION", default_value_t = crate::controller::connections::DEFAULT_STREAMS_PER_CONNECTION)]
-    pub api_streams_per_connection: usize,
+    pub(crate) output: AuditOutput,
 }
 
 /// Renders findings as aligned columns, sorted by kind, namespace and name.
-pub fn render_table(findings: &[AuditFinding]) -> String {
+pub(crate) fn render_table(findings: &[AuditFinding]) -> String {
     const HEADERS: [&str; 6] = ["KIND", "NAMESPACE", "NAME", "RULE", "ACTION", "MESSAGE"];
     let rows: Vec<[String; 6]> = findings
         .iter()
@@ -91,7 +84,7 @@ fn sort(findings: &mut [AuditFinding]) {
 
 /// Exit code: 0 when nothing is denied, 1 when a finding's action is Deny,
 /// 2 when the cluster or the configuration could not be read.
-pub fn run(args: AuditArgs) -> i32 {
+pub(crate) fn run(args: AuditArgs) -> i32 {
     let config = match &args.config {
         None => Config::builtin(),
         Some(path) => match crate::config::load_file(path) {
@@ -102,31 +95,17 @@ pub fn run(args: AuditArgs) -> i32 {
             }
         },
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("failed to start the async runtime: {e}");
-            return 2;
-        }
+    let Some(runtime) = super::cluster::runtime("audit") else {
+        return 2;
     };
     runtime.block_on(async move {
-        let client =
-            match crate::controller::client(
-                args.kubeconfig.as_deref(),
-                args.context.as_deref(),
-                args.api_streams_per_connection,
-            )
-                .await
-            {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("mrguard audit: {e}");
-                    return 2;
-                }
-            };
+        let client = match args.cluster.client().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("mrguard audit: {e}");
+                return 2;
+            }
+        };
         let coverage = match discover(&client).await {
             Ok(c) => c,
             Err(e) => {

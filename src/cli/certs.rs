@@ -26,29 +26,29 @@ pub enum CertsCommand {
 pub struct GenerateArgs {
     /// Folder for ca.crt, ca.key, tls.crt and tls.key.
     #[arg(long, default_value = "certs")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Name of the Service the API server calls (the chart's full name).
     #[arg(long, default_value = "mrguard")]
-    pub service_name: String,
+    pub(crate) service_name: String,
     /// Namespace of that Service.
     #[arg(long, default_value = "crossplane-system")]
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Another DNS name or IP address for the certificate (repeatable).
     #[arg(long = "name", value_name = "NAME")]
-    pub extra_names: Vec<String>,
+    pub(crate) extra_names: Vec<String>,
     /// Lifetime of the serving certificate, in days.
     #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u64).range(1..=3650))]
-    pub days: u64,
+    pub(crate) days: u64,
     /// Lifetime of a newly generated CA, in days.
     #[arg(long, default_value_t = 1825, value_parser = clap::value_parser!(u64).range(1..=7300))]
-    pub ca_days: u64,
+    pub(crate) ca_days: u64,
     /// Replace an existing CA instead of reusing it.
     #[arg(long)]
-    pub force: bool,
+    pub(crate) force: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CertsError {
+pub(crate) enum CertsError {
     #[error(transparent)]
     Tls(#[from] TlsError),
     #[error("failed to reuse the CA in {dir}: only {present} exists; add the other file or pass --force")]
@@ -65,20 +65,20 @@ pub enum CertsError {
 
 /// What `generate` wrote.
 #[derive(Debug)]
-pub struct Generated {
-    pub ca_cert: PathBuf,
-    pub ca_key: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub names: Vec<String>,
-    pub reused_ca: bool,
+pub(crate) struct Generated {
+    pub(crate) ca_cert: PathBuf,
+    pub(crate) ca_key: PathBuf,
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
+    pub(crate) names: Vec<String>,
+    pub(crate) reused_ca: bool,
     /// Expiry of the serving certificate, seconds since the epoch.
-    pub not_after: Option<i64>,
+    pub(crate) not_after: Option<i64>,
 }
 
 /// The names a dev certificate covers: loopback plus every form of the
 /// Service's in-cluster DNS name, then the extras, without duplicates.
-pub fn names(service: &str, namespace: &str, extra: &[String]) -> Vec<String> {
+pub(crate) fn names(service: &str, namespace: &str, extra: &[String]) -> Vec<String> {
     let mut out: Vec<String> = tls::local_names();
     out.extend([
         service.to_string(),
@@ -150,7 +150,7 @@ fn existing_ca(dir: &Path, ca_cert: &Path, ca_key: &Path) -> Result<Option<CaPem
 }
 
 /// Writes (or renews) the dev certificates into `args.out`.
-pub fn generate(args: &GenerateArgs) -> Result<Generated, CertsError> {
+pub(crate) fn generate(args: &GenerateArgs) -> Result<Generated, CertsError> {
     let dir = args.out.as_path();
     let ca_cert = dir.join("ca.crt");
     let ca_key = dir.join("ca.key");
@@ -189,7 +189,7 @@ pub fn generate(args: &GenerateArgs) -> Result<Generated, CertsError> {
     })
 }
 
-pub fn run(cmd: CertsCommand) -> i32 {
+pub(crate) fn run(cmd: CertsCommand) -> i32 {
     match cmd {
         CertsCommand::Generate(args) => match generate(&args) {
             Ok(g) => {

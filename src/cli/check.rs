@@ -6,16 +6,18 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use mrguard_policy::config::Config;
 use mrguard_policy::crd::{CrdError, Crds, Lookup};
 use mrguard_policy::model::Operation;
 use mrguard_policy::offline::{self, identity, label};
 
+use super::manifests::{self, Manifest, ManifestError};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "UPPER")]
-pub enum CheckOperation {
+pub(crate) enum CheckOperation {
     Create,
     Update,
     Delete,
@@ -23,69 +25,62 @@ pub enum CheckOperation {
 
 #[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
-    /// Manifest file (multi-document YAML); "-" reads standard input.
-    #[arg(short = 'f', long = "file")]
-    pub file: PathBuf,
+    /// Manifest file (multi-document YAML); "-" reads standard input. With
+    /// --live: repeatable, and folders are read recursively.
+    #[arg(short = 'f', long = "file", required = true)]
+    pub(crate) file: Vec<PathBuf>,
     /// The previous version of the objects, for UPDATE (matched by kind, namespace and name).
     #[arg(long)]
-    pub old: Option<PathBuf>,
+    pub(crate) old: Option<PathBuf>,
     /// The operation to judge [default: CREATE, or UPDATE with --old].
     #[arg(long, value_enum)]
-    pub operation: Option<CheckOperation>,
+    pub(crate) operation: Option<CheckOperation>,
     /// Configuration file; the built-in default when absent.
     #[arg(long)]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// The requesting username, for exemptUsernames.
     #[arg(long, default_value = "")]
-    pub username: String,
+    pub(crate) username: String,
     /// Print the JSON Patch of each object instead of the defaulted object.
     #[arg(long)]
-    pub patch: bool,
+    pub(crate) patch: bool,
     /// CRD file, or folder of CRD files: also apply their schema defaults
     /// before mutation, and check types, enums, required fields and
     /// x-kubernetes-validations rules after it, as the API server would.
     #[arg(long, value_name = "PATH")]
-    pub crd: Option<PathBuf>,
+    pub(crate) crd: Option<PathBuf>,
     /// With --crd: fail an object whose API group no CRD in PATH defines,
     /// as an API server without that CRD would ("no matches for kind"),
     /// instead of judging it with a note that its schema was not checked.
     /// Built-in Kubernetes groups (core, apps, batch, *.k8s.io, ...) need no CRD.
     #[arg(long, requires = "crd")]
-    pub require_crd: bool,
+    pub(crate) require_crd: bool,
     /// The most YAML documents read from the manifest file (and from --old);
     /// a larger file is refused rather than read without bound.
-    #[arg(long, value_name = "N", default_value_t = 1024)]
-    pub max_documents: usize,
+    #[arg(long, value_name = "N", default_value_t = manifests::MAX_DOCUMENTS)]
+    pub(crate) max_documents: usize,
+    #[command(flatten)]
+    pub(crate) live: super::live::LiveArgs,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CheckError {
-    #[error("failed to read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("failed to parse {path}: {reason}")]
-    Parse { path: String, reason: String },
-    #[error("failed to read {path}, {at}: {reason}")]
+pub(crate) enum CheckError {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("failed to judge {path}, {at}: {reason}")]
     Document {
         path: String,
-        /// "document 2", or "document 2, item 5" inside a List.
         at: String,
         reason: String,
     },
-    #[error("failed to read {path}: it has more than {max} YAML documents; raise --max-documents to read them all")]
-    TooManyDocuments { path: String, max: usize },
-    /// What `kubectl apply` says of such a file: "no objects passed to apply".
-    #[error("failed to find an object in {path}: it is empty, or holds only comments or `---` separators")]
-    NoObjects { path: String },
     #[error("{0}")]
     Config(#[from] crate::config::ConfigFileError),
     #[error("{0}")]
     Crd(#[from] CrdError),
     #[error("failed to find a CustomResourceDefinition in {0}")]
     NoCrd(String),
+    #[error("failed to read manifests: an offline check reads one -f file; several files and folders need --live")]
+    OneFile,
     #[error("failed to match {what} ({at} of {path}) in {old}: no object with that kind, namespace and name")]
     NoOld {
         what: String,
@@ -93,122 +88,6 @@ pub enum CheckError {
         path: String,
         old: String,
     },
-}
-
-/// One object of a manifest file, with where it was found.
-struct Doc {
-    /// "document 2", or "document 2, item 5" inside a List.
-    at: String,
-    value: Value,
-}
-
-/// `kubectl get -o yaml` prints several objects as a `List` (or a typed
-/// `<Kind>List`); `kubectl apply` applies its items.
-fn list_items(v: &Value) -> Option<&Vec<Value>> {
-    let kind = v.get("kind").and_then(Value::as_str)?;
-    if !kind.ends_with("List") {
-        return None;
-    }
-    v.get("items").and_then(Value::as_array)
-}
-
-/// Parses YAML documents with at most `max` documents; parse errors name
-/// `path` instead of the parser's placeholder.
-fn parse_documents(path: &str, text: &str, max: usize) -> Result<Vec<Value>, CheckError> {
-    let options = serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_documents: max,
-        },
-    };
-    serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
-        if let serde_saphyr::Error::Budget {
-            breach: serde_saphyr::budget::BudgetBreach::Documents { .. },
-            ..
-        } = e.without_snippet()
-        {
-            return CheckError::TooManyDocuments {
-                path: path.to_string(),
-                max,
-            };
-        }
-        CheckError::Parse {
-            path: path.to_string(),
-            reason: e
-                .to_string()
-                .replace("--> <input>:", &format!("--> {path}:")),
-        }
-    })
-}
-
-fn read_docs(path: &Path, max_documents: usize) -> Result<Vec<Doc>, CheckError> {
-    let p = path.display().to_string();
-    let text = if path == Path::new("-") {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|source| {
-            CheckError::Read {
-                path: p.clone(),
-                source,
-            }
-        })?;
-        s
-    } else {
-        std::fs::read_to_string(path).map_err(|source| CheckError::Read {
-            path: p.clone(),
-            source,
-        })?
-    };
-    let docs = parse_documents(&p, &text, max_documents)?;
-    let mut out = Vec::new();
-    for (i, d) in docs.into_iter().enumerate() {
-        let at = format!("document {}", i + 1);
-        if d.is_null() {
-            continue;
-        }
-        match list_items(&d) {
-            Some(items) => {
-                for (j, item) in items.iter().enumerate() {
-                    let at = format!("{at}, item {}", j + 1);
-                    check_object(&p, &at, item)?;
-                    out.push(Doc {
-                        at,
-                        value: item.clone(),
-                    });
-                }
-            }
-            None => {
-                check_object(&p, &at, &d)?;
-                out.push(Doc { at, value: d });
-            }
-        }
-    }
-    if out.is_empty() {
-        return Err(CheckError::NoObjects { path: p });
-    }
-    Ok(out)
-}
-
-/// Every object needs a kind and an apiVersion, as for the API server.
-fn check_object(path: &str, at: &str, d: &Value) -> Result<(), CheckError> {
-    if !d.is_object() {
-        return Err(CheckError::Document {
-            path: path.to_string(),
-            at: at.to_string(),
-            reason: format!("expected a mapping, found {}", json_type(d)),
-        });
-    }
-    for field in ["apiVersion", "kind"] {
-        if d.get(field)
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
-            return Err(CheckError::Document {
-                path: path.to_string(),
-                at: at.to_string(),
-                reason: format!("{field} is missing"),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// API groups the API server serves itself: their objects need no CRD.
@@ -232,14 +111,9 @@ impl From<CheckOperation> for Operation {
 /// Reads a CRD file, or every `.yaml`, `.yml` and `.json` file under a
 /// folder; documents that are not CRDs are ignored.
 fn load_crds(path: &Path) -> Result<Crds, CheckError> {
-    let mut files = Vec::new();
-    collect_files(path, &mut files)?;
     let mut crds = Crds::default();
-    for f in &files {
-        let text = std::fs::read_to_string(f).map_err(|source| CheckError::Read {
-            path: f.display().to_string(),
-            source,
-        })?;
+    for f in manifests::files(path)? {
+        let text = manifests::read_text(&f)?;
         crds.add_yaml(&f.display().to_string(), &text)?;
     }
     if crds.is_empty() {
@@ -248,36 +122,11 @@ fn load_crds(path: &Path) -> Result<Crds, CheckError> {
     Ok(crds)
 }
 
-fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), CheckError> {
-    let read_err = |source| CheckError::Read {
-        path: path.display().to_string(),
-        source,
-    };
-    let meta = std::fs::metadata(path).map_err(read_err)?;
-    if !meta.is_dir() {
-        out.push(path.to_path_buf());
-        return Ok(());
-    }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(read_err)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for e in entries {
-        if e.is_dir() {
-            collect_files(&e, out)?;
-        } else if e
-            .extension()
-            .and_then(|x| x.to_str())
-            .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
-        {
-            out.push(e);
-        }
-    }
-    Ok(())
-}
-
 fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<bool, CheckError> {
+    let file = match args.file.as_slice() {
+        [one] => one,
+        _ => return Err(CheckError::OneFile),
+    };
     let config = match &args.config {
         Some(p) => crate::config::load_file(p)?.0,
         None => Config::builtin(),
@@ -286,9 +135,10 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         Some(p) => Some(load_crds(p)?),
         None => None,
     };
-    let docs = read_docs(&args.file, args.max_documents)?;
+    let read = |p: &PathBuf| manifests::read(std::slice::from_ref(p), args.max_documents);
+    let docs = read(file)?;
     let olds = match &args.old {
-        Some(p) => Some((p, read_docs(p, args.max_documents)?)),
+        Some(p) => Some((p, read(p)?)),
         None => None,
     };
     let op = args.operation.unwrap_or(if olds.is_some() {
@@ -298,20 +148,23 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
     });
     let crd_path = args.crd.as_deref().map(Path::display);
     let mut any_denied = false;
-    for Doc { at, value: doc } in &docs {
+    for Manifest {
+        at, object: doc, ..
+    } in &docs
+    {
         let old = match (&olds, op) {
             (Some((path, olds)), CheckOperation::Update) => {
                 let id = identity(doc);
-                let found = olds.iter().find(|o| identity(&o.value) == id);
+                let found = olds.iter().find(|o| identity(&o.object) == id);
                 Some(
                     &found
                         .ok_or_else(|| CheckError::NoOld {
                             what: label(doc),
                             at: at.clone(),
-                            path: args.file.display().to_string(),
+                            path: file.display().to_string(),
                             old: path.display().to_string(),
                         })?
-                        .value,
+                        .object,
                 )
             }
             _ => None,
@@ -364,7 +217,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         };
         let mut judged = offline::judge(op.into(), doc, old, &args.username, &config, crd)
             .map_err(|reason| CheckError::Document {
-                path: args.file.display().to_string(),
+                path: file.display().to_string(),
                 at: at.clone(),
                 reason,
             })?;
@@ -402,20 +255,18 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
     Ok(any_denied)
 }
 
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a mapping",
-    }
-}
-
 /// Runs the check; 0 allowed, 1 denied or invalid, 2 unreadable input
 /// (or a CRD rule mrguard cannot evaluate).
-pub fn run(args: CheckArgs) -> i32 {
+pub(crate) fn run(args: CheckArgs) -> i32 {
+    if args.live.live {
+        return super::live::run(&super::live::LiveCheck {
+            files: &args.file,
+            config: args.config.as_ref(),
+            username: &args.username,
+            max_documents: args.max_documents,
+            live: &args.live,
+        });
+    }
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();
     match execute(&args, &mut out, &mut err) {
@@ -441,7 +292,7 @@ mod tests {
         assert!(e.contains("bad.yaml"), "{e}");
         assert!(matches!(
             load_crds(&dir.path().join("nope")),
-            Err(CheckError::Read { .. })
+            Err(CheckError::Manifest(ManifestError::Read { .. }))
         ));
     }
 }

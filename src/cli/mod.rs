@@ -1,18 +1,29 @@
-//! The command line (SPEC §7): clap definitions with an environment
+//! The command line (docs/cli.md): clap definitions with an environment
 //! variable for every serve flag, and one runner per subcommand.
 
-pub mod audit;
-pub mod certs;
-pub mod check;
+mod audit;
+mod certs;
+mod check;
+mod cluster;
+mod controller_args;
+mod explain;
+mod lines;
+mod live;
+mod manifests;
+mod parse;
+mod sarif;
 pub mod serve;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use audit::AuditArgs;
+pub use certs::CertsCommand;
 pub use check::CheckArgs;
+pub use controller_args::{ControllerArgs, PolicyReports};
+pub use explain::ExplainArgs;
+pub use parse::parse_duration;
 pub use serve::ServeArgs;
 
 /// A flag given twice takes its last value (`args_override_self`), as
@@ -28,7 +39,7 @@ pub use serve::ServeArgs;
 )]
 pub struct Cli {
     #[command(flatten)]
-    pub log: LogArgs,
+    pub(crate) log: LogArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -42,6 +53,8 @@ pub enum Command {
     Check(Box<CheckArgs>),
     /// Evaluate the validation rules on every MR in a cluster.
     Audit(Box<AuditArgs>),
+    /// Explain one MR: its states, deletion outcome, and who set each field.
+    Explain(Box<explain::ExplainArgs>),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -64,16 +77,16 @@ pub enum ConfigCommand {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }
 
 #[derive(Debug, Args)]
-pub struct LogArgs {
+pub(crate) struct LogArgs {
     /// Log filter, in tracing's EnvFilter syntax (e.g. "info,mrguard=debug").
     #[arg(long, global = true, env = "MRGUARD_LOG", default_value = "info")]
-    pub log_level: String,
+    pub(crate) log_level: String,
     /// Log output format.
     #[arg(
         long,
@@ -82,34 +95,7 @@ pub struct LogArgs {
         value_enum,
         default_value = "text"
     )]
-    pub log_format: LogFormat,
-}
-
-/// Parses "250ms", "5s", "2m", "1h" or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 500ms, 5s or 2m"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => {
-            return Err(format!(
-                "{s:?} has an unknown unit {unit:?}; use ms, s, m or h"
-            ))
-        }
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("{s:?} is not a valid duration"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    pub(crate) log_format: LogFormat,
 }
 
 fn init_logging(log: &LogArgs) {
@@ -136,6 +122,7 @@ pub fn run(cli: Cli) -> i32 {
         }
         Command::Check(args) => check::run(*args),
         Command::Audit(args) => audit::run(*args),
+        Command::Explain(args) => explain::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::load_file(&file) {
             Ok((config, bytes)) => {
@@ -208,15 +195,5 @@ mod tests {
         assert_eq!(args.listen.to_string(), "127.0.0.1:1");
         let parsed = format!("{args:?}");
         assert!(parsed.contains("audit_interval: 30s"), "{parsed}");
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
     }
 }

@@ -11,7 +11,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use tracing::Instrument;
 
-use super::parse_duration;
+use super::controller_args::ControllerArgs;
+use super::parse::parse_duration;
 use crate::config::{ConfigMetrics, ConfigStore};
 use crate::metrics::AdmissionMetrics;
 use crate::server::{ConnLimits, HttpsServer, RouteLimits};
@@ -73,7 +74,7 @@ pub struct ServeArgs {
     #[arg(long, env = "MRGUARD_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
     #[command(flatten)]
-    pub controller: crate::controller::ControllerArgs,
+    pub controller: ControllerArgs,
 }
 
 /// A started server, for the binary and for tests.
@@ -83,8 +84,6 @@ pub struct Running {
     /// The CA certificate written by --self-signed.
     pub ca_file: Option<PathBuf>,
     pub ready: Arc<AtomicBool>,
-    pub config: Arc<ConfigStore>,
-    pub certs: Arc<CertStore>,
     trigger: shutdown::Trigger,
     drain_delay: Duration,
     tasks: tokio::task::JoinSet<()>,
@@ -126,7 +125,9 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
                 args.controller.api_streams_per_connection,
             )
             .await?,
-            Arc::new(crate::controller::ControllerMetrics::register(&registry)?),
+            Arc::new(crate::controller::metrics::ControllerMetrics::register(
+                &registry,
+            )?),
         )),
         false => None,
     };
@@ -162,11 +163,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         config: config_store.clone(),
         metrics: Some(admission_metrics),
         ready: ready.clone(),
-        limits: Arc::new(RouteLimits::new(
-            args.max_body_bytes,
-            args.request_timeout,
-            args.max_concurrent_requests,
-        )),
+    };
+    let limits = RouteLimits {
+        max_body_bytes: args.max_body_bytes,
+        request_timeout: args.request_timeout,
+        max_concurrent_requests: args.max_concurrent_requests,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -178,7 +179,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let server = HttpsServer::new(
         listener,
         certs.server_config(),
-        crate::server::router(state),
+        crate::server::router(state, &limits),
         ConnLimits {
             header_read_timeout: args.header_read_timeout,
             idle_timeout: args.idle_timeout,
@@ -218,7 +219,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         let signal = signal.clone();
         tasks.spawn(
             async move {
-                if let Err(e) = crate::metrics::serve_on(metrics_listener, registry, signal).await {
+                if let Err(e) = crate::metrics::serve(metrics_listener, registry, signal).await {
                     tracing::error!(error = %e, "metrics listener failed");
                 }
             }
@@ -228,12 +229,12 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     if let Some((client, metrics)) = controller {
         let controller = crate::controller::Controller {
             client,
-            settings: crate::controller::Settings::from_args(&args.controller, addr.port()),
+            settings: args.controller.settings(addr.port()),
             certs: certs.clone(),
             config: config_store.clone(),
             ready: ready.clone(),
             metrics,
-            clock: Arc::new(crate::controller::SystemClock),
+            clock: Arc::new(crate::controller::api::SystemClock),
         };
         tasks.spawn(
             controller
@@ -251,8 +252,6 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         metrics_addr,
         ca_file,
         ready,
-        config: config_store,
-        certs,
         trigger,
         drain_delay: args.drain_delay,
         tasks,
@@ -282,7 +281,7 @@ async fn terminated() {
     }
 }
 
-pub fn run(args: ServeArgs) -> i32 {
+pub(crate) fn run(args: ServeArgs) -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -4,24 +4,27 @@
 //! external-name changes) are skipped. Used by the controller on an
 //! interval and by `mrguard audit`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::ListParams;
+use futures::TryStreamExt;
 use kube::core::DynamicObject;
 use kube::Api;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::watch as channel;
 
-use super::coverage::{Coverage, CrdSummary, MrKind};
+use super::api::{api_err, list_pages, ControllerError};
+use super::coverage::{Coverage, CrdSummary, MrKind, CRD_PAGE_SIZE};
+use super::metrics::ControllerMetrics;
 use super::watch::MrStates;
-use super::{api_err, ControllerError, ControllerMetrics};
 use crate::config::ConfigStore;
 use mrguard_policy::admission::validate;
 use mrguard_policy::config::Config;
+use mrguard_policy::model::Action;
 use mrguard_policy::mr::Mr;
+use mrguard_policy::reports::{PassInput, ReportFinding, Subject};
 use mrguard_policy::review::RequestBuilder;
 
 /// Objects per list page.
@@ -29,18 +32,18 @@ const PAGE_SIZE: u32 = 250;
 
 /// One rule finding on one existing MR.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AuditFinding {
-    pub group: String,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
+pub(crate) struct AuditFinding {
+    pub(crate) group: String,
+    pub(crate) kind: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
     #[serde(skip)]
-    pub uid: String,
-    pub rule: String,
-    pub action: String,
-    pub message: String,
+    pub(crate) uid: String,
+    pub(crate) rule: String,
+    pub(crate) action: String,
+    pub(crate) message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
+    pub(crate) fix: Option<String>,
 }
 
 impl AuditFinding {
@@ -51,7 +54,7 @@ impl AuditFinding {
 }
 
 /// Judges one object as a CREATE by nobody in particular.
-pub fn audit_object(kind: &MrKind, object: &Value, config: &Config) -> Vec<AuditFinding> {
+pub(crate) fn audit_object(kind: &MrKind, object: &Value, config: &Config) -> Vec<AuditFinding> {
     if !mrguard_policy::mr::is_managed(object) {
         return Vec::new();
     }
@@ -85,32 +88,32 @@ pub fn audit_object(kind: &MrKind, object: &Value, config: &Config) -> Vec<Audit
 
 /// What one kind's pass found.
 #[derive(Debug, Default)]
-pub struct KindReport {
-    pub objects: usize,
-    pub findings: Vec<AuditFinding>,
+pub(crate) struct KindReport {
+    pub(crate) objects: usize,
+    pub(crate) findings: Vec<AuditFinding>,
     /// UIDs with `managementPolicies: []`, which only the spec shows.
-    pub paused_by_policy: HashSet<String>,
+    pub(crate) paused_by_policy: HashSet<String>,
+    /// Namespaces holding MRs of the kind (`""` for cluster scope), for
+    /// one policy report per namespace.
+    pub(crate) namespaces: BTreeSet<String>,
 }
 
 /// Lists every object of `kind` page by page and judges each.
-pub async fn audit_kind(
+pub(crate) async fn audit_kind(
     client: &kube::Client,
     kind: &MrKind,
     config: &Config,
 ) -> Result<KindReport, ControllerError> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
     let mut report = KindReport::default();
-    let mut token: Option<String> = None;
-    loop {
-        let mut lp = ListParams::default().limit(PAGE_SIZE);
-        if let Some(t) = &token {
-            lp = lp.continue_token(t);
-        }
-        let page = api
-            .list(&lp)
+    let mut pages = std::pin::pin!(list_pages(api, PAGE_SIZE));
+    while let Some(items) =
+        pages
+            .try_next()
             .await
-            .map_err(api_err("list", "managed resources", kind.key()))?;
-        for obj in page.items {
+            .map_err(api_err("list", "managed resources", kind.key()))?
+    {
+        for obj in items {
             let Ok(mut value) = serde_json::to_value(&obj) else {
                 continue;
             };
@@ -118,6 +121,11 @@ pub async fn audit_kind(
             value["apiVersion"] = Value::String(format!("{}/{}", kind.group, kind.read_version));
             value["kind"] = Value::String(kind.kind.clone());
             report.objects += 1;
+            if mrguard_policy::mr::is_managed(&value) {
+                report
+                    .namespaces
+                    .insert(obj.metadata.namespace.clone().unwrap_or_default());
+            }
             if mrguard_policy::mr::is_managed(&value) && Mr(&value).is_paused() {
                 if let Some(uid) = obj.metadata.uid.clone() {
                     report.paused_by_policy.insert(uid);
@@ -125,38 +133,75 @@ pub async fn audit_kind(
             }
             report.findings.extend(audit_object(kind, &value, config));
         }
-        token = page.metadata.continue_.filter(|t| !t.is_empty());
-        if token.is_none() {
-            return Ok(report);
-        }
     }
+    Ok(report)
 }
 
 /// The MR kinds the cluster serves now.
-pub async fn discover(client: &kube::Client) -> Result<Coverage, ControllerError> {
-    let api: Api<CrdSummary> = Api::all(client.clone());
-    let mut crds = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
-        let mut lp = ListParams::default().limit(50);
-        if let Some(t) = &token {
-            lp = lp.continue_token(t);
-        }
-        let page = api.list(&lp).await.map_err(api_err(
+pub(crate) async fn discover(client: &kube::Client) -> Result<Coverage, ControllerError> {
+    let crds: Vec<CrdSummary> = list_pages(Api::all(client.clone()), CRD_PAGE_SIZE)
+        .try_concat()
+        .await
+        .map_err(api_err(
             "list",
             "customresourcedefinitions.apiextensions.k8s.io",
             "",
         ))?;
-        crds.extend(page.items);
-        token = page.metadata.continue_.filter(|t| !t.is_empty());
-        if token.is_none() {
-            return Ok(Coverage::from_crds(&crds));
+    Ok(Coverage::from_crds(&crds))
+}
+
+/// Collects one audit pass into the input of [`mrguard_policy::reports::plan`].
+#[derive(Debug, Default)]
+pub(crate) struct PassCollector {
+    input: PassInput,
+}
+
+impl PassCollector {
+    /// Records one kind's findings and the namespaces its MRs live in.
+    pub(crate) fn kind(
+        &mut self,
+        kind: &MrKind,
+        findings: &[AuditFinding],
+        namespaces: &BTreeSet<String>,
+    ) {
+        self.input.scopes.extend(namespaces.iter().cloned());
+        let api_version = format!("{}/{}", kind.group, kind.read_version);
+        for f in findings {
+            self.input.findings.push(ReportFinding {
+                subject: Subject {
+                    api_version: api_version.clone(),
+                    kind: f.kind.clone(),
+                    namespace: f.namespace.clone(),
+                    name: f.name.clone(),
+                    uid: f.uid.clone(),
+                },
+                rule: f.rule.clone(),
+                action: if f.action == "Deny" {
+                    Action::Deny
+                } else {
+                    Action::Warn
+                },
+                message: f.message.clone(),
+                fix: f.fix.clone(),
+            });
         }
+    }
+
+    /// Records a kind whose MRs could not be listed: its results stay.
+    pub(crate) fn failed(&mut self, kind: &MrKind) {
+        self.input
+            .incomplete_kinds
+            .insert((kind.group.clone(), kind.kind.clone()));
+    }
+
+    /// The pass, ready to plan.
+    pub(crate) fn finish(self) -> PassInput {
+        self.input
     }
 }
 
 /// Keeps the violation gauges and the once-per-finding log across passes.
-pub struct AuditState {
+pub(crate) struct AuditState {
     metrics: Arc<ControllerMetrics>,
     /// Per kind: the gauge label sets last exported and the finding keys
     /// already logged.
@@ -164,7 +209,7 @@ pub struct AuditState {
 }
 
 impl AuditState {
-    pub fn new(metrics: Arc<ControllerMetrics>) -> Self {
+    pub(crate) fn new(metrics: Arc<ControllerMetrics>) -> Self {
         Self {
             metrics,
             kinds: HashMap::new(),
@@ -174,7 +219,7 @@ impl AuditState {
     /// Records one kind's pass: sets its gauges, drops series that no
     /// longer apply, and logs findings not logged before. Returns how many
     /// were new.
-    pub fn record(&mut self, kind: &MrKind, findings: &[AuditFinding]) -> usize {
+    pub(crate) fn record(&mut self, kind: &MrKind, findings: &[AuditFinding]) -> usize {
         let mut counts: BTreeMap<[String; 3], i64> = BTreeMap::new();
         for f in findings {
             *counts
@@ -220,7 +265,7 @@ impl AuditState {
     }
 
     /// The kind is gone: drop its series.
-    pub fn forget(&mut self, key: &str) {
+    pub(crate) fn forget(&mut self, key: &str) {
         if let Some((labels, _)) = self.kinds.remove(key) {
             for l in labels {
                 let _ = self
@@ -234,13 +279,14 @@ impl AuditState {
 
 /// Audits every MR kind on `interval`, starting once coverage is known.
 /// Runs only on the Lease holder.
-pub async fn run(
+pub(crate) async fn run(
     client: kube::Client,
     mut coverage: channel::Receiver<Option<Arc<Coverage>>>,
     config: Arc<ConfigStore>,
     states: MrStates,
     metrics: Arc<ControllerMetrics>,
     interval: Duration,
+    reports: Option<super::reports::ReportWriter>,
 ) {
     if coverage.wait_for(Option::is_some).await.is_err() {
         return;
@@ -264,6 +310,7 @@ pub async fn run(
         let started = std::time::Instant::now();
         let mut complete = true;
         let (mut objects, mut findings, mut forbidden) = (0, 0, Vec::new());
+        let mut pass = PassCollector::default();
         for kind in cov.kinds() {
             match audit_kind(&client, kind, &config).await {
                 Ok(report) => {
@@ -271,6 +318,7 @@ pub async fn run(
                     findings += report.findings.len();
                     state.record(kind, &report.findings);
                     states.set_paused_by_policy(kind, &report.paused_by_policy);
+                    pass.kind(kind, &report.findings, &report.namespaces);
                     states.set_forbidden(kind, false);
                 }
                 // RBAC does not let mrguard read this kind (the chart lists
@@ -287,9 +335,11 @@ pub async fn run(
                     }
                     state.forget(&kind.key());
                     forbidden.push(kind.key());
+                    pass.failed(kind);
                 }
                 Err(e) => {
                     complete = false;
+                    pass.failed(kind);
                     e.log(
                         Some(&metrics),
                         "audit: failed to list MRs of a kind; keeping its last results",
@@ -312,6 +362,9 @@ pub async fn run(
             seconds = started.elapsed().as_secs_f64(),
             "audit pass done"
         );
+        if let Some(w) = &reports {
+            super::reports::sync_logged(w, &pass.finish(), &metrics).await;
+        }
         tokio::time::sleep(interval).await;
     }
 }
@@ -495,6 +548,7 @@ mod tests {
             states.clone(),
             metrics.clone(),
             Duration::from_secs(600),
+            None,
         ));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while metrics.audit_last_success.get() == 0 {

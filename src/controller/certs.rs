@@ -18,19 +18,16 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use kube::api::{ListParams, PostParams};
-use kube::runtime::watcher;
 use kube::Api;
 use rcgen::PublicKeyData;
 use rustls::client::danger::ServerCertVerifier;
@@ -39,19 +36,17 @@ use rustls::RootCertStore;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio::sync::watch as channel;
 
-use super::{api_err, Backoff, Clock, ControllerError, ControllerMetrics};
-use crate::shutdown::Signal;
+use super::api::{api_err, Backoff, Clock, ControllerError};
+use super::metrics::ControllerMetrics;
+use super::secret::{data, tls_pair, SecretView, CA_CRT, CA_KEY, TLS_CRT, TLS_KEY};
+use super::webhooks::WebhookApi;
 use crate::tls::{self, CaPem, CertStore, PemPair};
 
-pub const CA_CRT: &str = "ca.crt";
-pub const CA_KEY: &str = "ca.key";
-pub const TLS_CRT: &str = "tls.crt";
-pub const TLS_KEY: &str = "tls.key";
 /// When the current CA rotation began (RFC 3339); absent outside rotations.
-pub const ROTATION_STARTED: &str = "mrguard.io/ca-rotation-started";
+pub(crate) const ROTATION_STARTED: &str = "mrguard.io/ca-rotation-started";
 /// How long a new caBundle is published before a certificate from the new
 /// CA is served, so every API server has seen it.
-pub const BUNDLE_SETTLE: Duration = Duration::from_secs(15);
+pub(crate) const BUNDLE_SETTLE: Duration = Duration::from_secs(15);
 /// Most CAs kept in the bundle at once.
 const MAX_BUNDLE: usize = 3;
 /// Longest wait between two checks of a healthy Secret.
@@ -60,7 +55,7 @@ const MAX_REQUEUE: Duration = Duration::from_secs(3600);
 const ROTATION_POLL: Duration = Duration::from_secs(5);
 
 /// The DNS names of the serving certificate for a Service.
-pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
+pub(crate) fn service_names(service: &str, namespace: &str) -> Vec<String> {
     vec![
         service.to_string(),
         format!("{service}.{namespace}"),
@@ -69,23 +64,23 @@ pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
 }
 
 #[derive(Debug, Clone)]
-pub struct CertSettings {
+pub(crate) struct CertSettings {
     /// Names the serving certificate must be valid for.
-    pub names: Vec<String>,
-    pub ca_lifetime: Duration,
-    pub cert_lifetime: Duration,
+    pub(crate) names: Vec<String>,
+    pub(crate) ca_lifetime: Duration,
+    pub(crate) cert_lifetime: Duration,
     /// Renew when less than this part of the lifetime is left.
-    pub renew_fraction: f64,
-    pub settle: Duration,
+    pub(crate) renew_fraction: f64,
+    pub(crate) settle: Duration,
 }
 
 /// One CA certificate of the bundle.
 #[derive(Clone)]
-pub struct CaCert {
-    pub pem: String,
-    pub der: CertificateDer<'static>,
-    pub not_before: i64,
-    pub not_after: i64,
+pub(crate) struct CaCert {
+    pub(crate) pem: String,
+    pub(crate) der: CertificateDer<'static>,
+    pub(crate) not_before: i64,
+    pub(crate) not_after: i64,
 }
 
 impl std::fmt::Debug for CaCert {
@@ -97,7 +92,7 @@ impl std::fmt::Debug for CaCert {
 }
 
 /// PEM-encodes one DER certificate, 64 characters a line.
-pub fn pem_encode(der: &[u8]) -> String {
+pub(crate) fn pem_encode(der: &[u8]) -> String {
     use base64::Engine;
     let b64 = base64::engine::general_purpose::STANDARD.encode(der);
     let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
@@ -110,7 +105,7 @@ pub fn pem_encode(der: &[u8]) -> String {
 }
 
 /// Parses a PEM bundle into its certificates; unreadable input is empty.
-pub fn parse_bundle(pem: &[u8]) -> Vec<CaCert> {
+pub(crate) fn parse_bundle(pem: &[u8]) -> Vec<CaCert> {
     let Ok(ders) = tls::parse_certs(pem, "ca.crt") else {
         return Vec::new();
     };
@@ -127,37 +122,21 @@ pub fn parse_bundle(pem: &[u8]) -> Vec<CaCert> {
         .collect()
 }
 
-fn data<'a>(secret: &'a Secret, key: &str) -> Option<&'a [u8]> {
-    secret
-        .data
-        .as_ref()?
-        .get(key)
-        .map(|b| b.0.as_slice())
-        .filter(|b| !b.is_empty())
-}
-
 /// What the Secret holds, parsed.
 #[derive(Debug, Clone, Default)]
-pub struct SecretContents {
-    pub bundle: Vec<CaCert>,
-    pub ca_key: Option<String>,
-    pub leaf: Option<PemPair>,
-    pub rotation_started: Option<Timestamp>,
+pub(crate) struct SecretContents {
+    pub(crate) bundle: Vec<CaCert>,
+    pub(crate) ca_key: Option<String>,
+    pub(crate) leaf: Option<PemPair>,
+    pub(crate) rotation_started: Option<Timestamp>,
 }
 
 impl SecretContents {
-    pub fn from_secret(secret: &Secret) -> Self {
-        let leaf = match (data(secret, TLS_CRT), data(secret, TLS_KEY)) {
-            (Some(cert), Some(key)) => Some(PemPair {
-                cert: cert.to_vec(),
-                key: key.to_vec(),
-            }),
-            _ => None,
-        };
+    pub(crate) fn from_secret(secret: &Secret) -> Self {
         Self {
             bundle: data(secret, CA_CRT).map(parse_bundle).unwrap_or_default(),
             ca_key: data(secret, CA_KEY).and_then(|k| String::from_utf8(k.to_vec()).ok()),
-            leaf,
+            leaf: tls_pair(secret),
             rotation_started: secret
                 .metadata
                 .annotations
@@ -165,10 +144,6 @@ impl SecretContents {
                 .and_then(|a| a.get(ROTATION_STARTED))
                 .and_then(|t| t.parse().ok()),
         }
-    }
-
-    pub fn bundle_pem(&self) -> String {
-        self.bundle.iter().map(|c| c.pem.as_str()).collect()
     }
 }
 
@@ -184,7 +159,7 @@ fn key_matches(cert: &CertificateDer<'_>, key_pem: &str) -> bool {
 }
 
 /// Whether `chain` verifies against `ca` alone for every name at `now`.
-pub fn chain_verifies(
+pub(crate) fn chain_verifies(
     chain: &[CertificateDer<'static>],
     ca: &CertificateDer<'static>,
     names: &[String],
@@ -232,7 +207,7 @@ fn until_window(not_before: i64, not_after: i64, now: Timestamp, fraction: f64) 
 
 /// The next step for the Secret.
 #[derive(Debug, Clone, PartialEq)]
-pub enum CertPlan {
+pub(crate) enum CertPlan {
     /// In order; check again after this long.
     Keep { requeue: Duration },
     /// Nothing worth keeping: a new CA and serving certificate.
@@ -251,7 +226,11 @@ pub enum CertPlan {
 }
 
 /// Decides the next step from the Secret's contents alone.
-pub fn plan(contents: Option<&SecretContents>, now: Timestamp, s: &CertSettings) -> CertPlan {
+pub(crate) fn plan(
+    contents: Option<&SecretContents>,
+    now: Timestamp,
+    s: &CertSettings,
+) -> CertPlan {
     let Some(c) = contents else {
         return CertPlan::Create;
     };
@@ -332,11 +311,11 @@ pub fn plan(contents: Option<&SecretContents>, now: Timestamp, s: &CertSettings)
 
 /// The Secret's new contents.
 #[derive(Debug, Clone)]
-pub struct NewContents {
-    pub bundle: Vec<String>,
-    pub ca_key: String,
-    pub leaf: PemPair,
-    pub rotation_started: Option<Timestamp>,
+pub(crate) struct NewContents {
+    pub(crate) bundle: Vec<String>,
+    pub(crate) ca_key: String,
+    pub(crate) leaf: PemPair,
+    pub(crate) rotation_started: Option<Timestamp>,
 }
 
 fn new_ca(s: &CertSettings, now: Timestamp) -> Result<CaPem, ControllerError> {
@@ -371,7 +350,7 @@ fn canonical(pem: &str) -> String {
 }
 
 /// Computes the new contents for a plan that writes; `None` for the others.
-pub fn execute(
+pub(crate) fn execute(
     plan: &CertPlan,
     contents: Option<&SecretContents>,
     now: Timestamp,
@@ -455,7 +434,7 @@ pub fn execute(
 }
 
 /// Whether every replica serves a certificate that `ca` alone verifies.
-pub trait ServingProbe: Send + Sync {
+pub(crate) trait ServingProbe: Send + Sync {
     fn all_serve<'a>(
         &'a self,
         ca: &'a CertificateDer<'static>,
@@ -464,12 +443,12 @@ pub trait ServingProbe: Send + Sync {
 
 /// Probes this replica's own store and every ready endpoint of the Service
 /// with a TLS handshake that trusts only the new CA.
-pub struct EndpointProbe {
-    pub slices: Api<EndpointSlice>,
-    pub service: String,
-    pub port: u16,
-    pub server_name: String,
-    pub local: Arc<CertStore>,
+pub(crate) struct EndpointProbe {
+    pub(crate) slices: Api<EndpointSlice>,
+    pub(crate) service: String,
+    pub(crate) port: u16,
+    pub(crate) server_name: String,
+    pub(crate) local: Arc<CertStore>,
 }
 
 impl ServingProbe for EndpointProbe {
@@ -542,18 +521,18 @@ async fn handshake(addr: SocketAddr, ca: &CertificateDer<'static>, server_name: 
 }
 
 /// Keeps the Secret valid. Runs only on the Lease holder.
-pub struct CertReconciler {
-    pub secrets: Api<Secret>,
-    pub name: String,
-    pub settings: CertSettings,
-    pub clock: Arc<dyn Clock>,
-    pub webhooks: super::webhooks::WebhookApi,
-    pub probe: Arc<dyn ServingProbe>,
+pub(crate) struct CertReconciler {
+    pub(crate) secrets: Api<Secret>,
+    pub(crate) name: String,
+    pub(crate) settings: CertSettings,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) webhooks: WebhookApi,
+    pub(crate) probe: Arc<dyn ServingProbe>,
 }
 
 impl CertReconciler {
     /// One pass: read, decide, write at most once. Returns when to look again.
-    pub async fn reconcile(&self) -> Result<Duration, ControllerError> {
+    pub(crate) async fn reconcile(&self) -> Result<Duration, ControllerError> {
         let now = self.clock.now();
         let existing = self
             .secrets
@@ -656,7 +635,7 @@ impl CertReconciler {
 
     /// Reconciles until aborted: on every Secret change, when a step is due,
     /// and with backoff after failures.
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         mut secret: channel::Receiver<SecretView>,
         metrics: Arc<ControllerMetrics>,
@@ -698,149 +677,6 @@ fn rotation_annotations(
         }
     }
     (!a.is_empty()).then_some(a)
-}
-
-/// The CA bundle every replica last read from the Secret.
-#[derive(Clone, Default, PartialEq)]
-pub struct SecretView {
-    /// The first list of the Secret finished.
-    pub synced: bool,
-    pub exists: bool,
-    /// `ca.crt` as stored, which is what the caBundle must be.
-    pub bundle: Option<Arc<Vec<u8>>>,
-}
-
-impl std::fmt::Debug for SecretView {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SecretView")
-            .field("synced", &self.synced)
-            .field("exists", &self.exists)
-            .field("bundle_bytes", &self.bundle.as_ref().map(|b| b.len()))
-            .finish()
-    }
-}
-
-/// Loads the serving certificate from the Secret into `store` on every
-/// replica, publishes the CA bundle, and marks the server ready once a
-/// certificate from the Secret is in place.
-pub async fn run_loader(
-    secrets: Api<Secret>,
-    name: String,
-    store: Arc<CertStore>,
-    ready: Arc<AtomicBool>,
-    view: channel::Sender<SecretView>,
-    shutdown: Signal,
-) {
-    let fields = format!("metadata.name={name}");
-    let mut stream =
-        super::retry::backoff_watcher(watcher(secrets, watcher::Config::default().fields(&fields)))
-            .boxed();
-    let mut last: Option<PemPair> = None;
-    let mut seen_in_list = false;
-    let mut watch_error = super::retry::ErrorOnce::default();
-    loop {
-        let event = tokio::select! {
-            e = stream.next() => e,
-            _ = shutdown.wait() => return,
-        };
-        let Some(event) = event else { return };
-        if super::retry::watcher_progress(&event) {
-            watch_error.ok("TLS Secret watch");
-        }
-        let secret = match event {
-            Ok(watcher::Event::Apply(s)) | Ok(watcher::Event::InitApply(s)) => {
-                seen_in_list = true;
-                Some(s)
-            }
-            Ok(watcher::Event::Delete(_)) => None,
-            Ok(watcher::Event::Init) => {
-                seen_in_list = false;
-                continue;
-            }
-            Ok(watcher::Event::InitDone) => {
-                if !seen_in_list {
-                    publish(
-                        &view,
-                        SecretView {
-                            synced: true,
-                            exists: false,
-                            bundle: None,
-                        },
-                    );
-                }
-                continue;
-            }
-            Err(e) => {
-                let e = ControllerError::Api {
-                    verb: "watch",
-                    resource: "secrets",
-                    object: name.clone(),
-                    source: super::coverage::watcher_source(e),
-                };
-                watch_error.failed(
-                    &e,
-                    None,
-                    "failed to watch the TLS Secret; retrying with backoff",
-                );
-                continue;
-            }
-        };
-        let Some(secret) = secret else {
-            tracing::warn!(secret = %name, "the TLS Secret was deleted; serving the last certificate");
-            publish(
-                &view,
-                SecretView {
-                    synced: true,
-                    exists: false,
-                    bundle: None,
-                },
-            );
-            continue;
-        };
-        let pair = match (data(&secret, TLS_CRT), data(&secret, TLS_KEY)) {
-            (Some(c), Some(k)) => Some(PemPair {
-                cert: c.to_vec(),
-                key: k.to_vec(),
-            }),
-            _ => None,
-        };
-        if let Some(pair) = pair.filter(|p| last.as_ref() != Some(p)) {
-            match pair.certified_key() {
-                Ok(ck) => {
-                    store.replace(ck);
-                    last = Some(pair);
-                    tracing::info!(secret = %name, "loaded the serving certificate from the Secret");
-                    if !shutdown.is_fired() {
-                        ready.store(true, Ordering::Release);
-                    }
-                }
-                Err(e) => {
-                    store.record_failure();
-                    tracing::warn!(error = %e, secret = %name, "the Secret's certificate pair is unusable; keeping the current one");
-                }
-            }
-        }
-        let bundle = data(&secret, CA_CRT).map(|b| Arc::new(b.to_vec()));
-        publish(
-            &view,
-            SecretView {
-                synced: true,
-                exists: true,
-                bundle,
-            },
-        );
-    }
-}
-
-fn publish(tx: &channel::Sender<SecretView>, v: SecretView) {
-    tx.send_if_modified(|cur| {
-        if *cur == v {
-            false
-        } else {
-            *cur = v;
-            true
-        }
-    });
 }
 
 #[cfg(test)]
@@ -1120,9 +956,9 @@ mod tests {
             name: "mrguard-tls".into(),
             settings: rotation_settings(),
             clock,
-            webhooks: super::super::webhooks::WebhookApi::new(
+            webhooks: WebhookApi::new(
                 client,
-                super::super::webhooks::WebhookNames {
+                crate::controller::webhooks::WebhookNames {
                     mutating: "mrguard".into(),
                     validating: "mrguard".into(),
                 },
@@ -1228,7 +1064,7 @@ mod tests {
         assert_eq!(api.writes().len(), before);
 
         // The webhooks carry both CAs: the leaf switches to the new CA.
-        *published.lock().unwrap() = c1.bundle_pem();
+        *published.lock().unwrap() = c1.bundle.iter().map(|c| c.pem.as_str()).collect();
         r.reconcile().await.unwrap();
         let c2 = secret_contents(&current.lock().unwrap());
         assert_eq!(c2.bundle.len(), 2);
@@ -1264,64 +1100,11 @@ mod tests {
         });
         let r = reconciler(client, Arc::new(ManualClock::new(Timestamp::now())), true);
         let e = r.reconcile().await.unwrap_err();
-        assert!(e.is_conflict());
+        assert_eq!(e.status_code(), Some(409));
         assert!(
             e.to_string()
                 .starts_with("failed to create secrets mrguard-tls"),
             "{e}"
         );
-    }
-
-    #[tokio::test]
-    async fn every_replica_loads_the_secret_and_becomes_ready() {
-        let s = settings();
-        let new = create(&s);
-        let secret = secret_json(&new);
-        let (client, api) = mock::client(move |r| {
-            if r.query.contains("watch=true") {
-                Reply::Hang
-            } else {
-                Reply::Json(
-                    200,
-                    json!({"apiVersion": "v1", "kind": "SecretList",
-                    "metadata": {"resourceVersion": "10"}, "items": [secret.clone()]}),
-                )
-            }
-        });
-        let (pair, _) = tls::self_signed(&tls::local_names()).unwrap();
-        let store = CertStore::new(pair.certified_key().unwrap(), None);
-        let ready = Arc::new(AtomicBool::new(false));
-        let (tx, mut rx) = channel::channel(SecretView::default());
-        let (_trigger, signal) = crate::shutdown::channel();
-        let task = tokio::spawn(run_loader(
-            Api::namespaced(client, "crossplane-system"),
-            "mrguard-tls".into(),
-            store.clone(),
-            ready.clone(),
-            tx,
-            signal,
-        ));
-        tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|v| v.exists))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(ready.load(Ordering::Acquire));
-        let served = store.current();
-        assert_eq!(
-            served.cert[0],
-            tls::parse_certs(&new.leaf.cert, "leaf").unwrap()[0]
-        );
-        assert_eq!(
-            rx.borrow().bundle.as_deref().unwrap().as_slice(),
-            new.bundle.concat().as_bytes()
-        );
-        let list = &api.requests()[0];
-        assert!(
-            list.query
-                .contains("fieldSelector=metadata.name%3Dmrguard-tls"),
-            "{}",
-            list.query
-        );
-        task.abort();
     }
 }

@@ -37,7 +37,7 @@ use super::ControllerError;
 /// The default of `--api-streams-per-connection`: well under
 /// kube-apiserver's 250 (`--http2-max-streams-per-connection`, Go's
 /// default), so that lists and writes always find a free stream.
-pub const DEFAULT_STREAMS_PER_CONNECTION: usize = 100;
+pub(crate) const DEFAULT_STREAMS_PER_CONNECTION: usize = 100;
 
 /// Interval of the HTTP/2 PINGs that check a connection is alive.
 const KEEP_ALIVE: Duration = Duration::from_secs(30);
@@ -54,7 +54,7 @@ fn setup(e: impl std::fmt::Display) -> ControllerError {
 /// requests per connection. kube's own HTTP/1.1 client when
 /// `streams_per_connection` is 0, for a plain-HTTP URL, or behind a proxy
 /// (kube handles proxies).
-pub fn client(
+pub(crate) fn client(
     config: kube::Config,
     streams_per_connection: usize,
 ) -> Result<kube::Client, ControllerError> {
@@ -184,7 +184,7 @@ impl tower::Service<hyper::Request<Body>> for Balancer {
 }
 
 /// A response body that holds its stream's place until it is dropped.
-pub struct Counted {
+pub(crate) struct Counted {
     body: Incoming,
     _guard: StreamGuard,
 }

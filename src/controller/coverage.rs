@@ -15,53 +15,55 @@ use kube::{Api, Resource};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch as channel;
 
-use super::ControllerMetrics;
+use super::api::{watcher_source, ControllerError};
+use super::metrics::ControllerMetrics;
+use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
 
-pub const MANAGED_CATEGORY: &str = "managed";
-pub const MUTATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE"];
-pub const VALIDATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];
+pub(crate) const MANAGED_CATEGORY: &str = "managed";
+pub(crate) const MUTATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE"];
+pub(crate) const VALIDATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];
 /// CRDs of big providers carry large schemas: list them in small pages.
-const CRD_PAGE_SIZE: u32 = 50;
+pub(crate) const CRD_PAGE_SIZE: u32 = 50;
 
 /// The parts of a CustomResourceDefinition the controller reads. The
 /// schemas, often most of a provider CRD's size, are skipped while decoding.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct CrdSummary {
+pub(crate) struct CrdSummary {
     #[serde(default)]
-    pub metadata: ObjectMeta,
+    pub(crate) metadata: ObjectMeta,
     #[serde(default)]
-    pub spec: CrdSummarySpec,
+    pub(crate) spec: CrdSummarySpec,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct CrdSummarySpec {
+pub(crate) struct CrdSummarySpec {
     #[serde(default)]
-    pub group: String,
+    pub(crate) group: String,
     #[serde(default)]
-    pub names: CrdNames,
+    pub(crate) names: CrdNames,
     #[serde(default)]
-    pub scope: String,
+    pub(crate) scope: String,
     #[serde(default)]
-    pub versions: Vec<CrdVersion>,
+    pub(crate) versions: Vec<CrdSummaryVersion>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct CrdNames {
+pub(crate) struct CrdNames {
     #[serde(default)]
-    pub kind: String,
+    pub(crate) kind: String,
     #[serde(default)]
-    pub plural: String,
+    pub(crate) plural: String,
     #[serde(default)]
-    pub categories: Vec<String>,
+    pub(crate) categories: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct CrdVersion {
-    pub name: String,
+pub(crate) struct CrdSummaryVersion {
+    pub(crate) name: String,
     #[serde(default)]
-    pub served: bool,
+    pub(crate) served: bool,
     #[serde(default)]
-    pub storage: bool,
+    pub(crate) storage: bool,
 }
 
 impl Resource for CrdSummary {
@@ -103,7 +105,7 @@ pub struct MrKind {
 
 impl MrKind {
     /// The kind, when the CRD is an MR CRD with a served version.
-    pub fn from_crd(crd: &CrdSummary) -> Option<Self> {
+    pub(crate) fn from_crd(crd: &CrdSummary) -> Option<Self> {
         let s = &crd.spec;
         if !s.names.categories.iter().any(|c| c == MANAGED_CATEGORY)
             || s.group.is_empty()
@@ -136,7 +138,7 @@ impl MrKind {
         })
     }
 
-    pub fn api_resource(&self) -> ApiResource {
+    pub(crate) fn api_resource(&self) -> ApiResource {
         ApiResource {
             group: self.group.clone(),
             version: self.read_version.clone(),
@@ -147,19 +149,19 @@ impl MrKind {
     }
 
     /// `plural.group`, the CRD's name.
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         format!("{}.{}", self.plural, self.group)
     }
 }
 
 /// The MR kinds, keyed by CRD name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Coverage {
+pub(crate) struct Coverage {
     kinds: BTreeMap<String, MrKind>,
 }
 
 impl Coverage {
-    pub fn from_crds<'a>(crds: impl IntoIterator<Item = &'a CrdSummary>) -> Self {
+    pub(crate) fn from_crds<'a>(crds: impl IntoIterator<Item = &'a CrdSummary>) -> Self {
         let mut c = Self::default();
         for crd in crds {
             c.upsert(crd);
@@ -168,7 +170,7 @@ impl Coverage {
     }
 
     /// Adds, changes or (when it is no longer an MR CRD) removes one CRD.
-    pub fn upsert(&mut self, crd: &CrdSummary) {
+    pub(crate) fn upsert(&mut self, crd: &CrdSummary) {
         let name = crd.metadata.name.clone().unwrap_or_default();
         match MrKind::from_crd(crd) {
             Some(k) => {
@@ -180,28 +182,24 @@ impl Coverage {
         }
     }
 
-    pub fn remove(&mut self, crd: &CrdSummary) {
+    pub(crate) fn remove(&mut self, crd: &CrdSummary) {
         if let Some(name) = &crd.metadata.name {
             self.kinds.remove(name);
         }
     }
 
-    pub fn kinds(&self) -> impl Iterator<Item = &MrKind> {
+    pub(crate) fn kinds(&self) -> impl Iterator<Item = &MrKind> {
         self.kinds.values()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.kinds.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.kinds.is_empty()
     }
 
     /// Webhook rules covering exactly these kinds: one rule per group and
     /// version set, listing that group's plurals. No wildcard anywhere, and
     /// no subresources.
-    pub fn rules(&self, operations: &[&str]) -> Vec<RuleWithOperations> {
+    pub(crate) fn rules(&self, operations: &[&str]) -> Vec<RuleWithOperations> {
         let mut by_group: BTreeMap<(&str, &[String]), Vec<&str>> = BTreeMap::new();
         for k in self.kinds.values() {
             by_group
@@ -228,13 +226,13 @@ impl Coverage {
 
 /// Watches CRDs and publishes the coverage after the first full list and
 /// after every change to the set of MR kinds.
-pub async fn run_crd_watch(
+pub(crate) async fn run_crd_watch(
     client: kube::Client,
     tx: channel::Sender<Option<Arc<Coverage>>>,
     metrics: Arc<ControllerMetrics>,
 ) {
     let api: Api<CrdSummary> = Api::all(client);
-    let mut stream = super::retry::backoff_watcher(watcher(
+    let mut stream = backoff_watcher(watcher(
         api,
         watcher::Config::default().page_size(CRD_PAGE_SIZE),
     ))
@@ -242,9 +240,9 @@ pub async fn run_crd_watch(
     let mut current = Coverage::default();
     let mut listing: Option<Coverage> = None;
     let mut synced = false;
-    let mut watch_error = super::retry::ErrorOnce::default();
+    let mut watch_error = ErrorOnce::default();
     while let Some(event) = stream.next().await {
-        if super::retry::watcher_progress(&event) {
+        if watcher_progress(&event) {
             watch_error.ok("CRD watch");
         }
         match event {
@@ -263,7 +261,7 @@ pub async fn run_crd_watch(
             Ok(watcher::Event::Apply(crd)) => current.upsert(&crd),
             Ok(watcher::Event::Delete(crd)) => current.remove(&crd),
             Err(e) => {
-                let e = super::ControllerError::Api {
+                let e = ControllerError::Api {
                     verb: "watch",
                     resource: "customresourcedefinitions.apiextensions.k8s.io",
                     object: String::new(),
@@ -288,17 +286,6 @@ pub async fn run_crd_watch(
             metrics.covered_kinds.set(current.len() as i64);
             let _ = tx.send(Some(Arc::new(current.clone())));
         }
-    }
-}
-
-/// The client error inside a watcher error, for uniform logging.
-pub(crate) fn watcher_source(e: watcher::Error) -> kube::Error {
-    match e {
-        watcher::Error::InitialListFailed(e)
-        | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => e,
-        watcher::Error::WatchError(status) => kube::Error::Api(status),
-        other => kube::Error::Service(other.to_string().into()),
     }
 }
 

@@ -24,7 +24,7 @@ use kube::api::PostParams;
 use kube::Api;
 use tokio::sync::watch as channel;
 
-use super::{api_err, Clock, ControllerError};
+use super::api::{api_err, Clock, ControllerError};
 use crate::shutdown::Signal;
 
 const RESOURCE: &str = "leases.coordination.k8s.io";
@@ -32,7 +32,7 @@ const RESOURCE: &str = "leases.coordination.k8s.io";
 /// A holder and its last renewal, as read from the Lease.
 type Record = (Option<String>, Option<Timestamp>);
 
-pub struct LeaderElector {
+pub(crate) struct LeaderElector {
     api: Api<Lease>,
     name: String,
     identity: String,
@@ -43,7 +43,7 @@ pub struct LeaderElector {
 }
 
 impl LeaderElector {
-    pub fn new(
+    pub(crate) fn new(
         api: Api<Lease>,
         name: &str,
         identity: &str,
@@ -68,7 +68,7 @@ impl LeaderElector {
 
     /// One round: acquire, renew, or observe. Ok(true) means this replica
     /// holds the Lease now.
-    pub async fn try_acquire_or_renew(&mut self) -> Result<bool, ControllerError> {
+    pub(crate) async fn try_acquire_or_renew(&mut self) -> Result<bool, ControllerError> {
         let now = self.clock.now();
         let existing = self
             .api
@@ -141,7 +141,7 @@ impl LeaderElector {
     }
 
     /// Gives the Lease up so another replica can take over at once.
-    pub async fn release(&self) -> Result<(), ControllerError> {
+    pub(crate) async fn release(&self) -> Result<(), ControllerError> {
         let Some(mut lease) = self
             .api
             .get_opt(&self.name)
@@ -168,7 +168,7 @@ impl LeaderElector {
     }
 
     /// Campaigns until `shutdown`; publishes leadership on `tx`.
-    pub async fn run(mut self, tx: channel::Sender<bool>, shutdown: Signal) {
+    pub(crate) async fn run(mut self, tx: channel::Sender<bool>, shutdown: Signal) {
         let retry = self.duration / 3;
         let deadline =
             SignedDuration::try_from(self.duration * 2 / 3).unwrap_or(SignedDuration::ZERO);

@@ -1,4 +1,4 @@
-//! The controller's metrics, registered on the shared registry (SPEC §9).
+//! The controller's metrics, registered on the shared registry (docs/metrics.md).
 //! Only the Lease holder exports the MR and audit gauges; the others clear
 //! them, so summing over replicas does not double-count.
 
@@ -112,7 +112,7 @@ impl ControllerMetrics {
     }
 
     /// Drops what only the leader knows, when leadership ends.
-    pub fn clear_leader_state(&self) {
+    pub(crate) fn clear_leader_state(&self) {
         self.leader.set(0);
         self.managed_resources.reset();
         self.audit_violations.reset();

@@ -23,12 +23,12 @@ type Frames = mpsc::UnboundedSender<Result<Frame<Bytes>, Infallible>>;
 /// One request as the API server saw it.
 #[derive(Debug, Clone)]
 pub(crate) struct Recorded {
-    pub method: String,
-    pub path: String,
-    pub query: String,
-    pub content_type: String,
-    pub accept: String,
-    pub body: Value,
+    pub(crate) method: String,
+    pub(crate) path: String,
+    pub(crate) query: String,
+    pub(crate) content_type: String,
+    pub(crate) accept: String,
+    pub(crate) body: Value,
 }
 
 pub(crate) enum Reply {
@@ -205,7 +205,7 @@ impl ManualClock {
     }
 }
 
-impl super::Clock for ManualClock {
+impl super::api::Clock for ManualClock {
     fn now(&self) -> Timestamp {
         *self.0.lock().unwrap()
     }

@@ -17,7 +17,8 @@ use futures::{Stream, StreamExt};
 use kube::runtime::utils::{Backoff, StreamBackoff};
 use kube::runtime::watcher::{self, DefaultBackoff};
 
-use super::{ControllerError, ControllerMetrics};
+use super::api::ControllerError;
+use super::metrics::ControllerMetrics;
 
 /// Whether a watcher item shows that the API server answered a list or a
 /// watch. `Init` is only the watcher announcing a (re)list it has not made

@@ -33,17 +33,18 @@ use kube::Api;
 use serde_json::json;
 use tokio::sync::watch as channel;
 
+use super::api::{api_err, watcher_source, Backoff, ControllerError};
 use super::coverage::{Coverage, MrKind};
+use super::metrics::ControllerMetrics;
 use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
-use super::{api_err, Backoff, ControllerError, ControllerMetrics};
 use mrguard_policy::mr::{Mr, CREATE_PENDING};
 
-pub const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
+pub(crate) const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
+pub(crate) const REPORTING_CONTROLLER: &str = "mrguard.io/controller";
 
 /// 404s on a kind's watch logged at debug before one is a warning: the
 /// backoff (0.8 s doubling, jittered) makes that 5 to 10 s.
 const QUIET_NOT_FOUND: u32 = 3;
-pub const REPORTING_CONTROLLER: &str = "mrguard.io/controller";
 
 /// What the gauges count for one MR.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,7 +57,7 @@ pub struct ObjState {
 }
 
 impl ObjState {
-    pub fn from_meta(meta: &ObjectMeta) -> Self {
+    pub(crate) fn from_meta(meta: &ObjectMeta) -> Self {
         let annotations = meta.annotations.clone().unwrap_or_default();
         let pending = annotations.get(CREATE_PENDING).cloned();
         let v = json!({"metadata": {"annotations": annotations}});
@@ -68,7 +69,7 @@ impl ObjState {
         }
     }
 
-    pub fn paused(&self) -> bool {
+    pub(crate) fn paused(&self) -> bool {
         self.paused_annotation || self.paused_policy
     }
 }
@@ -100,7 +101,7 @@ impl MrStates {
 
     /// Marks a kind as forbidden (a 403 on list or watch) or allowed (a
     /// list or watch that worked). Returns whether it changed.
-    pub fn set_forbidden(&self, kind: &MrKind, forbidden: bool) -> bool {
+    pub(crate) fn set_forbidden(&self, kind: &MrKind, forbidden: bool) -> bool {
         let mut set = self.forbidden.lock().unwrap_or_else(|p| p.into_inner());
         let changed = if forbidden {
             set.insert(kind.key())
@@ -112,7 +113,8 @@ impl MrStates {
     }
 
     /// The kinds RBAC forbids listing, by CRD name.
-    pub fn forbidden(&self) -> Vec<String> {
+    #[cfg(test)]
+    pub(crate) fn forbidden(&self) -> Vec<String> {
         let set = self.forbidden.lock().unwrap_or_else(|p| p.into_inner());
         set.iter().cloned().collect()
     }
@@ -140,7 +142,7 @@ impl MrStates {
     }
 
     /// After a full list: the kind's objects are exactly these.
-    pub fn replace_kind(&self, kind: &MrKind, objects: HashMap<String, ObjState>) {
+    pub(crate) fn replace_kind(&self, kind: &MrKind, objects: HashMap<String, ObjState>) {
         self.with_kind(kind, |k| {
             let old = std::mem::take(&mut k.objects);
             k.objects = objects;
@@ -157,14 +159,14 @@ impl MrStates {
         });
     }
 
-    pub fn remove(&self, kind: &MrKind, uid: &str) {
+    pub(crate) fn remove(&self, kind: &MrKind, uid: &str) {
         self.with_kind(kind, |k| {
             k.objects.remove(uid);
         });
     }
 
     /// From the audit: which objects of the kind have `managementPolicies: []`.
-    pub fn set_paused_by_policy(&self, kind: &MrKind, uids: &HashSet<String>) {
+    pub(crate) fn set_paused_by_policy(&self, kind: &MrKind, uids: &HashSet<String>) {
         self.with_kind(kind, |k| {
             for (uid, o) in k.objects.iter_mut() {
                 o.paused_policy = uids.contains(uid);
@@ -173,7 +175,7 @@ impl MrStates {
     }
 
     /// The kind is no longer an MR kind: forget it and its series.
-    pub fn drop_kind(&self, kind: &MrKind) {
+    pub(crate) fn drop_kind(&self, kind: &MrKind) {
         self.set_forbidden(kind, false);
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = inner.remove(&kind.key()) {
@@ -189,22 +191,22 @@ impl MrStates {
 
 /// Event keys already reported, shared across leadership terms.
 #[derive(Clone, Default)]
-pub struct EventDedup(Arc<Mutex<HashSet<String>>>);
+pub(crate) struct EventDedup(Arc<Mutex<HashSet<String>>>);
 
 impl EventDedup {
-    pub fn contains(&self, key: &str) -> bool {
+    pub(crate) fn contains(&self, key: &str) -> bool {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .contains(key)
     }
 
-    pub fn insert(&self, key: String) {
+    pub(crate) fn insert(&self, key: String) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
     }
 
     /// Forgets every key of a deleted object.
-    pub fn forget_uid(&self, uid: &str) {
+    pub(crate) fn forget_uid(&self, uid: &str) {
         let prefix = format!("{uid}@");
         self.0
             .lock()
@@ -215,16 +217,16 @@ impl EventDedup {
 
 /// Which object an Event is about.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ObjRef {
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
-    pub namespace: Option<String>,
-    pub uid: String,
+pub(crate) struct ObjRef {
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) namespace: Option<String>,
+    pub(crate) uid: String,
 }
 
 impl ObjRef {
-    pub fn new(kind: &MrKind, meta: &ObjectMeta) -> Option<Self> {
+    pub(crate) fn new(kind: &MrKind, meta: &ObjectMeta) -> Option<Self> {
         Some(Self {
             api_version: kind.api_resource().api_version,
             kind: kind.kind.clone(),
@@ -249,13 +251,13 @@ impl ObjRef {
     }
 }
 
-pub fn event_key(uid: &str, pending: &str) -> String {
+pub(crate) fn event_key(uid: &str, pending: &str) -> String {
     format!("{uid}@{pending}")
 }
 
 /// The Event's note: names the incomplete creation, so that a new leader
 /// can tell which ones its predecessor reported.
-pub fn leak_note(pending: &str) -> String {
+pub(crate) fn leak_note(pending: &str) -> String {
     format!("{LEAK_NOTE_HEAD} ({PENDING_MARK}{pending}). {LEAK_NOTE_TAIL}")
 }
 
@@ -276,14 +278,14 @@ fn pending_in_note(note: &str) -> Option<&str> {
 /// per incomplete creation, and a repeat about the same MR (a new
 /// incomplete creation within kube's six-minute series window) counts
 /// into the existing Event's series instead of adding another.
-pub struct EventRecorder {
+pub(crate) struct EventRecorder {
     client: kube::Client,
     recorder: Recorder,
     dedup: EventDedup,
 }
 
 impl EventRecorder {
-    pub fn new(client: kube::Client, instance: String, dedup: EventDedup) -> Self {
+    pub(crate) fn new(client: kube::Client, instance: String, dedup: EventDedup) -> Self {
         let reporter = Reporter {
             controller: REPORTING_CONTROLLER.into(),
             // events.k8s.io limits reportingInstance to 128 characters.
@@ -299,7 +301,7 @@ impl EventRecorder {
     /// Remembers the incomplete creations that existing `PossiblyLeaked`
     /// Events already report, so a new leader does not repeat its
     /// predecessor's.
-    pub async fn seed(&self) -> Result<usize, ControllerError> {
+    pub(crate) async fn seed(&self) -> Result<usize, ControllerError> {
         let api: Api<Event> = Api::all(self.client.clone());
         let lp = ListParams::default().fields(&format!("reason={POSSIBLY_LEAKED}"));
         let list = api
@@ -323,7 +325,7 @@ impl EventRecorder {
 
     /// Reports a possibly leaked external resource once per incomplete
     /// creation. Ok(true) when an Event was written.
-    pub async fn possibly_leaked(
+    pub(crate) async fn possibly_leaked(
         &self,
         obj: &ObjRef,
         pending: &str,
@@ -363,7 +365,7 @@ impl EventRecorder {
 
 /// Watches every MR kind of the coverage; starts and stops per-kind watches
 /// as CRDs come and go. Runs only on the Lease holder.
-pub async fn run(
+pub(crate) async fn run(
     client: kube::Client,
     mut coverage: channel::Receiver<Option<Arc<Coverage>>>,
     states: MrStates,
@@ -414,7 +416,7 @@ pub async fn run(
 }
 
 /// One kind's metadata-only watch.
-pub async fn watch_kind(
+pub(crate) async fn watch_kind(
     client: kube::Client,
     kind: MrKind,
     states: MrStates,
@@ -475,7 +477,7 @@ pub async fn watch_kind(
                         verb: "watch",
                         resource: "managed resources",
                         object: kind.key(),
-                        source: super::coverage::watcher_source(e),
+                        source: watcher_source(e),
                     };
                     // A kind the service account may not list (the chart's
                     // RBAC lists groups; a provider outside them) is

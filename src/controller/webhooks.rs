@@ -11,52 +11,64 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use std::borrow::Cow;
+
 use futures::StreamExt;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhookConfiguration,
-};
+use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::ByteString;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
-use kube::Api;
+use kube::{Api, Resource};
 use rustls_pki_types::CertificateDer;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch as channel;
 
-use super::certs::SecretView;
+use super::api::{api_err, watcher_source, Backoff, ControllerError, FIELD_MANAGER};
 use super::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
-use super::{api_err, Backoff, ControllerError, ControllerMetrics, FIELD_MANAGER};
+use super::metrics::ControllerMetrics;
+use super::retry::{backoff_on_failure, ErrorOnce};
+use super::secret::SecretView;
 
 /// The webhook inside the MutatingWebhookConfiguration whose rules we keep.
-pub const MUTATE_WEBHOOK: &str = "mutate.mrguard.io";
+pub(crate) const MUTATE_WEBHOOK: &str = "mutate.mrguard.io";
 /// The webhook inside the ValidatingWebhookConfiguration whose rules we keep.
-pub const VALIDATE_WEBHOOK: &str = "validate.mrguard.io";
+pub(crate) const VALIDATE_WEBHOOK: &str = "validate.mrguard.io";
 
 /// Conflicts in a row retried at once, after reading the latest version.
 const MAX_QUICK_CONFLICTS: u32 = 3;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebhookNames {
-    pub mutating: String,
-    pub validating: String,
+pub(crate) struct WebhookNames {
+    pub(crate) mutating: String,
+    pub(crate) validating: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ConfigKind {
+pub(crate) enum ConfigKind {
     Mutating,
     Validating,
 }
 
 impl ConfigKind {
-    pub const ALL: [ConfigKind; 2] = [ConfigKind::Mutating, ConfigKind::Validating];
+    pub(crate) const ALL: [ConfigKind; 2] = [ConfigKind::Mutating, ConfigKind::Validating];
 
-    pub fn kind(self) -> &'static str {
+    pub(crate) fn kind(self) -> &'static str {
         match self {
             ConfigKind::Mutating => "MutatingWebhookConfiguration",
             ConfigKind::Validating => "ValidatingWebhookConfiguration",
         }
     }
 
-    pub fn resource(self) -> &'static str {
+    fn plural(self) -> &'static str {
+        match self {
+            ConfigKind::Mutating => "mutatingwebhookconfigurations",
+            ConfigKind::Validating => "validatingwebhookconfigurations",
+        }
+    }
+
+    pub(crate) fn resource(self) -> &'static str {
         match self {
             ConfigKind::Mutating => "mutatingwebhookconfigurations.admissionregistration.k8s.io",
             ConfigKind::Validating => {
@@ -66,14 +78,14 @@ impl ConfigKind {
     }
 
     /// The webhook whose rules are managed.
-    pub fn webhook(self) -> &'static str {
+    pub(crate) fn webhook(self) -> &'static str {
         match self {
             ConfigKind::Mutating => MUTATE_WEBHOOK,
             ConfigKind::Validating => VALIDATE_WEBHOOK,
         }
     }
 
-    pub fn operations(self) -> &'static [&'static str] {
+    pub(crate) fn operations(self) -> &'static [&'static str] {
         match self {
             ConfigKind::Mutating => MUTATE_OPERATIONS,
             ConfigKind::Validating => VALIDATE_OPERATIONS,
@@ -83,45 +95,73 @@ impl ConfigKind {
 
 /// What the controller manages in one configuration, as last observed.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Observed {
-    pub name: String,
-    pub resource_version: Option<String>,
-    pub webhooks: Vec<ObservedWebhook>,
+pub(crate) struct ObservedConfig {
+    pub(crate) name: String,
+    pub(crate) resource_version: Option<String>,
+    pub(crate) webhooks: Vec<ObservedWebhook>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct ObservedWebhook {
-    pub name: String,
-    pub ca_bundle: Vec<u8>,
-    pub rules: Vec<RuleWithOperations>,
+pub(crate) struct ObservedWebhook {
+    pub(crate) name: String,
+    pub(crate) ca_bundle: Vec<u8>,
+    pub(crate) rules: Vec<RuleWithOperations>,
 }
 
-impl From<&MutatingWebhookConfiguration> for Observed {
-    fn from(c: &MutatingWebhookConfiguration) -> Self {
-        Self {
-            name: c.metadata.name.clone().unwrap_or_default(),
-            resource_version: c.metadata.resource_version.clone(),
-            webhooks: c
-                .webhooks
-                .iter()
-                .flatten()
-                .map(|w| ObservedWebhook {
-                    name: w.name.clone(),
-                    ca_bundle: w
-                        .client_config
-                        .ca_bundle
-                        .clone()
-                        .map(|b| b.0)
-                        .unwrap_or_default(),
-                    rules: w.rules.clone().unwrap_or_default(),
-                })
-                .collect(),
-        }
+/// The parts of a webhook configuration the controller reads. Both kinds
+/// have this shape, so one type serves both, the kind being its dynamic
+/// type; everything else is skipped while decoding.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct ConfigSummary {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    webhooks: Option<Vec<WebhookSummary>>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WebhookSummary {
+    name: String,
+    #[serde(default)]
+    client_config: ClientConfigSummary,
+    #[serde(default)]
+    rules: Option<Vec<RuleWithOperations>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClientConfigSummary {
+    #[serde(default)]
+    ca_bundle: Option<ByteString>,
+}
+
+impl Resource for ConfigSummary {
+    type DynamicType = ConfigKind;
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(kind: &ConfigKind) -> Cow<'_, str> {
+        kind.kind().into()
+    }
+    fn group(_: &ConfigKind) -> Cow<'_, str> {
+        "admissionregistration.k8s.io".into()
+    }
+    fn version(_: &ConfigKind) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(kind: &ConfigKind) -> Cow<'_, str> {
+        kind.plural().into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 }
 
-impl From<&ValidatingWebhookConfiguration> for Observed {
-    fn from(c: &ValidatingWebhookConfiguration) -> Self {
+impl From<&ConfigSummary> for ObservedConfig {
+    fn from(c: &ConfigSummary) -> Self {
         Self {
             name: c.metadata.name.clone().unwrap_or_default(),
             resource_version: c.metadata.resource_version.clone(),
@@ -171,9 +211,9 @@ fn canon(rules: &[RuleWithOperations]) -> Vec<CanonRule> {
 
 /// The server-side apply body that brings `observed` to the desired state,
 /// or `None` when it is already there.
-pub fn desired_patch(
+pub(crate) fn desired_patch(
     kind: ConfigKind,
-    observed: &Observed,
+    observed: &ObservedConfig,
     bundle: &[u8],
     rules: &[RuleWithOperations],
 ) -> Option<Value> {
@@ -210,77 +250,73 @@ pub fn desired_patch(
     }))
 }
 
-/// Typed access to both configurations.
+/// Access to both configurations.
 #[derive(Clone)]
-pub struct WebhookApi {
-    mutating: Api<MutatingWebhookConfiguration>,
-    validating: Api<ValidatingWebhookConfiguration>,
-    pub names: WebhookNames,
+pub(crate) struct WebhookApi {
+    client: kube::Client,
+    pub(crate) names: WebhookNames,
 }
 
 impl WebhookApi {
-    pub fn new(client: kube::Client, names: WebhookNames) -> Self {
-        Self {
-            mutating: Api::all(client.clone()),
-            validating: Api::all(client),
-            names,
-        }
+    pub(crate) fn new(client: kube::Client, names: WebhookNames) -> Self {
+        Self { client, names }
     }
 
-    pub fn name(&self, kind: ConfigKind) -> &str {
+    pub(crate) fn name(&self, kind: ConfigKind) -> &str {
         match kind {
             ConfigKind::Mutating => &self.names.mutating,
             ConfigKind::Validating => &self.names.validating,
         }
     }
 
-    pub async fn get(&self, kind: ConfigKind) -> Result<Option<Observed>, ControllerError> {
-        let name = self.name(kind).to_string();
-        let err = api_err("get", kind.resource(), &name);
-        Ok(match kind {
-            ConfigKind::Mutating => self
-                .mutating
-                .get_opt(&name)
-                .await
-                .map_err(err)?
-                .as_ref()
-                .map(Observed::from),
-            ConfigKind::Validating => self
-                .validating
-                .get_opt(&name)
-                .await
-                .map_err(err)?
-                .as_ref()
-                .map(Observed::from),
-        })
+    fn api(&self, kind: ConfigKind) -> Api<ConfigSummary> {
+        Api::all_with(self.client.clone(), &kind)
     }
 
-    pub async fn apply(&self, kind: ConfigKind, body: &Value) -> Result<Observed, ControllerError> {
-        let name = self.name(kind).to_string();
+    pub(crate) async fn get(
+        &self,
+        kind: ConfigKind,
+    ) -> Result<Option<ObservedConfig>, ControllerError> {
+        let name = self.name(kind);
+        let found =
+            self.api(kind)
+                .get_opt(name)
+                .await
+                .map_err(api_err("get", kind.resource(), name))?;
+        Ok(found.as_ref().map(ObservedConfig::from))
+    }
+
+    pub(crate) async fn apply(
+        &self,
+        kind: ConfigKind,
+        body: &Value,
+    ) -> Result<ObservedConfig, ControllerError> {
+        let name = self.name(kind);
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        let err = api_err("patch", kind.resource(), &name);
-        Ok(match kind {
-            ConfigKind::Mutating => Observed::from(
-                &self
-                    .mutating
-                    .patch(&name, &params, &Patch::Apply(body))
-                    .await
-                    .map_err(err)?,
-            ),
-            ConfigKind::Validating => Observed::from(
-                &self
-                    .validating
-                    .patch(&name, &params, &Patch::Apply(body))
-                    .await
-                    .map_err(err)?,
-            ),
+        let applied = self
+            .api(kind)
+            .patch(name, &params, &Patch::Apply(body))
+            .await
+            .map_err(api_err("patch", kind.resource(), name))?;
+        Ok(ObservedConfig::from(&applied))
+    }
+
+    /// The configuration as it changes; `None` while it does not exist.
+    fn watch(&self, kind: ConfigKind) -> impl futures::Stream<Item = Update> + Send + 'static {
+        backoff_on_failure(
+            watcher::watch_object(self.api(kind), self.name(kind)),
+            Result::is_ok,
+        )
+        .map(move |r| match r {
+            Ok(o) => Update::Seen(kind, o.as_ref().map(ObservedConfig::from)),
+            Err(e) => Update::Failed(kind, e),
         })
     }
 
     /// Whether every webhook of both configurations trusts every CA in
     /// `cas`. A deleted configuration calls nobody, so it does not hold a
     /// rotation back.
-    pub async fn bundle_published(
+    pub(crate) async fn bundle_published(
         &self,
         cas: &[CertificateDer<'static>],
     ) -> Result<bool, ControllerError> {
@@ -300,13 +336,13 @@ impl WebhookApi {
 }
 
 /// Brings one configuration in line; returns the new state when it wrote.
-pub async fn reconcile(
+pub(crate) async fn reconcile(
     api: &WebhookApi,
     kind: ConfigKind,
-    observed: Option<&Observed>,
+    observed: Option<&ObservedConfig>,
     bundle: &[u8],
     coverage: &Coverage,
-) -> Result<Option<Observed>, ControllerError> {
+) -> Result<Option<ObservedConfig>, ControllerError> {
     let Some(observed) = observed else {
         // Deleted or never installed: the emergency exit. Never recreate.
         return Ok(None);
@@ -319,42 +355,24 @@ pub async fn reconcile(
 }
 
 enum Update {
-    Seen(ConfigKind, Option<Observed>),
+    Seen(ConfigKind, Option<ObservedConfig>),
     Failed(ConfigKind, watcher::Error),
 }
 
 /// Watches both configurations and keeps them in line with the Secret's CA
 /// bundle and the MR coverage. Runs only on the Lease holder.
-pub async fn run(
+pub(crate) async fn run(
     api: WebhookApi,
     mut secret: channel::Receiver<SecretView>,
     mut coverage: channel::Receiver<Option<Arc<Coverage>>>,
     metrics: Arc<ControllerMetrics>,
 ) {
-    let mutating = super::retry::backoff_on_failure(
-        kube::runtime::watcher::watch_object(api.mutating.clone(), api.name(ConfigKind::Mutating)),
-        Result::is_ok,
-    )
-    .map(|r| match r {
-        Ok(o) => Update::Seen(ConfigKind::Mutating, o.as_ref().map(Observed::from)),
-        Err(e) => Update::Failed(ConfigKind::Mutating, e),
-    });
-    let validating = super::retry::backoff_on_failure(
-        kube::runtime::watcher::watch_object(
-            api.validating.clone(),
-            api.name(ConfigKind::Validating),
-        ),
-        Result::is_ok,
-    )
-    .map(|r| match r {
-        Ok(o) => Update::Seen(ConfigKind::Validating, o.as_ref().map(Observed::from)),
-        Err(e) => Update::Failed(ConfigKind::Validating, e),
-    });
-    let mut updates = futures::stream::select(mutating.boxed(), validating.boxed());
+    let mut updates =
+        futures::stream::select_all(ConfigKind::ALL.map(|kind| api.watch(kind).boxed()));
     // None: not seen yet; Some(None): absent.
-    let mut state: BTreeMap<ConfigKind, Option<Observed>> = BTreeMap::new();
+    let mut state: BTreeMap<ConfigKind, Option<ObservedConfig>> = BTreeMap::new();
     let mut missing_webhook_warned = BTreeMap::new();
-    let mut watch_errors: BTreeMap<ConfigKind, super::retry::ErrorOnce> = BTreeMap::new();
+    let mut watch_errors: BTreeMap<ConfigKind, ErrorOnce> = BTreeMap::new();
     let mut backoff = Backoff::default();
     let mut retry: Option<tokio::time::Instant> = None;
     // Conflicts in a row answered by reading the latest version at once.
@@ -385,7 +403,7 @@ pub async fn run(
                         verb: "watch",
                         resource: kind.resource(),
                         object: api.name(kind).to_string(),
-                        source: super::coverage::watcher_source(e),
+                        source: watcher_source(e),
                     };
                     watch_errors.entry(kind).or_default().failed(
                         &e,
@@ -545,14 +563,8 @@ mod tests {
         for kind in ConfigKind::ALL {
             let rules = cov.rules(kind.operations());
             let v = config_json(kind, "mrguard", b"CA", json!(rules), "1");
-            let observed = match kind {
-                ConfigKind::Mutating => Observed::from(
-                    &serde_json::from_value::<MutatingWebhookConfiguration>(v).unwrap(),
-                ),
-                ConfigKind::Validating => Observed::from(
-                    &serde_json::from_value::<ValidatingWebhookConfiguration>(v).unwrap(),
-                ),
-            };
+            let observed =
+                ObservedConfig::from(&serde_json::from_value::<ConfigSummary>(v).unwrap());
             assert_eq!(desired_patch(kind, &observed, b"CA", &rules), None);
             // Same rules in another order are still in sync.
             let mut reversed = rules.clone();
@@ -577,8 +589,8 @@ mod tests {
         .unwrap();
         let mut v: Value = serde_saphyr::from_str(&fixture).unwrap();
         v["webhooks"][0]["name"] = json!(VALIDATE_WEBHOOK);
-        let c: ValidatingWebhookConfiguration = serde_json::from_value(v).unwrap();
-        let observed = Observed::from(&c);
+        let c: ConfigSummary = serde_json::from_value(v).unwrap();
+        let observed = ObservedConfig::from(&c);
         let rules = coverage().rules(VALIDATE_OPERATIONS);
         let p = desired_patch(ConfigKind::Validating, &observed, b"CA", &rules).unwrap();
         let applied: Vec<RuleWithOperations> =
@@ -666,25 +678,34 @@ mod tests {
             .collect()
     }
 
-    #[tokio::test]
-    async fn drift_seen_by_the_watch_is_repaired() {
+    /// `run` over two configurations in sync with `bundle` and the fixture
+    /// coverage, once both watches are open.
+    struct InSync {
+        state: Arc<std::sync::Mutex<BTreeMap<ConfigKind, Option<Value>>>>,
+        api: mock::MockApi,
+        secret: channel::Sender<SecretView>,
+        coverage: channel::Sender<Option<Arc<Coverage>>>,
+        metrics: Arc<ControllerMetrics>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    async fn start_in_sync(bundle: &[u8]) -> InSync {
         let cov = coverage();
-        let bundle = b"-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n".to_vec();
         let state = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
         for kind in ConfigKind::ALL {
             let rules = json!(cov.rules(kind.operations()));
-            state.lock().unwrap().insert(
-                kind,
-                Some(config_json(kind, "mrguard", &bundle, rules, "5")),
-            );
+            state
+                .lock()
+                .unwrap()
+                .insert(kind, Some(config_json(kind, "mrguard", bundle, rules, "5")));
         }
         let (client, api) = mock::client(respond_with_configs(state.clone()));
-        let (_stx, srx) = channel::channel(SecretView {
+        let (secret, srx) = channel::channel(SecretView {
             synced: true,
             exists: true,
-            bundle: Some(Arc::new(bundle.clone())),
+            bundle: Some(Arc::new(bundle.to_vec())),
         });
-        let (_ctx, crx) = channel::channel(Some(Arc::new(cov.clone())));
+        let (coverage, crx) = channel::channel(Some(Arc::new(cov)));
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
         let task = tokio::spawn(run(
             WebhookApi::new(client, names()),
@@ -694,6 +715,29 @@ mod tests {
         ));
         api.wait_watch("mutatingwebhookconfigurations").await;
         api.wait_watch("validatingwebhookconfigurations").await;
+        InSync {
+            state,
+            api,
+            secret,
+            coverage,
+            metrics,
+            task,
+        }
+    }
+
+    #[tokio::test]
+    async fn drift_seen_by_the_watch_is_repaired() {
+        let cov = coverage();
+        let bundle = b"-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n".to_vec();
+        // The senders stay alive: `run` ends when they are dropped.
+        let InSync {
+            state,
+            api,
+            secret: _secret,
+            coverage: _coverage,
+            metrics,
+            task,
+        } = start_in_sync(&bundle).await;
         // In sync: nothing written.
         assert!(api.writes().is_empty());
 
@@ -848,31 +892,14 @@ mod tests {
 
     #[tokio::test]
     async fn new_coverage_and_bundles_are_applied_but_deleted_configurations_stay_deleted() {
-        let cov = coverage();
-        let state = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
-        for kind in ConfigKind::ALL {
-            let rules = json!(cov.rules(kind.operations()));
-            state
-                .lock()
-                .unwrap()
-                .insert(kind, Some(config_json(kind, "mrguard", b"A", rules, "5")));
-        }
-        let (client, api) = mock::client(respond_with_configs(state.clone()));
-        let (stx, srx) = channel::channel(SecretView {
-            synced: true,
-            exists: true,
-            bundle: Some(Arc::new(b"A".to_vec())),
-        });
-        let (ctx, crx) = channel::channel(Some(Arc::new(cov.clone())));
-        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let task = tokio::spawn(run(
-            WebhookApi::new(client, names()),
-            srx,
-            crx,
-            metrics.clone(),
-        ));
-        api.wait_watch("mutatingwebhookconfigurations").await;
-        api.wait_watch("validatingwebhookconfigurations").await;
+        let InSync {
+            state,
+            api,
+            secret: stx,
+            coverage: ctx,
+            metrics,
+            task,
+        } = start_in_sync(b"A").await;
 
         // A new provider's CRD: both configurations cover it.
         let mut crds = summaries(&fixture_crds());

@@ -26,21 +26,21 @@ use tokio::time::{Instant, Sleep};
 
 /// Requests in flight on one connection, shared with its service.
 #[derive(Debug, Default)]
-pub struct Activity {
+pub(crate) struct Activity {
     in_flight: AtomicUsize,
     started: AtomicUsize,
 }
 
 impl Activity {
     /// Marks a request as started until the guard is dropped.
-    pub fn begin(self: &Arc<Self>) -> InFlight {
+    pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.started.fetch_add(1, Ordering::AcqRel);
         InFlight(self.clone())
     }
 }
 
-pub struct InFlight(Arc<Activity>);
+pub(crate) struct InFlight(Arc<Activity>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -59,7 +59,7 @@ enum Phase {
     Off,
 }
 
-pub struct Guarded<S> {
+pub(crate) struct Guarded<S> {
     inner: S,
     activity: Arc<Activity>,
     phase: Phase,
@@ -70,7 +70,7 @@ pub struct Guarded<S> {
 }
 
 impl<S> Guarded<S> {
-    pub fn new(
+    pub(crate) fn new(
         inner: S,
         activity: Arc<Activity>,
         header_timeout: Duration,

@@ -1,10 +1,11 @@
 //! The HTTPS admission server: a TCP accept loop, a bounded TLS handshake
 //! per connection, then hyper's HTTP/1.1 or HTTP/2 connection (as ALPN
-//! chose) serving the axum router, with read deadlines from [`guard`]. On
+//! chose) serving the axum router, with read deadlines from `guard`. On
 //! shutdown it stops accepting and drains.
 
-pub mod guard;
-pub mod routes;
+mod admission;
+mod guard;
+mod routes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

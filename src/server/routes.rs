@@ -1,69 +1,67 @@
-//! HTTP routes. Handlers decode, call a pure decision function, and encode;
-//! every failure is a JSON error with the right status, never a panic.
+//! The HTTP routes: the two admission endpoints ([`admission`]), the
+//! probes, and a JSON 404 for every other path.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tokio::sync::Semaphore;
 
+use super::admission::{self, json_error, Endpoint};
 use crate::config::ConfigStore;
-use crate::metrics::{AdmissionMetrics, Observed};
-use mrguard_policy::admission::{self, Outcome, Webhook};
+use crate::metrics::AdmissionMetrics;
+use mrguard_policy::admission::Webhook;
 
-/// Bodies above this get 413 (SPEC §6).
+/// Bodies above this get 413 (docs/cli.md).
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
+/// What the routes share.
 #[derive(Clone)]
 pub struct AppState {
+    /// The configuration in force; reloads swap it.
     pub config: Arc<ConfigStore>,
     pub metrics: Option<Arc<AdmissionMetrics>>,
+    /// What `/readyz` reports.
     pub ready: Arc<AtomicBool>,
-    pub limits: Arc<RouteLimits>,
 }
 
+/// Limits of the admission endpoints (docs/cli.md); probes have none.
+#[derive(Debug, Clone)]
 pub struct RouteLimits {
+    /// Larger bodies get 413.
     pub max_body_bytes: usize,
-    /// Bounds reading the body and deciding, below the webhook's own timeout.
+    /// Time for the body to arrive, below the webhook's own timeout; 408 after.
     pub request_timeout: Duration,
-    pub in_flight: Semaphore,
+    /// Admission requests handled at once, both webhooks together; more get 503.
+    pub max_concurrent_requests: usize,
 }
 
-impl RouteLimits {
-    pub fn new(max_body_bytes: usize, request_timeout: Duration, max_concurrent: usize) -> Self {
-        Self {
-            max_body_bytes,
-            request_timeout,
-            in_flight: Semaphore::new(max_concurrent),
-        }
-    }
-}
-
-pub fn router(state: AppState) -> Router {
+pub fn router(state: AppState, limits: &RouteLimits) -> Router {
+    let in_flight = Arc::new(Semaphore::new(limits.max_concurrent_requests));
+    let endpoint = |webhook| {
+        admission::route(
+            Endpoint {
+                webhook,
+                config: state.config.clone(),
+                metrics: state.metrics.clone(),
+                max_body_bytes: limits.max_body_bytes,
+            },
+            limits.request_timeout,
+            in_flight.clone(),
+        )
+    };
     Router::new()
-        .route("/mutate", post(mutate))
-        .route("/validate", post(validate))
+        .route("/mutate", endpoint(Webhook::Mutate))
+        .route("/validate", endpoint(Webhook::Validate))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .fallback(not_found)
         .with_state(state)
-}
-
-pub fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
-    let body = serde_json::json!({"error": message.into(), "code": status.as_u16()});
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
 }
 
 async fn not_found(req: Request) -> Response {
@@ -81,146 +79,201 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-async fn mutate(State(state): State<AppState>, req: Request) -> Response {
-    handle(state, Webhook::Mutate, req).await
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::RejectReason;
+    use axum::body::{Body, Bytes};
+    use axum::http::header;
+    use serde_json::Value;
+    use std::convert::Infallible;
+    use tower::ServiceExt;
 
-async fn validate(State(state): State<AppState>, req: Request) -> Response {
-    handle(state, Webhook::Validate, req).await
-}
-
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
-    match Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(json_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is larger than {limit} bytes"),
-        )),
-        Err(e) => Err(json_error(
-            StatusCode::BAD_REQUEST,
-            format!("failed to read the request body: {e}"),
-        )),
+    fn review() -> Vec<u8> {
+        std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/reviews/002_validate_CREATE_VPC_sample-vpc.json"),
+        )
+        .unwrap()
     }
-}
 
-async fn handle(state: AppState, webhook: Webhook, req: Request) -> Response {
-    let started = Instant::now();
-    let limits = state.limits.clone();
-    let Ok(_permit) = limits.in_flight.try_acquire() else {
-        let mut r = json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many requests in flight; retry",
-        );
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return r;
-    };
-    if let Some(len) = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-    {
-        if len > limits.max_body_bytes as u64 {
-            observe_error(&state, webhook, started);
-            return json_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "the request body is {len} bytes, more than the limit of {} bytes",
-                    limits.max_body_bytes
-                ),
-            );
+    /// The router as `serve` builds it, with its own registry.
+    fn build(limits: RouteLimits) -> (axum::Router, prometheus::Registry) {
+        let registry = prometheus::Registry::new();
+        let state = AppState {
+            config: ConfigStore::new(mrguard_policy::config::Config::builtin(), None),
+            metrics: Some(Arc::new(AdmissionMetrics::register(&registry).unwrap())),
+            ready: Arc::new(AtomicBool::new(true)),
+        };
+        (router(state, &limits), registry)
+    }
+
+    fn limits() -> RouteLimits {
+        RouteLimits {
+            max_body_bytes: 64 * 1024,
+            request_timeout: Duration::from_secs(5),
+            max_concurrent_requests: 8,
         }
     }
-    let body = match tokio::time::timeout(
-        limits.request_timeout,
-        read_body(req.into_body(), limits.max_body_bytes),
-    )
-    .await
-    {
-        Ok(Ok(b)) => b,
-        Ok(Err(resp)) => {
-            observe_error(&state, webhook, started);
-            return resp;
-        }
-        Err(_) => {
-            observe_error(&state, webhook, started);
-            return json_error(
-                StatusCode::REQUEST_TIMEOUT,
-                "the request body did not arrive in time",
-            );
-        }
-    };
-    let request = match mrguard_policy::review::decode(&body) {
-        Ok(r) => r,
-        Err(e) => {
-            observe_error(&state, webhook, started);
-            return json_error(StatusCode::BAD_REQUEST, e.to_string());
-        }
-    };
-    let config = state.config.load();
-    // Decisions are pure; catching a panic here is defence in depth so one
-    // bad input can never take the answer down with it.
-    let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match webhook {
-        Webhook::Mutate => admission::mutate_patch_only(&request, &config),
-        Webhook::Validate => admission::validate(&request, &config),
-    }));
-    let (response, outcome, findings) = match decided {
-        Ok(d) => (d.response, d.outcome, d.findings),
-        Err(_) => {
-            tracing::error!(uid = %request.uid, webhook = webhook.as_str(), "a rule panicked; answering by failure policy");
-            let mut r = kube::core::admission::AdmissionResponse::from(&request);
-            if webhook == Webhook::Validate {
-                r = r
-                    .deny("mrguard hit an internal error evaluating this object; please report it");
-            } else {
-                r.warnings = Some(vec![
-                    "mrguard: internal error during mutation; nothing was changed".into(),
-                ]);
-            }
-            (r, Outcome::Error, vec![])
-        }
-    };
-    // Debug, not info: the user sees the denial through the API server and
-    // metrics count it; a synchronous log line per denial cost about 5 % of
-    // throughput under load (BENCHMARKS.md). Gatekeeper's --log-denies is
-    // off by default for the same reason.
-    if outcome == Outcome::Denied {
-        tracing::debug!(uid = %request.uid, kind = %request.kind.kind, name = %request.name, message = %response.result.message, "denied");
-    }
-    let encoded = mrguard_policy::review::encode(response);
-    if let Some(m) = &state.metrics {
-        m.observe(
-            &Observed {
-                webhook,
-                operation: mrguard_policy::model::Operation::from(&request.operation).as_str(),
-                group: &request.kind.group,
-                kind: &request.kind.kind,
-            },
-            outcome,
-            started.elapsed().as_secs_f64(),
-            &findings,
-        );
-    }
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        encoded,
-    )
-        .into_response()
-}
 
-fn observe_error(state: &AppState, webhook: Webhook, started: Instant) {
-    if let Some(m) = &state.metrics {
-        m.observe(
-            &Observed {
-                webhook,
-                operation: "",
-                group: "",
-                kind: "",
-            },
-            Outcome::Error,
-            started.elapsed().as_secs_f64(),
-            &[],
-        );
+    async fn post(app: &axum::Router, path: &str, body: Body, length: Option<usize>) -> Response {
+        let mut req = Request::post(path).header(header::CONTENT_TYPE, "application/json");
+        if let Some(n) = length {
+            req = req.header(header::CONTENT_LENGTH, n);
+        }
+        app.clone().oneshot(req.body(body).unwrap()).await.unwrap()
+    }
+
+    async fn json(resp: Response) -> Value {
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    fn metric(registry: &prometheus::Registry, line: &str) -> bool {
+        let text = String::from_utf8(crate::metrics::render(registry).unwrap()).unwrap();
+        text.lines().any(|l| l == line)
+    }
+
+    /// Asserts the answer is `status` with a JSON error naming `needle`,
+    /// counted once as an error and once under `reason`.
+    async fn assert_refused(
+        resp: Response,
+        registry: &prometheus::Registry,
+        status: u16,
+        needle: &str,
+        reason: &str,
+    ) {
+        assert_eq!(resp.status().as_u16(), status);
+        let v = json(resp).await;
+        assert_eq!(v["code"], status, "{v}");
+        assert!(v["error"].as_str().unwrap().contains(needle), "{v}");
+        assert!(metric(
+            registry,
+            &format!(
+                r#"mrguard_admission_rejected_total{{reason="{reason}",webhook="validate"}} 1"#
+            )
+        ));
+        assert!(metric(
+            registry,
+            r#"mrguard_admission_requests_total{group="",kind="",operation="",result="error",webhook="validate"} 1"#
+        ));
+    }
+
+    #[tokio::test]
+    async fn oversized_bodies_are_refused_with_and_without_a_length() {
+        let small = || RouteLimits {
+            max_body_bytes: 1024,
+            ..limits()
+        };
+        // Declared: refused before the body is read.
+        let (app, registry) = build(small());
+        let resp = post(&app, "/validate", Body::from(vec![b' '; 1025]), Some(1025)).await;
+        assert_refused(
+            resp,
+            &registry,
+            413,
+            "1025 bytes, more than the limit of 1024",
+            "too_large",
+        )
+        .await;
+        // Streamed without a length: cut once it grows past the limit.
+        let (app, registry) = build(small());
+        let chunks =
+            futures::stream::iter([vec![b' '; 1000], vec![b' '; 1000]].map(Ok::<_, Infallible>));
+        let resp = post(&app, "/validate", Body::from_stream(chunks), None).await;
+        assert_refused(resp, &registry, 413, "larger than 1024 bytes", "too_large").await;
+    }
+
+    #[tokio::test]
+    async fn an_undecodable_body_is_a_counted_bad_request() {
+        let (app, registry) = build(limits());
+        let resp = post(&app, "/validate", Body::from("{"), None).await;
+        assert_refused(
+            resp,
+            &registry,
+            400,
+            "failed to decode AdmissionReview",
+            "bad_request",
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_body_that_breaks_off_is_a_bad_request_naming_the_cause() {
+        let (app, registry) = build(limits());
+        let broken = futures::stream::iter([
+            Ok(Bytes::from_static(b"{\"apiVersion\"")),
+            Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "the client went away",
+            )),
+        ]);
+        let resp = post(&app, "/validate", Body::from_stream(broken), None).await;
+        assert_refused(
+            resp,
+            &registry,
+            400,
+            "failed to read the request body: the client went away",
+            "bad_request",
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn beyond_the_cap_requests_are_shed_and_counted_but_probes_are_not() {
+        let (app, registry) = build(RouteLimits {
+            max_concurrent_requests: 0,
+            ..limits()
+        });
+        let resp = post(&app, "/validate", Body::from(review()), None).await;
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        assert_refused(
+            resp,
+            &registry,
+            503,
+            "too many requests in flight",
+            "overloaded",
+        )
+        .await;
+        let probe = app
+            .clone()
+            .oneshot(Request::get("/healthz").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(probe.status(), StatusCode::OK);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_never_arrives_gets_408() {
+        let (app, registry) = build(limits());
+        let never = futures::stream::pending::<Result<Bytes, Infallible>>();
+        let resp = post(&app, "/validate", Body::from_stream(never), None).await;
+        assert_refused(resp, &registry, 408, "did not arrive in time", "timeout").await;
+    }
+
+    #[tokio::test]
+    async fn a_decision_is_answered_and_counted_with_its_labels() {
+        let (app, registry) = build(limits());
+        let resp = post(&app, "/validate", Body::from(review()), None).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let v = json(resp).await;
+        assert_eq!(v["kind"], "AdmissionReview");
+        assert_eq!(v["response"]["allowed"], true, "{v}");
+        assert!(metric(
+            &registry,
+            r#"mrguard_admission_requests_total{group="ec2.aws.upbound.io",kind="VPC",operation="CREATE",result="allowed",webhook="validate"} 1"#
+        ));
+        // No refusal: every rejected series is there, at 0.
+        for reason in RejectReason::ALL {
+            assert!(metric(
+                &registry,
+                &format!(
+                    r#"mrguard_admission_rejected_total{{reason="{}",webhook="validate"}} 0"#,
+                    reason.as_str()
+                )
+            ));
+        }
     }
 }

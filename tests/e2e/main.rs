@@ -13,5 +13,8 @@ mod availability;
 mod chart_args;
 mod connections;
 mod controller;
+mod explain;
 mod observability;
+mod policy_reports;
+mod preflight;
 mod support;

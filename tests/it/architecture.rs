@@ -2,6 +2,12 @@
 //! one that uses it back (directly or through others), and in the runtime
 //! nothing below `cli` reaches up into it. References are read from the
 //! non-test source (`crate::<module>` paths); test code may use anything.
+//!
+//! The runtime is also checked file by file, so a parent module and its
+//! children, or two siblings, cannot use each other either: there a
+//! reference is any path through `crate::`, `super::`, `self::` or a child
+//! module's name (`mrguard::` in `main.rs`), resolved to the deepest module
+//! file it names.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -180,4 +186,192 @@ fn the_checker_finds_a_cycle() {
     assert_eq!(cycle(&g).unwrap(), ["a", "b", "c", "a"]);
     g.get_mut("c").unwrap().clear();
     assert!(cycle(&g).is_none());
+}
+
+// ------------------------------------------------- the runtime, per file
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// The module a file under `src/` defines: `crate::a::b`, or `main`.
+fn module_of(rel: &Path) -> String {
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    match parts.last().map(String::as_str) {
+        Some("lib") if parts.len() == 1 => return "crate".into(),
+        Some("main") if parts.len() == 1 => return "main".into(),
+        Some("mod") => {
+            parts.pop();
+        }
+        _ => {}
+    }
+    std::iter::once("crate".to_string())
+        .chain(parts)
+        .collect::<Vec<_>>()
+        .join("::")
+}
+
+fn parent(module: &str) -> String {
+    match module.rsplit_once("::") {
+        Some((p, _)) => p.to_string(),
+        None => "crate".into(),
+    }
+}
+
+fn ident_at(s: &str) -> (&str, &str) {
+    let end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    (&s[..end], &s[end..])
+}
+
+/// Adds the modules a path names, walking down from `base` while its
+/// segments are modules; a `{...}` group names one per item.
+fn resolve(base: &str, rest: &str, modules: &BTreeSet<String>, out: &mut BTreeSet<String>) {
+    let mut current = base.to_string();
+    let mut rest = rest;
+    while let Some(after) = rest.strip_prefix("::") {
+        if let Some(group) = after.strip_prefix('{') {
+            for item in group.split('}').next().unwrap_or("").split(',') {
+                let (first, tail) = ident_at(item.trim());
+                let candidate = format!("{current}::{first}");
+                if modules.contains(&candidate) {
+                    resolve(&candidate, tail, modules, out);
+                } else {
+                    out.insert(current.clone());
+                }
+            }
+            return;
+        }
+        let (segment, tail) = ident_at(after);
+        let candidate = format!("{current}::{segment}");
+        if !modules.contains(&candidate) {
+            break;
+        }
+        current = candidate;
+        rest = tail;
+    }
+    out.insert(current);
+}
+
+/// Module file → the module files its code names; `files` are paths
+/// relative to `src/` with their non-test code.
+fn file_graph(files: &[(PathBuf, String)]) -> Graph {
+    let modules: BTreeSet<String> = files.iter().map(|(p, _)| module_of(p)).collect();
+    let mut g = Graph::new();
+    for (path, text) in files {
+        let module = module_of(path);
+        let children: Vec<&String> = modules
+            .iter()
+            .filter(|m| m.as_str() != "crate" && parent(m) == module)
+            .collect();
+        let mut targets = BTreeSet::new();
+        for line in text.lines() {
+            let line = match line.find("//") {
+                Some(i) => &line[..i],
+                None => line,
+            };
+            let mut i = 0;
+            while i < line.len() {
+                let (word, rest) = ident_at(&line[i..]);
+                if word.is_empty() {
+                    i += line[i..].chars().next().map_or(1, char::len_utf8);
+                    continue;
+                }
+                let after_path = line[..i].ends_with("::");
+                if !after_path && rest.starts_with("::") {
+                    match word {
+                        "crate" => resolve("crate", rest, &modules, &mut targets),
+                        "mrguard" if module == "main" => {
+                            resolve("crate", rest, &modules, &mut targets)
+                        }
+                        "self" => resolve(&module, rest, &modules, &mut targets),
+                        "super" => {
+                            let mut base = parent(&module);
+                            let mut r = rest;
+                            while let Some(more) = r.strip_prefix("::super") {
+                                base = parent(&base);
+                                r = more;
+                            }
+                            resolve(&base, r, &modules, &mut targets);
+                        }
+                        w => {
+                            if let Some(child) =
+                                children.iter().find(|c| c.ends_with(&format!("::{w}")))
+                            {
+                                resolve(child, rest, &modules, &mut targets);
+                            }
+                        }
+                    }
+                }
+                i += word.len();
+            }
+        }
+        targets.remove(&module);
+        g.insert(module, targets);
+    }
+    g
+}
+
+fn runtime_files() -> Vec<(PathBuf, String)> {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files
+        .into_iter()
+        .map(|(p, code)| (p.strip_prefix(&src).unwrap().to_path_buf(), code))
+        .collect()
+}
+
+#[test]
+fn no_runtime_module_uses_one_that_uses_it_back() {
+    let g = file_graph(&runtime_files());
+    // The reader sees the real edges, parent to child and child to sibling.
+    assert!(
+        g["crate::server"].contains("crate::server::routes")
+            && g["crate::controller::certs"].contains("crate::controller::webhooks")
+            && g["main"].contains("crate::cli"),
+        "{g:?}"
+    );
+    if let Some(c) = cycle(&g) {
+        panic!("module cycle in mrguard: {}", c.join(" → "));
+    }
+}
+
+#[test]
+fn only_main_and_the_command_line_use_the_command_line() {
+    for (module, uses) in file_graph(&runtime_files()) {
+        if module == "main" || module == "crate::cli" || module.starts_with("crate::cli::") {
+            continue;
+        }
+        let up: Vec<_> = uses
+            .iter()
+            .filter(|m| m.starts_with("crate::cli"))
+            .collect();
+        assert!(up.is_empty(), "{module} uses {up:?}");
+    }
+}
+
+/// Group imports, `super` chains, a child named from its parent and
+/// comments, down to a parent-child cycle.
+#[test]
+fn the_file_checker_reads_every_kind_of_path() {
+    let file = |p: &str, t: &str| (PathBuf::from(p), t.to_string());
+    let files = [
+        file("lib.rs", "pub mod a;\npub mod b;\n"),
+        file("a/mod.rs", "mod child;\nuse crate::{b::Thing, other};\nfn f() { child::go(); x::y::child::no(); }\n"),
+        file("a/child.rs", "use super::super::b;\nfn g() { super::Item::new(); }\n"),
+        file("b.rs", "// use crate::a::x;\nfn h() {}\n"),
+    ];
+    let g = file_graph(&files);
+    let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        g["crate::a"],
+        set(&["crate", "crate::a::child", "crate::b"])
+    );
+    assert_eq!(g["crate::a::child"], set(&["crate::a", "crate::b"]));
+    assert!(g["crate::b"].is_empty(), "comments are not uses: {g:?}");
+    let c = cycle(&g).expect("a and a::child use each other");
+    assert!(c.contains(&"crate::a::child".to_string()), "{c:?}");
 }

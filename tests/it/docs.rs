@@ -560,6 +560,8 @@ fn every_repository_path_in_messages_and_docs_exists() {
     let mut problems = Vec::new();
     let mut checked = 0;
     let literal = regex::Regex::new(r#""((?:[^"\\\n]|\\.)*)""#).unwrap();
+    // Heredoc bodies in scripts (embedded Python, YAML) are not commands.
+    let heredoc = regex::Regex::new(r#"<<-?\s*['"]?([A-Za-z_]+)"#).unwrap();
     for file in repo_files() {
         let r = rel(&file);
         let is_source = (r.starts_with("src/") || r.starts_with("crates/"))
@@ -581,6 +583,36 @@ fn every_repository_path_in_messages_and_docs_exists() {
                             &mut problems,
                         );
                     }
+                }
+            }
+        } else if r.starts_with("scripts/") || r.starts_with(".ci/") {
+            // Shell: every path a command uses (comments aside) must exist;
+            // a moved file once broke the fuzz seeding in CI only.
+            let text = std::fs::read_to_string(&file).unwrap();
+            let mut until: Option<String> = None;
+            for (n, line) in text.lines().enumerate() {
+                if let Some(end) = &until {
+                    if line.trim() == end {
+                        until = None;
+                    }
+                    continue;
+                }
+                until = heredoc.captures(line).map(|c| c[1].to_string());
+                if line.trim_start().starts_with('#') {
+                    continue;
+                }
+                let line = line.replace('"', " ");
+                for (path, anchor) in repo_paths(
+                    &line,
+                    "docs|charts|examples|scripts|tests|src|crates|fuzz|benches",
+                ) {
+                    checked += 1;
+                    check_path(
+                        &path,
+                        anchor.as_deref(),
+                        &format!("{r}:{}", n + 1),
+                        &mut problems,
+                    );
                 }
             }
         } else if file.extension().is_some_and(|e| e == "md") {

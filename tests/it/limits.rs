@@ -228,6 +228,15 @@ async fn beyond_the_concurrency_cap_requests_get_503_with_retry_after() {
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["code"], 503, "{v}");
+    // The shed request is counted: an admission request that ended in an
+    // error before anything was decoded, and a rejection for overload.
+    let m = h.metrics().await;
+    for needle in [
+        r#"mrguard_admission_requests_total{group="",kind="",operation="",result="error",webhook="validate"} 1"#,
+        r#"mrguard_admission_rejected_total{reason="overloaded",webhook="validate"} 1"#,
+    ] {
+        assert!(m.contains(needle), "missing {needle} in\n{m}");
+    }
     // Probes are not admission requests and are never capped.
     assert_eq!(conn.get("/healthz").await.unwrap().0, 200);
     // The slow ones still complete normally, and then there is room again.

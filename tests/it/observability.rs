@@ -25,7 +25,7 @@ use serde_json::Value;
 use mrguard::controller::coverage::MrKind;
 use mrguard::controller::watch::{MrStates, ObjState};
 use mrguard::controller::ControllerMetrics;
-use mrguard::metrics::{AdmissionMetrics, Observed};
+use mrguard::metrics::{AdmissionMetrics, RequestLabels};
 use mrguard_policy::admission::{Outcome, Webhook};
 use mrguard_policy::model::{Action, Finding};
 
@@ -163,7 +163,7 @@ fn registered_metrics() -> &'static str {
         for webhook in [Webhook::Mutate, Webhook::Validate] {
             for outcome in every_outcome() {
                 admission.observe(
-                    &Observed {
+                    &RequestLabels {
                         webhook,
                         operation: "CREATE",
                         group: "ec2.aws.upbound.io",

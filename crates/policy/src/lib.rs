@@ -26,9 +26,15 @@
 //!
 //! Modules depend on each other in one direction, bottom to top:
 //! [`model`] (the shared vocabulary), [`fieldpath`], [`mr`] (managed
-//! resource states and policies, SPEC §1–2) and [`review`] (the wire format)
+//! resource states and policies, docs/managed-resources.md) and [`review`] (the wire format)
 //! → [`cel`] → [`config`] and [`crd`] → [`rules`] → [`admission`] →
-//! [`offline`]. A test keeps it so.
+//! [`offline`] → [`explain`]. A test keeps it so.
+//!
+//! Beyond admission: [`merge`] is `kubectl apply`'s three-way JSON merge
+//! (`mrguard check --live`), [`managed_fields`] decodes who owns which field
+//! and [`explain`] reads one MR with it (`mrguard explain`), and [`reports`]
+//! plans the audit's policy reports. [`merge`], [`managed_fields`] and
+//! [`reports`] stand alone next to [`model`].
 // missing_docs is denied once every public item is documented (in progress).
 #![deny(missing_docs)]
 
@@ -36,9 +42,13 @@ pub mod admission;
 pub mod cel;
 pub mod config;
 pub mod crd;
+pub mod explain;
 pub mod fieldpath;
+pub mod managed_fields;
+pub mod merge;
 pub mod model;
 pub mod mr;
 pub mod offline;
+pub mod reports;
 pub mod review;
 pub mod rules;

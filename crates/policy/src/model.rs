@@ -44,7 +44,7 @@ impl From<&kube_core::admission::Operation> for Operation {
     }
 }
 
-/// The stable names of the built-in rules (SPEC §4), in the order findings
+/// The stable names of the built-in rules (docs/rules.md), in the order findings
 /// are reported. They name rules in messages, metrics and the
 /// configuration, which checks its `rules` keys against this list below
 /// the rules themselves; `rules::RULES` implements one rule per name, in

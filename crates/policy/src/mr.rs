@@ -1,4 +1,4 @@
-//! Managed-resource semantics shared by every rule (SPEC §1–§2): what an MR
+//! Managed-resource semantics shared by every rule (docs/managed-resources.md): what an MR
 //! is, its derived states, the supported management-policy sets and the
 //! deletion outcome. All functions read a `serde_json::Value`.
 
@@ -22,8 +22,14 @@ pub const DELETION_PROTECTION: &str = "mrguard.io/deletion-protection";
 
 /// An object is an MR when `spec.forProvider` is a JSON object.
 pub fn is_managed(obj: &Value) -> bool {
-    obj.pointer("/spec/forProvider")
-        .is_some_and(Value::is_object)
+    at(obj, &["spec", "forProvider"]).is_some_and(Value::is_object)
+}
+
+/// The value under `keys`, object by object. `Value::pointer` allocates
+/// two strings per segment (to unescape `~0`/`~1`): about 3.5 k
+/// instructions a call, 10 k per mutated request (callgrind).
+pub(crate) fn at<'a>(v: &'a Value, keys: &[&str]) -> Option<&'a Value> {
+    keys.iter().try_fold(v, |v, k| v.get(*k))
 }
 
 /// Read-only accessors and derived states of one MR object.
@@ -52,7 +58,8 @@ impl<'a> Mr<'a> {
     /// `metadata.name`, or empty.
     pub fn name(&self) -> &'a str {
         self.0
-            .pointer("/metadata/name")
+            .get("metadata")
+            .and_then(|m| m.get("name"))
             .and_then(Value::as_str)
             .unwrap_or("")
     }
@@ -78,8 +85,7 @@ impl<'a> Mr<'a> {
     }
 
     fn ready_condition_true(&self) -> bool {
-        self.0
-            .pointer("/status/conditions")
+        at(self.0, &["status", "conditions"])
             .and_then(Value::as_array)
             .is_some_and(|conds| {
                 conds.iter().any(|c| {
@@ -121,8 +127,7 @@ impl<'a> Mr<'a> {
 
     /// Whether `metadata.finalizers` is non-empty.
     pub fn has_finalizers(&self) -> bool {
-        self.0
-            .pointer("/metadata/finalizers")
+        at(self.0, &["metadata", "finalizers"])
             .and_then(Value::as_array)
             .is_some_and(|f| !f.is_empty())
     }
@@ -244,7 +249,7 @@ impl PolicySet {
         PolicySet(bits)
     }
 
-    /// Exactly the 13 sets of SPEC §2.
+    /// Exactly the 13 sets of docs/managed-resources.md.
     pub const SUPPORTED: [PolicySet; 13] = {
         use PolicyAction::*;
         [
@@ -338,7 +343,7 @@ impl fmt::Debug for PolicySet {
     }
 }
 
-/// What deleting the MR does to the external resource (SPEC §2).
+/// What deleting the MR does to the external resource (docs/managed-resources.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeletionOutcome {
     /// It is deleted.
@@ -347,7 +352,7 @@ pub enum DeletionOutcome {
     Orphan,
 }
 
-/// SPEC §2: a non-default policy set overrides `deletionPolicy`.
+/// A non-default policy set overrides `deletionPolicy`.
 /// `deletion_policy` is `None` when absent, which means `Delete`.
 pub fn deletion_outcome(deletion_policy: Option<&str>, set: PolicySet) -> DeletionOutcome {
     let policy_delete = deletion_policy.is_none_or(|p| p == "Delete");

@@ -25,6 +25,8 @@ pub struct Judged {
     pub warnings: Vec<String>,
     /// The validating webhook's denial message.
     pub denial: Option<String>,
+    /// The validation findings behind the warnings and the denial.
+    pub findings: Vec<crate::model::Finding>,
     /// What the API server would reject, given a CRD (kubectl's wording).
     pub invalid: Option<String>,
     /// Why something that a live MR would be refused was allowed here, so
@@ -184,6 +186,7 @@ pub fn judge(
         Operation::Update => not_created_notes(&current, old, username, config, &d.findings),
         _ => vec![],
     };
+    let findings = d.findings;
     let invalid = match crd {
         None => None,
         Some(c) => {
@@ -200,6 +203,7 @@ pub fn judge(
         patch,
         warnings,
         denial,
+        findings,
         invalid,
         notes,
     })

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mrguard::cli::serve::{Running, ServeArgs};
-use mrguard::controller::ControllerArgs;
+use mrguard::cli::ControllerArgs;
 use serde_json::Value;
 
 use super::tls::{Conn, Proto, RawTls, TestPki, TlsClient};
@@ -68,6 +68,7 @@ pub(crate) fn default_args() -> ServeArgs {
             lease_name: "mrguard-leader".into(),
             lease_duration: Duration::from_secs(15),
             audit_interval: Duration::from_secs(600),
+            policy_reports: mrguard::cli::PolicyReports::Off,
             ca_lifetime: Duration::from_secs(8760 * 3600),
             cert_lifetime: Duration::from_secs(2160 * 3600),
             cert_renew_fraction: 1.0 / 3.0,

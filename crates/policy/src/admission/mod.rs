@@ -87,7 +87,7 @@ fn allow(req: &Request) -> Decision {
     }
 }
 
-/// The mutating webhook (SPEC §3).
+/// The mutating webhook (docs/rules.md).
 pub fn mutate(req: &Request, config: &Config) -> Decision {
     mutate_with(req, config, true)
 }
@@ -99,68 +99,62 @@ pub fn mutate_patch_only(req: &Request, config: &Config) -> Decision {
     mutate_with(req, config, false)
 }
 
-/// Subtrees no mutation step reads or writes, and often most of an object:
-/// they are left out of the working copy and of the diff.
-const UNTOUCHED: [&str; 2] = ["/metadata/managedFields", "/status"];
+/// What the mutation steps read and write, as paths from the object's
+/// root; the configured tags field comes on top. Keep in step with
+/// `mutation.rs`: the tests compare against mutating a whole copy.
+const TOUCHED: [&[&str]; 5] = [
+    &["metadata", "name"],
+    &["metadata", "annotations"],
+    &["spec", "providerConfigRef"],
+    &["spec", "deletionPolicy"],
+    &["spec", "managementPolicies"],
+];
 
-/// `obj` without the [`UNTOUCHED`] subtrees, unless a configured tags
-/// field lies under one; returns the pointers it left out.
-fn working_copy(obj: &Value, tags_field: Option<&FieldPath>) -> (Value, Vec<&'static str>) {
-    let tag_root: Vec<&str> = tags_field
+/// A copy of only what the mutation steps touch. Copying and diffing the
+/// whole object (forProvider, managedFields, status) was most of a patched
+/// request's cost (callgrind: ~64 k of ~430 k instructions).
+fn touched_copy(obj: &Value, paths: &[&[&str]]) -> Value {
+    let mut copy = Value::Object(serde_json::Map::new());
+    for path in paths {
+        copy_path(obj, &mut copy, path);
+    }
+    copy
+}
+
+/// The configured tags field as the steps of a path.
+fn tags_path(tags_field: Option<&FieldPath>) -> Vec<&str> {
+    tags_field
         .map(|f| {
             f.segments()
                 .iter()
-                .take(2)
-                .map(|s| match s {
-                    Segment::Field(k) | Segment::Key(k) => k.as_str(),
-                    Segment::Wildcard => "*",
+                .filter_map(|s| match s {
+                    Segment::Field(k) | Segment::Key(k) => Some(k.as_str()),
+                    // A tags field is concrete (the configuration checks it).
+                    Segment::Wildcard => None,
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    let left_out: Vec<&'static str> = UNTOUCHED
-        .into_iter()
-        .filter(|p| {
-            let under = p[1..]
-                .split('/')
-                .zip(&tag_root)
-                .all(|(a, b)| a == *b || *b == "*");
-            tag_root.is_empty() || !under
-        })
-        .collect();
-    let Value::Object(top) = obj else {
-        return (obj.clone(), vec![]);
-    };
-    let mut copy = serde_json::Map::new();
-    for (k, v) in top {
-        if k == "status" && left_out.contains(&"/status") {
-            continue;
-        }
-        if k == "metadata" && left_out.contains(&"/metadata/managedFields") {
-            if let Value::Object(meta) = v {
-                let meta = meta
-                    .iter()
-                    .filter(|(k, _)| *k != "managedFields")
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                copy.insert(k.clone(), Value::Object(meta));
-                continue;
-            }
-        }
-        copy.insert(k.clone(), v.clone());
-    }
-    (Value::Object(copy), left_out)
+        .unwrap_or_default()
 }
 
-/// Puts the left-out subtrees of `obj` back into `mutated`.
-fn restore(obj: &Value, mutated: &mut Value, left_out: &[&str]) {
-    for p in left_out {
-        if let (Some(v), Some((parent, key))) = (obj.pointer(p), p.rsplit_once('/')) {
-            if let Some(m) = mutated.pointer_mut(parent).and_then(Value::as_object_mut) {
-                m.insert(key.to_string(), v.clone());
-            }
-        }
+/// Copies the value at `path` of `from` into `to`, with the objects on the
+/// way; a value on the way that is not an object is copied whole, so a step
+/// sees it exactly as in the full object.
+fn copy_path(from: &Value, to: &mut Value, path: &[&str]) {
+    let (Some((first, rest)), Value::Object(src), Value::Object(dst)) =
+        (path.split_first(), from, &mut *to)
+    else {
+        return;
+    };
+    let Some(child) = src.get(*first) else { return };
+    if rest.is_empty() || !child.is_object() {
+        dst.insert(first.to_string(), child.clone());
+        return;
     }
+    let slot = dst
+        .entry(first.to_string())
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    copy_path(child, slot, rest);
 }
 
 fn mutate_with(req: &Request, config: &Config, want_object: bool) -> Decision {
@@ -180,47 +174,67 @@ fn mutate_with(req: &Request, config: &Config, want_object: bool) -> Decision {
     if ctx.exempt() {
         return allow(req);
     }
-    let (mut mutated, left_out) = working_copy(obj, ctx.resource.tags_field.as_ref());
-    let warnings = mutation::apply(&mut mutated, &ctx);
+    let tags = tags_path(ctx.resource.tags_field.as_ref());
+    let paths: Vec<&[&str]> = TOUCHED
+        .iter()
+        .copied()
+        .chain((!tags.is_empty()).then_some(&tags[..]))
+        .collect();
+    let mut after = touched_copy(obj, &paths);
+    let warnings = mutation::apply(&mut after, &ctx);
     let mut response = AdmissionResponse::from(req);
     if !warnings.is_empty() {
         response.warnings = Some(warnings);
     }
-    match patch::build_except(obj, &mutated, &left_out) {
+    match patch::build_along(obj, &after, &paths) {
         None => Decision {
             response,
             outcome: Outcome::Allowed,
             findings: vec![],
             mutated: None,
         },
-        Some(p) => match response.clone().with_patch(p) {
-            Ok(response) => Decision {
-                response,
-                outcome: Outcome::Patched,
-                findings: vec![],
-                mutated: want_object.then(|| {
-                    restore(obj, &mut mutated, &left_out);
-                    mutated
-                }),
-            },
-            // Mutation is best-effort: never block a write over it.
-            Err(e) => {
-                let mut response = response;
-                response.warnings.get_or_insert_with(Vec::new).push(format!(
-                    "mrguard: failed to serialise the patch, nothing changed: {e}"
-                ));
-                Decision {
-                    response,
-                    outcome: Outcome::Error,
-                    findings: vec![],
-                    mutated: None,
+        Some(p) => {
+            // The patch was built against copies of these very values, so
+            // it applies to the whole object.
+            let mutated = match want_object.then(|| {
+                let mut full = obj.clone();
+                json_patch::patch(&mut full, &p).map(|()| full)
+            }) {
+                Some(Err(e)) => {
+                    return patch_failed(response, format!("failed to apply the patch: {e}"))
                 }
+                Some(Ok(full)) => Some(full),
+                None => None,
+            };
+            match response.clone().with_patch(p) {
+                Ok(response) => Decision {
+                    response,
+                    outcome: Outcome::Patched,
+                    findings: vec![],
+                    mutated,
+                },
+                Err(e) => patch_failed(response, format!("failed to serialise the patch: {e}")),
             }
-        },
+        }
     }
 }
 
-/// The validating webhook (SPEC §4).
+/// Mutation is best-effort: a patch that cannot be sent never blocks a
+/// write; the request is allowed unchanged, with a warning.
+fn patch_failed(mut response: AdmissionResponse, why: String) -> Decision {
+    response
+        .warnings
+        .get_or_insert_with(Vec::new)
+        .push(format!("mrguard: {why}, nothing changed"));
+    Decision {
+        response,
+        outcome: Outcome::Error,
+        findings: vec![],
+        mutated: None,
+    }
+}
+
+/// The validating webhook (docs/rules.md).
 pub fn validate(req: &Request, config: &Config) -> Decision {
     let Some(ctx) = RuleContext::new(req, config) else {
         return allow(req);
@@ -314,6 +328,8 @@ mod tests {
             .unwrap(),
             Config::from_yaml("resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    tagsField: status.atProvider.tags\n")
                 .unwrap(),
+            Config::from_yaml("resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    tagsField: metadata.labels\n")
+                .unwrap(),
         ];
         let mut checked = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -347,5 +363,34 @@ mod tests {
             }
         }
         assert!(checked >= 20, "only {checked} patched reviews");
+    }
+
+    /// The copy holds what the steps touch, the objects on the way, and a
+    /// non-object on the way whole; nothing else.
+    #[test]
+    fn the_touched_copy_holds_only_what_mutation_touches() {
+        let obj = serde_json::json!({
+            "apiVersion": "v1", "kind": "K",
+            "metadata": {"name": "a", "labels": {"x": "1"}, "managedFields": [{}]},
+            "spec": {"forProvider": {"region": "r", "tags": {"t": "1"}}, "deletionPolicy": "Orphan"},
+            "status": {"atProvider": "not an object"},
+        });
+        let copy = |tags: &str| {
+            let tags = FieldPath::parse(tags).unwrap();
+            let tags = tags_path(Some(&tags));
+            let paths: Vec<&[&str]> = TOUCHED.iter().copied().chain([&tags[..]]).collect();
+            touched_copy(&obj, &paths)
+        };
+        assert_eq!(
+            copy("spec.forProvider.tags"),
+            serde_json::json!({
+                "metadata": {"name": "a"},
+                "spec": {"deletionPolicy": "Orphan", "forProvider": {"tags": {"t": "1"}}},
+            })
+        );
+        assert_eq!(
+            copy("status.atProvider.tags")["status"],
+            serde_json::json!({"atProvider": "not an object"})
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! Mutation (SPEC §3). Each step edits the object as a `serde_json::Value`
+//! Mutation (docs/rules.md). Each step edits the object as a `serde_json::Value`
 //! and returns its warnings; [`super::patch::build`] turns the result into
 //! the JSON Patch. Steps only add what is missing, so running them over
 //! their own output changes nothing.
@@ -58,7 +58,7 @@ impl<'a> MutateContext<'a> {
     }
 
     /// On UPDATE, whether the old object already had a reference, whose
-    /// name and kind are then never changed (SPEC §3).
+    /// name and kind are then never changed (docs/rules.md).
     fn old_had_reference(&self) -> bool {
         self.operation == Operation::Update
             && self
@@ -190,7 +190,7 @@ fn tags(obj: &mut Value, ctx: &MutateContext<'_>, warnings: &mut Vec<String>) {
         return;
     };
     // Without Create the provider never creates, so there is nothing to tag.
-    match PolicySet::parse(obj.pointer("/spec/managementPolicies")) {
+    match PolicySet::parse(crate::mr::at(obj, &["spec", "managementPolicies"])) {
         Ok(set) if set.can_create() => {}
         _ => return,
     }
@@ -202,8 +202,7 @@ fn tags(obj: &mut Value, ctx: &MutateContext<'_>, warnings: &mut Vec<String>) {
     if !mr.name().is_empty() {
         wanted.push(("crossplane-name", mr.name().to_string()));
     }
-    if let Some(pc) = obj
-        .pointer("/spec/providerConfigRef/name")
+    if let Some(pc) = crate::mr::at(obj, &["spec", "providerConfigRef", "name"])
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
     {

@@ -2,7 +2,9 @@
 //! strings extension, and the parts of Kubernetes' CEL libraries that
 //! provider CRDs use (list functions, regex `find`, `sets`). Built once.
 
+use std::cell::RefCell;
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use cel::common::types::{
@@ -16,6 +18,12 @@ use super::budget;
 
 /// The bounded replacement the compiler substitutes for `string.replace`.
 pub(super) const REPLACE_FN: &str = "@mrguard_replace";
+
+/// What the compiler substitutes for `matches`: the same function with the
+/// compiled regex cached. `cel`'s own compiles the pattern on every call,
+/// which was 290 k instructions of a 630 k request with ten rules, one of
+/// them a `matches` (callgrind, BENCHMARKS.md).
+pub(super) const MATCHES_FN: &str = "@mrguard_matches";
 
 pub(crate) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| match build() {
     Ok(env) => Arc::new(env),
@@ -147,6 +155,13 @@ fn build() -> Result<Env, DeclarationError> {
         s(),
         vec![s(), s(), INT_TYPE],
         replace,
+    )?;
+    env.add_member_overload(MATCHES_FN, "mrguard_matches", s(), vec![s()], matches)?;
+    env.add_overload(
+        MATCHES_FN,
+        "mrguard_matches_global",
+        vec![s(), s()],
+        matches,
     )?;
     env.add_member_overload("isSorted", "list_is_sorted", LIST_TYPE, vec![], is_sorted)?;
     env.add_member_overload("sum", "list_sum", LIST_TYPE, vec![], sum)?;
@@ -377,23 +392,80 @@ fn list_last_index_of<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
     Ok(CowVal::owned(CelInt::from(i.map_or(-1, |i| i as i64))))
 }
 
-fn regex(function: &str, pattern: &str) -> Result<regex::Regex, ExecutionError> {
-    regex::RegexBuilder::new(pattern)
-        .size_limit(1 << 20)
-        .build()
-        .map_err(|e| err(function, e))
+/// Most compiled patterns kept per thread; past that the cache starts
+/// over, so patterns computed at run time cannot grow it without bound.
+const REGEX_CACHE: usize = 64;
+
+thread_local! {
+    /// Compiled patterns, for `find`/`findAll` (bounded program size) and
+    /// for `matches` (`cel`'s settings). Used in place, never cloned: a
+    /// clone of a `Regex` starts with an empty search cache, which cost
+    /// more than the match itself (callgrind).
+    static BOUNDED: RefCell<HashMap<String, regex::Regex>> = RefCell::new(HashMap::new());
+    static PLAIN: RefCell<HashMap<String, regex::Regex>> = RefCell::new(HashMap::new());
+}
+
+/// Runs `f` on `build(pattern)`, compiled once per thread. Errors are not
+/// cached: an invalid pattern fails the same way each time.
+fn with_regex<R, E>(
+    cache: &'static std::thread::LocalKey<RefCell<HashMap<String, regex::Regex>>>,
+    pattern: &str,
+    build: impl FnOnce(&str) -> Result<regex::Regex, E>,
+    f: impl FnOnce(&regex::Regex) -> R,
+) -> Result<R, E> {
+    cache.with(|c| {
+        if let Some(re) = c.borrow().get(pattern) {
+            return Ok(f(re));
+        }
+        let re = build(pattern)?;
+        let out = f(&re);
+        let mut c = c.borrow_mut();
+        if c.len() >= REGEX_CACHE {
+            c.clear();
+        }
+        c.insert(pattern.to_string(), re);
+        Ok(out)
+    })
+}
+
+/// The patterns of `find` and `findAll`, with a bounded program size.
+fn with_bounded_regex<R>(
+    function: &str,
+    pattern: &str,
+    f: impl FnOnce(&regex::Regex) -> R,
+) -> Result<R, ExecutionError> {
+    with_regex(
+        &BOUNDED,
+        pattern,
+        |p| regex::RegexBuilder::new(p).size_limit(1 << 20).build(),
+        f,
+    )
+    .map_err(|e| err(function, e))
+}
+
+/// `matches`, as `cel`'s (the same regex settings and error message),
+/// with the compiled pattern cached.
+fn matches<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
+    const F: &str = "matches";
+    let this = string_arg(F, nth(&args, 0)?)?;
+    let pattern = string_arg(F, nth(&args, 1)?)?;
+    let found = with_regex(&PLAIN, pattern, regex::Regex::new, |re| re.is_match(this))
+        .map_err(|e| err(F, format!("'{pattern}' not a valid regex:\n{e}")))?;
+    Ok(CowVal::owned(CelBool::from(found)))
 }
 
 fn find<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
     let this = string_arg("find", nth(&args, 0)?)?;
-    let re = regex("find", string_arg("find", nth(&args, 1)?)?)?;
-    let found = re.find(this).map_or("", |m| m.as_str());
-    Ok(CowVal::owned(CelString::from(found.to_string())))
+    let pattern = string_arg("find", nth(&args, 1)?)?;
+    let found = with_bounded_regex("find", pattern, |re| {
+        re.find(this).map_or("", |m| m.as_str()).to_string()
+    })?;
+    Ok(CowVal::owned(CelString::from(found)))
 }
 
 fn find_all<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
     let this = string_arg("findAll", nth(&args, 0)?)?;
-    let re = regex("findAll", string_arg("findAll", nth(&args, 1)?)?)?;
+    let pattern = string_arg("findAll", nth(&args, 1)?)?;
     let limit = match args.get(2) {
         Some(n) => int_arg("findAll", n.as_ref())?,
         None => -1,
@@ -403,11 +475,12 @@ fn find_all<'b, 'v>(args: Args<'b, 'v>) -> Out<'b, 'v> {
     } else {
         limit as usize
     };
-    let found: Vec<Box<dyn Val + 'v>> = re
-        .find_iter(this)
-        .take(take)
-        .map(|m| Box::new(CelString::from(m.as_str().to_string())) as Box<dyn Val + 'v>)
-        .collect();
+    let found: Vec<Box<dyn Val + 'v>> = with_bounded_regex("findAll", pattern, |re| {
+        re.find_iter(this)
+            .take(take)
+            .map(|m| Box::new(CelString::from(m.as_str().to_string())) as Box<dyn Val + 'v>)
+            .collect()
+    })?;
     Ok(CowVal::owned(CelList::from(found)))
 }
 

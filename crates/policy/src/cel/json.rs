@@ -12,6 +12,8 @@ use cel::common::types::{
 use cel::common::value::Val;
 use serde_json::Value;
 
+use super::reads::Need;
+
 pub(super) fn to_val(v: &Value) -> Box<dyn Val + '_> {
     match v {
         Value::Null => Box::new(CelNull),
@@ -33,6 +35,31 @@ pub(super) fn to_val(v: &Value) -> Box<dyn Val + '_> {
                 .collect();
             Box::new(CelMap::from(map))
         }
+    }
+}
+
+/// Converts only what `need` asks for. Fields of an object that no program
+/// reads are left out; a field only tested with `has()` is there as `null`,
+/// as nothing reads its value. Anything not an object where fields are
+/// needed is converted whole, so errors (selecting from a string, say) read
+/// the same as before.
+pub(super) fn to_val_reading<'v>(v: &'v Value, need: &Need) -> Box<dyn Val + 'v> {
+    match (need, v) {
+        (Need::Fields(wanted), Value::Object(fields)) => {
+            let map: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = wanted
+                .iter()
+                .filter_map(|(k, n)| {
+                    let (key, value) = fields.get_key_value(k.as_str())?;
+                    let val: Box<dyn Val + 'v> = match n {
+                        Need::Presence => Box::new(CelNull),
+                        n => to_val_reading(value, n),
+                    };
+                    Some((CelMapKey::from(key.as_str()), val))
+                })
+                .collect();
+            Box::new(CelMap::from(map))
+        }
+        _ => to_val(v),
     }
 }
 

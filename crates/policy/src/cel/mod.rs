@@ -15,6 +15,7 @@ pub mod budget;
 mod env;
 mod json;
 pub mod limits;
+mod reads;
 
 use std::sync::Arc;
 
@@ -27,8 +28,9 @@ use crate::model::{Action, Operation, Violation};
 use crate::review::Request;
 
 pub use env::FUNCTIONS;
+pub use reads::{Need, Reads};
 
-/// The variables of configured rules (SPEC §5).
+/// The variables of configured rules (docs/configuration.md).
 pub const CONFIG_VARS: &[&str] = &["self", "oldSelf", "request"];
 /// The variables of a CRD's `x-kubernetes-validations` rules.
 pub const CRD_VARS: &[&str] = &["self", "oldSelf"];
@@ -38,6 +40,7 @@ pub const CRD_VARS: &[&str] = &["self", "oldSelf"];
 pub struct CelProgram {
     expr: Arc<IdedExpr>,
     uses_old_self: bool,
+    reads: Arc<Reads>,
 }
 
 impl std::fmt::Debug for CelProgram {
@@ -86,20 +89,20 @@ impl CelProgram {
                 limits::MAX_SOURCE_LEN
             )));
         }
-        let (expr, uses_old_self) = on_compiler_stack(|| {
+        let (expr, facts) = on_compiler_stack(|| {
             let parser = env::ENV
                 .parser()
                 .max_recursion_depth(limits::MAX_PARSE_DEPTH);
             let mut expr = parser
                 .parse(source)
                 .map_err(|e| CompileError(e.to_string()))?;
-            let uses_old_self = mentions(&expr, "oldSelf");
-            limits::check(&mut expr, vars).map_err(CompileError)?;
-            Ok((expr, uses_old_self))
+            let facts = limits::check(&mut expr, vars).map_err(CompileError)?;
+            Ok((expr, facts))
         })?;
         Ok(Self {
             expr: Arc::new(expr),
-            uses_old_self,
+            uses_old_self: facts.mentions_old_self,
+            reads: Arc::new(facts.reads),
         })
     }
 
@@ -108,11 +111,29 @@ impl CelProgram {
         self.uses_old_self
     }
 
+    /// What the program reads of its variables: build its [`Scope`] with
+    /// [`Scope::reading`] and only that much is converted.
+    pub fn reads(&self) -> &Reads {
+        &self.reads
+    }
+
     fn run<R>(
         &self,
         scope: &Scope<'_>,
         read: impl FnOnce(&dyn Val) -> Result<R, EvalError>,
     ) -> Result<R, EvalError> {
+        if let Some(built) = scope.reads {
+            // A scope built for other programs may lack fields this one
+            // reads; evaluating would then see them missing and give a
+            // wrong verdict. Every caller in this crate builds the scope from
+            // the programs it runs, so this is a bug if it happens.
+            if !std::ptr::eq(built, &*self.reads) && !built.covers(&self.reads) {
+                return Err(EvalError::Runtime(
+                    "internal error: the scope was built without fields this expression reads"
+                        .into(),
+                ));
+            }
+        }
         let guard = budget::Guard::arm(budget::COST_LIMIT, budget::TIME_LIMIT);
         let result = cel::Value::resolve_val(&self.expr, &scope.ctx);
         if let Some(why) = guard.exceeded() {
@@ -172,41 +193,15 @@ fn on_compiler_stack<T: Send>(
     })
 }
 
-fn mentions(e: &IdedExpr, name: &str) -> bool {
-    use cel::common::ast::{EntryExpr, Expr};
-    match &e.expr {
-        Expr::Ident(n) => n == name,
-        Expr::Select(s) => mentions(&s.operand, name),
-        Expr::Call(c) => {
-            c.target.as_deref().is_some_and(|t| mentions(t, name))
-                || c.args.iter().any(|a| mentions(a, name))
-        }
-        Expr::List(l) => l.elements.iter().any(|x| mentions(x, name)),
-        Expr::Map(m) => m.entries.iter().any(|en| match &en.expr {
-            EntryExpr::MapEntry(me) => mentions(&me.key, name) || mentions(&me.value, name),
-            EntryExpr::StructField(f) => mentions(&f.value, name),
-        }),
-        Expr::Struct(s) => s.entries.iter().any(|en| match &en.expr {
-            EntryExpr::MapEntry(me) => mentions(&me.key, name) || mentions(&me.value, name),
-            EntryExpr::StructField(f) => mentions(&f.value, name),
-        }),
-        Expr::Comprehension(c) => [
-            &c.iter_range,
-            &c.accu_init,
-            &c.loop_cond,
-            &c.loop_step,
-            &c.result,
-        ]
-        .into_iter()
-        .any(|x| mentions(x, name)),
-        Expr::Literal(_) | Expr::Unspecified => false,
-    }
-}
+/// What [`Scope::new`] converts of every variable.
+static WHOLE: Need = Need::Whole;
 
 /// The variables of one evaluation. Values borrow the JSON they come from;
 /// build one scope per request and evaluate every rule against it.
 pub struct Scope<'v> {
     ctx: cel::Context<'v, 'v>,
+    /// What the bound JSON holds; `None`: all of it.
+    reads: Option<&'v Reads>,
 }
 
 impl Default for Scope<'_> {
@@ -216,17 +211,39 @@ impl Default for Scope<'_> {
 }
 
 impl<'v> Scope<'v> {
-    /// An empty scope.
+    /// A scope whose variables are converted whole: it serves any program.
     pub fn new() -> Self {
         Scope {
             ctx: cel::Context::with_env(env::ENV.clone()),
+            reads: None,
+        }
+    }
+
+    /// A scope that converts only what `reads` names: it serves the
+    /// programs whose [`CelProgram::reads`] it covers (their
+    /// [`Reads::union`]). A variable not read at all is not bound.
+    pub fn reading(reads: &'v Reads) -> Self {
+        Scope {
+            ctx: cel::Context::with_env(env::ENV.clone()),
+            reads: Some(reads),
+        }
+    }
+
+    /// What to convert of `name`: `None` when nothing.
+    fn need(&self, name: &str) -> Option<&'v Need> {
+        match self.reads {
+            None => Some(&WHOLE),
+            Some(r) => r.of(name),
         }
     }
 
     /// Binds `name` to a JSON value, or to `null` when absent.
     pub fn bind(&mut self, name: &str, value: Option<&'v Value>) {
+        let Some(need) = self.need(name) else {
+            return;
+        };
         let v: Box<dyn Val + 'v> = match value {
-            Some(v) => json::to_val(v),
+            Some(v) => json::to_val_reading(v, need),
             None => Box::new(CelNull),
         };
         self.ctx.add_variable_as_val(name, v);
@@ -234,19 +251,31 @@ impl<'v> Scope<'v> {
 
     /// Binds `name` to an optional: `optional.none()` when absent.
     pub fn bind_optional(&mut self, name: &str, value: Option<&'v Value>) {
+        let Some(need) = self.need(name) else {
+            return;
+        };
         let v = match value {
-            Some(v) => CelOptional::of(json::to_val(v)),
+            Some(v) => CelOptional::of(json::to_val_reading(v, need)),
             None => CelOptional::none(),
         };
         self.ctx.add_variable_as_val(name, Box::new(v));
     }
 
-    /// `self`, `oldSelf` and `request` for a configured rule (SPEC §5):
+    /// `self`, `oldSelf` and `request` for a configured rule (docs/configuration.md):
     /// `object` is the object under judgment (the old one on DELETE).
-    pub fn for_request(req: &'v Request, object: &'v Value, old: Option<&'v Value>) -> Self {
-        let mut scope = Self::new();
+    /// Only what `reads` names is converted (see [`CelRules::reads`]).
+    pub fn for_request(
+        req: &'v Request,
+        object: &'v Value,
+        old: Option<&'v Value>,
+        reads: &'v Reads,
+    ) -> Self {
+        let mut scope = Self::reading(reads);
         scope.bind("self", Some(object));
         scope.bind("oldSelf", old);
+        if scope.need("request").is_none() {
+            return scope;
+        }
         let groups: Vec<Box<dyn Val + 'v>> = req
             .user_info
             .groups
@@ -301,6 +330,51 @@ pub struct CelRule {
     pub action: Action,
     /// The operations it judges.
     pub operations: Vec<Operation>,
+}
+
+/// The `celRules` of one `resources` entry, with what they read together,
+/// so that one [`Scope`] per request serves them all and converts only that.
+#[derive(Debug, Clone, Default)]
+pub struct CelRules {
+    rules: Vec<CelRule>,
+    reads: Reads,
+}
+
+impl CelRules {
+    /// The rules, and the union of what their expressions and message
+    /// expressions read.
+    pub fn new(rules: Vec<CelRule>) -> Self {
+        let mut reads = Reads::default();
+        for r in &rules {
+            reads.union(r.program.reads());
+            if let Some(m) = &r.message_program {
+                reads.union(m.reads());
+            }
+        }
+        CelRules { rules, reads }
+    }
+
+    /// What the rules read: the argument of [`Scope::for_request`].
+    pub fn reads(&self) -> &Reads {
+        &self.reads
+    }
+}
+
+impl std::ops::Deref for CelRules {
+    type Target = [CelRule];
+
+    fn deref(&self) -> &[CelRule] {
+        &self.rules
+    }
+}
+
+impl<'a> IntoIterator for &'a CelRules {
+    type Item = &'a CelRule;
+    type IntoIter = std::slice::Iter<'a, CelRule>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.rules.iter()
+    }
 }
 
 /// What a failed rule says: its `messageExpression` when that yields a

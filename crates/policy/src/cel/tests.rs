@@ -2,12 +2,29 @@ use super::*;
 use crate::rules::testing::{mr, Case};
 use serde_json::json;
 
+/// Evaluates `expr` twice: with `self` converted whole, and with only what
+/// the program reads converted. Every test through here checks that the
+/// two agree, errors included.
 fn eval_on(expr: &str, this: &Value) -> Result<bool, EvalError> {
+    eval_with_old(expr, this, None)
+}
+
+fn eval_with_old(expr: &str, this: &Value, old: Option<&Value>) -> Result<bool, EvalError> {
     let p = CelProgram::compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
-    let mut scope = Scope::new();
-    scope.bind("self", Some(this));
-    scope.bind("oldSelf", None);
-    p.eval_bool(&scope)
+    let mut full = Scope::new();
+    full.bind("self", Some(this));
+    full.bind("oldSelf", old);
+    let mut lazy = Scope::reading(p.reads());
+    lazy.bind("self", Some(this));
+    lazy.bind("oldSelf", old);
+    let whole = p.eval_bool(&full);
+    assert_eq!(
+        p.eval_bool(&lazy),
+        whole,
+        "{expr}: reads {:?}",
+        p.reads().paths()
+    );
+    whole
 }
 
 fn t(expr: &str, this: &Value) {
@@ -464,7 +481,8 @@ fn request_namespace_name_groups_and_dry_run() {
         .dry_run(true)
         .build();
     let object = &req.object.as_ref().unwrap().value;
-    let scope = Scope::for_request(&req, object, None);
+    let all = Reads::whole(CONFIG_VARS);
+    let scope = Scope::for_request(&req, object, None, &all);
     for expr in [
         "request.operation == 'UPDATE'",
         "request.namespace == 'team-a' && request.name == 'n1'",
@@ -526,4 +544,244 @@ fn compile_errors_name_the_rule() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("\"unknown-fn\"") && e.contains("'url'"), "{e}");
+}
+
+// ---------------------------------------------------------------------------
+// Lazy conversion: a scope converts only what its programs read.
+
+fn paths(expr: &str) -> Vec<String> {
+    CelProgram::compile(expr)
+        .unwrap_or_else(|e| panic!("{expr}: {e}"))
+        .reads()
+        .paths()
+}
+
+#[test]
+fn reads_name_the_selected_paths_and_fall_back_to_whole_subtrees() {
+    let cases: &[(&str, &[&str])] = &[
+        // The benchmark configuration's two rules.
+        (
+            "has(self.spec.forProvider.tags) && 'cost-center' in self.spec.forProvider.tags",
+            &["self.spec.forProvider.tags"],
+        ),
+        (
+            "!has(self.spec.forProvider.region) || self.spec.forProvider.region.startsWith('us-')",
+            &["self.spec.forProvider.region"],
+        ),
+        // has() alone reads presence only.
+        ("!has(self.status)", &["has(self.status)"]),
+        // Optional selection and literal indexes select like `.`.
+        ("self.?spec.?x.orValue(1) == 1", &["self.spec.x"]),
+        ("self['spec'][?'x'].hasValue()", &["self.spec.x"]),
+        // A list indexed, iterated or handed to a function is read whole.
+        ("self.spec.list[0].name == 'a'", &["self.spec.list"]),
+        ("self.spec.items.all(i, i.name != '')", &["self.spec.items"]),
+        ("size(self.metadata.labels) < 3", &["self.metadata.labels"]),
+        // `self` passed whole, or a computed key: the subtree is read whole.
+        ("size(self) > 0", &["self"]),
+        (
+            "self.spec[self.metadata.name] == 1",
+            &["self.metadata.name", "self.spec"],
+        ),
+        ("type(self.spec) == map", &["self.spec"]),
+        // A comprehension variable named like a root variable shadows it.
+        ("[{'a': 1}].all(self, self.a == 1)", &[]),
+        // Transition rules read oldSelf the same way.
+        (
+            "self.spec.x == oldSelf.spec.x",
+            &["oldSelf.spec.x", "self.spec.x"],
+        ),
+        ("oldSelf == null || has(oldSelf.spec)", &["oldSelf"]),
+        (
+            "request.userInfo.username != 'x'",
+            &["request.userInfo.username"],
+        ),
+    ];
+    for (expr, want) in cases {
+        assert_eq!(paths(expr), *want, "{expr}");
+    }
+}
+
+/// An object as the API server sends it: managedFields and status as
+/// large as its spec.
+fn realistic() -> Value {
+    json!({
+        "apiVersion": "ec2.aws.upbound.io/v1beta1",
+        "kind": "VPC",
+        "metadata": {
+            "name": "vpc-1",
+            "labels": {"team": "platform", "env": "prod"},
+            "annotations": {"crossplane.io/external-name": "vpc-0abc"},
+            "managedFields": [
+                {"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {"f:forProvider": {"f:region": {}}}}},
+                {"manager": "provider", "operation": "Update", "subresource": "status", "fieldsV1": {"f:status": {}}}
+            ]
+        },
+        "spec": {
+            "managementPolicies": ["*"],
+            "forProvider": {
+                "region": "eu-west-1",
+                "cidrBlock": "10.0.0.0/16",
+                "tags": {"cost-center": "42", "team": "platform"},
+                "subnets": [{"name": "a", "az": "eu-west-1a"}, {"name": "b", "az": "eu-west-1b"}],
+                "size": 3,
+                "nothing": null
+            },
+            "providerConfigRef": {"name": "default"}
+        },
+        "status": {"atProvider": {"id": "vpc-0abc", "arn": "arn:aws:ec2:..."},
+                   "conditions": [{"type": "Ready", "status": "True"}]}
+    })
+}
+
+#[test]
+fn a_pruned_self_holds_only_what_is_read() {
+    let mut reads = Reads::default();
+    for expr in [
+        "has(self.spec.forProvider.tags) && 'cost-center' in self.spec.forProvider.tags",
+        "!has(self.spec.forProvider.region) || self.spec.forProvider.region.startsWith('us-')",
+        "!has(self.status)",
+    ] {
+        reads.union(CelProgram::compile(expr).unwrap().reads());
+    }
+    let obj = realistic();
+    let val = json::to_val_reading(&obj, reads.of("self").unwrap());
+    // No metadata (so no managedFields), no other spec field, and status
+    // only as a placeholder for has().
+    assert_eq!(
+        shape(val.as_ref()),
+        json!({"spec": {"forProvider": {"region": "string", "tags": {"cost-center": "string", "team": "string"}}},
+               "status": null})
+    );
+}
+
+/// The keys of a CEL value's maps, with scalars as their type names.
+fn shape(v: &dyn cel::common::value::Val) -> Value {
+    use cel::common::types::{CelMap, CelMapKey};
+    match v.downcast_ref::<CelMap<'_>>() {
+        Some(m) => Value::Object(
+            m.inner()
+                .iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        CelMapKey::String(s) => s.inner().to_string(),
+                        other => format!("{other:?}"),
+                    };
+                    (key, shape(v.as_ref()))
+                })
+                .collect(),
+        ),
+        None if v.get_type().name() == "null_type" => Value::Null,
+        None => Value::from(v.get_type().name()),
+    }
+}
+
+/// Each expression reads the object in another way; the lazy scope must
+/// give the same answer as the whole one (checked by `eval_with_old`) and
+/// the expected one, so dropping any field it reads fails here.
+#[test]
+fn lazy_scopes_agree_with_whole_ones() {
+    let obj = realistic();
+    let mut old = realistic();
+    old["spec"]["forProvider"]["size"] = json!(2);
+    old["metadata"]["labels"]["env"] = json!("dev");
+    let cases: &[(&str, Result<bool, ()>)] = &[
+        ("has(self.spec.forProvider.tags) && 'cost-center' in self.spec.forProvider.tags", Ok(true)),
+        ("self.spec.forProvider.region.startsWith('eu-')", Ok(true)),
+        ("has(self.status) && has(self.metadata.managedFields)", Ok(true)),
+        ("!has(self.spec.forProvider.missing) && has(self.spec.forProvider.nothing)", Ok(true)),
+        ("self.spec.forProvider.nothing == null", Ok(true)),
+        ("self.?spec.?forProvider.?size.orValue(0) == 3", Ok(true)),
+        ("self.?spec.?forProvider.?absent.orValue(7) == 7", Ok(true)),
+        ("self['spec']['forProvider'][?'cidrBlock'].value() == '10.0.0.0/16'", Ok(true)),
+        ("self.spec.forProvider.subnets[1].az == 'eu-west-1b'", Ok(true)),
+        ("self.spec.forProvider.subnets.all(s, s.az.startsWith(self.spec.forProvider.region))", Ok(true)),
+        ("self.spec.forProvider.subnets.map(s, s.name) == ['a', 'b']", Ok(true)),
+        ("self.spec.forProvider.tags.exists(k, k == 'team')", Ok(true)),
+        ("size(self.metadata.managedFields) == 2", Ok(true)),
+        ("self.metadata.managedFields.exists(m, m.manager == 'provider')", Ok(true)),
+        ("self.status.conditions.exists(c, c.type == 'Ready' && c.status == 'True')", Ok(true)),
+        ("size(self) == 5 && 'status' in self", Ok(true)),
+        ("self.spec.forProvider[self.metadata.labels.team == 'platform' ? 'region' : 'cidrBlock'] == 'eu-west-1'", Ok(true)),
+        ("self.spec.forProvider.size * 2 == 6", Ok(true)),
+        ("type(self.spec.forProvider.size) == int", Ok(true)),
+        ("has(self.metadata.labels.team) && self.metadata.labels.env == 'prod'", Ok(true)),
+        ("[self.spec.forProvider.region, self.metadata.name] == ['eu-west-1', 'vpc-1']", Ok(true)),
+        ("{'r': self.spec.forProvider.region}.r == 'eu-west-1'", Ok(true)),
+        ("optional.of(self.spec).value().forProvider.size == 3", Ok(true)),
+        ("[{'spec': 1}].all(self, self.spec == 1)", Ok(true)),
+        // Transition rules.
+        ("self.spec.forProvider.size > oldSelf.spec.forProvider.size", Ok(true)),
+        ("self.metadata.labels != oldSelf.metadata.labels", Ok(true)),
+        ("self.status == oldSelf.status && self.metadata.managedFields == oldSelf.metadata.managedFields", Ok(true)),
+        ("self != oldSelf", Ok(true)),
+        ("has(oldSelf.status) && oldSelf.status.atProvider.id == self.status.atProvider.id", Ok(true)),
+        // Errors stay the same errors.
+        ("self.spec.forProvider.absent == 1", Err(())),
+        ("self.spec.forProvider.region.x == 1", Err(())),
+        ("has(self.spec.forProvider.region.x)", Err(())),
+        ("self.spec.forProvider.subnets.name == 'a'", Err(())),
+    ];
+    for (expr, want) in cases {
+        let got = eval_with_old(expr, &obj, Some(&old));
+        match want {
+            Ok(b) => assert_eq!(got, Ok(*b), "{expr}"),
+            Err(()) => assert!(got.is_err(), "{expr}: {got:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_scope_refuses_programs_it_was_not_built_for() {
+    let obj = realistic();
+    let region = CelProgram::compile("self.spec.forProvider.region == 'eu-west-1'").unwrap();
+    let tags = CelProgram::compile("has(self.spec.forProvider.tags)").unwrap();
+    let mut scope = Scope::reading(region.reads());
+    scope.bind("self", Some(&obj));
+    assert_eq!(region.eval_bool(&scope), Ok(true));
+    // Without the check this would be a silent `false`.
+    let e = tags.eval_bool(&scope).unwrap_err();
+    assert!(e.to_string().contains("internal error"), "{e}");
+    // A scope built for the union serves both.
+    let mut both = region.reads().clone();
+    both.union(tags.reads());
+    let mut scope = Scope::reading(&both);
+    scope.bind("self", Some(&obj));
+    assert_eq!(region.eval_bool(&scope), Ok(true));
+    assert_eq!(tags.eval_bool(&scope), Ok(true));
+}
+
+#[test]
+fn a_configured_message_expression_reads_what_its_rule_does_not() {
+    // The rule reads spec.forProvider.size; its message also reads
+    // metadata.name. The entry's scope is built for both.
+    let config = crate::config::Config::from_yaml(TEAM).unwrap();
+    let reads = config.resources[0].cel_rules.reads().paths();
+    for p in [
+        "self.metadata.name",
+        "self.spec.forProvider.size",
+        "request.userInfo.username",
+    ] {
+        assert!(reads.iter().any(|r| r == p), "{p} not in {reads:?}");
+    }
+    assert!(!reads.iter().any(|r| r.contains("status")), "{reads:?}");
+}
+
+#[test]
+fn matches_keeps_cel_semantics_with_a_cached_regex() {
+    let obj = json!({"name": "vpc-1", "bad": "(", "patterns": (0..100).map(|i| format!("^x{i}$")).collect::<Vec<_>>()});
+    for _ in 0..3 {
+        t("self.name.matches('^[a-z0-9-]{3,63}$')", &obj);
+        t("matches(self.name, '^vpc-[0-9]+$')", &obj);
+        t("!self.name.matches('^[A-Z]+$')", &obj);
+        t("self.name.matches('pc-')", &obj);
+    }
+    // More patterns than the cache holds, each still right.
+    t("self.patterns.all(p, !self.name.matches(p))", &obj);
+    t("self.patterns.exists(p, 'x42'.matches(p))", &obj);
+    let e = eval_on("self.name.matches(self.bad)", &obj).unwrap_err();
+    assert!(e.to_string().contains("not a valid regex"), "{e}");
+    // Twice: an invalid pattern is not cached as valid.
+    let e = eval_on("self.name.matches(self.bad)", &obj).unwrap_err();
+    assert!(e.to_string().contains("not a valid regex"), "{e}");
 }

@@ -1,4 +1,4 @@
-//! The configuration file (SPEC §5): parsed once from YAML into raw serde
+//! The configuration file (docs/configuration.md): parsed once from YAML into raw serde
 //! structs that reject unknown keys, then validated into the typed [`Config`]
 //! the rules read. Nothing downstream ever sees an unvalidated value.
 
@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Deserialize;
 use wildmatch::WildMatch;
 
-use crate::cel::{CelProgram, CelRule};
+use crate::cel::{CelProgram, CelRule, CelRules};
 use crate::fieldpath::FieldPath;
 use crate::model::{Action, Operation, RULE_NAMES};
 
@@ -98,7 +98,7 @@ fn default_cel_action() -> CelAction {
 // ---------------------------------------------------------------------------
 // Validated.
 
-/// How a kind's external name is chosen (SPEC §3, item 2).
+/// How a kind's external name is chosen (docs/rules.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub enum ExternalNameStrategy {
     /// The external name is `metadata.name` (the default); mutation sets it on CREATE.
@@ -160,8 +160,9 @@ pub struct ResourceConfig {
     pub deletion_protection: bool,
     /// `rules`: per-kind action overrides, by rule name.
     pub rules: BTreeMap<String, Action>,
-    /// `celRules`: the compiled CEL rules for these kinds.
-    pub cel_rules: Vec<CelRule>,
+    /// `celRules`: the compiled CEL rules for these kinds, with what
+    /// they read together.
+    pub cel_rules: CelRules,
 }
 
 impl ResourceConfig {
@@ -172,7 +173,7 @@ impl ResourceConfig {
     }
 }
 
-/// A validated configuration (SPEC §5): what every decision reads.
+/// A validated configuration (docs/configuration.md): what every decision reads.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// `providerConfig`.
@@ -473,7 +474,7 @@ fn validate_resource(at: &str, r: RawResource) -> Result<ResourceConfig, ConfigE
         tags_field,
         deletion_protection: r.deletion_protection,
         rules: r.rules,
-        cel_rules,
+        cel_rules: CelRules::new(cel_rules),
     })
 }
 
@@ -530,7 +531,7 @@ fn check_object_name(field: &str, name: &str) -> Result<(), ConfigError> {
 mod tests {
     use super::*;
 
-    const SPEC_EXAMPLE: &str = r#"
+    const DOCUMENTED_EXAMPLE: &str = r#"
 providerConfig:
   defaultName: default
   namespaceProviderConfigs: {team-a: aws-team-a}
@@ -559,7 +560,7 @@ resources:
 
     #[test]
     fn the_spec_example_parses() {
-        let c = Config::from_yaml(SPEC_EXAMPLE).unwrap();
+        let c = Config::from_yaml(DOCUMENTED_EXAMPLE).unwrap();
         assert_eq!(c.provider_config.name_for("team-a"), "aws-team-a");
         assert_eq!(c.provider_config.name_for("other"), "default");
         assert_eq!(c.provider_config.name_for(""), "default");
@@ -590,7 +591,7 @@ resources:
 
     #[test]
     fn actions_resolve_kind_then_global_then_default() {
-        let c = Config::from_yaml(SPEC_EXAMPLE).unwrap();
+        let c = Config::from_yaml(DOCUMENTED_EXAMPLE).unwrap();
         let vpc = c.resource("ec2.aws.upbound.io", "VPC");
         assert_eq!(c.action(vpc, "immutable-field", Action::Warn), Action::Deny);
         assert_eq!(c.action(vpc, "paused-delete", Action::Deny), Action::Warn);

@@ -389,16 +389,25 @@ impl Schema {
         let Ok(program) = &r.program else {
             return;
         };
-        let mut scope = Scope::new();
-        scope.bind("self", Some(v));
-        if program.uses_old_self() {
-            match (old, r.optional_old_self) {
-                (_, true) => scope.bind_optional("oldSelf", old),
-                (Some(o), false) => scope.bind("oldSelf", Some(o)),
-                // A transition rule is not evaluated without an old value.
-                (None, false) => return,
-            }
+        // A transition rule is not evaluated without an old value.
+        if program.uses_old_self() && old.is_none() && !r.optional_old_self {
+            return;
         }
+        // `self` is bound at this node; only what the program reads of it
+        // is converted.
+        let bind = |reads| {
+            let mut scope = Scope::reading(reads);
+            scope.bind("self", Some(v));
+            if program.uses_old_self() {
+                if r.optional_old_self {
+                    scope.bind_optional("oldSelf", old);
+                } else {
+                    scope.bind("oldSelf", old);
+                }
+            }
+            scope
+        };
+        let scope = bind(program.reads());
         let at = match &r.field_path {
             Some(fp) => path.join_field_path(fp),
             None => path.clone(),
@@ -407,7 +416,15 @@ impl Schema {
             Ok(true) => {}
             Ok(false) => {
                 let mp = r.message_expression.as_ref().and_then(|m| m.as_ref().ok());
-                let msg = crate::cel::failure_message(&r.rule, r.message.as_deref(), mp, &scope);
+                // The message expression reads fields of its own: a scope
+                // for it, built only when the rule fails.
+                let message_scope = mp.map(|m| bind(m.reads()));
+                let msg = crate::cel::failure_message(
+                    &r.rule,
+                    r.message.as_deref(),
+                    mp,
+                    message_scope.as_ref().unwrap_or(&scope),
+                );
                 errors.push(FieldError::rule(
                     &at,
                     self.type_name(),

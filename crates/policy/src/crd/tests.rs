@@ -516,3 +516,29 @@ fn optional_old_self_runs_on_create_and_nulls_are_defaulted() {
         vec!["spec: Invalid value: \"object\": size only grows"]
     );
 }
+
+#[test]
+fn message_expressions_read_fields_their_rule_does_not() {
+    // The rule reads `size`; its message also reads `mode` and the labels,
+    // which a scope built for the rule alone would not hold.
+    let v = synthetic(json!({"type": "object", "properties": {"spec": {
+        "type": "object",
+        "x-kubernetes-validations": [
+            {"rule": "self.size <= 10", "messageExpression": "'size ' + string(self.size) + ' of a ' + self.mode + ' widget with ' + string(size(self.labels)) + ' labels'"},
+            {"rule": "!has(self.labels) || self.labels.all(k, k != 'bad')", "message": "no bad label"},
+        ],
+        "properties": {
+            "size": {"type": "integer"},
+            "mode": {"type": "string"},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        }
+    }}}));
+    let obj = widget(json!({"size": 11, "mode": "large", "labels": {"a": "1", "bad": "2"}}));
+    assert_eq!(
+        errors_of(&v, &obj, None),
+        vec![
+            "spec: Invalid value: \"object\": size 11 of a large widget with 2 labels",
+            "spec: Invalid value: \"object\": no bad label",
+        ]
+    );
+}

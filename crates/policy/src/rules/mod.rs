@@ -1,4 +1,4 @@
-//! Validation rules (SPEC §4). Each rule is a unit struct in its own file with
+//! Validation rules (docs/rules.md). Each rule is a unit struct in its own file with
 //! a stable name, the operations it judges, a default action and its tests.
 //! Adding a rule is one file plus one line in [`RULES`].
 
@@ -106,7 +106,7 @@ impl<'a> RuleContext<'a> {
         !self.namespace.is_empty()
     }
 
-    /// The object derived states are read from (SPEC §1).
+    /// The object derived states are read from (docs/managed-resources.md).
     pub fn state(&self) -> crate::mr::Mr<'a> {
         crate::mr::Mr(self.old_object.unwrap_or(self.object))
     }
@@ -190,7 +190,12 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
             continue;
         }
         let scope = scope.get_or_insert_with(|| {
-            crate::cel::Scope::for_request(ctx.request, ctx.object, ctx.old_object)
+            crate::cel::Scope::for_request(
+                ctx.request,
+                ctx.object,
+                ctx.old_object,
+                ctx.resource.cel_rules.reads(),
+            )
         });
         if let Some(v) = crate::cel::check_rule(cel, scope) {
             findings.push(Finding {

@@ -5,7 +5,7 @@ use crate::mr::PolicySet;
 
 /// Without Create, a provider-assigned kind can only be found by its
 /// external name. The paused set `[]` does nothing at all, so it is exempt
-/// (SPEC §4): pausing an MR must never be refused.
+/// (docs/rules.md): pausing an MR must never be refused.
 pub(super) struct ObserveOnlyExternalName;
 
 impl Rule for ObserveOnlyExternalName {

@@ -22,11 +22,7 @@ impl Rule for PausedValue {
         "Set the annotation to `\"true\"` or `\"false\"`"
     }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
-        let Some(v) = ctx
-            .object
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(PAUSED))
-        else {
+        let Some(v) = crate::mr::at(ctx.object, &["metadata", "annotations", PAUSED]) else {
             return vec![];
         };
         match v.as_str() {

@@ -81,34 +81,67 @@ fn check_selector(at: &str, m: &Map<String, Value>, out: &mut Vec<Violation>) {
     check_policy(at, m, out);
 }
 
-fn walk(at: &str, v: &Value, out: &mut Vec<Violation>) {
+/// One step of the path to the node being walked.
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// The path walked so far, rendered only when a violation names it: the
+/// walk visits every node of forProvider, and formatting a path per node
+/// was the rule's main cost on large objects.
+struct Path<'a>(Vec<Step<'a>>);
+
+impl Path<'_> {
+    fn render(&self) -> String {
+        let mut s = String::from("spec");
+        for step in &self.0 {
+            match step {
+                Step::Key(k) => {
+                    s.push('.');
+                    s.push_str(k);
+                }
+                Step::Index(i) => s.push_str(&format!("[{i}]")),
+            }
+        }
+        s
+    }
+}
+
+fn walk<'a>(path: &mut Path<'a>, v: &'a Value, out: &mut Vec<Violation>) {
     match v {
         Value::Object(m) => {
             for (k, child) in m {
-                let here = format!("{at}.{k}");
+                path.0.push(Step::Key(k));
                 match child {
                     Value::Object(c) if k.ends_with("Ref") && shaped(c, REF_KEYS) => {
-                        check_ref(&here, c, out)
+                        check_ref(&path.render(), c, out)
                     }
                     Value::Object(c) if k.ends_with("Selector") && shaped(c, SELECTOR_KEYS) => {
-                        check_selector(&here, c, out)
+                        check_selector(&path.render(), c, out)
                     }
                     Value::Array(items) if k.ends_with("Refs") => {
                         for (i, item) in items.iter().enumerate() {
-                            let at_i = format!("{here}[{i}]");
+                            path.0.push(Step::Index(i));
                             match item {
-                                Value::Object(c) if shaped(c, REF_KEYS) => check_ref(&at_i, c, out),
-                                other => walk(&at_i, other, out),
+                                Value::Object(c) if shaped(c, REF_KEYS) => {
+                                    check_ref(&path.render(), c, out)
+                                }
+                                other => walk(path, other, out),
                             }
+                            path.0.pop();
                         }
                     }
-                    other => walk(&here, other, out),
+                    other => walk(path, other, out),
                 }
+                path.0.pop();
             }
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                walk(&format!("{at}[{i}]"), item, out);
+                path.0.push(Step::Index(i));
+                walk(path, item, out);
+                path.0.pop();
             }
         }
         _ => {}
@@ -135,7 +168,7 @@ impl Rule for Reference {
         let mut out = Vec::new();
         for field in ["forProvider", "initProvider"] {
             if let Some(v) = ctx.mr().spec(field) {
-                walk(&format!("spec.{field}"), v, &mut out);
+                walk(&mut Path(vec![Step::Key(field)]), v, &mut out);
             }
         }
         out

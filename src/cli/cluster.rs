@@ -1,0 +1,335 @@
+//! What `check --live` and `explain` share: the client from the usual
+//! kubeconfig loading, the configuration of the installed release, finding
+//! a kind's resource, and errors that name the object and the verb.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::discovery::Scope;
+use kube::Api;
+
+use mrguard_policy::config::Config;
+
+/// The key of the chart's ConfigMap that holds the configuration.
+pub(crate) const CONFIG_KEY: &str = "config.yaml";
+
+/// A failure talking to the cluster, naming what and why.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClusterError {
+    /// No client could be built from the kubeconfig (the message says why,
+    /// as "failed to connect to the Kubernetes API: ...").
+    #[error("{0}")]
+    Client(String),
+    /// An API call failed.
+    #[error("failed to {verb} {what}: {reason}")]
+    Api {
+        /// The verb, e.g. `get` or `patch`.
+        verb: &'static str,
+        /// The object, e.g. `buckets.s3.aws.upbound.io "b"`.
+        what: String,
+        /// Why, with a hint for RBAC denials.
+        reason: String,
+        /// The HTTP status, when the API server answered.
+        code: Option<u16>,
+    },
+    /// The kind could not be found: not served, or discovery failed.
+    #[error("failed to find kind {kind} of {api_version} on the cluster: {reason}")]
+    Discovery {
+        /// The manifest's apiVersion.
+        api_version: String,
+        /// The manifest's kind.
+        kind: String,
+        /// Why.
+        reason: String,
+        /// The API server answered that it does not serve the kind (as
+        /// opposed to not answering).
+        not_served: bool,
+    },
+    /// The release's ConfigMap is missing, unreadable or invalid.
+    #[error("failed to load the configuration from ConfigMap {at}: {reason}")]
+    ConfigMap {
+        /// `namespace/name`.
+        at: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl ClusterError {
+    /// The HTTP status of a failed call.
+    #[cfg(test)]
+    pub(crate) fn code(&self) -> Option<u16> {
+        match self {
+            ClusterError::Api { code, .. } => *code,
+            _ => None,
+        }
+    }
+}
+
+/// Wraps a kube error with the verb and object it was for; an RBAC denial
+/// says which permission is missing.
+pub(crate) fn api_error(verb: &'static str, what: String, e: kube::Error) -> ClusterError {
+    let (reason, code) = match &e {
+        kube::Error::Api(s) if s.code == 403 => (
+            format!(
+                "forbidden: the credentials lack {verb:?} on it (the API server said: {})",
+                s.message
+            ),
+            Some(403),
+        ),
+        kube::Error::Api(s) => (format!("{} ({})", s.message, s.code), Some(s.code)),
+        other => (other.to_string(), None),
+    };
+    ClusterError::Api {
+        verb,
+        what,
+        reason,
+        code,
+    }
+}
+
+/// A current-thread runtime for a one-shot command that talks to a
+/// cluster; `None` (after saying why on stderr) when none can be started.
+pub(crate) fn runtime(command: &str) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("mrguard {command}: failed to start the async runtime: {e}");
+            None
+        }
+    }
+}
+
+/// How a one-shot command reaches its cluster.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ClusterArgs {
+    /// Kubeconfig [default: $KUBECONFIG or ~/.kube/config, else in-cluster].
+    #[arg(long)]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context [default: the current context].
+    #[arg(long)]
+    pub(crate) context: Option<String>,
+}
+
+impl ClusterArgs {
+    /// The client these flags name.
+    pub(crate) async fn client(&self) -> Result<kube::Client, ClusterError> {
+        client(self.kubeconfig.as_deref(), self.context.as_deref()).await
+    }
+}
+
+/// The client: `--kubeconfig` (and `--context`), else kube's inference
+/// ($KUBECONFIG, ~/.kube/config, in-cluster).
+pub(crate) async fn client(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> Result<kube::Client, ClusterError> {
+    // 0: kube's HTTP/1.1 client. A command makes a few requests and holds
+    // no watch, so multiplexing would only add an h2-only TLS offer that a
+    // proxy in front of the API server might refuse.
+    crate::controller::client(kubeconfig, context, 0)
+        .await
+        .map_err(|e| ClusterError::Client(e.to_string()))
+}
+
+/// Where the configuration comes from.
+#[derive(Debug, Clone)]
+pub(crate) enum ConfigSource {
+    /// The built-in default.
+    Builtin,
+    /// A file.
+    File(PathBuf),
+    /// The installed release's ConfigMap, `namespace/name`.
+    Cluster(String),
+}
+
+impl ConfigSource {
+    /// From `--config` and `--config-from-cluster` (clap keeps them apart).
+    pub(crate) fn from_flags(file: Option<&PathBuf>, cluster: Option<&String>) -> Self {
+        match (file, cluster) {
+            (Some(f), _) => ConfigSource::File(f.clone()),
+            (None, Some(c)) => ConfigSource::Cluster(c.clone()),
+            (None, None) => ConfigSource::Builtin,
+        }
+    }
+
+    /// Loads it; the cluster is only asked for a ConfigMap source.
+    pub(crate) async fn load(&self, client: Option<&kube::Client>) -> anyhow::Result<Config> {
+        Ok(match self {
+            ConfigSource::Builtin => Config::builtin(),
+            ConfigSource::File(p) => crate::config::load_file(p)?.0,
+            ConfigSource::Cluster(at) => match client {
+                Some(c) => config_from_cluster(c, at).await?,
+                None => anyhow::bail!("--config-from-cluster needs a cluster to read {at} from"),
+            },
+        })
+    }
+}
+
+/// The configuration in the ConfigMap `namespace/name` (key `config.yaml`,
+/// as the chart renders it).
+pub(crate) async fn config_from_cluster(
+    client: &kube::Client,
+    at: &str,
+) -> Result<Config, ClusterError> {
+    let bad = |reason: String| ClusterError::ConfigMap {
+        at: at.to_string(),
+        reason,
+    };
+    let Some((ns, name)) = at
+        .split_once('/')
+        .filter(|(n, m)| !n.is_empty() && !m.is_empty())
+    else {
+        return Err(bad(
+            "expected NAMESPACE/NAME, e.g. crossplane-system/mrguard".into(),
+        ));
+    };
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = api
+        .get(name)
+        .await
+        .map_err(|e| api_error("get", format!("configmaps {name:?} in namespace {ns:?}"), e))?;
+    let data = cm.data.unwrap_or_default();
+    let Some(text) = data.get(CONFIG_KEY) else {
+        let keys: Vec<&String> = data.keys().collect();
+        return Err(bad(format!(
+            "it has no key {CONFIG_KEY:?} (keys: {keys:?})"
+        )));
+    };
+    Config::from_yaml(text).map_err(|e| bad(e.to_string()))
+}
+
+/// A resource the cluster serves.
+#[derive(Debug, Clone)]
+pub(crate) struct Resource {
+    /// Group, version, kind and plural.
+    pub(crate) api: ApiResource,
+    /// Whether objects live in namespaces.
+    pub(crate) namespaced: bool,
+}
+
+impl Resource {
+    /// `plural.group`, as kubectl and RBAC name it.
+    pub(crate) fn display(&self) -> String {
+        if self.api.group.is_empty() {
+            self.api.plural.clone()
+        } else {
+            format!("{}.{}", self.api.plural, self.api.group)
+        }
+    }
+
+    /// `plural.group "name"`, plus the namespace when namespaced.
+    pub(crate) fn object(&self, namespace: &str, name: &str) -> String {
+        if self.namespaced {
+            format!("{} {name:?} in namespace {namespace:?}", self.display())
+        } else {
+            format!("{} {name:?}", self.display())
+        }
+    }
+
+    /// The dynamic API for one object's scope.
+    pub(crate) fn api(&self, client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+        if self.namespaced {
+            Api::namespaced_with(client.clone(), namespace, &self.api)
+        } else {
+            Api::all_with(client.clone(), &self.api)
+        }
+    }
+}
+
+/// Resolves `apiVersion` and `kind` to a resource, asking the API server
+/// once per kind.
+#[derive(Default)]
+pub(crate) struct Discovery {
+    cache: HashMap<(String, String), Resource>,
+}
+
+impl Discovery {
+    /// The resource serving `kind` in `api_version`.
+    pub(crate) async fn resolve(
+        &mut self,
+        client: &kube::Client,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<Resource, ClusterError> {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(r) = self.cache.get(&key) {
+            return Ok(r.clone());
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let err = |reason: String, not_served: bool| ClusterError::Discovery {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            reason,
+            not_served,
+        };
+        let (api, caps) = kube::discovery::pinned_kind(client, &gvk)
+            .await
+            .map_err(|e| match &e {
+                kube::Error::Api(s) if s.code == 404 => err(
+                    "the API server does not serve this group and version (is the provider's CRD installed?)".into(),
+                    true,
+                ),
+                kube::Error::Discovery(_) => err(e.to_string(), true),
+                _ => err(e.to_string(), false),
+            })?;
+        let r = Resource {
+            api,
+            namespaced: caps.scope == Scope::Namespaced,
+        };
+        self.cache.insert(key, r.clone());
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forbidden_names_the_verb() {
+        let e = api_error(
+            "get",
+            "buckets.s3.aws.upbound.io \"b\"".into(),
+            kube::Error::Api(
+                kube::core::Status::failure(
+                    "buckets.s3.aws.upbound.io \"b\" is forbidden: User \"ci\" cannot get resource",
+                    "Forbidden",
+                )
+                .with_code(403)
+                .boxed(),
+            ),
+        );
+        let s = e.to_string();
+        assert!(
+            s.starts_with("failed to get buckets.s3.aws.upbound.io \"b\": forbidden: the credentials lack \"get\""),
+            "{s}"
+        );
+        assert!(s.contains("User \"ci\""), "{s}");
+        assert_eq!(e.code(), Some(403));
+    }
+
+    #[test]
+    fn resource_labels() {
+        let r = Resource {
+            api: ApiResource {
+                group: "s3.aws.m.upbound.io".into(),
+                version: "v1beta1".into(),
+                api_version: "s3.aws.m.upbound.io/v1beta1".into(),
+                kind: "Bucket".into(),
+                plural: "buckets".into(),
+            },
+            namespaced: true,
+        };
+        assert_eq!(
+            r.object("team-a", "b"),
+            "buckets.s3.aws.m.upbound.io \"b\" in namespace \"team-a\""
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! The controller's flags of `mrguard serve`, and the controller
+//! [`Settings`] they resolve to.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::parse::{parse_duration, parse_fraction};
+use crate::controller::{certs, identity, resolve_namespace, webhooks, ControllerError, Settings};
+use mrguard_policy::reports::Flavor;
+
+#[derive(Debug, Clone, Args)]
+pub struct ControllerArgs {
+    /// Run the controller; it also runs in a cluster (KUBERNETES_SERVICE_HOST
+    /// set) when no --tls-cert-file/--self-signed is given.
+    #[arg(long, env = "MRGUARD_CONTROLLER", conflicts_with = "no_controller")]
+    pub controller: bool,
+    /// Never run the controller, even in a cluster.
+    #[arg(long, env = "MRGUARD_NO_CONTROLLER")]
+    pub no_controller: bool,
+    /// Kubeconfig for the controller [default: in-cluster, $KUBECONFIG or ~/.kube/config].
+    #[arg(long, env = "MRGUARD_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of the Service, Secret and Lease [default: $POD_NAMESPACE,
+    /// the service account's namespace, or crossplane-system].
+    #[arg(long, env = "MRGUARD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// The Service in front of the webhook; the certificate is issued for it.
+    #[arg(long, env = "MRGUARD_SERVICE_NAME", default_value = "mrguard")]
+    pub service_name: String,
+    /// The Secret holding ca.crt, ca.key, tls.crt and tls.key.
+    #[arg(long, env = "MRGUARD_TLS_SECRET_NAME", default_value = "mrguard-tls")]
+    pub tls_secret_name: String,
+    /// The MutatingWebhookConfiguration whose caBundle and rules are kept.
+    #[arg(long, env = "MRGUARD_MUTATING_WEBHOOK_NAME", default_value = "mrguard")]
+    pub mutating_webhook_name: String,
+    /// The ValidatingWebhookConfiguration whose caBundle and rules are kept.
+    #[arg(
+        long,
+        env = "MRGUARD_VALIDATING_WEBHOOK_NAME",
+        default_value = "mrguard"
+    )]
+    pub validating_webhook_name: String,
+    /// The coordination.k8s.io Lease that elects the one writing replica.
+    #[arg(long, env = "MRGUARD_LEASE_NAME", default_value = "mrguard-leader")]
+    pub lease_name: String,
+    /// How long a Lease stays valid without renewal.
+    #[arg(long, env = "MRGUARD_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// How often existing MRs are audited against the validation rules.
+    #[arg(long, env = "MRGUARD_AUDIT_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub audit_interval: Duration,
+    /// Write the audit's findings as policy reports: wgpolicyk8s
+    /// (wgpolicyk8s.io/v1alpha2 PolicyReport/ClusterPolicyReport),
+    /// openreports (openreports.io/v1alpha1 Report/ClusterReport) or off.
+    #[arg(
+        long,
+        env = "MRGUARD_POLICY_REPORTS",
+        value_enum,
+        default_value = "off"
+    )]
+    pub policy_reports: PolicyReports,
+    /// Lifetime of a generated CA.
+    #[arg(long, env = "MRGUARD_CA_LIFETIME", default_value = "8760h", value_parser = parse_duration)]
+    pub ca_lifetime: Duration,
+    /// Lifetime of a generated serving certificate.
+    #[arg(long, env = "MRGUARD_CERT_LIFETIME", default_value = "2160h", value_parser = parse_duration)]
+    pub cert_lifetime: Duration,
+    /// Renew a certificate when less than this part of its lifetime is left
+    /// ("1/3" or "0.25").
+    #[arg(long, env = "MRGUARD_CERT_RENEW_FRACTION", default_value = "1/3", value_parser = parse_fraction)]
+    pub cert_renew_fraction: f64,
+    /// Extra DNS names or IP addresses for the serving certificate
+    /// (comma-separated), e.g. for a webhook reached by URL.
+    #[arg(long, env = "MRGUARD_CERT_EXTRA_NAMES", value_delimiter = ',')]
+    pub cert_extra_names: Vec<String>,
+    /// Requests (watches included) per HTTP/2 connection to the API server;
+    /// another connection opens when every one is full. Keep it below the
+    /// API server's --http2-max-streams-per-connection (250 by default).
+    /// 0 speaks HTTP/1.1: one connection per request in flight.
+    #[arg(long, env = "MRGUARD_API_STREAMS_PER_CONNECTION", default_value_t = crate::controller::connections::DEFAULT_STREAMS_PER_CONNECTION)]
+    pub api_streams_per_connection: usize,
+}
+
+/// `--policy-reports`: which report API the audit writes, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PolicyReports {
+    /// `wgpolicyk8s.io/v1alpha2` PolicyReport and ClusterPolicyReport.
+    #[value(name = "wgpolicyk8s")]
+    WgPolicyK8s,
+    /// `openreports.io/v1alpha1` Report and ClusterReport.
+    #[value(name = "openreports")]
+    OpenReports,
+    /// No reports.
+    Off,
+}
+
+impl PolicyReports {
+    /// The flavor to write, or `None` when off.
+    pub(crate) fn flavor(self) -> Option<Flavor> {
+        match self {
+            PolicyReports::WgPolicyK8s => Some(Flavor::WgPolicyK8s),
+            PolicyReports::OpenReports => Some(Flavor::OpenReports),
+            PolicyReports::Off => None,
+        }
+    }
+}
+
+impl ControllerArgs {
+    /// Whether the controller runs. In a cluster it is on by default, unless
+    /// certificates come from files or --self-signed.
+    pub(crate) fn enabled(&self, has_cert_source: bool) -> Result<bool, ControllerError> {
+        if self.no_controller {
+            return Ok(false);
+        }
+        if self.controller && has_cert_source {
+            return Err(ControllerError::Setup(
+                "--controller manages the certificate in a Secret; drop --tls-cert-file/--self-signed, \
+                 or pass --no-controller"
+                    .into(),
+            ));
+        }
+        Ok(self.controller || (in_cluster() && !has_cert_source))
+    }
+}
+
+fn in_cluster() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some_and(|v| !v.is_empty())
+}
+
+impl ControllerArgs {
+    /// The controller's settings; `serving_port` is where every replica
+    /// serves admission.
+    pub(crate) fn settings(&self, serving_port: u16) -> Settings {
+        let namespace = resolve_namespace(self.namespace.as_deref());
+        let mut names = certs::service_names(&self.service_name, &namespace);
+        for extra in &self.cert_extra_names {
+            let extra = extra.trim();
+            if !extra.is_empty() && !names.iter().any(|n| n == extra) {
+                names.push(extra.to_string());
+            }
+        }
+        Settings {
+            service: self.service_name.clone(),
+            secret: self.tls_secret_name.clone(),
+            webhooks: webhooks::WebhookNames {
+                mutating: self.mutating_webhook_name.clone(),
+                validating: self.validating_webhook_name.clone(),
+            },
+            lease: self.lease_name.clone(),
+            lease_duration: self.lease_duration.max(Duration::from_secs(3)),
+            audit_interval: self.audit_interval.max(Duration::from_secs(1)),
+            policy_reports: self.policy_reports.flavor(),
+            identity: identity(),
+            certs: certs::CertSettings {
+                names,
+                ca_lifetime: self.ca_lifetime,
+                cert_lifetime: self.cert_lifetime,
+                renew_fraction: self.cert_renew_fraction,
+                settle: certs::BUNDLE_SETTLE,
+            },
+            serving_port,
+            namespace,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enabling_rules() {
+        let mut a = ControllerArgs {
+            controller: false,
+            no_controller: false,
+            kubeconfig: None,
+            namespace: None,
+            service_name: "mrguard".into(),
+            tls_secret_name: "mrguard-tls".into(),
+            mutating_webhook_name: "mrguard".into(),
+            validating_webhook_name: "mrguard".into(),
+            lease_name: "mrguard-leader".into(),
+            lease_duration: Duration::from_secs(15),
+            audit_interval: Duration::from_secs(600),
+            policy_reports: PolicyReports::Off,
+            ca_lifetime: Duration::from_secs(3600),
+            cert_lifetime: Duration::from_secs(600),
+            cert_renew_fraction: 1.0 / 3.0,
+            cert_extra_names: vec!["127.0.0.1".into()],
+            api_streams_per_connection: 100,
+        };
+        a.controller = true;
+        assert!(a.enabled(false).unwrap());
+        assert!(a.enabled(true).is_err());
+        a.no_controller = true;
+        assert!(!a.enabled(false).unwrap());
+        let s = a.settings(9443);
+        assert_eq!(s.certs.names.last().unwrap(), "127.0.0.1");
+        assert_eq!(s.certs.names[0], "mrguard");
+        assert_eq!(s.policy_reports, None);
+    }
+
+    #[test]
+    fn policy_report_flag_values() {
+        assert_eq!(PolicyReports::Off.flavor(), None);
+        assert_eq!(
+            PolicyReports::from_str("wgpolicyk8s", false).unwrap(),
+            PolicyReports::WgPolicyK8s
+        );
+        assert_eq!(
+            PolicyReports::from_str("openreports", false)
+                .unwrap()
+                .flavor(),
+            Some(Flavor::OpenReports)
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! Talking to the Kubernetes API: the client, typed errors naming the verb
+//! and resource, a watch error logged once, backoff for retries, and the
+//! clock every time-dependent decision reads.
+
+use std::time::Duration;
+
+use futures::Stream;
+use jiff::Timestamp;
+use kube::api::ListParams;
+use kube::runtime::watcher;
+use kube::Api;
+use serde::de::DeserializeOwned;
+
+use super::metrics::ControllerMetrics;
+
+/// The field manager of every server-side apply, and the Event reporter.
+pub(crate) const FIELD_MANAGER: &str = "mrguard";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error("failed to {verb} {resource}{}: {source}", object_suffix(.object))]
+    Api {
+        verb: &'static str,
+        resource: &'static str,
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to generate a certificate: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    #[error("failed to set up the controller: {0}")]
+    Setup(String),
+    #[error("failed to connect to the Kubernetes API: {0}")]
+    Client(String),
+}
+
+fn object_suffix(object: &str) -> String {
+    if object.is_empty() {
+        String::new()
+    } else {
+        format!(" {object}")
+    }
+}
+
+impl ControllerError {
+    /// The HTTP status of a failed API call, when the API server answered.
+    pub(crate) fn status_code(&self) -> Option<u16> {
+        match self {
+            ControllerError::Api {
+                source: kube::Error::Api(status),
+                ..
+            } => Some(status.code),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_not_found(&self) -> bool {
+        self.status_code() == Some(404)
+    }
+
+    pub(crate) fn is_conflict(&self) -> bool {
+        self.status_code() == Some(409)
+    }
+
+    /// Counts a failed API call in `mrguard_controller_api_errors_total`.
+    pub(crate) fn count(&self, metrics: Option<&ControllerMetrics>) {
+        if let (Some(m), ControllerError::Api { verb, resource, .. }) = (metrics, self) {
+            m.api_error(verb, resource, self.status_code());
+        }
+    }
+
+    /// Counts and logs the error, naming the refused verb and resource on
+    /// an RBAC denial.
+    pub(crate) fn log(&self, metrics: Option<&ControllerMetrics>, what: &str) {
+        self.count(metrics);
+        if let ControllerError::Api {
+            verb,
+            resource,
+            object,
+            source,
+        } = self
+        {
+            if self.status_code() == Some(403) {
+                tracing::error!(
+                    verb,
+                    resource,
+                    object = %object,
+                    error = %source,
+                    "RBAC denied the controller: grant verb {verb:?} on {resource:?} to mrguard's service account ({what})"
+                );
+                return;
+            }
+        }
+        tracing::warn!(error = %self, "{what}");
+    }
+}
+
+/// Wraps a kube call's error with the verb and resource it was for.
+pub(crate) fn api_err(
+    verb: &'static str,
+    resource: &'static str,
+    object: impl Into<String>,
+) -> impl FnOnce(kube::Error) -> ControllerError {
+    let object = object.into();
+    move |source| ControllerError::Api {
+        verb,
+        resource,
+        object,
+        source,
+    }
+}
+
+/// The time source of every decision that depends on the wall clock, so
+/// tests can move it.
+pub(crate) trait Clock: Send + Sync + 'static {
+    fn now(&self) -> Timestamp;
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+/// Exponential backoff with jitter for retrying failed API calls: each delay
+/// is drawn from [d/2, d] while d doubles up to `max`.
+#[derive(Debug, Clone)]
+pub(crate) struct Backoff {
+    min: Duration,
+    max: Duration,
+    current: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(min: Duration, max: Duration) -> Self {
+        Self {
+            min,
+            max,
+            current: min,
+        }
+    }
+
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let d = self.current;
+        self.current = (self.current * 2).min(self.max);
+        d.mul_f64(0.5 + fastrand::f64() * 0.5)
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.current = self.min;
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new(Duration::from_millis(500), Duration::from_secs(60))
+    }
+}
+
+/// Builds the Kubernetes client: an explicit kubeconfig (and context), else
+/// $KUBECONFIG or ~/.kube/config, else in-cluster; over HTTP/2 with
+/// `streams_per_connection` requests per connection, or HTTP/1.1 for 0
+/// (see `connections`).
+pub async fn client(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+    streams_per_connection: usize,
+) -> Result<kube::Client, ControllerError> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(String::from),
+        ..Default::default()
+    };
+    let config = match (kubeconfig, context) {
+        (Some(path), _) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| ControllerError::Client(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| ControllerError::Client(format!("{}: {e}", path.display())))?
+        }
+        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| ControllerError::Client(e.to_string()))?,
+        (None, None) => kube::Config::infer()
+            .await
+            .map_err(|e| ControllerError::Client(e.to_string()))?,
+    };
+    super::connections::client(config, streams_per_connection)
+}
+
+/// Every object `api` lists, `page_size` at a time: one page per item.
+pub(crate) fn list_pages<K>(
+    api: Api<K>,
+    page_size: u32,
+) -> impl Stream<Item = Result<Vec<K>, kube::Error>>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    // The state is the next page's continue token; `None` once the last
+    // page was read.
+    futures::stream::try_unfold(Some(None::<String>), move |token| {
+        let api = api.clone();
+        async move {
+            let Some(token) = token else {
+                return Ok(None);
+            };
+            let mut lp = ListParams::default().limit(page_size);
+            if let Some(t) = &token {
+                lp = lp.continue_token(t);
+            }
+            let page = api.list(&lp).await?;
+            let next = page.metadata.continue_.filter(|t| !t.is_empty()).map(Some);
+            Ok(Some((page.items, next)))
+        }
+    })
+}
+
+/// The client error inside a watcher error, for uniform logging.
+pub(crate) fn watcher_source(e: watcher::Error) -> kube::Error {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => e,
+        watcher::Error::WatchError(status) => kube::Error::Api(status),
+        other => kube::Error::Service(other.to_string().into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_with_jitter_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(800));
+        let d: Vec<_> = (0..6).map(|_| b.next_delay()).collect();
+        assert!(d[0] >= Duration::from_millis(50) && d[0] <= Duration::from_millis(100));
+        assert!(d[3] >= Duration::from_millis(400) && d[3] <= Duration::from_millis(800));
+        assert!(d[5] <= Duration::from_millis(800));
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,298 @@
+//! The admission endpoints, `/mutate` and `/validate`: a stack of tower
+//! layers that refuse what must not reach a decision, around a handler that
+//! decodes, decides and encodes.
+//!
+//! Outermost first:
+//! - `HandleErrorLayer` turns the layers' errors into [`Rejection`]s;
+//! - `LoadShedLayer` over a `GlobalConcurrencyLimitLayer`: beyond the cap,
+//!   503 with `Retry-After` at once, never a queue;
+//! - `TimeoutLayer`: 408 when the body has not arrived in time;
+//! - `FilterLayer`: 413 before reading a body whose `Content-Length` is
+//!   above the limit;
+//! - `DefaultBodyLimit`: 413 once a body without a length (chunked, HTTP/2)
+//!   grows past the limit while it is read.
+//!
+//! Every refusal is a JSON error and is counted; a decision is never an
+//! HTTP error (a panic in one is answered by failure policy).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{post, MethodRouter};
+use kube::core::admission::AdmissionResponse;
+use tokio::sync::Semaphore;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower::{BoxError, ServiceBuilder};
+
+use crate::config::ConfigStore;
+use crate::metrics::{AdmissionMetrics, RejectReason, RequestLabels};
+use mrguard_policy::admission::{self, Decision, Outcome, Webhook};
+use mrguard_policy::review::{self, DecodeError};
+
+/// What one admission endpoint needs per request.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) webhook: Webhook,
+    pub(crate) config: Arc<ConfigStore>,
+    pub(crate) metrics: Option<Arc<AdmissionMetrics>>,
+    pub(crate) max_body_bytes: usize,
+}
+
+/// The endpoint's layers around its handler. `in_flight` is shared by both
+/// endpoints: they compete for the same CPUs.
+pub(crate) fn route<S>(
+    endpoint: Endpoint,
+    request_timeout: Duration,
+    in_flight: Arc<Semaphore>,
+) -> MethodRouter<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let max = endpoint.max_body_bytes;
+    let refused = {
+        let endpoint = endpoint.clone();
+        move |arrived: Arrived, error: BoxError| {
+            let endpoint = endpoint.clone();
+            async move { endpoint.refuse(Rejection::from_layer(error), arrived) }
+        }
+    };
+    let layers = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(refused))
+        .load_shed()
+        .layer(GlobalConcurrencyLimitLayer::with_semaphore(in_flight))
+        // The decision runs in the poll that completes the body, so this
+        // bounds the body's arrival, never a decision already under way.
+        .timeout(request_timeout)
+        .filter(move |req: Request| match declared_length(&req) {
+            Some(declared) if declared > max as u64 => Err(Rejection::DeclaredTooLarge {
+                declared,
+                limit: max,
+            }),
+            _ => Ok(req),
+        })
+        .layer(DefaultBodyLimit::max(max));
+    post(answer).layer(layers).with_state(endpoint)
+}
+
+fn declared_length(req: &Request) -> Option<u64> {
+    req.headers()
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Decode → decide → encode.
+async fn answer(
+    State(endpoint): State<Endpoint>,
+    arrived: Arrived,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let decoded = body
+        .map_err(|e| Rejection::unread(e, endpoint.max_body_bytes))
+        .and_then(|body| review::decode(&body).map_err(Rejection::Undecodable));
+    let request = match decoded {
+        Ok(r) => r,
+        Err(rejection) => return endpoint.refuse(rejection, arrived),
+    };
+    let decision = decide(endpoint.webhook, &request, &endpoint.config.load());
+    endpoint.observe(&request, &decision, arrived);
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        review::encode(decision.response),
+    )
+        .into_response()
+}
+
+/// The policy's decision. Decisions are pure; catching a panic is defence
+/// in depth so one bad input can never take the answer down with it: the
+/// validating webhook then denies, the mutating one allows unchanged with
+/// a warning.
+fn decide(
+    webhook: Webhook,
+    request: &review::Request,
+    config: &mrguard_policy::config::Config,
+) -> Decision {
+    let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match webhook {
+        Webhook::Mutate => admission::mutate_patch_only(request, config),
+        Webhook::Validate => admission::validate(request, config),
+    }));
+    let decision = decided.unwrap_or_else(|_| {
+        tracing::error!(uid = %request.uid, webhook = webhook.as_str(), "a rule panicked; answering by failure policy");
+        let mut response = AdmissionResponse::from(request);
+        match webhook {
+            Webhook::Validate => {
+                response = response
+                    .deny("mrguard hit an internal error evaluating this object; please report it");
+            }
+            Webhook::Mutate => {
+                response.warnings = Some(vec![
+                    "mrguard: internal error during mutation; nothing was changed".into(),
+                ]);
+            }
+        }
+        Decision {
+            response,
+            outcome: Outcome::Error,
+            findings: Vec::new(),
+            mutated: None,
+        }
+    });
+    // Debug, not info: the user sees the denial through the API server and
+    // metrics count it; a synchronous log line per denial cost about 5 % of
+    // throughput under load (BENCHMARKS.md). Gatekeeper's --log-denies is
+    // off by default for the same reason.
+    if decision.outcome == Outcome::Denied {
+        tracing::debug!(uid = %request.uid, kind = %request.kind.kind, name = %request.name, message = %decision.response.result.message, "denied");
+    }
+    decision
+}
+
+impl Endpoint {
+    fn observe(&self, request: &review::Request, decision: &Decision, arrived: Arrived) {
+        if let Some(m) = &self.metrics {
+            m.observe(
+                &RequestLabels {
+                    webhook: self.webhook,
+                    operation: mrguard_policy::model::Operation::from(&request.operation).as_str(),
+                    group: &request.kind.group,
+                    kind: &request.kind.kind,
+                },
+                decision.outcome,
+                arrived.elapsed(),
+                &decision.findings,
+            );
+        }
+    }
+
+    /// Counts a refusal and answers it.
+    fn refuse(&self, rejection: Rejection, arrived: Arrived) -> Response {
+        if let Some(m) = &self.metrics {
+            m.rejected(self.webhook, rejection.reason(), arrived.elapsed());
+        }
+        rejection.into_response()
+    }
+}
+
+/// Why a request got no decision. The messages are the JSON answer's
+/// `error`, for whoever reads the API server's log.
+#[derive(Debug, thiserror::Error)]
+enum Rejection {
+    #[error("too many requests in flight; retry")]
+    Overloaded,
+    #[error("the request body is {declared} bytes, more than the limit of {limit} bytes")]
+    DeclaredTooLarge { declared: u64, limit: usize },
+    #[error("the request body is larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("the request body did not arrive in time")]
+    Timeout,
+    #[error("failed to read the request body: {0}")]
+    Unreadable(String),
+    #[error(transparent)]
+    Undecodable(DecodeError),
+}
+
+impl Rejection {
+    /// The layers' errors. None other exists; should one appear, 503 lets
+    /// the API server apply the webhook's failure policy.
+    fn from_layer(error: BoxError) -> Self {
+        if error.is::<tower::load_shed::error::Overloaded>() {
+            return Self::Overloaded;
+        }
+        if error.is::<tower::timeout::error::Elapsed>() {
+            return Self::Timeout;
+        }
+        match error.downcast::<Self>() {
+            Ok(rejection) => *rejection,
+            Err(other) => {
+                tracing::warn!(error = %other, "unexpected error from an admission layer");
+                Self::Overloaded
+            }
+        }
+    }
+
+    fn unread(e: BytesRejection, limit: usize) -> Self {
+        match e {
+            BytesRejection::FailedToBufferBody(
+                axum::extract::rejection::FailedToBufferBody::LengthLimitError(_),
+            ) => Self::TooLarge { limit },
+            other => {
+                // The innermost cause names the problem (a reset
+                // connection, a malformed chunk); axum's wrappers do not.
+                let mut cause: &dyn std::error::Error = &other;
+                while let Some(inner) = cause.source() {
+                    cause = inner;
+                }
+                Self::Unreadable(cause.to_string())
+            }
+        }
+    }
+
+    fn reason(&self) -> RejectReason {
+        match self {
+            Self::Overloaded => RejectReason::Overloaded,
+            Self::DeclaredTooLarge { .. } | Self::TooLarge { .. } => RejectReason::TooLarge,
+            Self::Timeout => RejectReason::Timeout,
+            Self::Unreadable(_) | Self::Undecodable(_) => RejectReason::BadRequest,
+        }
+    }
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        let status = match self.reason() {
+            RejectReason::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            RejectReason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            RejectReason::Timeout => StatusCode::REQUEST_TIMEOUT,
+            RejectReason::BadRequest => StatusCode::BAD_REQUEST,
+        };
+        let mut response = json_error(status, self.to_string());
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// The body of every answer that is not an AdmissionReview.
+pub(crate) fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({"error": message.into(), "code": status.as_u16()});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// When a request reached a point of the stack, to time its answer from:
+/// refusals from where the stack begins, decisions from where the handler
+/// begins (as the request duration always was).
+#[derive(Debug, Clone, Copy)]
+struct Arrived(Instant);
+
+impl Arrived {
+    fn elapsed(self) -> f64 {
+        self.0.elapsed().as_secs_f64()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Arrived {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(_: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(Instant::now()))
+    }
+}

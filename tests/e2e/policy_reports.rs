@@ -1,0 +1,397 @@
+//! Policy reports from the audit against a real API server, with the
+//! upstream report CRDs (tests/fixtures/policy-reports) and the chart's RBAC
+//! for `controller.policyReports`: reports appear, change, disappear, and a
+//! pass that finds the same writes nothing.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::{json, Value};
+
+use crate::preflight::{ensure_namespace, kubectl_apply_create, resource};
+use crate::support::{self, cluster::create_crd, wait_for, Options, WAIT};
+use mrguard::controller::reports::ReportWriter;
+use mrguard_policy::model::Action;
+use mrguard_policy::reports::{Flavor, PassInput, ReportFinding, Subject};
+
+/// Installs the vendored report CRDs once per API server.
+async fn ensure_report_crds(client: &kube::Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for file in [
+        "wgpolicyk8s.io_policyreports.yaml",
+        "wgpolicyk8s.io_clusterpolicyreports.yaml",
+        "openreports.io_reports.yaml",
+        "openreports.io_clusterreports.yaml",
+    ] {
+        let text =
+            std::fs::read_to_string(support::fixtures_dir().join("policy-reports").join(file))
+                .unwrap();
+        let v: Value = serde_saphyr::from_str(&text).unwrap();
+        let crd: CustomResourceDefinition = serde_json::from_value(v).unwrap();
+        let name = crd.metadata.name.clone().unwrap();
+        if api.get_opt(&name).await.unwrap().is_none() {
+            match create_crd(client, &crd).await {
+                Ok(()) => {}
+                // Another test of this binary got there first.
+                Err(e) if e.contains("already exists") => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+}
+
+fn policy_reports(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &resource(
+            "wgpolicyk8s.io",
+            "v1alpha2",
+            "PolicyReport",
+            "policyreports",
+        ),
+    )
+}
+
+fn vpcs(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &support::namespaced_vpc_resource())
+}
+
+/// A namespaced VPC, not labelled for the test's webhooks: it is stored as
+/// it is, like an MR created before a rule existed.
+fn vpc(ns: &str, name: &str, annotations: Value, policies: Value) -> Value {
+    let mut v = support::namespaced_vpc(name, json!({"managementPolicies": policies}));
+    v["metadata"]["namespace"] = json!(ns);
+    v["metadata"]["annotations"] = annotations;
+    v
+}
+
+/// (name, rule, result) of a report's results, sorted.
+fn results(report: &Value) -> Vec<(String, String, String)> {
+    let mut r: Vec<(String, String, String)> = report["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            (
+                r["resources"][0]["name"].as_str().unwrap_or("").to_string(),
+                r["rule"].as_str().unwrap_or("").to_string(),
+                r["result"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    r.sort();
+    r
+}
+
+async fn report(api: &Api<DynamicObject>) -> Option<Value> {
+    let r = api.get_opt("mrguard").await.ok()??;
+    serde_json::to_value(r).ok()
+}
+
+fn count(log: &str, needle: &str) -> usize {
+    log.lines().filter(|l| l.contains(needle)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_reports_appear_change_and_disappear_and_an_unchanged_pass_writes_nothing() {
+    let test = "policy_reports_appear_change_and_disappear_and_an_unchanged_pass_writes_nothing";
+    let Some(cluster) = support::require_cluster(test).await else {
+        return;
+    };
+    let admin = cluster.admin().await.unwrap();
+    ensure_report_crds(&admin).await;
+    let release = support::install(
+        cluster,
+        "e2e-reports",
+        Options {
+            values: Some("controller:\n  policyReports: wgpolicyk8s\n".into()),
+            ..Options::default()
+        },
+    )
+    .await;
+    let ns_a = release.workload_ns.clone();
+    let ns_b = format!("{ns_a}-b");
+    ensure_namespace(&admin, &ns_b).await;
+
+    // "bad": an unsupported policy set (Deny) and a paused value that does
+    // not pause (Warn); "good": clean; "b1" in the second namespace: Warn.
+    let bad_policies = json!(["Observe", "Observe"]);
+    kubectl_apply_create(
+        &vpcs(&admin, &ns_a),
+        &vpc(
+            &ns_a,
+            "bad",
+            json!({"crossplane.io/paused": "True"}),
+            bad_policies,
+        ),
+    )
+    .await;
+    kubectl_apply_create(
+        &vpcs(&admin, &ns_a),
+        &vpc(&ns_a, "good", json!({}), json!(["*"])),
+    )
+    .await;
+    kubectl_apply_create(
+        &vpcs(&admin, &ns_b),
+        &vpc(
+            &ns_b,
+            "b1",
+            json!({"crossplane.io/paused": "yes"}),
+            json!(["*"]),
+        ),
+    )
+    .await;
+    let bad_uid = vpcs(&admin, &ns_a)
+        .get("bad")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+
+    let reports_a = policy_reports(&admin, &ns_a);
+    let reports_b = policy_reports(&admin, &ns_b);
+    let first = wait_for("the PolicyReport of the first namespace", WAIT, || async {
+        let r = report(&reports_a).await?;
+        (results(&r).len() == 2).then_some(r)
+    })
+    .await
+    .map_err(|e| release.with_logs(e))
+    .unwrap();
+    assert_eq!(
+        results(&first),
+        vec![
+            ("bad".into(), "management-policies".into(), "fail".into()),
+            ("bad".into(), "paused-value".into(), "warn".into()),
+        ]
+    );
+    assert_eq!(
+        first["summary"],
+        json!({"pass": 0, "fail": 1, "warn": 1, "error": 0, "skip": 0})
+    );
+    assert_eq!(
+        first["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "mrguard"
+    );
+    let fail = first["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["result"] == "fail")
+        .unwrap();
+    assert_eq!(fail["policy"], "mrguard");
+    assert_eq!(fail["severity"], "high");
+    assert_eq!(fail["source"], "mrguard");
+    assert_eq!(
+        fail["resources"][0],
+        json!({"apiVersion": "ec2.aws.m.upbound.io/v1beta1", "kind": "VPC", "name": "bad",
+               "namespace": ns_a, "uid": bad_uid})
+    );
+    assert!(
+        fail["message"].as_str().unwrap().contains(". Fix: "),
+        "{fail}"
+    );
+    eprintln!(
+        "--- PolicyReport {ns_a}/mrguard ---\n{}",
+        serde_saphyr::to_string(&first).unwrap()
+    );
+    let b = wait_for("the PolicyReport of the second namespace", WAIT, || async {
+        let r = report(&reports_b).await?;
+        (results(&r).len() == 1).then_some(r)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        results(&b),
+        vec![("b1".into(), "paused-value".into(), "warn".into())]
+    );
+
+    // Unchanged passes: no write. Counted two ways: mrguard logs every
+    // report it writes, and the stored report keeps its resourceVersion.
+    let leader = &release.replicas[0];
+    let written_a = format!("\"namespace\":\"{ns_a}\"");
+    let writes = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("policy report written") && l.contains(&written_a))
+            .count()
+    };
+    let log = leader.log();
+    let (writes_before, syncs_before) = (writes(&log), count(&log, "policy reports synced"));
+    assert!(writes_before >= 1, "no write logged for {ns_a}");
+    let version = first["metadata"]["resourceVersion"].clone();
+    wait_for("two more audit passes", WAIT, || async {
+        (count(&leader.log(), "policy reports synced") >= syncs_before + 2).then_some(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        writes(&leader.log()),
+        writes_before,
+        "an unchanged pass wrote {ns_a}'s report"
+    );
+    assert_eq!(
+        report(&reports_a).await.unwrap()["metadata"]["resourceVersion"],
+        version
+    );
+
+    // Fixed: its results leave, the report stays (the namespace has MRs).
+    let pp = PatchParams::default();
+    vpcs(&admin, &ns_a)
+        .patch(
+            "bad",
+            &pp,
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"crossplane.io/paused": null}},
+                                 "spec": {"managementPolicies": ["*"]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let fixed = wait_for("the fixed findings to leave", WAIT, || async {
+        let r = report(&reports_a).await?;
+        results(&r).is_empty().then_some(r)
+    })
+    .await
+    .unwrap();
+    assert_eq!(fixed["summary"]["fail"], 0);
+    assert_ne!(fixed["metadata"]["resourceVersion"], version);
+
+    // Every MR of the second namespace deleted: its report goes.
+    vpcs(&admin, &ns_b)
+        .delete("b1", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the second namespace's report to go", WAIT, || async {
+        reports_b
+            .get_opt("mrguard")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .unwrap();
+
+    // A cluster-scoped MR is reported in the ClusterPolicyReport.
+    let buckets = Api::<DynamicObject>::all_with(admin.clone(), &support::bucket_resource());
+    let mut bucket = support::bucket("e2e-reports-bucket", json!({"region": "us-east-1"}));
+    bucket["metadata"]["annotations"] = json!({"crossplane.io/paused": "yes"});
+    kubectl_apply_create(&buckets, &bucket).await;
+    let cluster_reports = Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &resource(
+            "wgpolicyk8s.io",
+            "v1alpha2",
+            "ClusterPolicyReport",
+            "clusterpolicyreports",
+        ),
+    );
+    let names_bucket = |r: &Value| {
+        r["results"].as_array().into_iter().flatten().any(|x| {
+            x["resources"][0]["name"] == "e2e-reports-bucket" && x["rule"] == "paused-value"
+        })
+    };
+    wait_for(
+        "the ClusterPolicyReport to name the Bucket",
+        WAIT,
+        || async {
+            let r = serde_json::to_value(cluster_reports.get_opt("mrguard").await.ok()??).ok()?;
+            names_bucket(&r).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    buckets
+        .delete("e2e-reports-bucket", &DeleteParams::default())
+        .await
+        .unwrap();
+    // Gone from the report, or the report gone with the last
+    // cluster-scoped MR.
+    wait_for("the deleted Bucket to leave the report", WAIT, || async {
+        match cluster_reports.get_opt("mrguard").await.ok()? {
+            None => Some(()),
+            Some(r) => (!names_bucket(&serde_json::to_value(r).ok()?)).then_some(()),
+        }
+    })
+    .await
+    .unwrap();
+    release.check_alive().unwrap();
+}
+
+fn finding(ns: &str, i: usize) -> ReportFinding {
+    ReportFinding {
+        subject: Subject {
+            api_version: "ec2.aws.m.upbound.io/v1beta1".into(),
+            kind: "VPC".into(),
+            namespace: ns.into(),
+            name: format!("vpc-{i:04}"),
+            uid: format!("00000000-0000-0000-0000-{i:012}"),
+        },
+        rule: "management-policies".into(),
+        action: Action::Deny,
+        message: "managementPolicies lists \"Observe\" more than once".into(),
+        fix: Some("use one of the supported sets".into()),
+    }
+}
+
+/// OpenReports, split: many findings in one namespace become numbered
+/// Reports the API server accepts, each within the size given; fewer
+/// findings later remove the extra ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openreports_split_into_numbered_reports_the_api_server_accepts() {
+    let test = "openreports_split_into_numbered_reports_the_api_server_accepts";
+    let Some(cluster) = support::require_cluster(test).await else {
+        return;
+    };
+    let admin = cluster.admin().await.unwrap();
+    ensure_report_crds(&admin).await;
+    let ns = "e2e-openreports";
+    ensure_namespace(&admin, ns).await;
+    let max = 30_000;
+    let writer = ReportWriter::new(admin.clone(), Flavor::OpenReports).with_max_bytes(max);
+    let pass = |n: usize| PassInput {
+        findings: (0..n).map(|i| finding(ns, i)).collect(),
+        scopes: BTreeSet::from([ns.to_string()]),
+        incomplete_kinds: BTreeSet::new(),
+    };
+    let reports: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        ns,
+        &resource("openreports.io", "v1alpha1", "Report", "reports"),
+    );
+    let stats = writer.sync(&pass(200)).await.unwrap();
+    assert!(stats.applied > 2, "{stats:?}");
+    let list = reports.list(&ListParams::default()).await.unwrap();
+    let mut names = Vec::new();
+    let mut total = 0;
+    for r in &list.items {
+        let v = serde_json::to_value(r).unwrap();
+        names.push(v["metadata"]["name"].as_str().unwrap().to_string());
+        let n = v["results"].as_array().unwrap().len();
+        assert_eq!(v["summary"]["fail"], n);
+        assert_eq!(v["source"], "mrguard");
+        // What was sent stays within the limit (the stored object adds
+        // metadata and managedFields).
+        let mut sent = v.clone();
+        sent["metadata"] = json!({"name": v["metadata"]["name"], "namespace": ns,
+                                  "labels": v["metadata"]["labels"]});
+        assert!(
+            sent.to_string().len() <= max,
+            "{} bytes",
+            sent.to_string().len()
+        );
+        total += n;
+    }
+    names.sort();
+    assert_eq!(total, 200);
+    assert_eq!(names.len(), stats.applied);
+    assert!(names.contains(&"mrguard".to_string()) && names.contains(&"mrguard-2".to_string()));
+    // The same pass again: nothing to write.
+    assert_eq!(writer.sync(&pass(200)).await.unwrap().applied, 0);
+    let stats = writer.sync(&pass(5)).await.unwrap();
+    assert_eq!((stats.applied, stats.deleted), (1, names.len() - 1));
+    let left = reports.list(&ListParams::default()).await.unwrap();
+    assert_eq!(left.items.len(), 1);
+}
