@@ -32,7 +32,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{Body, ConfigExt};
 use tower::{BoxError, ServiceBuilder};
 
-use super::ControllerError;
+use super::api::ControllerError;
 
 /// The default of `--api-streams-per-connection`: well under
 /// kube-apiserver's 250 (`--http2-max-streams-per-connection`, Go's
