@@ -129,7 +129,10 @@ pub(crate) async fn client(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
 ) -> Result<kube::Client, ClusterError> {
-    crate::controller::client(kubeconfig, context)
+    // 0: kube's HTTP/1.1 client. A command makes a few requests and holds
+    // no watch, so multiplexing would only add an h2-only TLS offer that a
+    // proxy in front of the API server might refuse.
+    crate::controller::client(kubeconfig, context, 0)
         .await
         .map_err(|e| ClusterError::Client(e.to_string()))
 }

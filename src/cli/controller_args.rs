@@ -75,6 +75,12 @@ pub struct ControllerArgs {
     /// (comma-separated), e.g. for a webhook reached by URL.
     #[arg(long, env = "MRGUARD_CERT_EXTRA_NAMES", value_delimiter = ',')]
     pub cert_extra_names: Vec<String>,
+    /// Requests (watches included) per HTTP/2 connection to the API server;
+    /// another connection opens when every one is full. Keep it below the
+    /// API server's --http2-max-streams-per-connection (250 by default).
+    /// 0 speaks HTTP/1.1: one connection per request in flight.
+    #[arg(long, env = "MRGUARD_API_STREAMS_PER_CONNECTION", default_value_t = crate::controller::connections::DEFAULT_STREAMS_PER_CONNECTION)]
+    pub api_streams_per_connection: usize,
 }
 
 /// `--policy-reports`: which report API the audit writes, if any.
@@ -183,6 +189,7 @@ mod tests {
             cert_lifetime: Duration::from_secs(600),
             cert_renew_fraction: 1.0 / 3.0,
             cert_extra_names: vec!["127.0.0.1".into()],
+            api_streams_per_connection: 100,
         };
         a.controller = true;
         assert!(a.enabled(false).unwrap());

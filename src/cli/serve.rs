@@ -119,7 +119,12 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let controller_mode = args.controller.enabled(has_cert_source)?;
     let controller = match controller_mode {
         true => Some((
-            crate::controller::client(args.controller.kubeconfig.as_deref(), None).await?,
+            crate::controller::client(
+                args.controller.kubeconfig.as_deref(),
+                None,
+                args.controller.api_streams_per_connection,
+            )
+            .await?,
             Arc::new(crate::controller::metrics::ControllerMetrics::register(
                 &registry,
             )?),

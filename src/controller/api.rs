@@ -58,6 +58,10 @@ impl ControllerError {
         self.status_code() == Some(404)
     }
 
+    pub(crate) fn is_conflict(&self) -> bool {
+        self.status_code() == Some(409)
+    }
+
     /// Counts a failed API call in `mrguard_controller_api_errors_total`.
     pub(crate) fn count(&self, metrics: Option<&ControllerMetrics>) {
         if let (Some(m), ControllerError::Api { verb, resource, .. }) = (metrics, self) {
@@ -157,10 +161,13 @@ impl Default for Backoff {
 }
 
 /// Builds the Kubernetes client: an explicit kubeconfig (and context), else
-/// $KUBECONFIG or ~/.kube/config, else in-cluster.
+/// $KUBECONFIG or ~/.kube/config, else in-cluster; over HTTP/2 with
+/// `streams_per_connection` requests per connection, or HTTP/1.1 for 0
+/// (see `connections`).
 pub async fn client(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
+    streams_per_connection: usize,
 ) -> Result<kube::Client, ControllerError> {
     let options = kube::config::KubeConfigOptions {
         context: context.map(String::from),
@@ -181,7 +188,7 @@ pub async fn client(
             .await
             .map_err(|e| ControllerError::Client(e.to_string()))?,
     };
-    kube::Client::try_from(config).map_err(|e| ControllerError::Client(e.to_string()))
+    super::connections::client(config, streams_per_connection)
 }
 
 /// Every object `api` lists, `page_size` at a time: one page per item.

@@ -307,6 +307,7 @@ pub(crate) async fn run(
         for k in gone {
             state.forget(&k);
         }
+        let started = std::time::Instant::now();
         let mut complete = true;
         let (mut objects, mut findings, mut forbidden) = (0, 0, Vec::new());
         let mut pass = PassCollector::default();
@@ -358,6 +359,7 @@ pub(crate) async fn run(
             complete,
             forbidden = forbidden.len(),
             forbidden_kinds = %forbidden.join(","),
+            seconds = started.elapsed().as_secs_f64(),
             "audit pass done"
         );
         if let Some(w) = &reports {

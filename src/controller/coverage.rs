@@ -280,7 +280,9 @@ pub(crate) async fn run_crd_watch(
         }
         let changed = tx.borrow().as_deref() != Some(&current);
         if changed {
-            tracing::info!(kinds = current.len(), "MR coverage changed");
+            // Debug: installing a provider family changes it once per CRD;
+            // the webhooks task logs each update it writes.
+            tracing::debug!(kinds = current.len(), "MR coverage changed");
             metrics.covered_kinds.set(current.len() as i64);
             let _ = tx.send(Some(Arc::new(current.clone())));
         }

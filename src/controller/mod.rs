@@ -24,6 +24,7 @@
 pub(crate) mod api;
 pub(crate) mod audit;
 pub(crate) mod certs;
+pub(crate) mod connections;
 pub mod coverage;
 mod leader;
 pub(crate) mod metrics;

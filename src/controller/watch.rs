@@ -42,6 +42,10 @@ use mrguard_policy::mr::{Mr, CREATE_PENDING};
 pub(crate) const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
 pub(crate) const REPORTING_CONTROLLER: &str = "mrguard.io/controller";
 
+/// 404s on a kind's watch logged at debug before one is a warning: the
+/// backoff (0.8 s doubling, jittered) makes that 5 to 10 s.
+const QUIET_NOT_FOUND: u32 = 3;
+
 /// What the gauges count for one MR.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObjState {
@@ -426,6 +430,7 @@ pub(crate) async fn watch_kind(
     let mut backoff = Backoff::default();
     let mut retry_at: Option<tokio::time::Instant> = None;
     let mut watch_error = ErrorOnce::default();
+    let mut not_found = 0u32;
     let what = format!("watch of {}", kind.key());
     loop {
         let due = retry_at;
@@ -433,6 +438,7 @@ pub(crate) async fn watch_kind(
         tokio::select! {
             ev = stream.next() => match ev.inspect(|e| if watcher_progress(e) {
                 watch_error.ok(&what);
+                not_found = 0;
                 states.set_forbidden(&kind, false);
             }) {
                 None => return,
@@ -479,7 +485,18 @@ pub(crate) async fn watch_kind(
                     if e.status_code() == Some(403) {
                         states.set_forbidden(&kind, true);
                     }
-                    watch_error.failed(&e, Some(&metrics), "failed to watch MRs; retrying with backoff");
+                    // A CRD is not served for a moment after it is created
+                    // (or before its deletion reaches the coverage): a 404
+                    // on the first tries is expected, and installing a
+                    // provider family logged a warning (and a "recovered")
+                    // per kind, 1,000 of each. One that lasts is logged.
+                    if e.is_not_found() && not_found < QUIET_NOT_FOUND {
+                        not_found += 1;
+                        e.count(Some(&metrics));
+                        tracing::debug!(error = %e, "{what}: not served yet; retrying with backoff");
+                    } else {
+                        watch_error.failed(&e, Some(&metrics), "failed to watch MRs; retrying with backoff");
+                    }
                 }
             },
             _ = async {

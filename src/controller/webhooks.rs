@@ -36,6 +36,9 @@ pub(crate) const MUTATE_WEBHOOK: &str = "mutate.mrguard.io";
 /// The webhook inside the ValidatingWebhookConfiguration whose rules we keep.
 pub(crate) const VALIDATE_WEBHOOK: &str = "validate.mrguard.io";
 
+/// Conflicts in a row retried at once, after reading the latest version.
+const MAX_QUICK_CONFLICTS: u32 = 3;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WebhookNames {
     pub(crate) mutating: String,
@@ -372,6 +375,8 @@ pub(crate) async fn run(
     let mut watch_errors: BTreeMap<ConfigKind, ErrorOnce> = BTreeMap::new();
     let mut backoff = Backoff::default();
     let mut retry: Option<tokio::time::Instant> = None;
+    // Conflicts in a row answered by reading the latest version at once.
+    let mut conflicts = 0u32;
     loop {
         let retry_at = retry;
         tokio::select! {
@@ -424,7 +429,7 @@ pub(crate) async fn run(
         let Some(cov) = coverage.borrow().clone() else {
             continue;
         };
-        let mut failed = false;
+        let (mut failed, mut again) = (false, false);
         for kind in ConfigKind::ALL {
             let Some(Some(observed)) = state.get(&kind) else {
                 continue;
@@ -453,6 +458,26 @@ pub(crate) async fn run(
                     state.insert(kind, Some(new));
                 }
                 Ok(None) => {}
+                // The watch had not yet delivered the version our previous
+                // apply made (its events lag while coverage changes fast:
+                // 27 conflicts while 1,000 CRDs were installed, each then
+                // waiting out a backoff). Read the latest and apply again
+                // at once; a conflict that keeps coming backs off.
+                Err(e) if e.is_conflict() && conflicts < MAX_QUICK_CONFLICTS => {
+                    conflicts += 1;
+                    e.count(Some(&metrics));
+                    tracing::debug!(error = %e, "conflict; reading the latest version");
+                    match api.get(kind).await {
+                        Ok(latest) => {
+                            state.insert(kind, latest);
+                            again = true;
+                        }
+                        Err(e) => {
+                            e.log(Some(&metrics), "failed to read a webhook configuration; retrying");
+                            failed = true;
+                        }
+                    }
+                }
                 Err(e) => {
                     e.log(
                         Some(&metrics),
@@ -464,7 +489,10 @@ pub(crate) async fn run(
         }
         if failed {
             retry = Some(tokio::time::Instant::now() + backoff.next_delay());
+        } else if again {
+            retry = Some(tokio::time::Instant::now());
         } else {
+            conflicts = 0;
             backoff.reset();
         }
     }
@@ -749,6 +777,113 @@ mod tests {
             metrics
                 .webhook_updates
                 .with_label_values(&["MutatingWebhookConfiguration"])
+                .get(),
+            1
+        );
+        task.abort();
+    }
+
+    /// A conflict (the stored version moved past the one observed, and the
+    /// watch has not said so yet) is answered by reading the latest
+    /// version and applying again at once. Before, the same stale apply
+    /// was retried with backoff until a watch event happened to arrive:
+    /// with this mock's silent watch, forever.
+    #[tokio::test]
+    async fn a_conflict_reads_the_latest_version_and_applies_again() {
+        let cov = coverage();
+        let stored = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        for kind in ConfigKind::ALL {
+            stored
+                .lock()
+                .unwrap()
+                .insert(kind, config_json(kind, "mrguard", b"A", json!([]), "5"));
+        }
+        let s = stored.clone();
+        let (client, api) = mock::client(move |r| {
+            let kind = if r.path.contains("mutatingwebhookconfigurations") {
+                ConfigKind::Mutating
+            } else {
+                ConfigKind::Validating
+            };
+            let mut st = s.lock().unwrap();
+            let current = st[&kind].clone();
+            match r.method.as_str() {
+                "GET" if r.query.contains("watch=true") => Reply::Watch(vec![]),
+                "GET" if r.path.ends_with("/mrguard") => Reply::Json(200, current),
+                "GET" => Reply::Json(
+                    200,
+                    list(
+                        &format!("{}List", kind.kind()),
+                        "admissionregistration.k8s.io/v1",
+                        vec![current],
+                    ),
+                ),
+                "PATCH" => {
+                    let rv = current["metadata"]["resourceVersion"].clone();
+                    if r.body["metadata"]["resourceVersion"] != rv {
+                        return Reply::Json(409, status(409, "Conflict", "the object has been modified"));
+                    }
+                    if rv == json!("5") {
+                        // Someone else wrote in between: the stored version
+                        // moves on, the watch stays silent.
+                        st.get_mut(&kind).unwrap()["metadata"]["resourceVersion"] = json!("6");
+                        return Reply::Json(409, status(409, "Conflict", "the object has been modified"));
+                    }
+                    let mut obj = current;
+                    obj["webhooks"][0]["rules"] = r.body["webhooks"][0]["rules"].clone();
+                    obj["webhooks"][0]["clientConfig"]["caBundle"] =
+                        r.body["webhooks"][0]["clientConfig"]["caBundle"].clone();
+                    obj["metadata"]["resourceVersion"] = json!("7");
+                    st.insert(kind, obj.clone());
+                    Reply::Json(200, obj)
+                }
+                _ => Reply::Json(500, status(500, "InternalError", "unexpected")),
+            }
+        });
+        let (_stx, srx) = channel::channel(SecretView {
+            synced: true,
+            exists: true,
+            bundle: Some(Arc::new(b"A".to_vec())),
+        });
+        let (_ctx, crx) = channel::channel(Some(Arc::new(cov.clone())));
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let task = tokio::spawn(run(
+            WebhookApi::new(client, names()),
+            srx,
+            crx,
+            metrics.clone(),
+        ));
+        let reqs = api
+            .wait_for("both configurations written", |r| {
+                r.iter()
+                    .filter(|r| r.method == "PATCH" && r.body["metadata"]["resourceVersion"] == "6")
+                    .count()
+                    == 2
+            })
+            .await;
+        for kind in ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"] {
+            let mine: Vec<(&str, &str)> = reqs
+                .iter()
+                .filter(|r| r.path.contains(kind) && !r.query.contains("watch=true"))
+                .filter(|r| r.method == "PATCH" || r.path.ends_with("/mrguard"))
+                .map(|r| {
+                    (
+                        r.method.as_str(),
+                        r.body["metadata"]["resourceVersion"].as_str().unwrap_or(""),
+                    )
+                })
+                .collect();
+            assert_eq!(mine, [("PATCH", "5"), ("GET", ""), ("PATCH", "6")], "{kind}");
+        }
+        let stored = stored.lock().unwrap();
+        assert_eq!(
+            stored[&ConfigKind::Validating]["webhooks"][0]["rules"],
+            json!(cov.rules(VALIDATE_OPERATIONS))
+        );
+        assert_eq!(
+            metrics
+                .api_errors
+                .with_label_values(&["patch", ConfigKind::Mutating.resource(), "409"])
                 .get(),
             1
         );

@@ -73,6 +73,7 @@ pub(crate) fn default_args() -> ServeArgs {
             cert_lifetime: Duration::from_secs(2160 * 3600),
             cert_renew_fraction: 1.0 / 3.0,
             cert_extra_names: Vec::new(),
+            api_streams_per_connection: 100,
         },
     }
 }

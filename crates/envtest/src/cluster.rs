@@ -4,6 +4,7 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use base64::Engine;
@@ -20,23 +21,49 @@ use super::{fixtures_dir, wait_for, WAIT};
 /// The admin's static token (group system:masters). Loopback only.
 const ADMIN_TOKEN: &str = "mrguard-e2e-admin";
 /// Where the binaries come from (the controller-runtime envtest convention).
-pub(crate) const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
+pub const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
 
-/// The running API server, shared by every test of the binary.
-pub(crate) struct Cluster {
-    pub(crate) server: String,
+/// A running API server: the one shared by every test of a binary
+/// ([`Cluster::shared`]), or a benchmark's own ([`Cluster::start`]).
+pub struct Cluster {
+    pub server: String,
     /// PEM of the CA that signed the API server's serving certificate.
-    pub(crate) ca_pem: String,
-    pub(crate) dir: PathBuf,
+    pub ca_pem: String,
+    pub dir: PathBuf,
     admin_kubeconfig: PathBuf,
-    // Never dropped: the guards stop both when the binary exits.
+    /// kube-apiserver's command line, to restart it the same way.
+    apiserver_bin: PathBuf,
+    apiserver_args: Vec<String>,
+    // Never dropped when shared: the guards stop both when the binary exits.
     etcd: Guarded,
-    apiserver: Guarded,
+    apiserver: Mutex<Guarded>,
+}
+
+/// How [`Cluster::start`] starts the API server.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// An audit policy (YAML): the API server then writes one JSON line per
+    /// audited request to [`Cluster::audit_log`].
+    pub audit_policy: Option<String>,
+    /// More kube-apiserver flags, after the harness's own.
+    pub extra_args: Vec<String>,
+    /// Install the fixture CRDs (tests/fixtures/crds) and the loose MR CRD.
+    pub fixture_crds: bool,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            audit_policy: None,
+            extra_args: Vec::new(),
+            fixture_crds: true,
+        }
+    }
 }
 
 /// Where kube-apiserver and etcd are, when `KUBEBUILDER_ASSETS` names a
 /// folder holding both.
-pub(crate) fn assets() -> Result<PathBuf, String> {
+pub fn assets() -> Result<PathBuf, String> {
     let dir = std::env::var_os(ASSETS_ENV)
         .filter(|d| !d.is_empty())
         .ok_or_else(|| format!("{ASSETS_ENV} is not set"))?;
@@ -49,7 +76,7 @@ pub(crate) fn assets() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-pub(crate) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -62,7 +89,7 @@ fn write(path: &Path, contents: impl AsRef<[u8]>) -> String {
 }
 
 /// A kubeconfig for `server` with a bearer token.
-pub(crate) fn kubeconfig(server: &str, ca_pem: &str, user: &str, token: &str) -> String {
+pub fn kubeconfig(server: &str, ca_pem: &str, user: &str, token: &str) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {server}\n    \
@@ -77,18 +104,20 @@ static CLUSTER: OnceCell<Result<Cluster, String>> = OnceCell::const_new();
 impl Cluster {
     /// The shared API server, started on first use. Err when the binaries
     /// are missing or it did not come up.
-    pub(crate) async fn shared() -> Result<&'static Cluster, String> {
+    pub async fn shared() -> Result<&'static Cluster, String> {
         CLUSTER
-            .get_or_init(|| async {
-                let assets = assets()?;
-                Cluster::start(&assets).await
-            })
+            .get_or_init(|| async { Cluster::start(&ClusterOptions::default()).await })
             .await
             .as_ref()
             .map_err(Clone::clone)
     }
 
-    async fn start(assets: &Path) -> Result<Cluster, String> {
+    /// Starts etcd and kube-apiserver with `options`, waits until the API
+    /// server is ready. Both stop when the Cluster is dropped or the
+    /// process exits.
+    pub async fn start(options: &ClusterOptions) -> Result<Cluster, String> {
+        let assets = assets()?;
+        let assets = assets.as_path();
         let dir = tempfile::Builder::new()
             .prefix("mrguard-e2e-")
             .tempdir()
@@ -121,18 +150,12 @@ impl Cluster {
 
         // The API server's own CA and serving certificate; a service-account
         // signing key so TokenRequest can mint tokens for mrguard.
-        let ca = mrguard::tls::generate_ca("mrguard e2e API server CA", Duration::from_secs(86400))
-            .map_err(|e| e.to_string())?;
-        let serving = mrguard::tls::issue_serving_cert(
-            &ca,
-            &["127.0.0.1".into(), "localhost".into()],
-            Duration::from_secs(86400),
-        )
-        .map_err(|e| e.to_string())?;
+        let ca = crate::certs::Ca::generate("mrguard e2e API server CA")?;
+        let serving = ca.issue(&["127.0.0.1", "localhost"])?;
         let sa = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
         let port = free_port();
         let server = format!("https://127.0.0.1:{port}");
-        let args = vec![
+        let mut args = vec![
             format!("--etcd-servers={etcd_url}"),
             format!("--secure-port={port}"),
             "--bind-address=127.0.0.1".into(),
@@ -168,9 +191,22 @@ impl Cluster {
             "--allow-privileged=false".into(),
             "--profiling=false".into(),
         ];
+        if let Some(policy) = &options.audit_policy {
+            args.push(format!(
+                "--audit-policy-file={}",
+                write(&d.join("audit-policy.yaml"), policy)
+            ));
+            args.push(format!(
+                "--audit-log-path={}",
+                d.join("audit.log").display()
+            ));
+            args.push("--audit-log-format=json".into());
+        }
+        args.extend(options.extra_args.iter().cloned());
+        let apiserver_bin = assets.join("kube-apiserver");
         let apiserver = Guarded::spawn(
             "kube-apiserver",
-            &assets.join("kube-apiserver"),
+            &apiserver_bin,
             &args,
             &[],
             &d.join("kube-apiserver.log"),
@@ -187,17 +223,72 @@ impl Cluster {
             ca_pem: ca.cert.clone(),
             dir: dir.clone(),
             admin_kubeconfig,
+            apiserver_bin,
+            apiserver_args: args,
             etcd,
-            apiserver,
+            apiserver: Mutex::new(apiserver),
         };
         cluster.wait_ready().await?;
-        cluster.install_fixture_crds().await?;
+        if options.fixture_crds {
+            cluster.install_fixture_crds().await?;
+        }
         Ok(cluster)
+    }
+
+    fn apiserver(&self) -> std::sync::MutexGuard<'_, Guarded> {
+        self.apiserver.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn check_alive(&self) -> Result<(), String> {
         self.etcd.check_alive()?;
-        self.apiserver.check_alive()
+        self.apiserver().check_alive()
+    }
+
+    /// The kube-apiserver process id, for /proc.
+    pub fn apiserver_pid(&self) -> u32 {
+        self.apiserver().pid()
+    }
+
+    /// The API server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.server
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_default()
+    }
+
+    /// The audit log (with [`ClusterOptions::audit_policy`]).
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("audit.log")
+    }
+
+    /// Stops kube-apiserver (SIGTERM, as a rolling upgrade of the control
+    /// plane would) and starts it again with the same flags on the same
+    /// port; returns once it is ready. etcd keeps running, so every object
+    /// survives.
+    pub async fn restart_apiserver(&self) -> Result<(), String> {
+        self.apiserver().signal("TERM");
+        // It drains for up to a minute (open watches hold it that long).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        while self.apiserver().alive() {
+            if tokio::time::Instant::now() > deadline {
+                self.apiserver().kill();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let fresh = Guarded::spawn(
+            "kube-apiserver",
+            &self.apiserver_bin,
+            &self.apiserver_args,
+            &[],
+            &self.dir.join("kube-apiserver.log"),
+            None,
+        )?;
+        // The old guard reaps what is left of the old process.
+        let old = std::mem::replace(&mut *self.apiserver(), fresh);
+        old.stop();
+        self.wait_ready().await
     }
 
     async fn wait_ready(&self) -> Result<(), String> {
@@ -219,7 +310,7 @@ impl Cluster {
             if tokio::time::Instant::now() > deadline {
                 return Err(format!(
                     "kube-apiserver was not ready within 90 s; last lines:\n{}",
-                    self.apiserver.log_tail(40)
+                    self.apiserver().log_tail(40)
                 ));
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -227,17 +318,17 @@ impl Cluster {
     }
 
     /// A client with cluster-admin rights, bound to the calling runtime.
-    pub(crate) async fn admin(&self) -> Result<kube::Client, String> {
+    pub async fn admin(&self) -> Result<kube::Client, String> {
         client_from(&self.admin_kubeconfig).await
     }
 
-    pub(crate) fn admin_kubeconfig(&self) -> &Path {
+    pub fn admin_kubeconfig(&self) -> &Path {
         &self.admin_kubeconfig
     }
 
     /// A token for a ServiceAccount, minted with TokenRequest as the
     /// kubelet would for a pod.
-    pub(crate) async fn service_account_token(
+    pub async fn service_account_token(
         &self,
         namespace: &str,
         name: &str,
@@ -261,7 +352,7 @@ impl Cluster {
     }
 
     /// A kubeconfig holding a ServiceAccount's token, written to `path`.
-    pub(crate) async fn service_account_kubeconfig(
+    pub async fn service_account_kubeconfig(
         &self,
         namespace: &str,
         name: &str,
@@ -308,7 +399,7 @@ impl Cluster {
 }
 
 /// Creates a CRD and waits until it is Established.
-pub(crate) async fn create_crd(
+pub async fn create_crd(
     client: &kube::Client,
     crd: &CustomResourceDefinition,
 ) -> Result<(), String> {
@@ -332,7 +423,7 @@ pub(crate) async fn create_crd(
     .await
 }
 
-pub(crate) async fn client_from(kubeconfig: &Path) -> Result<kube::Client, String> {
+pub async fn client_from(kubeconfig: &Path) -> Result<kube::Client, String> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await

@@ -7,13 +7,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One scrape: every sample by name and label set.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Metrics {
+pub struct Metrics {
     samples: Vec<(String, BTreeMap<String, String>, f64)>,
-    pub(crate) text: String,
+    pub text: String,
 }
 
 impl Metrics {
-    pub(crate) async fn scrape(port: u16) -> Result<Self, String> {
+    pub async fn scrape(port: u16) -> Result<Self, String> {
         let fetch = async {
             let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
             s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
@@ -39,7 +39,7 @@ impl Metrics {
         Ok(Self::parse(body))
     }
 
-    pub(crate) fn parse(body: &str) -> Self {
+    pub fn parse(body: &str) -> Self {
         let mut samples = Vec::new();
         for line in body.lines() {
             if line.starts_with('#') || line.trim().is_empty() {
@@ -66,7 +66,7 @@ impl Metrics {
 
     /// The sum of every sample of `name` whose labels include `labels`
     /// (0 when none).
-    pub(crate) fn get(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.samples
             .iter()
             .filter(|(n, l, _)| {
@@ -80,7 +80,7 @@ impl Metrics {
     }
 
     /// Whether any sample of `name` with `labels` exists.
-    pub(crate) fn has(&self, name: &str, labels: &[(&str, &str)]) -> bool {
+    pub fn has(&self, name: &str, labels: &[(&str, &str)]) -> bool {
         self.samples.iter().any(|(n, l, _)| {
             n == name
                 && labels

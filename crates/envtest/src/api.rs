@@ -9,22 +9,22 @@ use serde_json::Value;
 
 /// An API response with what `kubectl` would print.
 #[derive(Debug, Clone)]
-pub(crate) struct Response {
-    pub(crate) status: u16,
+pub struct Response {
+    pub status: u16,
     /// The `Warning` headers' texts, in order.
-    pub(crate) warnings: Vec<String>,
-    pub(crate) body: Value,
+    pub warnings: Vec<String>,
+    pub body: Value,
 }
 
 impl Response {
     /// The Status message of a failed request.
-    pub(crate) fn message(&self) -> &str {
+    pub fn message(&self) -> &str {
         self.body["message"].as_str().unwrap_or("")
     }
 }
 
 /// Sends `method path` with a JSON body.
-pub(crate) async fn request(
+pub async fn request(
     client: &kube::Client,
     method: &str,
     path: &str,
@@ -76,7 +76,7 @@ fn warning_text(h: &str) -> String {
 }
 
 /// POST an object (JSON) to a collection path, optionally as a dry run.
-pub(crate) async fn create(
+pub async fn create(
     client: &kube::Client,
     collection: &str,
     obj: &Value,
@@ -91,7 +91,7 @@ pub(crate) async fn create(
 }
 
 /// The admin's client, impersonating `user` (in `groups`).
-pub(crate) async fn impersonating(
+pub async fn impersonating(
     admin_kubeconfig: &Path,
     user: &str,
     groups: &[&str],

@@ -20,7 +20,7 @@
 //! Isolation: every test's webhooks have an `objectSelector` on the label
 //! [`Release::label`], so only the test's own objects reach its mrguard.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,26 +40,29 @@ use super::{wait_for, WAIT};
 
 /// The label every object of a test carries, matched by its webhooks'
 /// objectSelector.
-pub(crate) const TEST_LABEL: &str = "e2e.mrguard.io/release";
+pub const TEST_LABEL: &str = "e2e.mrguard.io/release";
 
 /// What a test needs from its release.
 #[derive(Debug, Clone)]
-pub(crate) struct Options {
+pub struct Options {
     /// mrguard processes to run (the chart's replicaCount is set to match).
-    pub(crate) replicas: usize,
+    pub replicas: usize,
     /// The mrguard configuration (the chart's `config` value, YAML); the
     /// chart's default (the built-in configuration) when None.
-    pub(crate) config: Option<String>,
+    pub config: Option<String>,
     /// `controller.auditInterval`.
-    pub(crate) audit_interval: String,
+    pub audit_interval: String,
     /// `logLevel` (MRGUARD_LOG).
-    pub(crate) log_level: String,
+    pub log_level: String,
     /// More `extraArgs` after the harness's own.
-    pub(crate) extra_args: Vec<String>,
+    pub extra_args: Vec<String>,
     /// More chart values, merged over the harness's (YAML mapping).
-    pub(crate) values: Option<String>,
+    pub values: Option<String>,
     /// Wait until admission works before returning.
-    pub(crate) wait_ready: bool,
+    pub wait_ready: bool,
+    /// The `mrguard` binary to run: `env!("CARGO_BIN_EXE_mrguard")` of the
+    /// test or bench that installs the release.
+    pub binary: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -72,49 +75,50 @@ impl Default for Options {
             extra_args: Vec::new(),
             values: None,
             wait_ready: true,
+            binary: None,
         }
     }
 }
 
 /// One running mrguard process.
-pub(crate) struct Replica {
-    pub(crate) pod: String,
-    pub(crate) port: u16,
-    pub(crate) metrics_port: u16,
-    pub(crate) process: Guarded,
+pub struct Replica {
+    pub pod: String,
+    pub port: u16,
+    pub metrics_port: u16,
+    pub process: Guarded,
     /// Killed on purpose by the test: not a failure.
-    pub(crate) killed: bool,
+    pub killed: bool,
 }
 
 impl Replica {
-    pub(crate) async fn metrics(&self) -> Result<Metrics, String> {
+    pub async fn metrics(&self) -> Result<Metrics, String> {
         Metrics::scrape(self.metrics_port).await
     }
 
     /// The replica's log (JSON lines, the chart's `logFormat`).
-    pub(crate) fn log(&self) -> String {
+    pub fn log(&self) -> String {
         self.process.log()
     }
 }
 
 /// A test's mrguard release on the shared API server.
-pub(crate) struct Release {
-    pub(crate) cluster: &'static Cluster,
+pub struct Release {
+    pub cluster: &'static Cluster,
     /// The release name; also the value of [`TEST_LABEL`].
-    pub(crate) name: String,
+    pub name: String,
     /// The release namespace: ServiceAccount, Secret, Lease.
-    pub(crate) namespace: String,
+    pub namespace: String,
     /// A namespace for the test's namespaced MRs (the webhooks exclude
     /// the release namespace).
-    pub(crate) workload_ns: String,
+    pub workload_ns: String,
     /// The chart's base name of every object.
-    pub(crate) fullname: String,
-    pub(crate) rendered: Rendered,
-    pub(crate) client: kube::Client,
-    pub(crate) options: Options,
-    pub(crate) replicas: Vec<Replica>,
+    pub fullname: String,
+    pub rendered: Rendered,
+    pub client: kube::Client,
+    pub options: Options,
+    pub replicas: Vec<Replica>,
     /// The port of the stand-in Service.
-    pub(crate) service_port: u16,
+    pub service_port: u16,
     backends: Arc<Mutex<Vec<u16>>>,
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
@@ -136,7 +140,7 @@ fn merge(base: &mut Value, over: Value) {
 impl Release {
     /// Installs the chart for test `name` (a DNS label, unique per test)
     /// and starts mrguard.
-    pub(crate) async fn install(
+    pub async fn install(
         cluster: &'static Cluster,
         name: &str,
         options: Options,
@@ -280,7 +284,7 @@ impl Release {
 
     /// A webhook configuration with `clientConfig.service` turned into a
     /// loopback URL to the stand-in Service.
-    pub(crate) fn loopback_webhooks(&self, config: &Value) -> Value {
+    pub fn loopback_webhooks(&self, config: &Value) -> Value {
         let mut c = config.clone();
         for w in c["webhooks"].as_array_mut().into_iter().flatten() {
             let path = w["clientConfig"]["service"]["path"]
@@ -363,7 +367,7 @@ impl Release {
     }
 
     /// Starts one more mrguard process with the chart's arguments.
-    pub(crate) async fn start_replica(&mut self) -> Result<&Replica, String> {
+    pub async fn start_replica(&mut self) -> Result<&Replica, String> {
         let i = self.pods.fetch_add(1, Ordering::Relaxed);
         let pod = format!("{}-{i}", self.fullname);
         let (port, metrics_port) = (free_port(), free_port());
@@ -384,9 +388,13 @@ impl Release {
         let mut env = cmd.env.clone();
         env.push(("KUBECONFIG".into(), self.kubeconfig.display().to_string()));
         env.push(("HOME".into(), self.dir.path().display().to_string()));
+        let binary = self.options.binary.clone().ok_or_else(|| {
+            "Options::binary is not set: pass env!(\"CARGO_BIN_EXE_mrguard\") of the test or bench"
+                .to_string()
+        })?;
         let process = Guarded::spawn(
             &pod,
-            Path::new(env!("CARGO_BIN_EXE_mrguard")),
+            &binary,
             &cmd.args,
             &env,
             &self.dir.path().join(format!("{pod}.log")),
@@ -404,13 +412,13 @@ impl Release {
     }
 
     /// Removes a replica from the stand-in Service (it stays running).
-    pub(crate) fn remove_endpoint(&self, port: u16) {
+    pub fn remove_endpoint(&self, port: u16) {
         self.backends.lock().unwrap().retain(|p| *p != port);
     }
 
     /// Kills replica `i` with SIGKILL, as a node failure would (the Lease
     /// is not released), and takes it out of the Service.
-    pub(crate) fn kill_replica(&mut self, i: usize) {
+    pub fn kill_replica(&mut self, i: usize) {
         let r = &mut self.replicas[i];
         r.process.kill();
         r.killed = true;
@@ -419,38 +427,38 @@ impl Release {
     }
 
     /// Fails when a replica has exited (that a test did not kill).
-    pub(crate) fn check_alive(&self) -> Result<(), String> {
+    pub fn check_alive(&self) -> Result<(), String> {
         for r in self.replicas.iter().filter(|r| !r.killed) {
             r.process.check_alive()?;
         }
         Ok(())
     }
 
-    pub(crate) fn secret_name(&self) -> String {
+    pub fn secret_name(&self) -> String {
         format!("{}-tls", self.fullname)
     }
 
-    pub(crate) fn lease_name(&self) -> String {
+    pub fn lease_name(&self) -> String {
         format!("{}-leader", self.fullname)
     }
 
-    pub(crate) fn mutating(&self) -> Api<MutatingWebhookConfiguration> {
+    pub fn mutating(&self) -> Api<MutatingWebhookConfiguration> {
         Api::all(self.client.clone())
     }
 
-    pub(crate) fn validating(&self) -> Api<ValidatingWebhookConfiguration> {
+    pub fn validating(&self) -> Api<ValidatingWebhookConfiguration> {
         Api::all(self.client.clone())
     }
 
     /// `ca.crt` of the TLS Secret, once the controller created it.
-    pub(crate) async fn secret_ca(&self) -> Option<Vec<u8>> {
+    pub async fn secret_ca(&self) -> Option<Vec<u8>> {
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         let s = secrets.get_opt(&self.secret_name()).await.ok()??;
         Some(s.data?.get("ca.crt")?.0.clone())
     }
 
     /// Both configurations as JSON, when both exist.
-    pub(crate) async fn configurations(&self) -> Option<(Value, Value)> {
+    pub async fn configurations(&self) -> Option<(Value, Value)> {
         let m = self.mutating().get_opt(&self.fullname).await.ok()??;
         let v = self.validating().get_opt(&self.fullname).await.ok()??;
         Some((serde_json::to_value(m).ok()?, serde_json::to_value(v).ok()?))
@@ -458,7 +466,7 @@ impl Release {
 
     /// Whether both configurations carry the Secret's CA and cover `plural`
     /// of `group`.
-    pub(crate) async fn webhooks_ready(&self, group: &str, plural: &str) -> bool {
+    pub async fn webhooks_ready(&self, group: &str, plural: &str) -> bool {
         let (Some(ca), Some((m, v))) = (self.secret_ca().await, self.configurations().await) else {
             return false;
         };
@@ -472,7 +480,7 @@ impl Release {
     /// Waits until the API server calls this release's webhooks: caBundle
     /// and rules in place, a dry-run create mutated and a dry-run create
     /// with a duplicate policy denied by mrguard.
-    pub(crate) async fn wait_admission(&self) -> Result<(), String> {
+    pub async fn wait_admission(&self) -> Result<(), String> {
         wait_for(
             "caBundle and rules on both webhook configurations",
             WAIT,
@@ -517,7 +525,7 @@ impl Release {
     }
 
     /// An error message with the replicas' last log lines.
-    pub(crate) fn with_logs(&self, e: String) -> String {
+    pub fn with_logs(&self, e: String) -> String {
         let mut out = e;
         out.push_str(&format!(
             "\n(kube-apiserver and etcd logs: {})",
@@ -535,27 +543,27 @@ impl Release {
     }
 
     /// Labels an object so this release's webhooks see it.
-    pub(crate) fn object(&self, mut v: Value) -> DynamicObject {
+    pub fn object(&self, mut v: Value) -> DynamicObject {
         v["metadata"]["labels"][TEST_LABEL] = json!(self.name);
         serde_json::from_value(v).expect("a Kubernetes object")
     }
 
     /// The same, in the test's workload namespace.
-    pub(crate) fn namespaced_object(&self, mut v: Value) -> DynamicObject {
+    pub fn namespaced_object(&self, mut v: Value) -> DynamicObject {
         v["metadata"]["namespace"] = json!(self.workload_ns);
         self.object(v)
     }
 
-    pub(crate) fn cluster_api(&self, ar: &ApiResource) -> Api<DynamicObject> {
+    pub fn cluster_api(&self, ar: &ApiResource) -> Api<DynamicObject> {
         Api::all_with(self.client.clone(), ar)
     }
 
-    pub(crate) fn namespaced_api(&self, ar: &ApiResource) -> Api<DynamicObject> {
+    pub fn namespaced_api(&self, ar: &ApiResource) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), &self.workload_ns, ar)
     }
 
     /// The replica holding the Lease, by its Lease identity prefix.
-    pub(crate) async fn leader(&self) -> Option<usize> {
+    pub async fn leader(&self) -> Option<usize> {
         let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
             Api::namespaced(self.client.clone(), &self.namespace);
         let lease = leases.get_opt(&self.lease_name()).await.ok()??;
@@ -567,7 +575,7 @@ impl Release {
 }
 
 /// Whether webhook `rules` cover `plural` in `group`.
-pub(crate) fn covers(rules: &Value, group: &str, plural: &str) -> bool {
+pub fn covers(rules: &Value, group: &str, plural: &str) -> bool {
     rules.as_array().into_iter().flatten().any(|r| {
         r["apiGroups"]
             .as_array()

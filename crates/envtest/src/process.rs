@@ -32,7 +32,7 @@ if [ -n "$GUARD_CLEANUP" ]; then rm -rf "$GUARD_CLEANUP"; fi
 "#;
 
 /// A process under a guard. Dropping it stops the process and waits.
-pub(crate) struct Guarded {
+pub struct Guarded {
     name: String,
     pid: u32,
     log: PathBuf,
@@ -44,7 +44,7 @@ impl Guarded {
     /// Starts `program` with `args` and exactly the environment `env`
     /// (nothing is inherited but PATH), logging to `log`. `cleanup` is
     /// removed once the process is gone.
-    pub(crate) fn spawn(
+    pub fn spawn(
         name: &str,
         program: &Path,
         args: &[String],
@@ -92,16 +92,21 @@ impl Guarded {
         })
     }
 
-    pub(crate) fn log_path(&self) -> &Path {
+    /// The process id (not the guard's), for /proc.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn log_path(&self) -> &Path {
         &self.log
     }
 
-    pub(crate) fn log(&self) -> String {
+    pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The last `n` lines of the log, for failure messages.
-    pub(crate) fn log_tail(&self, n: usize) -> String {
+    pub fn log_tail(&self, n: usize) -> String {
         let log = self.log();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
@@ -109,7 +114,7 @@ impl Guarded {
 
     /// Whether the process still runs. A child that exited stays a zombie
     /// of its guard until the guard reaps it, so the state letter counts.
-    pub(crate) fn alive(&self) -> bool {
+    pub fn alive(&self) -> bool {
         match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
             // "pid (comm) S ...": the state follows the last ')'.
             Ok(stat) => stat
@@ -121,7 +126,7 @@ impl Guarded {
     }
 
     /// Fails with the log's tail when the process has exited.
-    pub(crate) fn check_alive(&self) -> Result<(), String> {
+    pub fn check_alive(&self) -> Result<(), String> {
         if self.alive() {
             Ok(())
         } else {
@@ -135,7 +140,7 @@ impl Guarded {
     }
 
     /// Sends a signal (e.g. "KILL", "TERM") to the process itself.
-    pub(crate) fn signal(&self, signal: &str) {
+    pub fn signal(&self, signal: &str) {
         let _ = Command::new("kill")
             .arg(format!("-{signal}"))
             .arg(self.pid.to_string())
@@ -143,7 +148,7 @@ impl Guarded {
     }
 
     /// Kills the process with SIGKILL and waits until it is gone (bounded).
-    pub(crate) fn kill(&self) {
+    pub fn kill(&self) {
         self.signal("KILL");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while self.alive() && std::time::Instant::now() < deadline {
@@ -152,7 +157,7 @@ impl Guarded {
     }
 
     /// Stops the process with SIGTERM, waits (bounded) for its guard.
-    pub(crate) fn stop(mut self) {
+    pub fn stop(mut self) {
         self.shutdown();
     }
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::repo_root;
 
 /// helm from $HELM_BIN or .tools/bin/helm (`scripts/install-helm.sh`).
-pub(crate) fn helm_bin() -> Result<PathBuf, String> {
+pub fn helm_bin() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("HELM_BIN").filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }
@@ -34,16 +34,12 @@ fn helm_home() -> &'static Path {
 
 /// The objects of a rendered chart.
 #[derive(Debug, Clone)]
-pub(crate) struct Rendered(pub(crate) Vec<Value>);
+pub struct Rendered(pub Vec<Value>);
 
 impl Rendered {
     /// `helm template RELEASE charts/mrguard -n NAMESPACE -f VALUES`,
     /// offline (no cluster: `lookup` finds nothing, as on a first install).
-    pub(crate) fn render(
-        release: &str,
-        namespace: &str,
-        values_yaml: &str,
-    ) -> Result<Self, String> {
+    pub fn render(release: &str, namespace: &str, values_yaml: &str) -> Result<Self, String> {
         let home = helm_home();
         let values = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
         std::fs::write(values.path(), values_yaml).map_err(|e| e.to_string())?;
@@ -73,11 +69,11 @@ impl Rendered {
         Ok(Self(docs.into_iter().filter(|d| !d.is_null()).collect()))
     }
 
-    pub(crate) fn of_kind(&self, kind: &str) -> Vec<&Value> {
+    pub fn of_kind(&self, kind: &str) -> Vec<&Value> {
         self.0.iter().filter(|o| o["kind"] == kind).collect()
     }
 
-    pub(crate) fn one(&self, kind: &str) -> Result<&Value, String> {
+    pub fn one(&self, kind: &str) -> Result<&Value, String> {
         match self.of_kind(kind).as_slice() {
             [one] => Ok(one),
             other => Err(format!(
@@ -88,7 +84,7 @@ impl Rendered {
     }
 
     /// The mrguard container of the Deployment.
-    pub(crate) fn container(&self) -> Result<&Value, String> {
+    pub fn container(&self) -> Result<&Value, String> {
         let d = self.one("Deployment")?;
         d["spec"]["template"]["spec"]["containers"]
             .as_array()
@@ -99,11 +95,7 @@ impl Rendered {
     /// What the kubelet would run for a pod `pod_name` in `namespace`:
     /// the arguments after the binary (command[1..] then args, `$(VAR)`
     /// expanded from the container's env) and the environment.
-    pub(crate) fn pod_command(
-        &self,
-        namespace: &str,
-        pod_name: &str,
-    ) -> Result<PodCommand, String> {
+    pub fn pod_command(&self, namespace: &str, pod_name: &str) -> Result<PodCommand, String> {
         let c = self.container()?;
         let mut env = Vec::new();
         for e in c["env"].as_array().into_iter().flatten() {
@@ -148,7 +140,7 @@ impl Rendered {
     }
 
     /// The `config.yaml` of the chart's ConfigMap.
-    pub(crate) fn config_yaml(&self) -> Result<String, String> {
+    pub fn config_yaml(&self) -> Result<String, String> {
         self.one("ConfigMap")?["data"]["config.yaml"]
             .as_str()
             .map(String::from)
@@ -167,20 +159,20 @@ fn expand(s: &str, env: &[(String, String)]) -> String {
 
 /// A container's process as the kubelet would start it.
 #[derive(Debug, Clone)]
-pub(crate) struct PodCommand {
+pub struct PodCommand {
     /// The image's binary path (the chart's `command[0]`).
-    pub(crate) binary: String,
+    pub binary: String,
     /// `command[1..]` followed by `args`.
-    pub(crate) args: Vec<String>,
-    pub(crate) env: Vec<(String, String)>,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
     /// Volume name to mount path.
-    pub(crate) mounts: Vec<(String, String)>,
+    pub mounts: Vec<(String, String)>,
 }
 
 impl PodCommand {
     /// Points every argument under a mount path at `host_dir` instead,
     /// as the volume would appear inside the pod.
-    pub(crate) fn remount(&mut self, volume: &str, host_dir: &Path) -> Result<(), String> {
+    pub fn remount(&mut self, volume: &str, host_dir: &Path) -> Result<(), String> {
         let (_, path) = self
             .mounts
             .iter()

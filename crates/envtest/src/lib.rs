@@ -1,26 +1,34 @@
-//! The end-to-end harness, reusable by any test or benchmark that needs a
-//! real API server:
+//! The end-to-end harness: a real API server on loopback and mrguard
+//! installed from its chart, shared by the end-to-end tests (`tests/e2e`)
+//! and the benchmarks that go through the API server (`benches/`), so that
+//! each thing is built one way:
 //!
 //! - [`cluster::Cluster::shared`]: ONE etcd + kube-apiserver per binary run
 //!   (from `KUBEBUILDER_ASSETS`), started lazily, stopped when the binary
-//!   exits; an admin client ([`cluster::Cluster::admin`]), the fixture CRDs
-//!   installed, [`cluster::create_crd`], ServiceAccount tokens
+//!   exits ([`cluster::Cluster::start`] starts one with options, e.g. the
+//!   API server's audit log, for a benchmark); an admin client
+//!   ([`cluster::Cluster::admin`]), the fixture CRDs installed, [`cluster::create_crd`], ServiceAccount tokens
 //!   ([`cluster::Cluster::service_account_token`]);
 //! - [`release::Release::install`]: the chart rendered with helm, its RBAC
-//!   and webhook configurations applied, the real `mrguard` binary run with
-//!   the chart's arguments under the chart's ServiceAccount;
+//!   and webhook configurations applied, the real `mrguard` binary
+//!   ([`release::Options::binary`]: the test's or bench's
+//!   `CARGO_BIN_EXE_mrguard`) run with the chart's arguments under the
+//!   chart's ServiceAccount;
 //! - [`chart::Rendered`]: `helm template` and the Deployment's command;
 //! - [`metrics::Metrics`]: a parsed `/metrics` scrape;
 //! - [`process::Guarded`]: processes that never outlive the binary;
+//! - [`procfs`]: CPU, memory and connections of a process, for benchmarks;
 //! - [`wait_for`]: every wait is bounded;
 //! - [`require_cluster`]: the skip/fail policy when the binaries are absent.
 
-pub(crate) mod api;
-pub(crate) mod chart;
-pub(crate) mod cluster;
-pub(crate) mod metrics;
-pub(crate) mod process;
-pub(crate) mod release;
+pub mod api;
+pub mod certs;
+pub mod chart;
+pub mod cluster;
+pub mod metrics;
+pub mod process;
+pub mod procfs;
+pub mod release;
 
 use std::future::Future;
 use std::io::Write;
@@ -30,27 +38,32 @@ use std::time::Duration;
 use kube::api::ApiResource;
 use serde_json::{json, Value};
 
-pub(crate) use cluster::Cluster;
-pub(crate) use metrics::Metrics;
-pub(crate) use release::{Options, Release};
+pub use cluster::Cluster;
+pub use metrics::Metrics;
+pub use release::{Options, Release};
 
 /// The longest any single wait may take.
-pub(crate) const WAIT: Duration = Duration::from_secs(60);
+pub const WAIT: Duration = Duration::from_secs(60);
 
-pub(crate) fn repo_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+/// The repository (this crate lives in `crates/envtest`).
+pub fn repo_root() -> &'static Path {
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        crate_dir
+            .ancestors()
+            .nth(2)
+            .unwrap_or(crate_dir)
+            .to_path_buf()
+    })
 }
 
-pub(crate) fn fixtures_dir() -> PathBuf {
+pub fn fixtures_dir() -> PathBuf {
     repo_root().join("tests/fixtures")
 }
 
 /// Polls `f` every 100 ms until it returns Some, for at most `timeout`.
-pub(crate) async fn wait_for<T, F, Fut>(
-    what: &str,
-    timeout: Duration,
-    mut f: F,
-) -> Result<T, String>
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -69,7 +82,7 @@ where
 
 /// The line scripts/test.sh counts; written to the real stderr, past the
 /// test harness's output capture, so it shows for passing tests too.
-pub(crate) const SKIP_MARKER: &str = "e2e skipped:";
+pub const SKIP_MARKER: &str = "e2e skipped:";
 
 fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
@@ -78,7 +91,7 @@ fn ci() -> bool {
 /// The shared API server, or None when this test is skipped: without
 /// `KUBEBUILDER_ASSETS` the test prints why and how to get the binaries,
 /// and passes. Under `CI=true` a missing API server fails the test.
-pub(crate) async fn require_cluster(test: &str) -> Option<&'static Cluster> {
+pub async fn require_cluster(test: &str) -> Option<&'static Cluster> {
     if let Err(why) = cluster::assets() {
         let how =
             "run scripts/envtest.sh ASSETS_DIR, or set KUBEBUILDER_ASSETS to a folder holding \
@@ -97,7 +110,7 @@ pub(crate) async fn require_cluster(test: &str) -> Option<&'static Cluster> {
 }
 
 /// Installs a release for `test`, failing the test with mrguard's log.
-pub(crate) async fn install(cluster: &'static Cluster, test: &str, options: Options) -> Release {
+pub async fn install(cluster: &'static Cluster, test: &str, options: Options) -> Release {
     match Release::install(cluster, test, options).await {
         Ok(r) => r,
         Err(e) => panic!("{test}: failed to install mrguard: {e}"),
@@ -114,19 +127,19 @@ fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource
     }
 }
 
-pub(crate) fn bucket_resource() -> ApiResource {
+pub fn bucket_resource() -> ApiResource {
     resource("s3.aws.upbound.io", "v1beta1", "Bucket", "buckets")
 }
 
-pub(crate) fn vpc_resource() -> ApiResource {
+pub fn vpc_resource() -> ApiResource {
     resource("ec2.aws.upbound.io", "v1beta1", "VPC", "vpcs")
 }
 
-pub(crate) fn namespaced_vpc_resource() -> ApiResource {
+pub fn namespaced_vpc_resource() -> ApiResource {
     resource("ec2.aws.m.upbound.io", "v1beta1", "VPC", "vpcs")
 }
 
-pub(crate) fn contact_resource() -> ApiResource {
+pub fn contact_resource() -> ApiResource {
     resource(
         "account.aws.upbound.io",
         "v1beta1",
@@ -136,7 +149,7 @@ pub(crate) fn contact_resource() -> ApiResource {
 }
 
 /// A cluster-scoped Bucket manifest.
-pub(crate) fn bucket(name: &str, for_provider: Value) -> Value {
+pub fn bucket(name: &str, for_provider: Value) -> Value {
     json!({
         "apiVersion": "s3.aws.upbound.io/v1beta1",
         "kind": "Bucket",
@@ -146,7 +159,7 @@ pub(crate) fn bucket(name: &str, for_provider: Value) -> Value {
 }
 
 /// A cluster-scoped VPC manifest (a provider-assigned identifier).
-pub(crate) fn vpc(name: &str, spec: Value) -> Value {
+pub fn vpc(name: &str, spec: Value) -> Value {
     let mut v = json!({
         "apiVersion": "ec2.aws.upbound.io/v1beta1",
         "kind": "VPC",
@@ -163,7 +176,7 @@ pub(crate) fn vpc(name: &str, spec: Value) -> Value {
 
 /// A namespaced (Crossplane v2) VPC manifest; the namespace is set by
 /// [`Release::namespaced_object`].
-pub(crate) fn namespaced_vpc(name: &str, spec: Value) -> Value {
+pub fn namespaced_vpc(name: &str, spec: Value) -> Value {
     let mut v = vpc(name, spec);
     v["apiVersion"] = json!("ec2.aws.m.upbound.io/v1beta1");
     v
@@ -173,19 +186,13 @@ pub(crate) fn namespaced_vpc(name: &str, spec: Value) -> Value {
 /// providers ship: it lets values reach the webhook that the upjet CRDs'
 /// schemas reject first. In a group the chart's RBAC covers, so it is not
 /// a forbidden kind. Installed with the fixture CRDs.
-pub(crate) const LOOSE_GROUP: &str = "azure.upbound.io";
-pub(crate) const LOOSE_VERSION: &str = "v1alpha1";
-pub(crate) const LOOSE_KIND: &str = "E2eLooseResource";
-pub(crate) const LOOSE_PLURAL: &str = "e2elooseresources";
+pub const LOOSE_GROUP: &str = "azure.upbound.io";
+pub const LOOSE_VERSION: &str = "v1alpha1";
+pub const LOOSE_KIND: &str = "E2eLooseResource";
+pub const LOOSE_PLURAL: &str = "e2elooseresources";
 
 /// A minimal MR CRD in the `managed` category.
-pub(crate) fn managed_crd(
-    group: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-    scope: &str,
-) -> Value {
+pub fn managed_crd(group: &str, version: &str, kind: &str, plural: &str, scope: &str) -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

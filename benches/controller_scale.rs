@@ -1,0 +1,783 @@
+//! The controller at platform scale, against a real API server: many MR
+//! CRDs and many MRs, one mrguard installed from its chart.
+//!
+//! ```text
+//! KUBEBUILDER_ASSETS=... cargo bench --bench controller_scale -- [--crds 1000] [--mrs 20000] [--out FILE]
+//! ```
+//!
+//! Phases, each reported:
+//!
+//! 1. `--crds` generated CRDs in category `managed`, in the API groups of
+//!    the chart's default RBAC (the provider-upjet-aws services), created
+//!    in parallel: the time until both webhook configurations cover every
+//!    kind, and until the leader watches every kind;
+//! 2. `--mrs` MRs spread over those kinds (1 in 50 paused, 1 in 100 with an
+//!    incomplete creation), created in parallel: the time until the
+//!    leader's gauges count them;
+//! 3. audit passes (`--audit-interval`): the duration of each, against the
+//!    number of MRs it read;
+//! 4. a quiet minute: the requests mrguard sends;
+//! 5. kube-apiserver restarted: the relists, and the time until every
+//!    watch is back;
+//! 6. a cold start: mrguard stopped, both configurations' rules emptied, a
+//!    new replica started: the time until the rules cover every kind again.
+//!
+//! Throughout, the leader's TCP connections to the API server (its sockets
+//! matched against /proc's TCP table), its RSS (peak: VmHWM) and CPU are
+//! sampled. Requests are counted from the API server's side: its audit log
+//! records every request of mrguard's service account (and nothing else).
+//! Under `cargo test` (no `--bench`) it does nothing.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use clap::Parser;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use mrguard_envtest::cluster::ClusterOptions;
+use mrguard_envtest::{procfs, Cluster, Metrics, Options, Release};
+use serde_json::{json, Value};
+
+#[derive(Debug, Parser)]
+#[command(about = "The controller at platform scale against a real API server")]
+struct Args {
+    /// Generated MR CRDs.
+    #[arg(long, default_value_t = 1000)]
+    crds: usize,
+    /// MRs, spread over the generated kinds.
+    #[arg(long, default_value_t = 20000)]
+    mrs: usize,
+    /// Requests in flight while creating CRDs and MRs.
+    #[arg(long, default_value_t = 32)]
+    create_concurrency: usize,
+    /// The chart's controller.auditInterval.
+    #[arg(long, default_value = "30s")]
+    audit_interval: String,
+    /// More `extraArgs` for mrguard (e.g. --api-streams-per-connection=0).
+    #[arg(long)]
+    mrguard_arg: Vec<String>,
+    /// Skip the API server restart and the cold start.
+    #[arg(long)]
+    no_restarts: bool,
+    /// Also write the Markdown report here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Passed by `cargo bench`; without it (under `cargo test`) nothing runs.
+    #[arg(long)]
+    bench: bool,
+}
+
+const RELEASE: &str = "scale";
+const VERSION: &str = "v1beta1";
+const KIND_PREFIX: &str = "ScaleKind";
+const PLURAL_PREFIX: &str = "scalekind";
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if !args.bench {
+        println!("controller_scale bench: skipped (run it with `cargo bench --bench controller_scale`)");
+        return Ok(());
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(args))
+}
+
+/// One generated kind.
+#[derive(Clone)]
+struct Kind {
+    group: String,
+    kind: String,
+    plural: String,
+}
+
+impl Kind {
+    fn collection(&self) -> String {
+        format!("/apis/{}/{VERSION}/{}", self.group, self.plural)
+    }
+}
+
+/// The provider-upjet-aws service groups of the chart's default RBAC.
+fn rbac_groups() -> anyhow::Result<Vec<String>> {
+    let path = mrguard_envtest::repo_root().join("charts/mrguard/values.yaml");
+    let values: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path)?)
+        .with_context(|| format!("{}", path.display()))?;
+    let family = &values["rbac"]["audit"]["providerFamilies"][0];
+    let group = family["group"].as_str().unwrap_or_default();
+    let groups: Vec<String> = family["services"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|s| format!("{s}.{group}"))
+        .collect();
+    if groups.is_empty() {
+        bail!("no providerFamilies in {}", path.display());
+    }
+    Ok(groups)
+}
+
+fn kinds(n: usize, groups: &[String]) -> Vec<Kind> {
+    (0..n)
+        .map(|i| Kind {
+            group: groups[i % groups.len()].clone(),
+            kind: format!("{KIND_PREFIX}{i}"),
+            plural: format!("{PLURAL_PREFIX}{i}s"),
+        })
+        .collect()
+}
+
+/// MR number `j` of kind `k`: about 1 KB, as a provider's MR before
+/// status; 1 in 50 paused, 1 in 100 with an incomplete creation.
+fn mr(k: &Kind, j: usize) -> Value {
+    let name = format!("mr-{j}");
+    let mut annotations = json!({
+        "crossplane.io/external-name": name,
+        "crossplane.io/external-create-pending": "2025-01-01T00:00:00Z",
+    });
+    if !j.is_multiple_of(100) {
+        annotations["crossplane.io/external-create-succeeded"] = json!("2025-01-01T00:00:01Z");
+    }
+    if j % 50 == 1 {
+        annotations["crossplane.io/paused"] = json!("true");
+    }
+    json!({
+        "apiVersion": format!("{}/{VERSION}", k.group),
+        "kind": k.kind,
+        "metadata": {"name": name, "annotations": annotations,
+                     "labels": {"team": format!("team-{}", j % 7), "env": "bench"}},
+        "spec": {
+            "forProvider": {"region": "us-east-1", "description": "generated by the controller_scale bench",
+                            "tags": {"owner": "platform", "cost-center": format!("cc-{}", j % 13)}},
+            "providerConfigRef": {"name": "default"},
+            "managementPolicies": ["*"],
+            "deletionPolicy": "Delete",
+        },
+    })
+}
+
+/// The leader process, sampled every 500 ms.
+#[derive(Default, Clone, Copy)]
+struct Sample {
+    rss: u64,
+    hwm: u64,
+    cpu: f64,
+    conns: usize,
+}
+
+#[derive(Clone)]
+struct Sampler {
+    pid: Arc<Mutex<u32>>,
+    port: u16,
+    last: Arc<Mutex<Sample>>,
+    /// Highest connection count since the last reset.
+    max_conns: Arc<Mutex<usize>>,
+}
+
+impl Sampler {
+    fn start(pid: u32, port: u16) -> Self {
+        let s = Self {
+            pid: Arc::new(Mutex::new(pid)),
+            port,
+            last: Arc::default(),
+            max_conns: Arc::default(),
+        };
+        let bg = s.clone();
+        tokio::spawn(async move {
+            loop {
+                bg.sample();
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        s
+    }
+
+    fn sample(&self) -> Sample {
+        let pid = *self.pid.lock().unwrap();
+        let (rss, hwm) = procfs::rss(pid).unwrap_or_default();
+        let s = Sample {
+            rss,
+            hwm,
+            cpu: procfs::cpu_seconds(pid).unwrap_or_default(),
+            conns: procfs::tcp_connections_to(pid, self.port).unwrap_or_default(),
+        };
+        if hwm > 0 {
+            *self.last.lock().unwrap() = s;
+            let mut m = self.max_conns.lock().unwrap();
+            *m = (*m).max(s.conns);
+        }
+        s
+    }
+
+    fn take_max_conns(&self) -> usize {
+        std::mem::take(&mut *self.max_conns.lock().unwrap())
+    }
+
+    fn follow(&self, pid: u32) {
+        *self.pid.lock().unwrap() = pid;
+    }
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+/// One request of mrguard's, from the API server's audit log.
+struct Audited {
+    at: jiff::Timestamp,
+    verb: String,
+    uri: String,
+}
+
+impl Audited {
+    /// The generated kind's plural a request is about.
+    fn plural(&self) -> Option<&str> {
+        let path = self.uri.split('?').next()?;
+        let last = path.rsplit('/').next()?;
+        last.starts_with(PLURAL_PREFIX).then_some(last)
+    }
+}
+
+fn audit_log(cluster: &Cluster) -> Vec<Audited> {
+    let text = std::fs::read_to_string(cluster.audit_log()).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            Some(Audited {
+                at: v["requestReceivedTimestamp"].as_str()?.parse().ok()?,
+                verb: v["verb"].as_str()?.to_string(),
+                uri: v["requestURI"].as_str()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+struct Bench {
+    args: Args,
+    cluster: &'static Cluster,
+    client: kube::Client,
+    release: Release,
+    kinds: Vec<Kind>,
+    sampler: Sampler,
+    report: String,
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let groups = rbac_groups()?;
+    eprintln!("controller_scale: starting etcd and kube-apiserver");
+    // Every request of mrguard's service accounts, once, when received.
+    let policy = format!(
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [ResponseStarted, ResponseComplete]\n\
+         rules:\n- level: Metadata\n  userGroups: [\"system:serviceaccounts:{RELEASE}-system\"]\n- level: None\n"
+    );
+    let cluster: &'static Cluster = Box::leak(Box::new(
+        Cluster::start(&ClusterOptions {
+            audit_policy: Some(policy),
+            ..ClusterOptions::default()
+        })
+        .await
+        .map_err(|e| anyhow!(e))?,
+    ));
+    let client = cluster.admin().await.map_err(|e| anyhow!(e))?;
+    eprintln!("controller_scale: installing mrguard from the chart");
+    let release = Release::install(
+        cluster,
+        RELEASE,
+        Options {
+            binary: Some(env!("CARGO_BIN_EXE_mrguard").into()),
+            audit_interval: args.audit_interval.clone(),
+            log_level: "info".into(),
+            extra_args: args.mrguard_arg.clone(),
+            ..Options::default()
+        },
+    )
+    .await
+    .map_err(|e| anyhow!(e))?;
+    let sampler = Sampler::start(release.replicas[0].process.pid(), cluster.port());
+    let kinds = kinds(args.crds, &groups);
+    let mut bench = Bench {
+        args,
+        cluster,
+        client,
+        release,
+        kinds,
+        sampler,
+        report: String::new(),
+    };
+    bench.header(&groups);
+    let r = bench.phases().await;
+    let _ = writeln!(
+        bench.report,
+        "\nThe whole run took {:.1} minutes. mrguard's log: {}",
+        started.elapsed().as_secs_f64() / 60.0,
+        bench.release.replicas.last().map(|r| r.process.log_path().display().to_string()).unwrap_or_default()
+    );
+    println!("{}", bench.report);
+    if let Some(out) = &bench.args.out {
+        std::fs::write(out, &bench.report)?;
+    }
+    r
+}
+
+impl Bench {
+    fn header(&mut self, groups: &[String]) {
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let cpus = std::fs::read_to_string("/proc/cpuinfo")
+            .map(|s| s.lines().filter(|l| l.starts_with("processor")).count())
+            .unwrap_or(0);
+        let _ = writeln!(
+            self.report,
+            "# The controller at scale\n\n- {cpus} CPUs; load average at the start: {}\n\
+             - {} generated MR CRDs in {} API groups (plus the 8 fixture kinds), {} MRs; \
+             mrguard's extra args: {:?}; audit interval {}\n",
+            load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+            self.args.crds,
+            groups.len().min(self.args.crds),
+            self.args.mrs,
+            self.args.mrguard_arg,
+            self.args.audit_interval,
+        );
+        let _ = writeln!(
+            self.report,
+            "| moment | leader RSS MiB | peak RSS MiB | connections to the API server (now / highest since the last row) | leader CPU s (cumulative) | watches of generated kinds |"
+        );
+        let _ = writeln!(self.report, "|---|---|---|---|---|---|");
+    }
+
+    async fn row(&mut self, moment: &str) {
+        let s = self.sampler.sample();
+        let max = self.sampler.take_max_conns().max(s.conns);
+        let watches = self.watches().await.unwrap_or(0);
+        let _ = writeln!(
+            self.report,
+            "| {moment} | {:.1} | {:.1} | {} / {} | {:.1} | {} |",
+            mib(s.rss),
+            mib(s.hwm),
+            s.conns,
+            max,
+            s.cpu,
+            watches
+        );
+        eprintln!(
+            "controller_scale: {moment}: RSS {:.1} MiB (peak {:.1}), {} connections (max {max}), CPU {:.1} s, {watches} watches",
+            mib(s.rss),
+            mib(s.hwm),
+            s.conns,
+            s.cpu
+        );
+    }
+
+    async fn apiserver_metrics(&self) -> anyhow::Result<Metrics> {
+        let req = hyper::Request::get("/metrics").body(Vec::new())?;
+        Ok(Metrics::parse(&self.client.request_text(req).await?))
+    }
+
+    /// Watches the API server serves on the generated kinds now
+    /// (`apiserver_longrunning_requests{verb="WATCH"}`; only mrguard
+    /// watches them).
+    async fn watches(&self) -> anyhow::Result<usize> {
+        let m = self.apiserver_metrics().await?;
+        let mut n = 0.0;
+        for line in m.text.lines() {
+            if line.starts_with("apiserver_longrunning_requests{")
+                && line.contains("verb=\"WATCH\"")
+                && line.contains(&format!("resource=\"{PLURAL_PREFIX}"))
+            {
+                n += line
+                    .rsplit(' ')
+                    .next()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0);
+            }
+        }
+        Ok(n as usize)
+    }
+
+    /// How many generated kinds both configurations cover.
+    async fn covered(&self) -> usize {
+        let Some((m, v)) = self.release.configurations().await else {
+            return 0;
+        };
+        let set = |c: &Value| -> HashSet<(String, String)> {
+            let mut s = HashSet::new();
+            for r in c["webhooks"][0]["rules"].as_array().into_iter().flatten() {
+                for g in r["apiGroups"].as_array().into_iter().flatten() {
+                    for p in r["resources"].as_array().into_iter().flatten() {
+                        s.insert((
+                            g.as_str().unwrap_or_default().to_string(),
+                            p.as_str().unwrap_or_default().to_string(),
+                        ));
+                    }
+                }
+            }
+            s
+        };
+        let (m, v) = (set(&m), set(&v));
+        self.kinds
+            .iter()
+            .filter(|k| {
+                let key = (k.group.clone(), k.plural.clone());
+                m.contains(&key) && v.contains(&key)
+            })
+            .count()
+    }
+
+    async fn wait_until<F, Fut>(&self, what: &str, limit: Duration, mut f: F) -> anyhow::Result<Duration>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let t = Instant::now();
+        loop {
+            if f().await {
+                return Ok(t.elapsed());
+            }
+            if t.elapsed() > limit {
+                bail!("{what}: not within {limit:?}");
+            }
+            self.release.check_alive().map_err(|e| anyhow!(e))?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn phases(&mut self) -> anyhow::Result<()> {
+        self.row("installed, 8 fixture kinds").await;
+        self.phase_crds().await?;
+        self.phase_mrs().await?;
+        self.phase_audit().await?;
+        self.phase_quiet().await?;
+        if !self.args.no_restarts {
+            self.phase_apiserver_restart().await?;
+            self.phase_cold_start().await?;
+        }
+        Ok(())
+    }
+
+    /// Creates the CRDs (in parallel), then waits for coverage and watches.
+    async fn phase_crds(&mut self) -> anyhow::Result<()> {
+        let n = self.kinds.len();
+        eprintln!("controller_scale: creating {n} CRDs");
+        let t0 = Instant::now();
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let sem = Arc::new(tokio::sync::Semaphore::new(self.args.create_concurrency));
+        let mut tasks = tokio::task::JoinSet::new();
+        for k in self.kinds.clone() {
+            let (api, sem) = (api.clone(), sem.clone());
+            tasks.spawn(async move {
+                let _p = sem.acquire_owned().await;
+                let crd = mrguard_envtest::managed_crd(&k.group, VERSION, &k.kind, &k.plural, "Cluster");
+                let crd: CustomResourceDefinition = serde_json::from_value(crd)?;
+                api.create(&PostParams::default(), &crd)
+                    .await
+                    .with_context(|| format!("creating CRD {}", k.plural))?;
+                anyhow::Ok(())
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r??;
+        }
+        let created = t0.elapsed();
+        eprintln!("controller_scale: {n} CRDs created in {created:.1?}; waiting for coverage");
+        let covered = self
+            .wait_until("coverage of every generated kind", Duration::from_secs(600), || async {
+                self.covered().await == n
+            })
+            .await?;
+        let watched = self
+            .wait_until("a watch on every generated kind", Duration::from_secs(600), || async {
+                self.watches().await.unwrap_or(0) >= n
+            })
+            .await?;
+        let _ = writeln!(
+            self.report,
+            "| (CRDs: {n} created in {:.1} s; both configurations covered all {:.1} s after the last \
+             create ({:.1} s after the first); every kind watched {:.1} s after that) | | | | | |",
+            created.as_secs_f64(),
+            covered.as_secs_f64(),
+            (created + covered).as_secs_f64(),
+            watched.as_secs_f64()
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        self.row(&format!("{n} CRDs covered and watched")).await;
+        Ok(())
+    }
+
+    async fn gauge_sum(&self, state: &str) -> f64 {
+        let Ok(m) = self.release.replicas.last().expect("a replica").metrics().await else {
+            return -1.0;
+        };
+        let mut total = 0.0;
+        for k in &self.kinds {
+            total += m.get(
+                "mrguard_managed_resources",
+                &[("group", k.group.as_str()), ("kind", k.kind.as_str()), ("state", state)],
+            );
+        }
+        total
+    }
+
+    /// Creates the MRs (in parallel), then waits for the gauges.
+    async fn phase_mrs(&mut self) -> anyhow::Result<()> {
+        let (n, k) = (self.args.mrs, self.kinds.len());
+        eprintln!("controller_scale: creating {n} MRs");
+        let t0 = Instant::now();
+        let sem = Arc::new(tokio::sync::Semaphore::new(self.args.create_concurrency));
+        let mut tasks = tokio::task::JoinSet::new();
+        let (mut paused, mut incomplete) = (0, 0);
+        for j in 0..n {
+            let kind = self.kinds[j % k].clone();
+            let obj = mr(&kind, j);
+            paused += usize::from(obj["metadata"]["annotations"].get("crossplane.io/paused").is_some());
+            incomplete += usize::from(obj["metadata"]["annotations"].get("crossplane.io/external-create-succeeded").is_none());
+            let (client, sem) = (self.client.clone(), sem.clone());
+            tasks.spawn(async move {
+                let _p = sem.acquire_owned().await;
+                let r = mrguard_envtest::api::create(&client, &kind.collection(), &obj, false)
+                    .await
+                    .map_err(|e| anyhow!(e))?;
+                if r.status != 201 {
+                    bail!("creating {}: {} {}", kind.plural, r.status, r.message());
+                }
+                anyhow::Ok(())
+            });
+            // Keep the task set small.
+            while tasks.len() > 4 * self.args.create_concurrency {
+                tasks.join_next().await.expect("a task")??;
+            }
+        }
+        while let Some(r) = tasks.join_next().await {
+            r??;
+        }
+        let created = t0.elapsed();
+        eprintln!("controller_scale: {n} MRs created in {created:.1?} ({:.0}/s)", n as f64 / created.as_secs_f64());
+        let (p, i) = (paused as f64, incomplete as f64);
+        let followed = self
+            .wait_until("the gauges to count every MR", Duration::from_secs(600), || async {
+                self.gauge_sum("paused").await == p && self.gauge_sum("creation_incomplete").await == i
+            })
+            .await?;
+        let _ = writeln!(
+            self.report,
+            "| (MRs: {n} created in {:.1} s, {:.0}/s; the gauges counted all {paused} paused and {incomplete} \
+             creation-incomplete {:.1} s after the last create) | | | | | |",
+            created.as_secs_f64(),
+            n as f64 / created.as_secs_f64(),
+            followed.as_secs_f64()
+        );
+        self.row(&format!("{n} MRs created and counted")).await;
+        Ok(())
+    }
+
+    /// The "audit pass done" lines of the current leader's log.
+    fn audit_passes(&self) -> Vec<(u64, u64, f64)> {
+        let log = self.release.replicas.last().expect("a replica").log();
+        log.lines()
+            .filter_map(|l| {
+                let v: Value = serde_json::from_str(l).ok()?;
+                let f = &v["fields"];
+                (f["message"] == "audit pass done").then(|| {
+                    (
+                        f["kinds"].as_u64().unwrap_or(0),
+                        f["objects"].as_u64().unwrap_or(0),
+                        f["seconds"].as_f64().unwrap_or(f64::NAN),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Waits for two passes that read every MR; reports every pass so far.
+    async fn phase_audit(&mut self) -> anyhow::Result<()> {
+        let n = self.args.mrs as u64;
+        eprintln!("controller_scale: waiting for two audit passes over every MR");
+        let t = Instant::now();
+        self.sampler.take_max_conns();
+        let cpu0 = self.sampler.sample().cpu;
+        self.wait_until("two full audit passes", Duration::from_secs(900), || async {
+            self.audit_passes().iter().filter(|p| p.1 >= n).count() >= 2
+        })
+        .await?;
+        let cpu = self.sampler.sample().cpu - cpu0;
+        let _ = writeln!(self.report, "\n### Audit passes (the leader's log)\n");
+        let _ = writeln!(self.report, "| pass | kinds | MRs read | seconds | MRs/s |");
+        let _ = writeln!(self.report, "|---|---|---|---|---|");
+        for (i, (kinds, objects, secs)) in self.audit_passes().iter().enumerate() {
+            let _ = writeln!(
+                self.report,
+                "| {} | {kinds} | {objects} | {secs:.1} | {:.0} |",
+                i + 1,
+                *objects as f64 / secs
+            );
+        }
+        let _ = writeln!(
+            self.report,
+            "\nLeader CPU while waiting for them ({:.0} s, passes and idle): {:.1} s.\n",
+            t.elapsed().as_secs_f64(),
+            cpu
+        );
+        Ok(())
+    }
+
+    /// A minute with nothing changing: what mrguard asks of the API server.
+    async fn phase_quiet(&mut self) -> anyhow::Result<()> {
+        eprintln!("controller_scale: one quiet minute");
+        let from = jiff::Timestamp::now();
+        let cpu0 = self.sampler.sample().cpu;
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let to = jiff::Timestamp::now();
+        let cpu = self.sampler.sample().cpu - cpu0;
+        let log = audit_log(self.cluster);
+        let mut by_verb: BTreeMap<String, usize> = BTreeMap::new();
+        let mut mr = 0;
+        let mut examples: BTreeMap<String, String> = BTreeMap::new();
+        for a in log.iter().filter(|a| a.at >= from && a.at < to) {
+            *by_verb.entry(a.verb.clone()).or_default() += 1;
+            mr += usize::from(a.plural().is_some());
+            examples.entry(a.verb.clone()).or_insert_with(|| a.uri.clone());
+        }
+        let total: usize = by_verb.values().sum();
+        let _ = writeln!(
+            self.report,
+            "### A quiet minute (the API server's audit log of mrguard's service accounts)\n\n\
+             {total} requests in 60 s ({:.2}/s), {mr} of them on the generated kinds; by verb: {}. \
+             Leader CPU: {:.2} s ({:.1} % of a core); audit passes run in this minute too.\n",
+            total as f64 / 60.0,
+            by_verb
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            cpu,
+            cpu / 60.0 * 100.0
+        );
+        for (verb, uri) in &examples {
+            let _ = writeln!(self.report, "- e.g. {verb} `{uri}`");
+        }
+        let _ = writeln!(self.report);
+        self.row("after the quiet minute").await;
+        Ok(())
+    }
+
+    /// Restarts kube-apiserver; counts mrguard's lists and watches of the
+    /// generated kinds from then on.
+    async fn phase_apiserver_restart(&mut self) -> anyhow::Result<()> {
+        eprintln!("controller_scale: restarting kube-apiserver");
+        let n = self.kinds.len();
+        let from = jiff::Timestamp::now();
+        let t = Instant::now();
+        self.cluster.restart_apiserver().await.map_err(|e| anyhow!(e))?;
+        let down = t.elapsed();
+        let back = self
+            .wait_until("every watch back", Duration::from_secs(600), || async {
+                self.watches().await.unwrap_or(0) >= n
+            })
+            .await?;
+        // Settle: anything more would be a storm.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let log = audit_log(self.cluster);
+        let after: Vec<&Audited> = log
+            .iter()
+            .filter(|a| a.at >= from && a.plural().is_some())
+            .collect();
+        // The watchers' relists ask for resourceVersion=0 (from the watch
+        // cache); the audit lists pages of 250 and is counted apart.
+        let mut relists: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut watches: BTreeMap<&str, usize> = BTreeMap::new();
+        let (mut audit_lists, mut list_times) = (0, Vec::new());
+        for a in &after {
+            let p = a.plural().unwrap_or_default();
+            match a.verb.as_str() {
+                "list" if a.uri.contains("limit=250") => audit_lists += 1,
+                "list" => {
+                    *relists.entry(p).or_default() += 1;
+                    list_times.push(a.at);
+                }
+                "watch" => *watches.entry(p).or_default() += 1,
+                _ => {}
+            }
+        }
+        list_times.sort();
+        let spread = match (list_times.first(), list_times.last()) {
+            (Some(a), Some(b)) => (*b - *a).total(jiff::Unit::Second).unwrap_or(0.0),
+            _ => 0.0,
+        };
+        let _ = writeln!(
+            self.report,
+            "### kube-apiserver restarted\n\n\
+             SIGTERM until it was ready again: {:.1} s (it drains for up to a minute); every generated kind \
+             watched again {:.1} s after it was ready. From the restart to 30 s after that, on the {n} \
+             generated kinds: {} relists by the watchers over {} kinds (at most {} for one kind), spread \
+             over {spread:.1} s; {} watch requests (at most {} for one kind); {audit_lists} audit lists.\n",
+            down.as_secs_f64(),
+            back.as_secs_f64(),
+            relists.values().sum::<usize>(),
+            relists.len(),
+            relists.values().max().copied().unwrap_or(0),
+            watches.values().sum::<usize>(),
+            watches.values().max().copied().unwrap_or(0),
+        );
+        self.row("after the API server restart").await;
+        Ok(())
+    }
+
+    /// Stops mrguard, empties both configurations' rules, starts a new
+    /// replica: the time until the rules cover every kind again.
+    async fn phase_cold_start(&mut self) -> anyhow::Result<()> {
+        eprintln!("controller_scale: cold start");
+        let n = self.kinds.len();
+        {
+            let old = self.release.replicas.last_mut().expect("a replica");
+            // SIGTERM releases the Lease, so the next replica leads at once.
+            old.process.signal("TERM");
+            let port = old.port;
+            old.killed = true;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while self.release.replicas.last().expect("a replica").process.alive() {
+                if Instant::now() > deadline {
+                    bail!("mrguard did not stop on SIGTERM");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            self.release.remove_endpoint(port);
+        }
+        let empty = Patch::Json::<()>(serde_json::from_value(json!([
+            {"op": "replace", "path": "/webhooks/0/rules", "value": []}
+        ]))?);
+        let pp = PatchParams::default();
+        self.release.mutating().patch(&self.release.fullname, &pp, &empty).await?;
+        self.release.validating().patch(&self.release.fullname, &pp, &empty).await?;
+        let pid = self.release.start_replica().await.map_err(|e| anyhow!(e))?.process.pid();
+        self.sampler.follow(pid);
+        let covered = self
+            .wait_until("coverage after a cold start", Duration::from_secs(600), || async {
+                self.covered().await == n
+            })
+            .await?;
+        let counted = self
+            .wait_until("the gauges after a cold start", Duration::from_secs(600), || async {
+                self.gauge_sum("paused").await > 0.0
+                    && self.watches().await.unwrap_or(0) >= n
+            })
+            .await?;
+        let _ = writeln!(
+            self.report,
+            "### Cold start\n\nA new replica, with every CRD and MR in place and both configurations' rules emptied: \
+             rules covering all {n} kinds {:.1} s after the process started; every kind watched {:.1} s after that.\n",
+            covered.as_secs_f64(),
+            counted.as_secs_f64()
+        );
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let _ = writeln!(
+            self.report,
+            "| moment | leader RSS MiB | peak RSS MiB | connections (now / highest) | leader CPU s | watches |\n|---|---|---|---|---|---|"
+        );
+        self.row("the new leader, 10 s after its coverage").await;
+        Ok(())
+    }
+}

@@ -1,0 +1,249 @@
+//! The controller's connections to the API server: HTTP/2, with the
+//! streams spread over as few connections as the server's stream limit
+//! allows.
+//!
+//! kube's default client speaks HTTP/1.1, one connection per request in
+//! flight, and every watch is a request that never ends. The leader keeps
+//! a watch per MR kind, so with the chart's arguments and 300 MR CRDs it
+//! held 260 connections to the API server (13 without MR CRDs), and at
+//! 1,000 kinds it would hold over 1,000. client-go multiplexes its
+//! requests over HTTP/2 and opens another connection when one is at the
+//! server's MAX_CONCURRENT_STREAMS (250 in kube-apiserver, Go's default).
+//! This client does the same: each connection carries at most
+//! `streams_per_connection` requests at once (watches included), and a new
+//! connection opens when every open one is full. hyper's HTTP/2 client
+//! would instead queue a request beyond the server's limit until a stream
+//! ends, which for a watch is never.
+//!
+//! HTTP/2 PINGs every 30 s find a dead connection (and fail its watches
+//! into their backoff) without a read timeout on idle watches.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::{Body, ConfigExt};
+use tower::{BoxError, ServiceBuilder};
+
+use super::api::ControllerError;
+
+/// The default of `--api-streams-per-connection`: well under
+/// kube-apiserver's 250 (`--http2-max-streams-per-connection`, Go's
+/// default), so that lists and writes always find a free stream.
+pub(crate) const DEFAULT_STREAMS_PER_CONNECTION: usize = 100;
+
+/// Interval of the HTTP/2 PINGs that check a connection is alive.
+const KEEP_ALIVE: Duration = Duration::from_secs(30);
+/// How long a PING may go unanswered before the connection is dropped.
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+
+fn setup(e: impl std::fmt::Display) -> ControllerError {
+    ControllerError::Client(e.to_string())
+}
+
+/// A kube client over HTTP/2 with at most `streams_per_connection`
+/// requests per connection. kube's own HTTP/1.1 client when
+/// `streams_per_connection` is 0, for a plain-HTTP URL, or behind a proxy
+/// (kube handles proxies).
+pub(crate) fn client(
+    config: kube::Config,
+    streams_per_connection: usize,
+) -> Result<kube::Client, ControllerError> {
+    let https = config.cluster_url.scheme_str() == Some("https");
+    if streams_per_connection == 0 || !https || config.proxy_url.is_some() {
+        return kube::Client::try_from(config).map_err(setup);
+    }
+    let balancer = Balancer {
+        connections: Arc::new(Mutex::new(Vec::new())),
+        connector: connector(&config)?,
+        limit: streams_per_connection,
+    };
+    let retry = config
+        .default_retry
+        .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(retry)
+        .option_layer(config.auth_layer().map_err(setup)?)
+        .layer(config.extra_headers_layer().map_err(setup)?)
+        .map_err(BoxError::from)
+        .service(balancer);
+    Ok(kube::Client::new(service, config.default_namespace))
+}
+
+/// TLS from the kubeconfig (kube's own rustls settings: CA, client
+/// certificate, server name), offering only `h2`: every kube-apiserver
+/// speaks it (Go's net/http), and the client then never races HTTP/1.1
+/// connections while the first handshake is under way.
+fn connector(config: &kube::Config) -> Result<Connector, ControllerError> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(config.connect_timeout);
+    let tls = config.rustls_client_config().map_err(setup)?;
+    let mut builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = rustls_pki_types::ServerName::try_from(name.clone())
+            .map_err(|e| setup(format!("tls-server-name {name:?}: {e}")))?;
+        builder =
+            builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    Ok(builder.enable_http2().wrap_connector(http))
+}
+
+fn hyper_client(connector: Connector) -> HyperClient<Connector, Body> {
+    HyperClient::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .http2_only(true)
+        .http2_keep_alive_interval(KEEP_ALIVE)
+        .http2_keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+        .http2_keep_alive_while_idle(true)
+        .build(connector)
+}
+
+/// One HTTP/2 connection (a hyper client of its own, whose pool holds one
+/// shared connection) and the requests it carries now.
+struct Connection {
+    client: HyperClient<Connector, Body>,
+    streams: Arc<AtomicUsize>,
+}
+
+/// Sends each request on the first connection with a free stream, opening
+/// a connection when none has one.
+#[derive(Clone)]
+struct Balancer {
+    connections: Arc<Mutex<Vec<Connection>>>,
+    connector: Connector,
+    limit: usize,
+}
+
+impl Balancer {
+    /// Takes a stream on a connection; the guard gives it back.
+    fn take(&self) -> (HyperClient<Connector, Body>, StreamGuard) {
+        let mut conns = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        let i = match conns
+            .iter()
+            .position(|c| c.streams.load(Ordering::Acquire) < self.limit)
+        {
+            Some(i) => i,
+            None => {
+                conns.push(Connection {
+                    client: hyper_client(self.connector.clone()),
+                    streams: Arc::new(AtomicUsize::new(0)),
+                });
+                conns.len() - 1
+            }
+        };
+        let c = &conns[i];
+        c.streams.fetch_add(1, Ordering::AcqRel);
+        (c.client.clone(), StreamGuard(c.streams.clone()))
+    }
+}
+
+/// A stream in use until dropped (with the response body, or with the
+/// request when it failed).
+struct StreamGuard(Arc<AtomicUsize>);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl tower::Service<hyper::Request<Body>> for Balancer {
+    type Response = hyper::Response<Counted>;
+    type Error = hyper_util::client::legacy::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: hyper::Request<Body>) -> Self::Future {
+        let (client, guard) = self.take();
+        Box::pin(async move {
+            let response = client.request(req).await?;
+            Ok(response.map(|body| Counted {
+                body,
+                _guard: guard,
+            }))
+        })
+    }
+}
+
+/// A response body that holds its stream's place until it is dropped.
+pub(crate) struct Counted {
+    body: Incoming,
+    _guard: StreamGuard,
+}
+
+impl HttpBody for Counted {
+    type Data = hyper::body::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn balancer(limit: usize) -> Balancer {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        Balancer {
+            connections: Arc::new(Mutex::new(Vec::new())),
+            connector: connector(&config).unwrap(),
+            limit,
+        }
+    }
+
+    /// Streams fill one connection up to the limit before another opens,
+    /// and a stream given back is reused before a new connection opens.
+    #[test]
+    fn streams_fill_a_connection_before_another_opens() {
+        let b = balancer(2);
+        let (_, s1) = b.take();
+        let (_, s2) = b.take();
+        assert_eq!(b.connections.lock().unwrap().len(), 1);
+        let (_, s3) = b.take();
+        assert_eq!(b.connections.lock().unwrap().len(), 2);
+        drop(s1);
+        let (_, s4) = b.take();
+        assert_eq!(b.connections.lock().unwrap().len(), 2, "the free stream is reused");
+        let counts: Vec<usize> = b
+            .connections
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.streams.load(Ordering::Acquire))
+            .collect();
+        assert_eq!(counts, vec![2, 1]);
+        drop((s2, s3, s4));
+    }
+}

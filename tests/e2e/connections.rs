@@ -1,0 +1,112 @@
+//! The controller's connections to the API server: its requests and
+//! watches share HTTP/2 connections, at most `--api-streams-per-connection`
+//! at once on each; 0 speaks HTTP/1.1, one connection per watch. The
+//! leader's connections are counted from /proc (its sockets to the API
+//! server's port).
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::PostParams;
+use serde_json::json;
+
+use crate::support::{self, procfs, wait_for, Options, Release, WAIT};
+
+const GROUP: &str = "ec2.aws.upbound.io";
+
+/// The leader's established TCP connections to the API server.
+fn connections(r: &Release) -> usize {
+    procfs::tcp_connections_to(r.replicas[0].process.pid(), r.cluster.port()).unwrap_or(0)
+}
+
+/// A new MR kind (in a group the chart's RBAC covers) is covered, and a
+/// paused MR of it is counted by the leader's gauge: its watch works.
+async fn a_new_kind_is_watched(r: &Release, kind: &str) {
+    let plural = format!("{}s", kind.to_lowercase());
+    let crd = support::managed_crd(GROUP, "v1alpha1", kind, &plural, "Cluster");
+    let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
+    support::cluster::create_crd(&r.client, &crd).await.unwrap();
+    wait_for("the new kind in both configurations", WAIT, || async {
+        r.webhooks_ready(GROUP, &plural).await.then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
+    let ar = kube::api::ApiResource {
+        group: GROUP.into(),
+        version: "v1alpha1".into(),
+        api_version: format!("{GROUP}/v1alpha1"),
+        kind: kind.into(),
+        plural,
+    };
+    let obj = r.object(json!({
+        "apiVersion": format!("{GROUP}/v1alpha1"), "kind": kind,
+        "metadata": {"name": "paused", "annotations": {"crossplane.io/paused": "true"}},
+        "spec": {"forProvider": {}},
+    }));
+    r.cluster_api(&ar)
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap();
+    wait_for("the paused MR counted by the leader", WAIT, || async {
+        let m = r.replicas[0].metrics().await.ok()?;
+        (m.get(
+            "mrguard_managed_resources",
+            &[("group", GROUP), ("kind", kind), ("state", "paused")],
+        ) == 1.0)
+            .then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
+}
+
+/// With the default (100 streams per connection) the leader's watches (the
+/// Secret, CRDs, both configurations, every MR kind) and its other
+/// requests share ONE connection. kube's HTTP/1.1 client held one per
+/// watch: 260 with 300 MR kinds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_shares_one_http2_connection() {
+    let Some(cluster) = support::require_cluster("the_leader_shares_one_http2_connection").await
+    else {
+        return;
+    };
+    let r = support::install(cluster, "e2e-h2", Options::default()).await;
+    a_new_kind_is_watched(&r, "E2eSharedConnProbe").await;
+    assert_eq!(connections(&r), 1, "{}", r.with_logs(String::new()));
+}
+
+/// A limit of 3 streams opens more connections as the watches need them,
+/// and 0 falls back to HTTP/1.1 with a connection per watch; watches and
+/// coverage work either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_limit_opens_connections_and_zero_speaks_http1() {
+    let Some(cluster) =
+        support::require_cluster("the_stream_limit_opens_connections_and_zero_speaks_http1").await
+    else {
+        return;
+    };
+    let three = support::install(
+        cluster,
+        "e2e-streams3",
+        Options {
+            extra_args: vec!["--api-streams-per-connection=3".into()],
+            ..Options::default()
+        },
+    )
+    .await;
+    a_new_kind_is_watched(&three, "E2eThreeStreamsProbe").await;
+    // At least 12 long-lived watches (Secret, CRDs, two configurations,
+    // 8 fixture MR kinds and the probe), 3 to a connection.
+    let n = connections(&three);
+    assert!(n >= 4, "{n} connections; {}", three.with_logs(String::new()));
+
+    let http1 = support::install(
+        cluster,
+        "e2e-http1",
+        Options {
+            extra_args: vec!["--api-streams-per-connection=0".into()],
+            ..Options::default()
+        },
+    )
+    .await;
+    a_new_kind_is_watched(&http1, "E2eHttp1Probe").await;
+    let n = connections(&http1);
+    assert!(n >= 12, "{n} connections; {}", http1.with_logs(String::new()));
+}
