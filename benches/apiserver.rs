@@ -49,9 +49,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use http_body_util::BodyExt;
-use kube::api::{
-    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use mrguard_envtest::cluster::ClusterOptions;
 use mrguard_envtest::process::Guarded;
 use mrguard_envtest::release::TEST_LABEL;
@@ -77,7 +75,11 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "dry-run,create")]
     modes: Vec<String>,
     /// Setups, in the order each round runs them.
-    #[arg(long, value_delimiter = ',', default_value = "none,noop,mrguard,mrguard-allset")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "none,noop,mrguard,mrguard-allset"
+    )]
     setups: Vec<String>,
     /// More `extraArgs` for mrguard (e.g. to compare a flag).
     #[arg(long)]
@@ -265,9 +267,15 @@ async fn direct_urls(release: &Release, port: u16) -> anyhow::Result<()> {
         ]))?);
         let pp = PatchParams::default();
         if kind == "mutating" {
-            release.mutating().patch(&release.fullname, &pp, &patch).await?;
+            release
+                .mutating()
+                .patch(&release.fullname, &pp, &patch)
+                .await?;
         } else {
-            release.validating().patch(&release.fullname, &pp, &patch).await?;
+            release
+                .validating()
+                .patch(&release.fullname, &pp, &patch)
+                .await?;
         }
     }
     Ok(())
@@ -319,9 +327,13 @@ async fn noop_configurations(release: &Release, port: u16, ca: &str) -> anyhow::
         let kind = c["kind"].as_str().unwrap_or_default().to_string();
         c["metadata"] = json!({"name": NOOP});
         for w in c["webhooks"].as_array_mut().into_iter().flatten() {
-            let name = w["name"].as_str().unwrap_or_default().replace("mrguard", "noop");
+            let name = w["name"]
+                .as_str()
+                .unwrap_or_default()
+                .replace("mrguard", "noop");
             w["name"] = json!(name);
-            w["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}{path}"), "caBundle": ca});
+            w["clientConfig"] =
+                json!({"url": format!("https://127.0.0.1:{port}{path}"), "caBundle": ca});
             w["objectSelector"] = json!({"matchLabels": {TEST_LABEL: NOOP}});
         }
         let plural = if kind.starts_with("Mutating") {
@@ -434,10 +446,20 @@ impl Bench {
         };
         let all_set = setup == "mrguard-allset";
         // Warm-up: connections open, caches warm; not measured.
-        self.drive(&label, &format!("{run}-w"), &path, concurrency, self.args.warmup, all_set)
-            .await;
+        self.drive(
+            &label,
+            &format!("{run}-w"),
+            &path,
+            concurrency,
+            self.args.warmup,
+            all_set,
+        )
+        .await;
         let before = self.apiserver_metrics().await?;
-        let mrguard_before = self.release.replicas[0].metrics().await.map_err(|e| anyhow!(e))?;
+        let mrguard_before = self.release.replicas[0]
+            .metrics()
+            .await
+            .map_err(|e| anyhow!(e))?;
         let (pid, port) = self.servers.get(setup).copied().unwrap_or((0, 0));
         let (api_cpu0, srv_cpu0) = (
             procfs::cpu_seconds(self.cluster.apiserver_pid()).unwrap_or(0.0),
@@ -445,7 +467,14 @@ impl Bench {
         );
         let started = Instant::now();
         let (hist, ok, failed, first_error) = self
-            .drive(&label, &run, &path, concurrency, self.args.duration, all_set)
+            .drive(
+                &label,
+                &run,
+                &path,
+                concurrency,
+                self.args.duration,
+                all_set,
+            )
             .await;
         let elapsed = started.elapsed();
         let (api_cpu1, srv_cpu1) = (
@@ -453,9 +482,12 @@ impl Bench {
             procfs::cpu_seconds(pid).unwrap_or(0.0),
         );
         let after = self.apiserver_metrics().await?;
-        let webhook_conns = procfs::tcp_connections_to(self.cluster.apiserver_pid(), port)
-            .unwrap_or_default();
-        let mrguard_after = self.release.replicas[0].metrics().await.map_err(|e| anyhow!(e))?;
+        let webhook_conns =
+            procfs::tcp_connections_to(self.cluster.apiserver_pid(), port).unwrap_or_default();
+        let mrguard_after = self.release.replicas[0]
+            .metrics()
+            .await
+            .map_err(|e| anyhow!(e))?;
         let mut handler_mean = BTreeMap::new();
         if setup.starts_with("mrguard") {
             for webhook in ["mutate", "validate"] {
@@ -479,8 +511,13 @@ impl Bench {
                 "apiserver_admission_webhook_admission_duration_seconds_count",
                 &l,
             );
-            let s = after.get("apiserver_admission_webhook_admission_duration_seconds_sum", &l)
-                - before.get("apiserver_admission_webhook_admission_duration_seconds_sum", &l);
+            let s = after.get(
+                "apiserver_admission_webhook_admission_duration_seconds_sum",
+                &l,
+            ) - before.get(
+                "apiserver_admission_webhook_admission_duration_seconds_sum",
+                &l,
+            );
             if n > 0.0 {
                 webhook_mean.insert(format!("{name} ({n:.0} calls)"), s / n);
             }
@@ -611,7 +648,10 @@ fn report_header(bench: &Bench, out: &mut String) {
          - kube-apiserver from KUBEBUILDER_ASSETS, etcd, mrguard (release build) and the \
          no-op baseline on loopback; {} rounds of {:?} (after {:?} of warm-up) per setup\n\
          - a Bucket (`s3.aws.upbound.io/v1beta1`, the upjet CRD) per request, keep-alive HTTPS\n",
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
         bench.args.rounds,
         bench.args.duration,
         bench.args.warmup,
@@ -666,7 +706,8 @@ fn report_runs(
             .map(|r| r.webhook_conns.to_string())
             .collect::<Vec<_>>()
             .join(", ");
-        let _ = writeln!(
+        let _ =
+            writeln!(
             out,
             "| {setup} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} | {} | {} | {} | {} | {} |",
             m(&|r| r.rate()),
@@ -703,7 +744,10 @@ fn report_runs(
         );
         let _ = writeln!(out, "|---|---|---|---|---|---|---|");
         for (what, f) in [
-            ("p50", &(|r: &RunResult| r.q(0.5)) as &dyn Fn(&RunResult) -> f64),
+            (
+                "p50",
+                &(|r: &RunResult| r.q(0.5)) as &dyn Fn(&RunResult) -> f64,
+            ),
             ("mean", &|r: &RunResult| r.mean()),
             ("p99", &|r: &RunResult| r.q(0.99)),
         ] {

@@ -79,7 +79,9 @@ const PLURAL_PREFIX: &str = "scalekind";
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if !args.bench {
-        println!("controller_scale bench: skipped (run it with `cargo bench --bench controller_scale`)");
+        println!(
+            "controller_scale bench: skipped (run it with `cargo bench --bench controller_scale`)"
+        );
         return Ok(());
     }
     tokio::runtime::Builder::new_multi_thread()
@@ -316,7 +318,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         bench.report,
         "\nThe whole run took {:.1} minutes. mrguard's log: {}",
         started.elapsed().as_secs_f64() / 60.0,
-        bench.release.replicas.last().map(|r| r.process.log_path().display().to_string()).unwrap_or_default()
+        bench
+            .release
+            .replicas
+            .last()
+            .map(|r| r.process.log_path().display().to_string())
+            .unwrap_or_default()
     );
     println!("{}", bench.report);
     if let Some(out) = &bench.args.out {
@@ -336,7 +343,10 @@ impl Bench {
             "# The controller at scale\n\n- {cpus} CPUs; load average at the start: {}\n\
              - {} generated MR CRDs in {} API groups (plus the 8 fixture kinds), {} MRs; \
              mrguard's extra args: {:?}; audit interval {}\n",
-            load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+            load.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
             self.args.crds,
             groups.len().min(self.args.crds),
             self.args.mrs,
@@ -428,7 +438,12 @@ impl Bench {
             .count()
     }
 
-    async fn wait_until<F, Fut>(&self, what: &str, limit: Duration, mut f: F) -> anyhow::Result<Duration>
+    async fn wait_until<F, Fut>(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut f: F,
+    ) -> anyhow::Result<Duration>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
@@ -471,7 +486,8 @@ impl Bench {
             let (api, sem) = (api.clone(), sem.clone());
             tasks.spawn(async move {
                 let _p = sem.acquire_owned().await;
-                let crd = mrguard_envtest::managed_crd(&k.group, VERSION, &k.kind, &k.plural, "Cluster");
+                let crd =
+                    mrguard_envtest::managed_crd(&k.group, VERSION, &k.kind, &k.plural, "Cluster");
                 let crd: CustomResourceDefinition = serde_json::from_value(crd)?;
                 api.create(&PostParams::default(), &crd)
                     .await
@@ -485,14 +501,18 @@ impl Bench {
         let created = t0.elapsed();
         eprintln!("controller_scale: {n} CRDs created in {created:.1?}; waiting for coverage");
         let covered = self
-            .wait_until("coverage of every generated kind", Duration::from_secs(600), || async {
-                self.covered().await == n
-            })
+            .wait_until(
+                "coverage of every generated kind",
+                Duration::from_secs(600),
+                || async { self.covered().await == n },
+            )
             .await?;
         let watched = self
-            .wait_until("a watch on every generated kind", Duration::from_secs(600), || async {
-                self.watches().await.unwrap_or(0) >= n
-            })
+            .wait_until(
+                "a watch on every generated kind",
+                Duration::from_secs(600),
+                || async { self.watches().await.unwrap_or(0) >= n },
+            )
             .await?;
         let _ = writeln!(
             self.report,
@@ -509,14 +529,25 @@ impl Bench {
     }
 
     async fn gauge_sum(&self, state: &str) -> f64 {
-        let Ok(m) = self.release.replicas.last().expect("a replica").metrics().await else {
+        let Ok(m) = self
+            .release
+            .replicas
+            .last()
+            .expect("a replica")
+            .metrics()
+            .await
+        else {
             return -1.0;
         };
         let mut total = 0.0;
         for k in &self.kinds {
             total += m.get(
                 "mrguard_managed_resources",
-                &[("group", k.group.as_str()), ("kind", k.kind.as_str()), ("state", state)],
+                &[
+                    ("group", k.group.as_str()),
+                    ("kind", k.kind.as_str()),
+                    ("state", state),
+                ],
             );
         }
         total
@@ -533,8 +564,16 @@ impl Bench {
         for j in 0..n {
             let kind = self.kinds[j % k].clone();
             let obj = mr(&kind, j);
-            paused += usize::from(obj["metadata"]["annotations"].get("crossplane.io/paused").is_some());
-            incomplete += usize::from(obj["metadata"]["annotations"].get("crossplane.io/external-create-succeeded").is_none());
+            paused += usize::from(
+                obj["metadata"]["annotations"]
+                    .get("crossplane.io/paused")
+                    .is_some(),
+            );
+            incomplete += usize::from(
+                obj["metadata"]["annotations"]
+                    .get("crossplane.io/external-create-succeeded")
+                    .is_none(),
+            );
             let (client, sem) = (self.client.clone(), sem.clone());
             tasks.spawn(async move {
                 let _p = sem.acquire_owned().await;
@@ -555,12 +594,20 @@ impl Bench {
             r??;
         }
         let created = t0.elapsed();
-        eprintln!("controller_scale: {n} MRs created in {created:.1?} ({:.0}/s)", n as f64 / created.as_secs_f64());
+        eprintln!(
+            "controller_scale: {n} MRs created in {created:.1?} ({:.0}/s)",
+            n as f64 / created.as_secs_f64()
+        );
         let (p, i) = (paused as f64, incomplete as f64);
         let followed = self
-            .wait_until("the gauges to count every MR", Duration::from_secs(600), || async {
-                self.gauge_sum("paused").await == p && self.gauge_sum("creation_incomplete").await == i
-            })
+            .wait_until(
+                "the gauges to count every MR",
+                Duration::from_secs(600),
+                || async {
+                    self.gauge_sum("paused").await == p
+                        && self.gauge_sum("creation_incomplete").await == i
+                },
+            )
             .await?;
         let _ = writeln!(
             self.report,
@@ -599,9 +646,11 @@ impl Bench {
         let t = Instant::now();
         self.sampler.take_max_conns();
         let cpu0 = self.sampler.sample().cpu;
-        self.wait_until("two full audit passes", Duration::from_secs(900), || async {
-            self.audit_passes().iter().filter(|p| p.1 >= n).count() >= 2
-        })
+        self.wait_until(
+            "two full audit passes",
+            Duration::from_secs(900),
+            || async { self.audit_passes().iter().filter(|p| p.1 >= n).count() >= 2 },
+        )
         .await?;
         let cpu = self.sampler.sample().cpu - cpu0;
         let _ = writeln!(self.report, "\n### Audit passes (the leader's log)\n");
@@ -639,7 +688,9 @@ impl Bench {
         for a in log.iter().filter(|a| a.at >= from && a.at < to) {
             *by_verb.entry(a.verb.clone()).or_default() += 1;
             mr += usize::from(a.plural().is_some());
-            examples.entry(a.verb.clone()).or_insert_with(|| a.uri.clone());
+            examples
+                .entry(a.verb.clone())
+                .or_insert_with(|| a.uri.clone());
         }
         let total: usize = by_verb.values().sum();
         let _ = writeln!(
@@ -671,7 +722,10 @@ impl Bench {
         let n = self.kinds.len();
         let from = jiff::Timestamp::now();
         let t = Instant::now();
-        self.cluster.restart_apiserver().await.map_err(|e| anyhow!(e))?;
+        self.cluster
+            .restart_apiserver()
+            .await
+            .map_err(|e| anyhow!(e))?;
         let down = t.elapsed();
         let back = self
             .wait_until("every watch back", Duration::from_secs(600), || async {
@@ -738,7 +792,14 @@ impl Bench {
             let port = old.port;
             old.killed = true;
             let deadline = Instant::now() + Duration::from_secs(30);
-            while self.release.replicas.last().expect("a replica").process.alive() {
+            while self
+                .release
+                .replicas
+                .last()
+                .expect("a replica")
+                .process
+                .alive()
+            {
                 if Instant::now() > deadline {
                     bail!("mrguard did not stop on SIGTERM");
                 }
@@ -750,20 +811,37 @@ impl Bench {
             {"op": "replace", "path": "/webhooks/0/rules", "value": []}
         ]))?);
         let pp = PatchParams::default();
-        self.release.mutating().patch(&self.release.fullname, &pp, &empty).await?;
-        self.release.validating().patch(&self.release.fullname, &pp, &empty).await?;
-        let pid = self.release.start_replica().await.map_err(|e| anyhow!(e))?.process.pid();
+        self.release
+            .mutating()
+            .patch(&self.release.fullname, &pp, &empty)
+            .await?;
+        self.release
+            .validating()
+            .patch(&self.release.fullname, &pp, &empty)
+            .await?;
+        let pid = self
+            .release
+            .start_replica()
+            .await
+            .map_err(|e| anyhow!(e))?
+            .process
+            .pid();
         self.sampler.follow(pid);
         let covered = self
-            .wait_until("coverage after a cold start", Duration::from_secs(600), || async {
-                self.covered().await == n
-            })
+            .wait_until(
+                "coverage after a cold start",
+                Duration::from_secs(600),
+                || async { self.covered().await == n },
+            )
             .await?;
         let counted = self
-            .wait_until("the gauges after a cold start", Duration::from_secs(600), || async {
-                self.gauge_sum("paused").await > 0.0
-                    && self.watches().await.unwrap_or(0) >= n
-            })
+            .wait_until(
+                "the gauges after a cold start",
+                Duration::from_secs(600),
+                || async {
+                    self.gauge_sum("paused").await > 0.0 && self.watches().await.unwrap_or(0) >= n
+                },
+            )
             .await?;
         let _ = writeln!(
             self.report,

@@ -160,37 +160,6 @@ impl Default for Backoff {
     }
 }
 
-/// Builds the Kubernetes client: an explicit kubeconfig (and context), else
-/// $KUBECONFIG or ~/.kube/config, else in-cluster; over HTTP/2 with
-/// `streams_per_connection` requests per connection, or HTTP/1.1 for 0
-/// (see `connections`).
-pub async fn client(
-    kubeconfig: Option<&std::path::Path>,
-    context: Option<&str>,
-    streams_per_connection: usize,
-) -> Result<kube::Client, ControllerError> {
-    let options = kube::config::KubeConfigOptions {
-        context: context.map(String::from),
-        ..Default::default()
-    };
-    let config = match (kubeconfig, context) {
-        (Some(path), _) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| ControllerError::Client(format!("{}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(kc, &options)
-                .await
-                .map_err(|e| ControllerError::Client(format!("{}: {e}", path.display())))?
-        }
-        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
-            .await
-            .map_err(|e| ControllerError::Client(e.to_string()))?,
-        (None, None) => kube::Config::infer()
-            .await
-            .map_err(|e| ControllerError::Client(e.to_string()))?,
-    };
-    super::connections::client(config, streams_per_connection)
-}
-
 /// Every object `api` lists, `page_size` at a time: one page per item.
 pub(crate) fn list_pages<K>(
     api: Api<K>,

@@ -50,11 +50,42 @@ fn setup(e: impl std::fmt::Display) -> ControllerError {
     ControllerError::Client(e.to_string())
 }
 
+/// Builds the Kubernetes client: an explicit kubeconfig (and context), else
+/// $KUBECONFIG or ~/.kube/config, else in-cluster; over HTTP/2 with
+/// `streams_per_connection` requests per connection, or HTTP/1.1 for 0
+/// (see the module's documentation).
+pub async fn client(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+    streams_per_connection: usize,
+) -> Result<kube::Client, ControllerError> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(String::from),
+        ..Default::default()
+    };
+    let config = match (kubeconfig, context) {
+        (Some(path), _) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| ControllerError::Client(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| ControllerError::Client(format!("{}: {e}", path.display())))?
+        }
+        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| ControllerError::Client(e.to_string()))?,
+        (None, None) => kube::Config::infer()
+            .await
+            .map_err(|e| ControllerError::Client(e.to_string()))?,
+    };
+    http2_client(config, streams_per_connection)
+}
+
 /// A kube client over HTTP/2 with at most `streams_per_connection`
 /// requests per connection. kube's own HTTP/1.1 client when
 /// `streams_per_connection` is 0, for a plain-HTTP URL, or behind a proxy
 /// (kube handles proxies).
-pub(crate) fn client(
+fn http2_client(
     config: kube::Config,
     streams_per_connection: usize,
 ) -> Result<kube::Client, ControllerError> {
@@ -235,7 +266,11 @@ mod tests {
         assert_eq!(b.connections.lock().unwrap().len(), 2);
         drop(s1);
         let (_, s4) = b.take();
-        assert_eq!(b.connections.lock().unwrap().len(), 2, "the free stream is reused");
+        assert_eq!(
+            b.connections.lock().unwrap().len(),
+            2,
+            "the free stream is reused"
+        );
         let counts: Vec<usize> = b
             .connections
             .lock()

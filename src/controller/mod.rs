@@ -50,7 +50,8 @@ use crate::tls::CertStore;
 use api::Clock;
 pub use metrics::ControllerMetrics;
 
-pub use api::{client, ControllerError};
+pub use api::ControllerError;
+pub use connections::client;
 
 /// Where Kubernetes mounts the service account's namespace in a pod.
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";

@@ -473,7 +473,10 @@ pub(crate) async fn run(
                             again = true;
                         }
                         Err(e) => {
-                            e.log(Some(&metrics), "failed to read a webhook configuration; retrying");
+                            e.log(
+                                Some(&metrics),
+                                "failed to read a webhook configuration; retrying",
+                            );
                             failed = true;
                         }
                     }
@@ -821,13 +824,19 @@ mod tests {
                 "PATCH" => {
                     let rv = current["metadata"]["resourceVersion"].clone();
                     if r.body["metadata"]["resourceVersion"] != rv {
-                        return Reply::Json(409, status(409, "Conflict", "the object has been modified"));
+                        return Reply::Json(
+                            409,
+                            status(409, "Conflict", "the object has been modified"),
+                        );
                     }
                     if rv == json!("5") {
                         // Someone else wrote in between: the stored version
                         // moves on, the watch stays silent.
                         st.get_mut(&kind).unwrap()["metadata"]["resourceVersion"] = json!("6");
-                        return Reply::Json(409, status(409, "Conflict", "the object has been modified"));
+                        return Reply::Json(
+                            409,
+                            status(409, "Conflict", "the object has been modified"),
+                        );
                     }
                     let mut obj = current;
                     obj["webhooks"][0]["rules"] = r.body["webhooks"][0]["rules"].clone();
@@ -861,7 +870,10 @@ mod tests {
                     == 2
             })
             .await;
-        for kind in ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"] {
+        for kind in [
+            "mutatingwebhookconfigurations",
+            "validatingwebhookconfigurations",
+        ] {
             let mine: Vec<(&str, &str)> = reqs
                 .iter()
                 .filter(|r| r.path.contains(kind) && !r.query.contains("watch=true"))
@@ -873,7 +885,11 @@ mod tests {
                     )
                 })
                 .collect();
-            assert_eq!(mine, [("PATCH", "5"), ("GET", ""), ("PATCH", "6")], "{kind}");
+            assert_eq!(
+                mine,
+                [("PATCH", "5"), ("GET", ""), ("PATCH", "6")],
+                "{kind}"
+            );
         }
         let stored = stored.lock().unwrap();
         assert_eq!(

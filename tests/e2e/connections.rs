@@ -95,7 +95,11 @@ async fn the_stream_limit_opens_connections_and_zero_speaks_http1() {
     // At least 12 long-lived watches (Secret, CRDs, two configurations,
     // 8 fixture MR kinds and the probe), 3 to a connection.
     let n = connections(&three);
-    assert!(n >= 4, "{n} connections; {}", three.with_logs(String::new()));
+    assert!(
+        n >= 4,
+        "{n} connections; {}",
+        three.with_logs(String::new())
+    );
 
     let http1 = support::install(
         cluster,
@@ -108,5 +112,9 @@ async fn the_stream_limit_opens_connections_and_zero_speaks_http1() {
     .await;
     a_new_kind_is_watched(&http1, "E2eHttp1Probe").await;
     let n = connections(&http1);
-    assert!(n >= 12, "{n} connections; {}", http1.with_logs(String::new()));
+    assert!(
+        n >= 12,
+        "{n} connections; {}",
+        http1.with_logs(String::new())
+    );
 }

@@ -37,10 +37,7 @@ pub fn tcp_connections_to(pid: u32, remote_port: u16) -> Option<usize> {
     for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.flatten() {
         if let Ok(target) = std::fs::read_link(entry.path()) {
             let t = target.to_string_lossy();
-            if let Some(inode) = t
-                .strip_prefix("socket:[")
-                .and_then(|s| s.strip_suffix(']'))
-            {
+            if let Some(inode) = t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) {
                 inodes.insert(inode.to_string());
             }
         }
