@@ -45,10 +45,11 @@ pub struct ControllerArgs {
     /// The coordination.k8s.io Lease that elects the one writing replica.
     #[arg(long, env = "MRGUARD_LEASE_NAME", default_value = "mrguard-leader")]
     pub lease_name: String,
-    /// How long a Lease stays valid without renewal.
+    /// How long a Lease stays valid without renewal (at least 3s).
     #[arg(long, env = "MRGUARD_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
-    /// How often existing MRs are audited against the validation rules.
+    /// How often existing MRs are audited against the validation rules
+    /// (at least 1s).
     #[arg(long, env = "MRGUARD_AUDIT_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub audit_interval: Duration,
     /// Write the audit's findings as policy reports: wgpolicyk8s
@@ -64,7 +65,7 @@ pub struct ControllerArgs {
     /// Lifetime of a generated CA.
     #[arg(long, env = "MRGUARD_CA_LIFETIME", default_value = "8760h", value_parser = parse_duration)]
     pub ca_lifetime: Duration,
-    /// Lifetime of a generated serving certificate.
+    /// Lifetime of a generated serving certificate (never beyond its CA's).
     #[arg(long, env = "MRGUARD_CERT_LIFETIME", default_value = "2160h", value_parser = parse_duration)]
     pub cert_lifetime: Duration,
     /// Renew a certificate when less than this part of its lifetime is left

@@ -199,6 +199,16 @@ fn the_cli_reference_is_generated_from_clap() {
 }
 
 #[test]
+fn the_controller_flags_are_generated_from_clap() {
+    use clap::Args as _;
+    let mut cmd = mrguard::cli::ControllerArgs::augment_args(clap::Command::new("controller"));
+    cmd.build();
+    let mut out = String::new();
+    flags_table(&cmd, &mut out);
+    check_generated("docs/controller.md", "controller-flags", &out);
+}
+
+#[test]
 fn the_metrics_reference_is_generated_from_the_registered_metrics() {
     let metrics = mrguard::metrics::catalogue().unwrap();
     let names: BTreeSet<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
