@@ -43,13 +43,14 @@ const TROUBLESHOOTING: &str = "docs/troubleshooting.md";
 const CHART_README: &str = "charts/mrguard/README.md";
 
 /// Every alert of the chart, each with a section in docs/troubleshooting.md.
-const ALERTS: [&str; 9] = [
+const ALERTS: [&str; 10] = [
     "MrguardWebhookErrors",
     "MrguardWebhookSlow",
     "MrguardCertificateExpiresSoon",
     "MrguardAuditStale",
     "MrguardNoLeader",
     "MrguardWatchFailing",
+    "MrguardKindsForbidden",
     "MrguardConfigReloadFailed",
     "MrguardCertificateReloadFailed",
     "MrguardCreationIncompleteSpike",
@@ -825,7 +826,17 @@ fn alert_scoping_and_thresholds_follow_the_values() {
         [stale, stale]
     );
     assert_eq!(thresholds_of(rule(&rs, "MrguardNoLeader")), [1.0]);
-    assert_eq!(thresholds_of(rule(&rs, "MrguardWatchFailing")), [0.0]);
+    // Both halves compare with 0: every watch but an MR kind's, and an MR
+    // kind's on anything but a 403 (MrguardKindsForbidden has those).
+    let watch = rule(&rs, "MrguardWatchFailing");
+    assert_eq!(thresholds_of(watch), [0.0, 0.0]);
+    assert!(
+        expr_of(watch).contains(r#"resource!="managed resources""#)
+            && expr_of(watch).contains(r#"resource="managed resources", code!="403""#),
+        "{}",
+        expr_of(watch)
+    );
+    assert_eq!(thresholds_of(rule(&rs, "MrguardKindsForbidden")), [0.0]);
     assert_eq!(
         thresholds_of(rule(&rs, "MrguardCreationIncompleteSpike")),
         [f(&pr["creationIncomplete"]["increase"])]
@@ -932,6 +943,7 @@ fn alert_scoping_and_thresholds_follow_the_values() {
     // operator grants them, so the alert stays.
     let names = |extra: &[&str]| alert_names(&rules(&render(&[&BOTH_ON[..], extra].concat())));
     assert!(!names(&["--set", "rbac.audit.enabled=false"]).contains("MrguardAuditStale"));
+    assert!(!names(&["--set", "rbac.audit.enabled=false"]).contains("MrguardKindsForbidden"));
     assert!(names(&[
         "--set",
         "rbac.create=false",
