@@ -29,13 +29,7 @@ async fn a_new_kind_is_watched(r: &Release, kind: &str) {
     })
     .await
     .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
-    let ar = kube::api::ApiResource {
-        group: GROUP.into(),
-        version: "v1alpha1".into(),
-        api_version: format!("{GROUP}/v1alpha1"),
-        kind: kind.into(),
-        plural,
-    };
+    let ar = support::resource(GROUP, "v1alpha1", kind, &plural);
     let obj = r.object(json!({
         "apiVersion": format!("{GROUP}/v1alpha1"), "kind": kind,
         "metadata": {"name": "paused", "annotations": {"crossplane.io/paused": "true"}},

@@ -8,10 +8,9 @@ use kube::api::{Api, DynamicObject};
 use serde_json::{json, Value};
 
 use crate::preflight::{
-    ensure_namespace, kubectl_apply_create, mrguard, provider_patch, resource, text, KUBECTL,
-    PROVIDER,
+    ensure_namespace, kubectl_apply_create, mrguard, provider_patch, text, KUBECTL, PROVIDER,
 };
-use crate::support;
+use crate::support::{self, resource};
 
 const CONFIG: &str = "\
 resources:

@@ -9,8 +9,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
-use crate::preflight::{ensure_namespace, kubectl_apply_create, resource};
-use crate::support::{self, cluster::create_crd, wait_for, Options, WAIT};
+use crate::preflight::{ensure_namespace, kubectl_apply_create};
+use crate::support::{self, cluster::create_crd, resource, wait_for, Options, WAIT};
 use mrguard::controller::reports::ReportWriter;
 use mrguard_policy::model::Action;
 use mrguard_policy::reports::{Flavor, PassInput, ReportFinding, Subject};

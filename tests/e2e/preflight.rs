@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
 use crate::support::{self, wait_for, WAIT};
@@ -455,15 +455,4 @@ async fn preflight_names_the_object_and_verb_the_credentials_lack() {
         err.contains("failed to patch buckets.s3.aws.upbound.io \"preflight-secret\" (server-side apply, dry run): forbidden: the credentials lack \"patch\""),
         "{err}"
     );
-}
-
-/// An ApiResource by parts.
-pub(crate) fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: format!("{group}/{version}"),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
 }

@@ -117,7 +117,8 @@ pub async fn install(cluster: &'static Cluster, test: &str, options: Options) ->
     }
 }
 
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+/// An ApiResource by parts.
+pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: group.into(),
         version: version.into(),
