@@ -4,10 +4,13 @@
 //! leader's connections are counted from /proc (its sockets to the API
 //! server's port).
 
+use std::time::Duration;
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::PostParams;
 use serde_json::json;
 
+use crate::support::cluster::{Cluster, ClusterOptions};
 use crate::support::{self, procfs, wait_for, Options, Release, WAIT};
 
 const GROUP: &str = "ec2.aws.upbound.io";
@@ -19,32 +22,43 @@ fn connections(r: &Release) -> usize {
 
 /// A new MR kind (in a group the chart's RBAC covers) is covered, and a
 /// paused MR of it is counted by the leader's gauge: its watch works.
-async fn a_new_kind_is_watched(r: &Release, kind: &str) {
+async fn a_new_kind_is_watched(r: &Release, kind: &str, within: Duration) {
     let plural = format!("{}s", kind.to_lowercase());
     let crd = support::managed_crd(GROUP, "v1alpha1", kind, &plural, "Cluster");
     let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
     support::cluster::create_crd(&r.client, &crd).await.unwrap();
-    wait_for("the new kind in both configurations", WAIT, || async {
+    wait_for("the new kind in both configurations", within, || async {
         r.webhooks_ready(GROUP, &plural).await.then_some(())
     })
     .await
     .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
-    let ar = support::resource(GROUP, "v1alpha1", kind, &plural);
+    a_paused_mr_is_counted(r, kind, "paused", 1.0, within).await;
+}
+
+/// Creates a paused MR `name` of `kind` (through both webhooks) and waits
+/// until the leader's gauge of paused MRs of that kind reads `count`.
+async fn a_paused_mr_is_counted(r: &Release, kind: &str, name: &str, count: f64, within: Duration) {
+    let ar = support::resource(
+        GROUP,
+        "v1alpha1",
+        kind,
+        &format!("{}s", kind.to_lowercase()),
+    );
     let obj = r.object(json!({
         "apiVersion": format!("{GROUP}/v1alpha1"), "kind": kind,
-        "metadata": {"name": "paused", "annotations": {"crossplane.io/paused": "true"}},
+        "metadata": {"name": name, "annotations": {"crossplane.io/paused": "true"}},
         "spec": {"forProvider": {}},
     }));
     r.cluster_api(&ar)
         .create(&PostParams::default(), &obj)
         .await
         .unwrap();
-    wait_for("the paused MR counted by the leader", WAIT, || async {
+    wait_for("the paused MR counted by the leader", within, || async {
         let m = r.replicas[0].metrics().await.ok()?;
         (m.get(
             "mrguard_managed_resources",
             &[("group", GROUP), ("kind", kind), ("state", "paused")],
-        ) == 1.0)
+        ) == count)
             .then_some(())
     })
     .await
@@ -62,7 +76,7 @@ async fn the_leader_shares_one_http2_connection() {
         return;
     };
     let r = support::install(cluster, "e2e-h2", Options::default()).await;
-    a_new_kind_is_watched(&r, "E2eSharedConnProbe").await;
+    a_new_kind_is_watched(&r, "E2eSharedConnProbe", WAIT).await;
     assert_eq!(connections(&r), 1, "{}", r.with_logs(String::new()));
 }
 
@@ -85,7 +99,7 @@ async fn the_stream_limit_opens_connections_and_zero_speaks_http1() {
         },
     )
     .await;
-    a_new_kind_is_watched(&three, "E2eThreeStreamsProbe").await;
+    a_new_kind_is_watched(&three, "E2eThreeStreamsProbe", WAIT).await;
     // At least 12 long-lived watches (Secret, CRDs, two configurations,
     // 8 fixture MR kinds and the probe), 3 to a connection.
     let n = connections(&three);
@@ -104,11 +118,41 @@ async fn the_stream_limit_opens_connections_and_zero_speaks_http1() {
         },
     )
     .await;
-    a_new_kind_is_watched(&http1, "E2eHttp1Probe").await;
+    a_new_kind_is_watched(&http1, "E2eHttp1Probe", WAIT).await;
     let n = connections(&http1);
     assert!(
         n >= 12,
         "{n} connections; {}",
         http1.with_logs(String::new())
     );
+}
+
+/// kube-apiserver restarted (SIGTERM, as in a control-plane upgrade) drops
+/// the leader's HTTP/2 connection; its watches come back on a new one: an
+/// MR of a kind watched before the restart is counted, a kind created
+/// after it is covered and watched, and it is all one connection again.
+/// Its own API server, since the restart would disturb the other tests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_come_back_on_a_new_connection_after_the_api_server_restarts() {
+    let test = "watches_come_back_on_a_new_connection_after_the_api_server_restarts";
+    if support::require_cluster(test).await.is_none() {
+        return;
+    }
+    let cluster: &'static Cluster = Box::leak(Box::new(
+        Cluster::start(&ClusterOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{test}: the API server did not start: {e}")),
+    ));
+    let r = support::install(cluster, "e2e-restart", Options::default()).await;
+    a_new_kind_is_watched(&r, "E2eBeforeRestartProbe", WAIT).await;
+    cluster
+        .restart_apiserver()
+        .await
+        .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
+    // A watch failed while the API server was down (it drains its streams
+    // for up to a minute) may be in a 30 s backoff plus up to 100 % jitter.
+    let after = WAIT + Duration::from_secs(90);
+    a_paused_mr_is_counted(&r, "E2eBeforeRestartProbe", "paused-after", 2.0, after).await;
+    a_new_kind_is_watched(&r, "E2eAfterRestartProbe", after).await;
+    assert_eq!(connections(&r), 1, "{}", r.with_logs(String::new()));
 }
