@@ -97,14 +97,15 @@ async fn answer(
     arrived: Arrived,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let config = endpoint.config.load();
     let decoded = body
         .map_err(|e| Rejection::unread(e, endpoint.max_body_bytes))
-        .and_then(|body| review::decode(&body).map_err(Rejection::Undecodable));
+        .and_then(|body| admission::decode(&body, &config).map_err(Rejection::Undecodable));
     let request = match decoded {
         Ok(r) => r,
         Err(rejection) => return endpoint.refuse(rejection, arrived),
     };
-    let decision = decide(endpoint.webhook, &request, &endpoint.config.load());
+    let decision = decide(endpoint.webhook, &request, &config);
     endpoint.observe(&request, &decision, arrived);
     (
         StatusCode::OK,

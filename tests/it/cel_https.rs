@@ -174,3 +174,52 @@ async fn a_config_with_a_broken_rule_is_refused_and_the_last_good_one_kept() {
     );
     h.stop().await;
 }
+
+/// The server leaves `metadata.managedFields` out of what it parses unless
+/// a rule reads them: a rule on the field manager still sees them, while
+/// the same review under a config that never names them is judged the same
+/// with or without them.
+#[tokio::test]
+async fn a_rule_on_managed_fields_sees_them() {
+    let config = r#"
+resources:
+  - apiGroups: ["*"]
+    kinds: ["*"]
+    celRules:
+      - name: kubectl-only
+        expression: "has(self.metadata.managedFields) && self.metadata.managedFields.all(m, m.manager == 'kubectl-client-side-apply')"
+        message: "only kubectl may manage this object"
+"#;
+    let managed = |manager: &str| {
+        let mut c = contact();
+        c["metadata"]["managedFields"] = json!([{
+            "manager": manager, "operation": "Update", "apiVersion": "account.aws.upbound.io/v1beta1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:forProvider": {}}},
+        }]);
+        c
+    };
+    let h = TestServer::with_config(config).await;
+    let r = h
+        .review(
+            "/validate",
+            &create(&managed("kubectl-client-side-apply")).review(),
+        )
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let r = h
+        .review("/validate", &create(&managed("helm")).review())
+        .await;
+    assert_eq!(r["allowed"], false, "{r}");
+    let r = h.review("/validate", &create(&contact()).review()).await;
+    assert_eq!(r["allowed"], false, "no managedFields at all: {r}");
+    h.stop().await;
+
+    // Rules that do not name managedFields: the same answers either way.
+    let h = TestServer::with_config(CONFIG).await;
+    for c in [contact(), managed("helm")] {
+        let r = h.review("/validate", &create(&c).review()).await;
+        assert_eq!(r["allowed"], true, "{r}");
+        assert_eq!(warnings(&r).len(), 1, "{r}");
+    }
+    h.stop().await;
+}

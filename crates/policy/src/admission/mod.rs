@@ -20,7 +20,7 @@ use crate::fieldpath::{FieldPath, Segment};
 use crate::model::{Action, Finding, Operation};
 use crate::rules::{self, RuleContext};
 
-use crate::review::Request;
+use crate::review::{self, DecodeError, Request};
 
 /// Which webhook endpoint a request came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +84,17 @@ fn allow(req: &Request) -> Decision {
         outcome: Outcome::Allowed,
         findings: vec![],
         mutated: None,
+    }
+}
+
+/// Decodes a review body for `config`: without the objects'
+/// `metadata.managedFields` unless one of its CEL rules reads them, since
+/// nothing else in a decision does.
+pub fn decode(body: &[u8], config: &Config) -> Result<Request, DecodeError> {
+    if config.reads_managed_fields() {
+        review::decode(body)
+    } else {
+        review::decode_without_managed_fields(body)
     }
 }
 
@@ -394,5 +405,102 @@ mod tests {
             copy("status.atProvider.tags")["status"],
             serde_json::json!({"atProvider": "not an object"})
         );
+    }
+
+    /// Decoding without managedFields changes no answer: every review a
+    /// real API server sent gets the same validate and mutate response from
+    /// the built-in configuration either way, and the objects differ only
+    /// by managedFields.
+    #[test]
+    fn leaving_out_managed_fields_changes_no_answer() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reviews");
+        let config = Config::builtin();
+        assert!(!config.reads_managed_fields());
+        let mut with_managed_fields = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let body = std::fs::read(entry.unwrap().path()).unwrap();
+            let full = review::decode(&body).unwrap();
+            let lean = decode(&body, &config).unwrap();
+            for (f, l) in [
+                (&full.object, &lean.object),
+                (&full.old_object, &lean.old_object),
+            ] {
+                let (Some(f), Some(l)) = (f, l) else {
+                    assert_eq!(f.is_some(), l.is_some());
+                    continue;
+                };
+                let mut expected = f.value.clone();
+                if let Some(m) = expected["metadata"].as_object_mut() {
+                    with_managed_fields += usize::from(m.remove("managedFields").is_some());
+                }
+                assert_eq!(l.value, expected);
+            }
+            let encode = |d: Decision| serde_json::to_value(&d.response).unwrap();
+            assert_eq!(
+                encode(validate(&full, &config)),
+                encode(validate(&lean, &config))
+            );
+            assert_eq!(
+                encode(mutate(&full, &config)),
+                encode(mutate(&lean, &config))
+            );
+        }
+        assert!(
+            with_managed_fields >= 10,
+            "only {with_managed_fields} objects had managedFields"
+        );
+    }
+
+    /// A CEL rule that reads managedFields (whole, in part, or whether they
+    /// are there) keeps them; one that reads other metadata does not.
+    #[test]
+    fn a_cel_rule_that_reads_managed_fields_keeps_them() {
+        let config = |expression: &str| {
+            Config::from_yaml(&format!(
+                "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - name: r\n        expression: {expression:?}\n        message: m\n"
+            ))
+            .unwrap()
+        };
+        let body = serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "operation": "CREATE", "userInfo": {"username": "a"},
+                "kind": {"group": "s3.aws.upbound.io", "version": "v1beta1", "kind": "Bucket"},
+                "resource": {"group": "s3.aws.upbound.io", "version": "v1beta1", "resource": "buckets"},
+                "name": "b",
+                "object": {"metadata": {"name": "b", "managedFields": [{"manager": "kubectl"}]},
+                           "spec": {"forProvider": {}}},
+            },
+        }))
+        .unwrap();
+        for (expression, kept) in [
+            (
+                "self.metadata.managedFields.exists(m, m.manager == 'kubectl')",
+                true,
+            ),
+            ("has(self.metadata.managedFields)", true),
+            ("size(self.metadata) > 0", true),
+            (
+                "oldSelf == null || oldSelf.metadata.managedFields == self.metadata.managedFields",
+                true,
+            ),
+            ("self.metadata.name != ''", false),
+            ("has(self.metadata)", false),
+        ] {
+            let config = config(expression);
+            assert_eq!(config.reads_managed_fields(), kept, "{expression}");
+            let req = decode(&body, &config).unwrap();
+            let object = &req.object.as_ref().unwrap().value;
+            assert_eq!(
+                object["metadata"].get("managedFields").is_some(),
+                kept,
+                "{expression}"
+            );
+            // The rule sees what it reads: a kept list lets it allow.
+            if kept && expression.contains("exists") {
+                assert!(validate(&req, &config).response.allowed);
+            }
+        }
     }
 }

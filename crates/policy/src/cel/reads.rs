@@ -114,6 +114,22 @@ impl Reads {
         self.vars.get(var)
     }
 
+    /// Whether anything at or under `path` of `var` is read, its presence
+    /// included: a subtree read whole above it counts, `has()` of a parent
+    /// does not.
+    pub fn reaches(&self, var: &str, path: &[&str]) -> bool {
+        fn go(need: &Need, path: &[&str]) -> bool {
+            match (need, path) {
+                (Need::Whole, _) | (_, []) => true,
+                (Need::Presence, _) => false,
+                (Need::Fields(fields), [key, rest @ ..]) => {
+                    fields.get(*key).is_some_and(|n| go(n, rest))
+                }
+            }
+        }
+        self.vars.get(var).is_some_and(|n| go(n, path))
+    }
+
     /// Whether a scope built for `self` holds everything `other` reads.
     pub fn covers(&self, other: &Reads) -> bool {
         other
@@ -136,6 +152,37 @@ impl Reads {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reaches_a_path_read_whole_in_part_or_for_presence_only() {
+        let mf: &[&str] = &["metadata", "managedFields"];
+        let fields = |k: &str, n: Need| Need::Fields(BTreeMap::from([(k.to_string(), n)]));
+        let cases = [
+            (Need::Whole, true),
+            (fields("metadata", Need::Whole), true),
+            (
+                fields("metadata", fields("managedFields", Need::Presence)),
+                true,
+            ),
+            (
+                fields(
+                    "metadata",
+                    fields("managedFields", fields("x", Need::Whole)),
+                ),
+                true,
+            ),
+            (fields("metadata", Need::Presence), false),
+            (fields("metadata", fields("name", Need::Whole)), false),
+            (fields("spec", Need::Whole), false),
+        ];
+        for (need, expected) in cases {
+            let r = Reads {
+                vars: BTreeMap::from([("self".to_string(), need.clone())]),
+            };
+            assert_eq!(r.reaches("self", mf), expected, "{need:?}");
+            assert!(!r.reaches("oldSelf", mf));
+        }
+    }
 
     fn reads(paths: &[(&str, &[&str], Need)]) -> Reads {
         let mut r = Reads::default();

@@ -188,6 +188,19 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether a CEL rule reads `metadata.managedFields` of `self` or
+    /// `oldSelf`: only then must a review's objects keep them.
+    pub fn reads_managed_fields(&self) -> bool {
+        const PATH: &[&str] = &["metadata", "managedFields"];
+        self.resources
+            .iter()
+            .chain(std::iter::once(&self.fallback))
+            .any(|r| {
+                let reads = r.cel_rules.reads();
+                reads.reaches("self", PATH) || reads.reaches("oldSelf", PATH)
+            })
+    }
+
     /// The built-in configuration ([`BUILTIN_YAML`]).
     pub fn builtin() -> Self {
         // The built-in YAML is part of the binary and covered by a unit test.
