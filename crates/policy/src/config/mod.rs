@@ -185,20 +185,16 @@ pub struct Config {
     pub resources: Vec<ResourceConfig>,
     /// What applies to kinds that no entry matches.
     fallback: ResourceConfig,
+    /// Whether a CEL rule reads `metadata.managedFields`; found once when
+    /// the configuration loads, since every request asks.
+    reads_managed_fields: bool,
 }
 
 impl Config {
     /// Whether a CEL rule reads `metadata.managedFields` of `self` or
     /// `oldSelf`: only then must a review's objects keep them.
     pub fn reads_managed_fields(&self) -> bool {
-        const PATH: &[&str] = &["metadata", "managedFields"];
-        self.resources
-            .iter()
-            .chain(std::iter::once(&self.fallback))
-            .any(|r| {
-                let reads = r.cel_rules.reads();
-                reads.reaches("self", PATH) || reads.reaches("oldSelf", PATH)
-            })
+        self.reads_managed_fields
     }
 
     /// The built-in configuration ([`BUILTIN_YAML`]).
@@ -257,6 +253,11 @@ impl Config {
         for name in raw.rules.keys() {
             check_rule_key("rules", name, &cel_names)?;
         }
+        const MANAGED_FIELDS: &[&str] = &["metadata", "managedFields"];
+        let reads_managed_fields = resources.iter().any(|r| {
+            let reads = r.cel_rules.reads();
+            reads.reaches("self", MANAGED_FIELDS) || reads.reaches("oldSelf", MANAGED_FIELDS)
+        });
 
         Ok(Self {
             provider_config: ProviderConfigDefaults {
@@ -267,6 +268,7 @@ impl Config {
             rules: raw.rules,
             resources,
             fallback: ResourceConfig::default(),
+            reads_managed_fields,
         })
     }
 
