@@ -146,6 +146,7 @@ fn mrguard_router(config: Option<&Path>) -> anyhow::Result<axum::Router> {
     };
     let state = mrguard::server::AppState {
         config: mrguard::config::ConfigStore::new(config, None),
+        cluster: Default::default(),
         metrics: Some(Arc::new(mrguard::metrics::AdmissionMetrics::register(
             &registry,
         )?)),

@@ -159,8 +159,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
 
     let admission_metrics = Arc::new(AdmissionMetrics::register(&registry)?);
     let ready = Arc::new(AtomicBool::new(false));
+    // What this replica's watches learn of the cluster, for admission.
+    let cluster = Arc::new(mrguard_policy::cluster::Cluster::default());
     let state = crate::server::AppState {
         config: config_store.clone(),
+        cluster: cluster.clone(),
         metrics: Some(admission_metrics),
         ready: ready.clone(),
     };
@@ -235,6 +238,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             ready: ready.clone(),
             metrics,
             clock: Arc::new(crate::controller::api::SystemClock),
+            cluster,
         };
         tasks.spawn(
             controller

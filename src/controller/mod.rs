@@ -118,6 +118,8 @@ pub(crate) struct Controller {
     pub(crate) ready: Arc<AtomicBool>,
     pub(crate) metrics: Arc<ControllerMetrics>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// What admission reads of the cluster; every replica's watches fill it.
+    pub(crate) cluster: Arc<mrguard_policy::cluster::Cluster>,
 }
 
 impl Controller {
@@ -131,6 +133,7 @@ impl Controller {
             ready,
             metrics,
             clock,
+            cluster: _cluster,
         } = self;
         let settings = Arc::new(settings);
         tracing::info!(
@@ -468,6 +471,7 @@ mod tests {
             ready: ready.clone(),
             metrics: metrics.clone(),
             clock: Arc::new(api::SystemClock),
+            cluster: Default::default(),
         };
         let (trigger, signal) = crate::shutdown::channel();
         let task = tokio::spawn(controller.run(signal));

@@ -35,6 +35,7 @@ use tower::{BoxError, ServiceBuilder};
 use crate::config::ConfigStore;
 use crate::metrics::{AdmissionMetrics, RejectReason, RequestLabels};
 use mrguard_policy::admission::{self, Decision, Outcome, Webhook};
+use mrguard_policy::cluster::Cluster;
 use mrguard_policy::review::{self, DecodeError};
 
 /// What one admission endpoint needs per request.
@@ -42,6 +43,8 @@ use mrguard_policy::review::{self, DecodeError};
 pub(crate) struct Endpoint {
     pub(crate) webhook: Webhook,
     pub(crate) config: Arc<ConfigStore>,
+    /// What this replica's watches know of the cluster.
+    pub(crate) cluster: Arc<Cluster>,
     pub(crate) metrics: Option<Arc<AdmissionMetrics>>,
     pub(crate) max_body_bytes: usize,
 }
@@ -105,7 +108,7 @@ async fn answer(
         Ok(r) => r,
         Err(rejection) => return endpoint.refuse(rejection, arrived),
     };
-    let decision = decide(endpoint.webhook, &request, &config);
+    let decision = decide(endpoint.webhook, &request, &config, &endpoint.cluster);
     endpoint.observe(&request, &decision, arrived);
     (
         StatusCode::OK,
@@ -123,10 +126,11 @@ fn decide(
     webhook: Webhook,
     request: &review::Request,
     config: &mrguard_policy::config::Config,
+    cluster: &Cluster,
 ) -> Decision {
     let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match webhook {
-        Webhook::Mutate => admission::mutate_patch_only(request, config),
-        Webhook::Validate => admission::validate(request, config),
+        Webhook::Mutate => admission::mutate_patch_only_in(request, config, cluster),
+        Webhook::Validate => admission::validate_in(request, config, cluster),
     }));
     let decision = decided.unwrap_or_else(|_| {
         tracing::error!(uid = %request.uid, webhook = webhook.as_str(), "a rule panicked; answering by failure policy");

@@ -25,6 +25,8 @@ pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 pub struct AppState {
     /// The configuration in force; reloads swap it.
     pub config: Arc<ConfigStore>,
+    /// What this replica's watches know of the cluster; empty without them.
+    pub cluster: Arc<mrguard_policy::cluster::Cluster>,
     pub metrics: Option<Arc<AdmissionMetrics>>,
     /// What `/readyz` reports.
     pub ready: Arc<AtomicBool>,
@@ -48,6 +50,7 @@ pub fn router(state: AppState, limits: &RouteLimits) -> Router {
             Endpoint {
                 webhook,
                 config: state.config.clone(),
+                cluster: state.cluster.clone(),
                 metrics: state.metrics.clone(),
                 max_body_bytes: limits.max_body_bytes,
             },
@@ -102,6 +105,7 @@ mod tests {
         let registry = prometheus::Registry::new();
         let state = AppState {
             config: ConfigStore::new(mrguard_policy::config::Config::builtin(), None),
+            cluster: Default::default(),
             metrics: Some(Arc::new(AdmissionMetrics::register(&registry).unwrap())),
             ready: Arc::new(AtomicBool::new(true)),
         };

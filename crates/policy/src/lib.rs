@@ -40,6 +40,7 @@
 
 pub mod admission;
 pub mod cel;
+pub mod cluster;
 pub mod config;
 pub mod crd;
 pub mod explain;

@@ -15,6 +15,7 @@ use kube_core::admission::AdmissionResponse;
 use kube_core::Status;
 use serde_json::Value;
 
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::fieldpath::{FieldPath, Segment};
 use crate::model::{Action, Finding, Operation};
@@ -100,14 +101,24 @@ pub fn decode(body: &[u8], config: &Config) -> Result<Request, DecodeError> {
 
 /// The mutating webhook (docs/rules.md).
 pub fn mutate(req: &Request, config: &Config) -> Decision {
-    mutate_with(req, config, true)
+    mutate_with(req, config, Cluster::empty(), true)
+}
+
+/// As [`mutate`], with what the runtime knows of the cluster.
+pub fn mutate_in(req: &Request, config: &Config, cluster: &Cluster) -> Decision {
+    mutate_with(req, config, cluster, true)
 }
 
 /// As [`mutate`], but `Decision::mutated` stays `None`: the server only
 /// sends the patch, and building the whole mutated object costs a copy of
 /// the parts mutation never touches.
 pub fn mutate_patch_only(req: &Request, config: &Config) -> Decision {
-    mutate_with(req, config, false)
+    mutate_with(req, config, Cluster::empty(), false)
+}
+
+/// As [`mutate_patch_only`], with what the runtime knows of the cluster.
+pub fn mutate_patch_only_in(req: &Request, config: &Config, cluster: &Cluster) -> Decision {
+    mutate_with(req, config, cluster, false)
 }
 
 /// What the mutation steps read and write, as paths from the object's
@@ -170,7 +181,7 @@ fn copy_path(from: &Value, to: &mut Value, path: &[&str]) {
     copy_path(child, slot, rest);
 }
 
-fn mutate_with(req: &Request, config: &Config, want_object: bool) -> Decision {
+fn mutate_with(req: &Request, config: &Config, cluster: &Cluster, want_object: bool) -> Decision {
     let op = Operation::from(&req.operation);
     if !matches!(op, Operation::Create | Operation::Update)
         || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
@@ -183,7 +194,7 @@ fn mutate_with(req: &Request, config: &Config, want_object: bool) -> Decision {
     if !crate::mr::is_managed(obj) {
         return allow(req);
     }
-    let ctx = mutation::MutateContext::new(req, config);
+    let ctx = mutation::MutateContext::new(req, config, cluster);
     if ctx.exempt() {
         return allow(req);
     }
@@ -249,7 +260,13 @@ fn patch_failed(mut response: AdmissionResponse, why: String) -> Decision {
 
 /// The validating webhook (docs/rules.md).
 pub fn validate(req: &Request, config: &Config) -> Decision {
-    let Some(ctx) = RuleContext::new(req, config) else {
+    validate_in(req, config, Cluster::empty())
+}
+
+/// As [`validate`], with what the runtime knows of the cluster
+/// ([`Cluster`]): the rules that need it judge only what it knows.
+pub fn validate_in(req: &Request, config: &Config, cluster: &Cluster) -> Decision {
+    let Some(ctx) = RuleContext::new(req, config, cluster) else {
         return allow(req);
     };
     let findings = rules::evaluate(&ctx);
@@ -362,7 +379,7 @@ mod tests {
                     continue;
                 };
                 let mut expected = obj.clone();
-                let ctx = mutation::MutateContext::new(&req, config);
+                let ctx = mutation::MutateContext::new(&req, config, Cluster::empty());
                 if full.outcome == Outcome::Patched {
                     mutation::apply(&mut expected, &ctx);
                     assert_eq!(full.mutated.as_ref(), Some(&expected));

@@ -23,11 +23,17 @@ pub(crate) struct MutateContext<'a> {
     pub(crate) old: Option<&'a Value>,
     /// The requesting user, matched against `exemptUsernames`.
     pub(crate) username: &'a str,
+    /// What the runtime knows of the cluster.
+    pub(crate) cluster: &'a crate::cluster::Cluster,
 }
 
 impl<'a> MutateContext<'a> {
     /// The only way to make one: from the request being judged.
-    pub(crate) fn new(req: &'a Request, config: &'a Config) -> Self {
+    pub(crate) fn new(
+        req: &'a Request,
+        config: &'a Config,
+        cluster: &'a crate::cluster::Cluster,
+    ) -> Self {
         Self {
             operation: Operation::from(&req.operation),
             group: &req.kind.group,
@@ -37,6 +43,7 @@ impl<'a> MutateContext<'a> {
             resource: config.resource(&req.kind.group, &req.kind.kind),
             old: req.old_object.as_ref().map(|o| &o.value),
             username: req.user_info.username.as_deref().unwrap_or(""),
+            cluster,
         }
     }
 
@@ -48,6 +55,9 @@ impl<'a> MutateContext<'a> {
     /// never mutated: a provider writing its MR gets back what it sent.
     pub(crate) fn exempt(&self) -> bool {
         self.config.is_exempt(self.username)
+            || self
+                .cluster
+                .is_provider_of(self.group, self.kind, self.username)
     }
 
     /// Whether the name `default` stands for "unset": only on CREATE, where
@@ -244,7 +254,10 @@ mod tests {
             _ => RequestBuilder::create(subject),
         }
         .build();
-        apply(obj, &MutateContext::new(&req, cfg))
+        apply(
+            obj,
+            &MutateContext::new(&req, cfg, crate::cluster::Cluster::empty()),
+        )
     }
 
     fn bucket(spec: Value) -> Value {
@@ -353,7 +366,10 @@ mod tests {
                 .username("alice")
                 .build();
             let mut o = new.clone();
-            apply(&mut o, &MutateContext::new(&req, &cfg));
+            apply(
+                &mut o,
+                &MutateContext::new(&req, &cfg, crate::cluster::Cluster::empty()),
+            );
             assert_eq!(o["spec"]["providerConfigRef"], old_ref, "{ns:?}");
             // Tags describe the reference the MR really uses.
             assert_eq!(
@@ -368,7 +384,10 @@ mod tests {
         );
         let req = RequestBuilder::create(new.clone()).build();
         let mut o = new;
-        apply(&mut o, &MutateContext::new(&req, &cfg));
+        apply(
+            &mut o,
+            &MutateContext::new(&req, &cfg, crate::cluster::Cluster::empty()),
+        );
         assert_eq!(o["spec"]["providerConfigRef"]["name"], "aws-default");
     }
 
@@ -378,7 +397,10 @@ mod tests {
         let old = bucket_at("", json!({"forProvider": {}}));
         let req = RequestBuilder::update(old.clone(), old.clone()).build();
         let mut o = old;
-        apply(&mut o, &MutateContext::new(&req, &cfg));
+        apply(
+            &mut o,
+            &MutateContext::new(&req, &cfg, crate::cluster::Cluster::empty()),
+        );
         assert_eq!(
             o["spec"]["providerConfigRef"],
             json!({"name": "aws-default"})
@@ -390,7 +412,10 @@ mod tests {
         );
         let req = RequestBuilder::update(old.clone(), old.clone()).build();
         let mut o = old;
-        apply(&mut o, &MutateContext::new(&req, &cfg));
+        apply(
+            &mut o,
+            &MutateContext::new(&req, &cfg, crate::cluster::Cluster::empty()),
+        );
         assert_eq!(o["spec"]["providerConfigRef"], json!({"name": "default"}));
     }
 
@@ -412,7 +437,11 @@ mod tests {
                 .username("system:serviceaccount:crossplane-system:provider-aws-s3")
                 .build();
             let mut o = new.clone();
-            assert!(apply(&mut o, &MutateContext::new(&req, &cfg)).is_empty());
+            assert!(apply(
+                &mut o,
+                &MutateContext::new(&req, &cfg, crate::cluster::Cluster::empty())
+            )
+            .is_empty());
             assert_eq!(o, new);
             let d = crate::admission::mutate(&req, &cfg);
             assert!(d.response.allowed);

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
+use crate::cluster::Cluster;
 use crate::config::{Config, ResourceConfig};
 use crate::model::{Action, Finding, Operation, Violation};
 use crate::review::Request;
@@ -57,13 +58,14 @@ pub struct RuleContext<'a> {
     pub(crate) old_object: Option<&'a Value>,
     pub(crate) config: &'a Config,
     pub(crate) resource: &'a ResourceConfig,
+    pub(crate) cluster: &'a Cluster,
 }
 
 impl<'a> RuleContext<'a> {
     /// The only way to make one: from the request being judged. `None` when
     /// nothing is to be judged: CONNECT, a subresource, no object, or an
     /// object that is not a managed resource.
-    pub(crate) fn new(req: &'a Request, config: &'a Config) -> Option<Self> {
+    pub(crate) fn new(req: &'a Request, config: &'a Config, cluster: &'a Cluster) -> Option<Self> {
         let op = Operation::from(&req.operation);
         if op == Operation::Connect || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
             return None;
@@ -98,6 +100,7 @@ impl<'a> RuleContext<'a> {
             old_object: old,
             config,
             resource: config.resource(&req.kind.group, &req.kind.kind),
+            cluster,
         })
     }
 
@@ -155,7 +158,10 @@ fn effective(configured: Action, v: &Violation) -> Action {
 /// findings whose action is not Off.
 pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
     let mut findings = Vec::new();
-    let exempt = ctx.config.is_exempt(ctx.username);
+    let exempt = ctx.config.is_exempt(ctx.username)
+        || ctx
+            .cluster
+            .is_provider_of(&ctx.request.kind.group, ctx.kind, ctx.username);
     for rule in RULES {
         if !rule.operations().contains(&ctx.operation) || (exempt && rule.honours_exemptions()) {
             continue;
@@ -317,8 +323,8 @@ pub(crate) mod testing {
 
         pub(crate) fn run<R>(&self, f: impl FnOnce(&RuleContext<'_>) -> R) -> R {
             let req = self.request();
-            let ctx =
-                RuleContext::new(&req, &self.config).expect("the case judges a managed resource");
+            let ctx = RuleContext::new(&req, &self.config, Cluster::empty())
+                .expect("the case judges a managed resource");
             f(&ctx)
         }
 

@@ -1,0 +1,33 @@
+//! What admission knows of the cluster beyond the request itself.
+//!
+//! Some decisions need facts that no single AdmissionReview carries: which
+//! provider serves a kind (and so whose writes are exempt), what a CRD's
+//! documentation says about its fields, which external resources other MRs
+//! already claim. The runtime's watches keep these facts in every replica
+//! (every replica answers admission); offline, `check` builds them from the
+//! files it is given, or leaves them empty.
+//!
+//! Each kind of fact is one field with its own interior synchronisation, so
+//! that a watch updates its part without copying the others, and a decision
+//! reads a consistent view of each part.
+
+/// Facts about the cluster that rules may read. [`Cluster::default`] knows
+/// nothing, which every rule must treat as "no extra finding": an empty view
+/// never denies more than the configuration alone would.
+#[derive(Debug, Default)]
+pub struct Cluster {}
+
+impl Cluster {
+    /// A view that knows nothing, for callers without a cluster.
+    pub fn empty() -> &'static Cluster {
+        static EMPTY: std::sync::OnceLock<Cluster> = std::sync::OnceLock::new();
+        EMPTY.get_or_init(Cluster::default)
+    }
+
+    /// Whether `username` is the service account of the provider that
+    /// serves `group`/`kind` in this cluster (docs/rules.md, exempt users).
+    /// Knows no provider yet, so exempts no one.
+    pub fn is_provider_of(&self, _group: &str, _kind: &str, _username: &str) -> bool {
+        false
+    }
+}
