@@ -15,7 +15,10 @@
 /// nothing, which every rule must treat as "no extra finding": an empty view
 /// never denies more than the configuration alone would.
 #[derive(Debug, Default)]
-pub struct Cluster {}
+pub struct Cluster {
+    /// Which provider's service account serves which kind (issue 18).
+    providers: crate::providers::ProviderIndex,
+}
 
 impl Cluster {
     /// A view that knows nothing, for callers without a cluster.
@@ -26,8 +29,13 @@ impl Cluster {
 
     /// Whether `username` is the service account of the provider that
     /// serves `group`/`kind` in this cluster (docs/rules.md, exempt users).
-    /// Knows no provider yet, so exempts no one.
-    pub fn is_provider_of(&self, _group: &str, _kind: &str, _username: &str) -> bool {
-        false
+    /// Knows no provider until the runtime's watches fill [`Cluster::providers`].
+    pub fn is_provider_of(&self, group: &str, kind: &str, username: &str) -> bool {
+        self.providers.is_provider_of(group, kind, username)
+    }
+
+    /// The provider accounts per kind, which the runtime replaces.
+    pub fn providers(&self) -> &crate::providers::ProviderIndex {
+        &self.providers
     }
 }

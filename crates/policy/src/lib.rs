@@ -50,6 +50,7 @@ pub mod merge;
 pub mod model;
 pub mod mr;
 pub mod offline;
+pub mod providers;
 pub mod reports;
 pub mod review;
 pub mod rules;

@@ -281,21 +281,12 @@ impl Config {
     }
 
     /// The built-in protections this configuration drops, one line each:
-    /// exemptions for the providers' service accounts, immutable fields and
+    /// immutable fields and
     /// `IdentifierFromProvider` kinds. `--config` replaces the built-in
     /// configuration whole, so a short file silently loses them.
     pub fn lost_protections(&self) -> Vec<String> {
         let builtin = Self::builtin();
         let mut lost = Vec::new();
-        let provider = "system:serviceaccount:crossplane-system:provider-aws-s3-0a1b2c3d4e5f";
-        if builtin.is_exempt(provider) && !self.is_exempt(provider) {
-            lost.push(
-                "exemptUsernames does not exempt the providers' service accounts \
-                 (system:serviceaccount:crossplane-system:*): providers will be denied when they \
-                 late-initialize an immutable field or record an external name"
-                    .to_string(),
-            );
-        }
         // A name each glob matches: '*' and '?' become 'x'.
         let probe = |pattern: &WildMatch| pattern.to_string().replace(['*', '?'], "x");
         for entry in &builtin.resources {
@@ -358,6 +349,43 @@ impl Config {
             }
         }
         lost
+    }
+
+    /// One line per `exemptUsernames` glob that matches Crossplane core's or
+    /// the RBAC manager's service account (in `crossplane-system`, or in the
+    /// namespace the glob names). Core writes every composed MR, so such a
+    /// glob switches the exempt rules off for all of them.
+    pub fn privileged_exemptions(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for glob in &self.exempt_usernames {
+            let text = glob.to_string();
+            let mut namespaces = vec!["crossplane-system".to_string()];
+            if let Some(ns) = text
+                .strip_prefix("system:serviceaccount:")
+                .and_then(|rest| rest.split(':').next())
+            {
+                // A name the glob's namespace part matches: '*' and '?' become 'x'.
+                let ns = ns.replace(['*', '?'], "x");
+                if !ns.is_empty() && !namespaces.contains(&ns) {
+                    namespaces.push(ns);
+                }
+            }
+            let matched: Vec<String> = namespaces
+                .iter()
+                .flat_map(|ns| {
+                    crate::providers::CROSSPLANE_ACCOUNTS
+                        .iter()
+                        .map(move |sa| format!("system:serviceaccount:{ns}:{sa}"))
+                })
+                .filter(|u| glob.matches(u))
+                .collect();
+            if let Some(first) = matched.first() {
+                out.push(format!(
+                    "exemptUsernames: {text:?} matches Crossplane's own service account {first}:                      Crossplane core writes every composed MR, so immutable-field, external-name-change,                      init-provider-change and mutation would be skipped for them; name the providers'                      accounts instead (e.g. system:serviceaccount:crossplane-system:provider-aws-*), or                      rely on the derived provider accounts"
+                ));
+            }
+        }
+        out
     }
 
     /// Whether `username` matches an `exemptUsernames` glob.
@@ -550,7 +578,7 @@ mod tests {
 providerConfig:
   defaultName: default
   namespaceProviderConfigs: {team-a: aws-team-a}
-exemptUsernames: ["system:serviceaccount:crossplane-system:*"]
+exemptUsernames: ["system:serviceaccount:crossplane-system:provider-aws-*"]
 rules:
   paused-delete: Warn
   deletion-policy-conflict: Deny
@@ -616,7 +644,10 @@ resources:
     #[test]
     fn builtin_config_is_valid_and_covers_the_big_providers() {
         let c = Config::builtin();
-        assert!(c.is_exempt("system:serviceaccount:crossplane-system:provider-aws-ec2-1"));
+        // No glob: only the derived provider accounts are exempt.
+        assert!(!c.is_exempt("system:serviceaccount:crossplane-system:provider-aws-ec2-1"));
+        assert!(!c.is_exempt("system:serviceaccount:crossplane-system:crossplane"));
+        assert!(c.privileged_exemptions().is_empty());
         let has = |g: &str, k: &str, f: &str| {
             c.resource(g, k)
                 .immutable_fields
@@ -734,11 +765,50 @@ resources:
     }
 
     #[test]
+    fn globs_matching_crossplane_core_or_the_rbac_manager_are_flagged() {
+        for (glob, account) in [
+            (
+                "system:serviceaccount:crossplane-system:*",
+                "crossplane-system:crossplane",
+            ),
+            ("system:serviceaccount:*", "crossplane-system:crossplane"),
+            ("*", "crossplane-system:crossplane"),
+            (
+                "system:serviceaccount:upbound-system:*",
+                "upbound-system:crossplane",
+            ),
+            (
+                "system:serviceaccount:crossplane-system:*rbac*",
+                "crossplane-system:rbac-manager",
+            ),
+            ("system:serviceaccount:xp-*:cross*", "xp-x:crossplane"),
+        ] {
+            let c = Config::from_yaml(&format!("exemptUsernames: [{glob:?}]\n")).unwrap();
+            let w = c.privileged_exemptions();
+            assert_eq!(w.len(), 1, "{glob}: {w:?}");
+            assert!(
+                w[0].contains(&format!("system:serviceaccount:{account}")),
+                "{glob}: {w:?}"
+            );
+            assert!(w[0].contains(&format!("{glob:?}")), "{w:?}");
+        }
+        for glob in [
+            "system:serviceaccount:crossplane-system:provider-aws-*",
+            "system:serviceaccount:crossplane-system:provider-*",
+            "system:serviceaccount:team-a:deployer",
+        ] {
+            let c = Config::from_yaml(&format!("exemptUsernames: [{glob:?}]\n")).unwrap();
+            assert!(c.privileged_exemptions().is_empty(), "{glob}");
+        }
+    }
+
+    #[test]
     fn lost_protections_name_what_a_replacement_drops() {
         assert!(Config::builtin().lost_protections().is_empty());
         let lost = Config::from_yaml("").unwrap().lost_protections();
         let all = lost.join("\n");
-        assert!(all.contains("exemptUsernames"), "{all}");
+        // The built-in configuration has no exemptions to lose.
+        assert!(!all.contains("exemptUsernames"), "{all}");
         assert!(
             all.contains("spec.forProvider.region, spec.forProvider.availabilityZone are immutable for VPC, Subnet, SecurityGroup and 17 more of ec2.aws.upbound.io"),
             "{all}"

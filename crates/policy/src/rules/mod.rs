@@ -240,6 +240,7 @@ pub(crate) mod testing {
         pub config: Config,
         pub group: String,
         pub kind: String,
+        pub cluster: Option<Cluster>,
     }
 
     impl Case {
@@ -253,6 +254,7 @@ pub(crate) mod testing {
                 config: Config::builtin(),
                 group: "s3.aws.upbound.io".into(),
                 kind: "Bucket".into(),
+                cluster: None,
             }
         }
 
@@ -293,6 +295,20 @@ pub(crate) mod testing {
             self
         }
 
+        /// A cluster where `user` runs the provider of `group`/`kind`.
+        pub(crate) fn provider(mut self, group: &str, kind: &str, user: &str) -> Self {
+            let cluster = Cluster::default();
+            let mut a = crate::providers::ProviderAccounts::new();
+            a.entry(group.into())
+                .or_default()
+                .entry(kind.into())
+                .or_default()
+                .insert(user.into());
+            cluster.providers().replace(a);
+            self.cluster = Some(cluster);
+            self
+        }
+
         /// The request this case describes, built as every caller builds one.
         pub(crate) fn request(&self) -> crate::review::Request {
             let place = |v: &Value| {
@@ -323,7 +339,8 @@ pub(crate) mod testing {
 
         pub(crate) fn run<R>(&self, f: impl FnOnce(&RuleContext<'_>) -> R) -> R {
             let req = self.request();
-            let ctx = RuleContext::new(&req, &self.config, Cluster::empty())
+            let cluster = self.cluster.as_ref().unwrap_or(Cluster::empty());
+            let ctx = RuleContext::new(&req, &self.config, cluster)
                 .expect("the case judges a managed resource");
             f(&ctx)
         }
@@ -455,12 +472,58 @@ mod tests {
         ] {
             assert!(all.iter().any(|x| x == r), "{r} in {all:?}");
         }
+        let provider = "system:serviceaccount:crossplane-system:provider-aws-s3";
+        let only_the_three_skipped = vec!["deletion-policy", "init-provider-late-init"];
+        // By a configured glob.
         let exempt = rules(
-            Case::update(old, new)
-                .user("system:serviceaccount:crossplane-system:provider-aws-s3")
+            Case::update(old.clone(), new.clone())
+                .config(
+                    "exemptUsernames: ['system:serviceaccount:crossplane-system:provider-aws-*']\n",
+                )
+                .user(provider)
                 .evaluate(),
         );
-        assert_eq!(exempt, vec!["deletion-policy", "init-provider-late-init"]);
+        assert_eq!(exempt, only_the_three_skipped);
+        // By the derived provider account of this kind.
+        let derived = rules(
+            Case::update(old.clone(), new.clone())
+                .provider("s3.aws.upbound.io", "Bucket", provider)
+                .user(provider)
+                .evaluate(),
+        );
+        assert_eq!(derived, only_the_three_skipped);
+        // The built-in configuration exempts no one by name: not the
+        // provider's account without the derivation, not Crossplane core.
+        for user in [
+            provider,
+            "system:serviceaccount:crossplane-system:crossplane",
+        ] {
+            let judged = rules(
+                Case::update(old.clone(), new.clone())
+                    .provider(
+                        "s3.aws.upbound.io",
+                        "Bucket",
+                        "system:serviceaccount:crossplane-system:other",
+                    )
+                    .user(user)
+                    .evaluate(),
+            );
+            assert!(
+                judged.iter().any(|r| r == "immutable-field"),
+                "{user}: {judged:?}"
+            );
+        }
+        // A provider's account is exempt only for the kinds it serves.
+        let other_kind = rules(
+            Case::update(old, new)
+                .provider("s3.aws.upbound.io", "Object", provider)
+                .user(provider)
+                .evaluate(),
+        );
+        assert!(
+            other_kind.iter().any(|r| r == "immutable-field"),
+            "{other_kind:?}"
+        );
     }
 }
 
