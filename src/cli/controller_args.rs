@@ -26,6 +26,11 @@ pub struct ControllerArgs {
     /// the service account's namespace, or crossplane-system].
     #[arg(long, env = "MRGUARD_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Namespace Crossplane runs the providers' pods in: their
+    /// ServiceAccounts there are exempt for the kinds they serve
+    /// [default: the --namespace value].
+    #[arg(long, env = "MRGUARD_CROSSPLANE_NAMESPACE")]
+    pub crossplane_namespace: Option<String>,
     /// The Service in front of the webhook; the certificate is issued for it.
     #[arg(long, env = "MRGUARD_SERVICE_NAME", default_value = "mrguard")]
     pub service_name: String,
@@ -162,6 +167,11 @@ impl ControllerArgs {
                 settle: certs::BUNDLE_SETTLE,
             },
             serving_port,
+            crossplane_namespace: self
+                .crossplane_namespace
+                .clone()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| namespace.clone()),
             namespace,
         }
     }
@@ -178,6 +188,7 @@ mod tests {
             no_controller: false,
             kubeconfig: None,
             namespace: None,
+            crossplane_namespace: None,
             service_name: "mrguard".into(),
             tls_secret_name: "mrguard-tls".into(),
             mutating_webhook_name: "mrguard".into(),

@@ -3,6 +3,8 @@
 //! Every replica:
 //! - watches the TLS Secret and swaps the server's certificate
 //!   (`secret::run_loader`); `/readyz` turns true once one is loaded;
+//! - derives which provider's service account serves which MR kind, for
+//!   the exemptions (`replica`); `/readyz` waits for that too;
 //! - competes for a `coordination.k8s.io` Lease (`leader`).
 //!
 //! Only the Lease holder writes to the cluster. While it leads it runs:
@@ -30,6 +32,7 @@ mod leader;
 pub(crate) mod metrics;
 pub mod reports;
 pub(crate) mod retry;
+pub(crate) mod replica;
 pub(crate) mod secret;
 pub mod watch;
 pub(crate) mod webhooks;
@@ -107,6 +110,8 @@ pub(crate) struct Settings {
     pub(crate) certs: certs::CertSettings,
     /// The port every replica serves admission on, for the rotation probe.
     pub(crate) serving_port: u16,
+    /// Where Crossplane runs the providers' pods (their ServiceAccounts).
+    pub(crate) crossplane_namespace: String,
 }
 
 /// The running controller's shared pieces.
@@ -133,7 +138,7 @@ impl Controller {
             ready,
             metrics,
             clock,
-            cluster: _cluster,
+            cluster,
         } = self;
         let settings = Arc::new(settings);
         tracing::info!(
@@ -143,17 +148,29 @@ impl Controller {
             "controller starting"
         );
 
+        let gate = replica::ReadyGate::new(ready);
         let (secret_tx, secret_rx) = channel::channel(secret::SecretView::default());
         let loader = tokio::spawn(
             secret::run_loader(
                 kube::Api::namespaced(client.clone(), &settings.namespace),
                 settings.secret.clone(),
                 certs.clone(),
-                ready,
+                gate.clone(),
                 secret_tx,
                 shutdown.clone(),
             )
             .instrument(tracing::info_span!("secret_loader")),
+        );
+        let providers = tokio::spawn(
+            replica::run_provider_watch(
+                client.clone(),
+                settings.crossplane_namespace.clone(),
+                cluster,
+                gate,
+                metrics.clone(),
+                shutdown.clone(),
+            )
+            .instrument(tracing::info_span!("provider_accounts")),
         );
 
         let (leader_tx, mut leader_rx) = channel::channel(false);
@@ -214,6 +231,8 @@ impl Controller {
         }
         loader.abort();
         let _ = loader.await;
+        providers.abort();
+        let _ = providers.await;
     }
 }
 
@@ -458,6 +477,7 @@ mod tests {
                 settle: certs::BUNDLE_SETTLE,
             },
             serving_port: 9443,
+            crossplane_namespace: "crossplane-system".into(),
         };
         let (pair, _) = crate::tls::self_signed(&crate::tls::local_names()).unwrap();
         let certs = CertStore::new(pair.certified_key().unwrap(), None);

@@ -1,7 +1,6 @@
 //! The TLS Secret's keys, and the loader every replica runs: it serves the
 //! Secret's certificate and publishes its CA bundle for the leader's tasks.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -76,7 +75,7 @@ pub(crate) async fn run_loader(
     secrets: Api<Secret>,
     name: String,
     store: Arc<CertStore>,
-    ready: Arc<AtomicBool>,
+    ready: Arc<super::replica::ReadyGate>,
     view: channel::Sender<SecretView>,
     shutdown: Signal,
 ) {
@@ -138,7 +137,7 @@ pub(crate) async fn run_loader(
                     last = Some(pair);
                     tracing::info!(secret = %name, "loaded the serving certificate from the Secret");
                     if !shutdown.is_fired() {
-                        ready.store(true, Ordering::Release);
+                        ready.cert_loaded();
                     }
                 }
                 Err(e) => {
@@ -177,6 +176,7 @@ mod tests {
     use crate::tls;
     use serde_json::{json, Value};
     use std::time::Duration;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     /// A Secret holding a fresh serving pair and its CA as `ca.crt`.
     fn secret_json() -> (Value, PemPair, String) {
@@ -219,13 +219,16 @@ mod tests {
         let (pair, _) = tls::self_signed(&tls::local_names()).unwrap();
         let store = CertStore::new(pair.certified_key().unwrap(), None);
         let ready = Arc::new(AtomicBool::new(false));
+        let gate = crate::controller::replica::ReadyGate::new(ready.clone());
+        // Only the certificate gates readiness here.
+        gate.providers_synced();
         let (tx, rx) = channel::channel(SecretView::default());
         let (trigger, signal) = crate::shutdown::channel();
         let task = tokio::spawn(run_loader(
             Api::namespaced(client, "crossplane-system"),
             "mrguard-tls".into(),
             store.clone(),
-            ready.clone(),
+            gate,
             tx,
             signal,
         ));

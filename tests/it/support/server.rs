@@ -61,6 +61,7 @@ pub(crate) fn default_args() -> ServeArgs {
             no_controller: false,
             kubeconfig: None,
             namespace: None,
+            crossplane_namespace: None,
             service_name: "mrguard".into(),
             tls_secret_name: "mrguard-tls".into(),
             mutating_webhook_name: "mrguard".into(),
