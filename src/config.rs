@@ -173,6 +173,9 @@ pub(crate) async fn watch(
             }
             Polled::Changed(contents) => match parse(&contents[0]) {
                 Ok(config) => {
+                    for w in config.privileged_exemptions() {
+                        tracing::warn!(path = %path.display(), "{w}");
+                    }
                     store.replace(config);
                     tracing::info!(path = %path.display(), "reloaded the configuration");
                 }

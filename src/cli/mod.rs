@@ -161,6 +161,7 @@ fn config_warnings(config: &mrguard_policy::config::Config, bytes: &[u8]) -> Vec
         );
     }
     out.extend(config.lost_protections());
+    out.extend(config.privileged_exemptions());
     out
 }
 

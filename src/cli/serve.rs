@@ -113,6 +113,9 @@ fn load_config(args: &ServeArgs) -> anyhow::Result<(Config, Vec<u8>)> {
 pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let registry = crate::metrics::registry();
     let (config, config_bytes) = load_config(&args)?;
+    for w in config.privileged_exemptions() {
+        tracing::warn!("{w}");
+    }
     let config_store = ConfigStore::new(config, Some(ConfigMetrics::register(&registry)?));
 
     let has_cert_source = args.tls_cert_file.is_some() || args.self_signed;

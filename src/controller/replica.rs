@@ -302,19 +302,40 @@ mod tests {
             match r.path.as_str() {
                 "/apis/apiextensions.k8s.io/v1/customresourcedefinitions" => Reply::Json(
                     200,
-                    list("CustomResourceDefinitionList", "apiextensions.k8s.io/v1", vec![crd("buckets.s3.aws.upbound.io", "s3.aws.upbound.io", "Bucket", "rev-s3")]),
+                    list(
+                        "CustomResourceDefinitionList",
+                        "apiextensions.k8s.io/v1",
+                        vec![crd(
+                            "buckets.s3.aws.upbound.io",
+                            "s3.aws.upbound.io",
+                            "Bucket",
+                            "rev-s3",
+                        )],
+                    ),
                 ),
                 "/apis/pkg.crossplane.io/v1/providerrevisions" => Reply::Json(
                     200,
-                    list("ProviderRevisionList", "pkg.crossplane.io/v1", vec![json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
+                    list(
+                        "ProviderRevisionList",
+                        "pkg.crossplane.io/v1",
+                        vec![
+                            json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
                         "metadata": {"name": "rev-s3", "resourceVersion": "1"},
-                        "spec": {"runtimeConfigRef": {"name": "irsa"}}})]),
+                        "spec": {"runtimeConfigRef": {"name": "irsa"}}}),
+                        ],
+                    ),
                 ),
                 "/apis/pkg.crossplane.io/v1beta1/deploymentruntimeconfigs" => Reply::Json(
                     200,
-                    list("DeploymentRuntimeConfigList", "pkg.crossplane.io/v1beta1", vec![json!({"apiVersion": "pkg.crossplane.io/v1beta1", "kind": "DeploymentRuntimeConfig",
+                    list(
+                        "DeploymentRuntimeConfigList",
+                        "pkg.crossplane.io/v1beta1",
+                        vec![
+                            json!({"apiVersion": "pkg.crossplane.io/v1beta1", "kind": "DeploymentRuntimeConfig",
                         "metadata": {"name": "irsa", "resourceVersion": "1"},
-                        "spec": {"serviceAccountTemplate": {"metadata": {"name": "provider-aws"}}}})]),
+                        "spec": {"serviceAccountTemplate": {"metadata": {"name": "provider-aws"}}}}),
+                        ],
+                    ),
                 ),
                 _ => Reply::Json(404, mock::status(404, "NotFound", "not found")),
             }
@@ -323,7 +344,10 @@ mod tests {
         let ready = Arc::new(AtomicBool::new(false));
         let gate = ReadyGate::new(ready.clone());
         gate.cert_loaded();
-        assert!(!ready.load(Ordering::Acquire), "ready before the providers are known");
+        assert!(
+            !ready.load(Ordering::Acquire),
+            "ready before the providers are known"
+        );
         let (trigger, signal) = crate::shutdown::channel();
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
         let task = tokio::spawn(run_provider_watch(
@@ -343,7 +367,11 @@ mod tests {
         }
         assert!(ready.load(Ordering::Acquire));
         assert!(cluster.is_provider_of("s3.aws.upbound.io", "Bucket", user));
-        assert!(!cluster.is_provider_of("s3.aws.upbound.io", "Bucket", "system:serviceaccount:crossplane-system:rev-s3"));
+        assert!(!cluster.is_provider_of(
+            "s3.aws.upbound.io",
+            "Bucket",
+            "system:serviceaccount:crossplane-system:rev-s3"
+        ));
         trigger.fire();
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
@@ -359,9 +387,25 @@ mod tests {
             match r.path.as_str() {
                 "/apis/apiextensions.k8s.io/v1/customresourcedefinitions" => Reply::Json(
                     200,
-                    list("CustomResourceDefinitionList", "apiextensions.k8s.io/v1", vec![crd("buckets.s3.aws.upbound.io", "s3.aws.upbound.io", "Bucket", "rev-s3")]),
+                    list(
+                        "CustomResourceDefinitionList",
+                        "apiextensions.k8s.io/v1",
+                        vec![crd(
+                            "buckets.s3.aws.upbound.io",
+                            "s3.aws.upbound.io",
+                            "Bucket",
+                            "rev-s3",
+                        )],
+                    ),
                 ),
-                _ => Reply::Json(404, mock::status(404, "NotFound", "the server could not find the requested resource")),
+                _ => Reply::Json(
+                    404,
+                    mock::status(
+                        404,
+                        "NotFound",
+                        "the server could not find the requested resource",
+                    ),
+                ),
             }
         });
         let cluster = Arc::new(Cluster::default());

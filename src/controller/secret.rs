@@ -175,8 +175,8 @@ mod tests {
     use crate::controller::mock::{self, Reply};
     use crate::tls;
     use serde_json::{json, Value};
-    use std::time::Duration;
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
 
     /// A Secret holding a fresh serving pair and its CA as `ca.crt`.
     fn secret_json() -> (Value, PemPair, String) {

@@ -158,6 +158,7 @@ fn default_install_renders_every_object_with_zero_values() {
         ("PodDisruptionBudget", 1),
         ("Role", 1),
         ("RoleBinding", 1),
+        ("Secret", 1),
         ("Service", 1),
         ("ServiceAccount", 1),
         ("ValidatingWebhookConfiguration", 1),
@@ -165,7 +166,8 @@ fn default_install_renders_every_object_with_zero_values() {
     .into_iter()
     .map(|(k, n)| (k.to_string(), n))
     .collect();
-    // No Secret: the controller creates the TLS Secret; no ServiceMonitor by default.
+    // The TLS Secret, empty (the controller fills it); no ServiceMonitor or
+    // NetworkPolicy by default.
     assert_eq!(m.kinds(), want);
 
     let cluster_scoped = [
@@ -284,6 +286,7 @@ fn deployment_is_highly_available_hardened_and_probed() {
         [
             "--controller",
             "--namespace=$(POD_NAMESPACE)",
+            "--crossplane-namespace=crossplane-system",
             "--service-name=mrguard",
             "--tls-secret-name=mrguard-tls",
             "--mutating-webhook-name=mrguard",
@@ -665,6 +668,12 @@ fn rbac_is_exactly_the_least_privilege_listed() {
                 &["get", "list", "watch"]
             ),
             rule(
+                &["pkg.crossplane.io"],
+                &["providerrevisions", "deploymentruntimeconfigs"],
+                &[],
+                &["get", "list", "watch"]
+            ),
+            rule(
                 &["admissionregistration.k8s.io"],
                 &[
                     "mutatingwebhookconfigurations",
@@ -685,12 +694,11 @@ fn rbac_is_exactly_the_least_privilege_listed() {
     assert_eq!(
         role,
         [
-            rule(&[""], &["secrets"], &[], &["create"]),
             rule(
                 &[""],
                 &["secrets"],
                 &["mrguard-tls"],
-                &["get", "list", "watch", "update", "patch"]
+                &["get", "list", "watch", "update"]
             ),
             rule(&["discovery.k8s.io"], &["endpointslices"], &[], &["list"]),
             rule(&["coordination.k8s.io"], &["leases"], &[], &["create"]),
@@ -749,6 +757,231 @@ fn rbac_is_exactly_the_least_privilege_listed() {
             }
         }
     }
+}
+
+/// Issue 18: a created `kubernetes.io/service-account-token` Secret is a
+/// token for any ServiceAccount in the namespace. No rule of any rendered
+/// role, under any RBAC or report mode, grants `create` (or a wildcard
+/// verb) on Secrets; the chart renders the TLS Secret itself, empty and of
+/// the type the controller writes.
+#[test]
+fn no_rendered_rule_grants_create_on_secrets() {
+    for extra in [
+        &[][..],
+        &["--set", "rbac.audit.mode=crossplaneView"][..],
+        &["--set", "rbac.audit.mode=all"][..],
+        &["--set", "controller.policyReports=wgpolicyk8s"][..],
+        &["--set", "controller.policyReports=openreports"][..],
+    ] {
+        let m = render(extra);
+        for kind in ["ClusterRole", "Role"] {
+            // An aggregated role has rules only in the cluster.
+            for r in m.all(kind).into_iter().filter(|r| r.get("rules").is_some()) {
+                for (groups, resources, _, verbs) in rules_of(r) {
+                    let core = groups.contains("") || groups.contains("*");
+                    let secrets = resources.contains("secrets") || resources.contains("*");
+                    if core && secrets {
+                        assert!(
+                            !verbs.contains("create") && !verbs.contains("*"),
+                            "{extra:?}: {kind} {} grants {verbs:?} on {resources:?}",
+                            r["metadata"]["name"]
+                        );
+                    }
+                }
+            }
+        }
+        let secret = m.one("Secret", "mrguard-tls");
+        assert_eq!(secret["type"], "kubernetes.io/tls");
+        assert_eq!(secret["metadata"]["namespace"], NS);
+        assert_eq!(secret["data"], json!({"tls.crt": "", "tls.key": ""}));
+        assert_eq!(flag(&m, "tls-secret-name"), "mrguard-tls");
+    }
+}
+
+/// Both webhooks tell exempt users' writes apart with the CEL the chart
+/// generates from `config.exemptUsernames`, evaluated here with mrguard's
+/// own CEL engine against sample requests: a matching user skips the
+/// mutating webhook always and the validating one except on DELETE.
+#[test]
+fn match_conditions_render_the_exempt_globs_as_cel() {
+    use mrguard_policy::cel::{CelProgram, Scope};
+    // Off by default, and nothing to render without globs.
+    let m = render(&[]);
+    for (kind, name) in [
+        ("MutatingWebhookConfiguration", "mutate.mrguard.io"),
+        ("ValidatingWebhookConfiguration", "validate.mrguard.io"),
+    ] {
+        assert!(webhook(&m, kind, name).get("matchConditions").is_none());
+    }
+    let m = render(&["--set", "webhooks.matchConditions.enabled=true"]);
+    assert!(
+        webhook(&m, "MutatingWebhookConfiguration", "mutate.mrguard.io")
+            .get("matchConditions")
+            .is_none()
+    );
+
+    let m = render(&[
+        "--set",
+        "webhooks.matchConditions.enabled=true",
+        "--set-json",
+        r#"config.exemptUsernames=["system:serviceaccount:crossplane-system:provider-aws-*","ci.bot?","dots.and+plus[1]"]"#,
+    ]);
+    let condition = |kind: &str, name: &str| {
+        let conds = webhook(&m, kind, name)["matchConditions"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{kind}: no matchConditions"))
+            .clone();
+        assert_eq!(conds.len(), 1, "{conds:?}");
+        let program =
+            CelProgram::compile_with(conds[0]["expression"].as_str().unwrap(), &["request"])
+                .unwrap_or_else(|e| panic!("{kind}: {e}: {}", conds[0]["expression"]));
+        (conds[0]["name"].as_str().unwrap().to_string(), program)
+    };
+    let calls = |p: &CelProgram, user: &str, op: &str| {
+        let request = json!({"operation": op, "userInfo": {"username": user, "groups": []}});
+        let mut scope = Scope::new();
+        scope.bind("request", Some(&request));
+        p.eval_bool(&scope).unwrap()
+    };
+    let (mname, mutating) = condition("MutatingWebhookConfiguration", "mutate.mrguard.io");
+    let (vname, validating) = condition("ValidatingWebhookConfiguration", "validate.mrguard.io");
+    assert_eq!(mname, "not-exempt-user");
+    assert_eq!(vname, "not-exempt-user-or-delete");
+    let exempt = [
+        "system:serviceaccount:crossplane-system:provider-aws-s3-1a2b",
+        "system:serviceaccount:crossplane-system:provider-aws-",
+        "ci.bot1",
+        "dots.and+plus[1]",
+    ];
+    let judged = [
+        "system:serviceaccount:crossplane-system:crossplane",
+        "system:serviceaccount:crossplane-system:rbac-manager",
+        "system:serviceaccount:other:provider-aws-s3",
+        "xsystem:serviceaccount:crossplane-system:provider-aws-s3",
+        "ci.bot",
+        "ci.bot12",
+        "ciXbot1",
+        "dotsXand+plus[1]",
+        "dots.andplus1",
+        "alice",
+        "",
+    ];
+    for op in ["CREATE", "UPDATE", "DELETE"] {
+        for u in exempt {
+            assert!(
+                !calls(&mutating, u, op),
+                "mutating called for exempt {u} {op}"
+            );
+            assert_eq!(
+                calls(&validating, u, op),
+                op == "DELETE",
+                "validating, exempt {u} {op}"
+            );
+        }
+        for u in judged {
+            assert!(calls(&mutating, u, op), "mutating skipped for {u:?} {op}");
+            assert!(
+                calls(&validating, u, op),
+                "validating skipped for {u:?} {op}"
+            );
+        }
+    }
+
+    // A quote cannot go into the CEL string: the chart refuses it.
+    let chart_dir = chart();
+    let out = helm(&[
+        "template",
+        RELEASE,
+        chart_dir.to_str().unwrap(),
+        "-n",
+        NS,
+        "--set",
+        "webhooks.matchConditions.enabled=true",
+        "--set-json",
+        r#"config.exemptUsernames=["it's"]"#,
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("contains a quote"));
+}
+
+/// The providers' ServiceAccounts live where Crossplane runs: the release
+/// namespace unless `crossplane.namespace` says otherwise.
+#[test]
+fn crossplane_namespace_defaults_to_the_release_namespace() {
+    let m = render_in(RELEASE, "upbound-system", &[]);
+    assert_eq!(flag(&m, "crossplane-namespace"), "upbound-system");
+    let m = render(&["--set", "crossplane.namespace=xp"]);
+    assert_eq!(flag(&m, "crossplane-namespace"), "xp");
+}
+
+/// `networkPolicy.enabled`: ingress to the webhook port only from the
+/// configured API server ranges, to the metrics port only from the
+/// monitoring namespaces; nothing rendered by default, and no silent
+/// lock-out when the ranges are missing.
+#[test]
+fn network_policy_admits_the_api_server_and_the_monitoring_namespace_only() {
+    assert!(render(&[]).all("NetworkPolicy").is_empty());
+    let m = render(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set-json",
+        r#"networkPolicy.apiServerCIDRs=["10.0.0.0/28","fd00::/64"]"#,
+        "--set-json",
+        r#"networkPolicy.metrics.namespaceSelector={"matchLabels":{"team":"obs"}}"#,
+    ]);
+    let np = m.one("NetworkPolicy", "mrguard");
+    assert_eq!(np["metadata"]["namespace"], NS);
+    assert_eq!(np["spec"]["policyTypes"], json!(["Ingress"]));
+    let dep = m.one("Deployment", "mrguard");
+    assert_eq!(
+        np["spec"]["podSelector"]["matchLabels"],
+        dep["spec"]["selector"]["matchLabels"]
+    );
+    let ingress = np["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 2);
+    assert_eq!(
+        ingress[0]["ports"],
+        json!([{"port": "https", "protocol": "TCP"}])
+    );
+    assert_eq!(
+        ingress[0]["from"],
+        json!([{"ipBlock": {"cidr": "10.0.0.0/28"}}, {"ipBlock": {"cidr": "fd00::/64"}}])
+    );
+    assert_eq!(
+        ingress[1]["ports"],
+        json!([{"port": "metrics", "protocol": "TCP"}])
+    );
+    assert_eq!(
+        ingress[1]["from"],
+        json!([{"namespaceSelector": {"matchLabels": {"team": "obs"}}}])
+    );
+    // The named ports exist on the container.
+    assert_eq!(port_named(&m, "https"), 9443);
+    assert_eq!(port_named(&m, "metrics"), 8080);
+    // The default selector is the namespace named "monitoring".
+    let m = render(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.apiServerCIDRs={10.0.0.0/28}",
+    ]);
+    assert_eq!(
+        m.one("NetworkPolicy", "mrguard")["spec"]["ingress"][1]["from"],
+        json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}])
+    );
+    // Enabled without ranges: refused, naming the value.
+    let chart_dir = chart();
+    let out = helm(&[
+        "template",
+        RELEASE,
+        chart_dir.to_str().unwrap(),
+        "-n",
+        NS,
+        "--set",
+        "networkPolicy.enabled=true",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("networkPolicy.apiServerCIDRs"));
 }
 
 #[test]

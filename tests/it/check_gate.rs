@@ -272,7 +272,8 @@ fn config_check_warns_about_empty_files_and_lost_protections() {
             err.contains(&format!("{path}: warning: the file is empty")),
             "{err}"
         );
-        assert!(err.contains("exemptUsernames does not exempt"), "{err}");
+        // The built-in configuration exempts no one by name: nothing lost.
+        assert!(!err.contains("exemptUsernames"), "{err}");
         assert!(
             err.contains("spec.forProvider.region is immutable for *.aws.upbound.io"),
             "{err}"
@@ -296,13 +297,39 @@ fn config_check_warns_about_empty_files_and_lost_protections() {
     assert_eq!(o.status.code(), Some(0));
     let err = stderr(&o);
     assert!(!err.contains("the file is empty"), "{err}");
-    assert!(err.contains("exemptUsernames does not exempt"), "{err}");
+    assert!(!err.contains("exemptUsernames"), "{err}");
     assert!(
         err.contains(
             "are IdentifierFromProvider in the built-in configuration, but not in this one"
         ),
         "{err}"
     );
+}
+
+/// Issue 18: the old default glob also matched Crossplane core, which
+/// writes every composed MR. `config check` flags such a glob (exit 0: it
+/// is valid) and names the account it matches; a provider glob passes.
+#[test]
+fn config_check_flags_a_glob_that_exempts_crossplane_core() {
+    let dir = tempfile::tempdir().unwrap();
+    let builtin = stdout(&mrguard(&["config", "default"]));
+    let old =
+        format!("{builtin}exemptUsernames: [\"system:serviceaccount:crossplane-system:*\"]\n");
+    let path = write(&dir, "old-default.yaml", &old);
+    let o = mrguard(&["config", "check", &path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("{path}: warning: exemptUsernames: \"system:serviceaccount:crossplane-system:*\" matches Crossplane's own service account system:serviceaccount:crossplane-system:crossplane")),
+        "{err}"
+    );
+    let providers = format!(
+        "{builtin}exemptUsernames: [\"system:serviceaccount:crossplane-system:provider-aws-*\"]\n"
+    );
+    let path = write(&dir, "providers.yaml", &providers);
+    let o = mrguard(&["config", "check", &path]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
 }
 
 #[test]

@@ -209,13 +209,32 @@ async fn namespace_mapping_applies_to_namespaced_reviews() {
     h.stop().await;
 }
 
+/// Issue 18: the built-in configuration exempts no one by name (without
+/// the controller nothing derives the providers' accounts), so a
+/// crossplane-system account changing an immutable field is denied; a
+/// configured glob still exempts the providers it names.
 #[tokio::test]
 async fn exempt_provider_service_account_may_change_immutable_fields() {
-    let h = TestServer::start().await;
     let mut r = fixtures::review("018_validate_UPDATE_VPC_sample-vpc.json");
     r["request"]["userInfo"]["username"] =
         json!("system:serviceaccount:crossplane-system:provider-aws-ec2-abc");
+    let h = TestServer::start().await;
+    assert_eq!(h.review("/validate", &r).await["allowed"], false);
+    r["request"]["userInfo"]["username"] =
+        json!("system:serviceaccount:crossplane-system:crossplane");
+    assert_eq!(h.review("/validate", &r).await["allowed"], false);
+    h.stop().await;
+    let builtin = mrguard_policy::config::BUILTIN_YAML;
+    let h = TestServer::with_config(&format!(
+        "{builtin}exemptUsernames: ['system:serviceaccount:crossplane-system:provider-aws-*']\n"
+    ))
+    .await;
+    r["request"]["userInfo"]["username"] =
+        json!("system:serviceaccount:crossplane-system:provider-aws-ec2-abc");
     assert_eq!(h.review("/validate", &r).await["allowed"], true);
+    r["request"]["userInfo"]["username"] =
+        json!("system:serviceaccount:crossplane-system:crossplane");
+    assert_eq!(h.review("/validate", &r).await["allowed"], false);
     h.stop().await;
 }
 

@@ -152,3 +152,40 @@ annotations:
   runbook_url: {{ printf "%s#%s" . (lower $.alert) | quote }}
   {{- end }}
 {{- end }}
+
+{{- /*
+CEL that is true when the request's user matches one of the configuration's
+exemptUsernames globs ('*' any run of characters, '?' one character), or ""
+when there are none. Each glob becomes an anchored regular expression.
+*/}}
+{{- define "mrguard.exemptUserCel" -}}
+{{- $terms := list }}
+{{- range (.Values.config.exemptUsernames | default list) }}
+{{- if or (contains "'" .) (contains "\\" .) }}
+{{- fail (printf "webhooks.matchConditions: exemptUsernames glob %q contains a quote or a backslash, which the chart cannot put in a CEL expression" .) }}
+{{- end }}
+{{- $re := printf "^%s$" (regexQuoteMeta . | replace "\\*" ".*" | replace "\\?" ".") }}
+{{- $terms = append $terms (printf "request.userInfo.username.matches('%s')" ($re | replace "\\" "\\\\")) }}
+{{- end }}
+{{- join " || " $terms }}
+{{- end }}
+
+{{- /*
+matchConditions of a webhook (.hook: "mutating" or "validating") when
+webhooks.matchConditions.enabled and exemptUsernames is not empty: exempt
+users' writes never reach the webhook. The validating webhook still sees
+their DELETEs, so deletion-protection and paused-delete hold for everyone.
+*/}}
+{{- define "mrguard.matchConditions" -}}
+{{- $exempt := include "mrguard.exemptUserCel" .root }}
+{{- if and .root.Values.webhooks.matchConditions.enabled $exempt }}
+matchConditions:
+{{- if eq .hook "validating" }}
+  - name: not-exempt-user-or-delete
+    expression: {{ printf "request.operation == 'DELETE' || !(%s)" $exempt | quote }}
+{{- else }}
+  - name: not-exempt-user
+    expression: {{ printf "!(%s)" $exempt | quote }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -241,6 +241,8 @@ impl Release {
             "ServiceAccount" => ("", "v1", "serviceaccounts", true),
             "Service" => ("", "v1", "services", true),
             "ConfigMap" => ("", "v1", "configmaps", true),
+            "Secret" => ("", "v1", "secrets", true),
+            "NetworkPolicy" => ("networking.k8s.io", "v1", "networkpolicies", true),
             "Role" => ("rbac.authorization.k8s.io", "v1", "roles", true),
             "RoleBinding" => ("rbac.authorization.k8s.io", "v1", "rolebindings", true),
             "ClusterRole" => ("rbac.authorization.k8s.io", "v1", "clusterroles", false),
