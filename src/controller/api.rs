@@ -30,6 +30,12 @@ pub enum ControllerError {
     Tls(#[from] crate::tls::TlsError),
     #[error("failed to set up the controller: {0}")]
     Setup(String),
+    #[error(
+        "failed to update the TLS Secret {namespace}/{name}: it does not exist. The chart creates it \
+         (empty, type kubernetes.io/tls) and mrguard never creates Secrets; run `helm upgrade` for \
+         the release to create it again, or create an empty kubernetes.io/tls Secret of that name"
+    )]
+    SecretMissing { namespace: String, name: String },
     #[error("failed to connect to the Kubernetes API: {0}")]
     Client(String),
 }

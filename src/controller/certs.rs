@@ -25,7 +25,6 @@ use futures::future::BoxFuture;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use kube::api::{ListParams, PostParams};
 use kube::Api;
@@ -539,7 +538,15 @@ impl CertReconciler {
             .get_opt(&self.name)
             .await
             .map_err(api_err("get", "secrets", &self.name))?;
-        let contents = existing.as_ref().map(SecretContents::from_secret);
+        // The chart creates the Secret; without `create` on Secrets the
+        // controller can only fill and rotate an existing one.
+        let Some(existing) = existing else {
+            return Err(ControllerError::SecretMissing {
+                namespace: self.secrets.namespace().unwrap_or_default().to_string(),
+                name: self.name.clone(),
+            });
+        };
+        let contents = Some(SecretContents::from_secret(&existing));
         let plan = plan(contents.as_ref(), now, &self.settings);
         match &plan {
             CertPlan::Keep { requeue } => return Ok(*requeue),
@@ -579,11 +586,7 @@ impl CertReconciler {
         })
     }
 
-    async fn write(
-        &self,
-        existing: Option<Secret>,
-        new: &NewContents,
-    ) -> Result<(), ControllerError> {
+    async fn write(&self, mut secret: Secret, new: &NewContents) -> Result<(), ControllerError> {
         let data: BTreeMap<String, ByteString> = [
             (CA_CRT, new.bundle.concat().into_bytes()),
             (CA_KEY, new.ca_key.clone().into_bytes()),
@@ -593,43 +596,16 @@ impl CertReconciler {
         .into_iter()
         .map(|(k, v)| (k.to_string(), ByteString(v)))
         .collect();
-        match existing {
-            None => {
-                let secret = Secret {
-                    metadata: ObjectMeta {
-                        name: Some(self.name.clone()),
-                        labels: Some(
-                            [(
-                                "app.kubernetes.io/managed-by".to_string(),
-                                "mrguard".to_string(),
-                            )]
-                            .into(),
-                        ),
-                        annotations: rotation_annotations(None, new.rotation_started),
-                        ..ObjectMeta::default()
-                    },
-                    type_: Some("kubernetes.io/tls".into()),
-                    data: Some(data),
-                    ..Secret::default()
-                };
-                self.secrets
-                    .create(&PostParams::default(), &secret)
-                    .await
-                    .map_err(api_err("create", "secrets", &self.name))?;
-            }
-            Some(mut secret) => {
-                secret.metadata.annotations =
-                    rotation_annotations(secret.metadata.annotations.take(), new.rotation_started);
-                secret.metadata.managed_fields = None;
-                secret.data = Some(data);
-                secret.string_data = None;
-                // The resourceVersion read above makes this a compare-and-swap.
-                self.secrets
-                    .replace(&self.name, &PostParams::default(), &secret)
-                    .await
-                    .map_err(api_err("update", "secrets", &self.name))?;
-            }
-        }
+        secret.metadata.annotations =
+            rotation_annotations(secret.metadata.annotations.take(), new.rotation_started);
+        secret.metadata.managed_fields = None;
+        secret.data = Some(data);
+        secret.string_data = None;
+        // The resourceVersion read above makes this a compare-and-swap.
+        self.secrets
+            .replace(&self.name, &PostParams::default(), &secret)
+            .await
+            .map_err(api_err("update", "secrets", &self.name))?;
         Ok(())
     }
 
@@ -641,11 +617,20 @@ impl CertReconciler {
         metrics: Arc<ControllerMetrics>,
     ) {
         let mut backoff = Backoff::default();
+        // A missing Secret stays missing until someone acts: say so once.
+        let mut missing_reported = false;
         loop {
             let wait = match self.reconcile().await {
                 Ok(d) => {
                     backoff.reset();
+                    missing_reported = false;
                     d
+                }
+                Err(e @ ControllerError::SecretMissing { .. }) => {
+                    if !std::mem::replace(&mut missing_reported, true) {
+                        tracing::error!(error = %e, "cannot issue the serving certificate");
+                    }
+                    backoff.next_delay()
                 }
                 Err(e) => {
                     e.log(
@@ -971,15 +956,21 @@ mod tests {
         secret_contents(body)
     }
 
+    /// The Secret as the chart creates it: empty, of type kubernetes.io/tls.
+    fn chart_secret() -> Value {
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "mrguard-tls", "namespace": "crossplane-system", "resourceVersion": "5"},
+               "type": "kubernetes.io/tls", "data": {"tls.crt": "", "tls.key": ""}})
+    }
+
     #[tokio::test]
-    async fn reconcile_creates_a_missing_secret() {
+    async fn reconcile_fills_the_empty_secret_the_chart_created() {
         let (client, api) = mock::client(|r| match (r.method.as_str(), r.path.as_str()) {
-            ("GET", "/api/v1/namespaces/crossplane-system/secrets/mrguard-tls") => Reply::Json(
-                404,
-                status(404, "NotFound", "secrets \"mrguard-tls\" not found"),
-            ),
-            ("POST", "/api/v1/namespaces/crossplane-system/secrets") => {
-                Reply::Json(201, r.body.clone())
+            ("GET", "/api/v1/namespaces/crossplane-system/secrets/mrguard-tls") => {
+                Reply::Json(200, chart_secret())
+            }
+            ("PUT", "/api/v1/namespaces/crossplane-system/secrets/mrguard-tls") => {
+                Reply::Json(200, r.body.clone())
             }
             _ => Reply::Json(500, status(500, "InternalError", "unexpected")),
         });
@@ -988,9 +979,12 @@ mod tests {
         r.reconcile().await.unwrap();
         let writes = api.writes();
         assert_eq!(writes.len(), 1);
+        assert_eq!(writes[0].method, "PUT");
         let body = &writes[0].body;
         assert_eq!(body["type"], "kubernetes.io/tls");
         assert_eq!(body["metadata"]["name"], "mrguard-tls");
+        // A compare-and-swap on what was read.
+        assert_eq!(body["metadata"]["resourceVersion"], "5");
         let c = decode_secret(body);
         assert_eq!(c.bundle.len(), 1);
         let chain = tls::parse_certs(&c.leaf.unwrap().cert, "leaf").unwrap();
@@ -1000,6 +994,31 @@ mod tests {
             &settings().names,
             Timestamp::now()
         ));
+    }
+
+    /// Issue 18: no `create` on Secrets. A missing Secret is reported,
+    /// naming it and the way out, and nothing is created.
+    #[tokio::test]
+    async fn a_missing_secret_is_reported_not_created() {
+        let (client, api) = mock::client(|r| match r.method.as_str() {
+            "GET" => Reply::Json(
+                404,
+                status(404, "NotFound", "secrets \"mrguard-tls\" not found"),
+            ),
+            _ => Reply::Json(403, status(403, "Forbidden", "no create on secrets")),
+        });
+        let r = reconciler(client, Arc::new(ManualClock::new(Timestamp::now())), true);
+        let e = r.reconcile().await.unwrap_err();
+        assert!(matches!(e, ControllerError::SecretMissing { .. }), "{e:?}");
+        let m = e.to_string();
+        assert!(
+            m.starts_with(
+                "failed to update the TLS Secret crossplane-system/mrguard-tls: it does not exist"
+            ),
+            "{m}"
+        );
+        assert!(m.contains("helm upgrade"), "{m}");
+        assert!(api.writes().is_empty(), "{:?}", api.writes().len());
     }
 
     #[tokio::test]
@@ -1088,13 +1107,13 @@ mod tests {
     #[tokio::test]
     async fn a_conflicting_write_is_an_error_to_retry_not_a_crash() {
         let (client, _api) = mock::client(|r| match r.method.as_str() {
-            "GET" => Reply::Json(404, status(404, "NotFound", "not found")),
+            "GET" => Reply::Json(200, chart_secret()),
             _ => Reply::Json(
                 409,
                 status(
                     409,
-                    "AlreadyExists",
-                    "secrets \"mrguard-tls\" already exists",
+                    "Conflict",
+                    "the object has been modified; please apply your changes to the latest version",
                 ),
             ),
         });
@@ -1103,7 +1122,7 @@ mod tests {
         assert_eq!(e.status_code(), Some(409));
         assert!(
             e.to_string()
-                .starts_with("failed to create secrets mrguard-tls"),
+                .starts_with("failed to update secrets mrguard-tls"),
             "{e}"
         );
     }

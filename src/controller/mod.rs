@@ -358,6 +358,12 @@ mod tests {
                 .configs
                 .insert(res, config_json(kind, "mrguard", b"", json!([]), "1"));
         }
+        // The chart creates the Secret empty; the controller never creates one.
+        cluster.lock().unwrap().secret = Some(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "mrguard-tls", "namespace": "crossplane-system", "resourceVersion": "1"},
+            "type": "kubernetes.io/tls", "data": {"tls.crt": "", "tls.key": ""}
+        }));
         let crds = fixture_crds();
         let c = cluster.clone();
         let (client, api) = mock::client(move |r| {
@@ -496,19 +502,25 @@ mod tests {
         let (trigger, signal) = crate::shutdown::channel();
         let task = tokio::spawn(controller.run(signal));
 
-        // The leader creates the Secret; the API server tells every replica.
+        // The leader fills the Secret; the API server tells every replica.
         api.wait_for("the Secret", |r| {
             r.iter()
-                .any(|r| r.method == "POST" && r.path.ends_with("/secrets"))
+                .any(|r| r.method == "PUT" && r.path.ends_with("/secrets/mrguard-tls"))
         })
         .await;
+        assert!(
+            !api.requests()
+                .iter()
+                .any(|r| r.method == "POST" && r.path.contains("/secrets")),
+            "the controller created a Secret"
+        );
         assert!(
             !ready.load(Ordering::Acquire),
             "ready before a certificate was loaded"
         );
         api.wait_watch("/secrets").await;
         let secret = cluster.lock().unwrap().secret.clone().unwrap();
-        assert_eq!(api.push("/secrets", "ADDED", secret.clone()), 1);
+        assert_eq!(api.push("/secrets", "MODIFIED", secret.clone()), 1);
 
         // Both configurations get the Secret's ca.crt and the exact rules.
         let ca = secret["data"]["ca.crt"].clone();
