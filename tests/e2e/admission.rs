@@ -7,11 +7,13 @@ use serde_json::{json, Value};
 use crate::support::{self, api, Options, LOOSE_GROUP, LOOSE_KIND, LOOSE_PLURAL, LOOSE_VERSION};
 
 /// Config of the admission tests: a configured default name, tags on
-/// Buckets and Subnets, a CEL rule, and the chart's default exemptions
-/// (`system:serviceaccount:crossplane-system:*`).
+/// Buckets and Subnets, a CEL rule, and the AWS providers' accounts exempt
+/// by a glob (the chart exempts no one by name; tests/e2e/exemptions.rs
+/// covers the derived provider accounts).
 const CONFIG: &str = r#"
 providerConfig:
   defaultName: aws-default
+exemptUsernames: ["system:serviceaccount:crossplane-system:provider-aws-*"]
 resources:
   - apiGroups: ["ec2.aws.upbound.io", "ec2.aws.m.upbound.io"]
     kinds: ["VPC", "Subnet"]
