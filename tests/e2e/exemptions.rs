@@ -145,8 +145,17 @@ async fn only_the_provider_serving_a_kind_is_exempt_and_crossplane_core_is_judge
     }
 
     // The chart's default configuration (no exemptUsernames); Crossplane
-    // runs in the release namespace.
-    let r = support::install(cluster, "e2e-exempt", Options::default()).await;
+    // runs in crossplane-system, where the old default glob
+    // `system:serviceaccount:crossplane-system:*` matched core too.
+    let r = support::install(
+        cluster,
+        "e2e-exempt",
+        Options {
+            values: Some("crossplane:\n  namespace: crossplane-system\n".into()),
+            ..Options::default()
+        },
+    )
+    .await;
     wait_for(
         "both webhooks to cover widgets and gadgets",
         WAIT,
@@ -158,7 +167,7 @@ async fn only_the_provider_serving_a_kind_is_exempt_and_crossplane_core_is_judge
     .await
     .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
 
-    let sa = |name: &str| format!("system:serviceaccount:{}:{name}", r.namespace);
+    let sa = |name: &str| format!("system:serviceaccount:crossplane-system:{name}");
     // Impersonated accounts with an administrator's rights, so that only
     // the webhook can refuse them.
     let as_user = |user: String| async move {
