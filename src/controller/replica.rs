@@ -110,6 +110,8 @@ struct Source<T> {
     listing: Option<BTreeMap<String, T>>,
     synced: bool,
     errors: ErrorOnce,
+    /// "Not installed" was logged.
+    absent_logged: bool,
 }
 
 impl<T> Source<T> {
@@ -120,6 +122,7 @@ impl<T> Source<T> {
             listing: None,
             synced: false,
             errors: ErrorOnce::default(),
+            absent_logged: false,
         }
     }
 
@@ -173,11 +176,23 @@ impl<T> Source<T> {
                     object: String::new(),
                     source: watcher_source(e),
                 };
-                let absent = matches!(e.status_code(), Some(403 | 404));
-                if absent && !self.synced {
-                    // Not installed (404) or not readable (403): nothing to
-                    // exempt from it, which is the strict side. The watch
-                    // keeps retrying and picks it up once it appears.
+                if e.status_code() == Some(404) {
+                    // Not installed (no Crossplane): no providers, which is
+                    // the strict side. Expected, so said once at INFO; the
+                    // watch keeps retrying and picks it up once it appears.
+                    if !std::mem::replace(&mut self.absent_logged, true) {
+                        tracing::info!(
+                            resource = self.what,
+                            "not installed; no provider accounts from it until it is"
+                        );
+                    }
+                    let first = !self.synced;
+                    self.synced = true;
+                    return first;
+                }
+                if e.status_code() == Some(403) && !self.synced {
+                    // Not readable: as above, but RBAC is wrong, so it is
+                    // an error (logged once per streak, naming the verb).
                     self.synced = true;
                     self.errors.failed(
                         &e,
@@ -241,7 +256,7 @@ pub(crate) async fn run_provider_watch(
             _ = shutdown.wait() => return,
             else => return,
         };
-        if !changed || !(crd_src.synced && rev_src.synced && drc_src.synced) {
+        if !(changed && crd_src.synced && rev_src.synced && drc_src.synced) {
             continue;
         }
         let accounts = providers::derive(

@@ -386,6 +386,65 @@ async fn invalid_config_at_start_fails_naming_the_line() {
     assert!(err.contains("line 3") && err.contains("bogus"), "{err}");
 }
 
+/// Issue 18: a configuration whose `exemptUsernames` glob matches
+/// Crossplane core's service account is valid, but `mrguard serve` warns
+/// at start, naming the glob and the account.
+#[test]
+fn a_glob_matching_crossplane_core_is_warned_about_at_start() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.yaml");
+    std::fs::write(
+        &cfg,
+        "exemptUsernames: ['system:serviceaccount:crossplane-system:*']\n",
+    )
+    .unwrap();
+    let mut child = bin::mrguard()
+        .args(["serve", "--self-signed", "--self-signed-ca-file"])
+        .arg(dir.path().join("ca.crt"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "text",
+            "--config",
+        ])
+        .arg(&cfg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut log = String::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            log.push_str(&String::from_utf8_lossy(&buf[..n]));
+            if log.contains("mrguard is serving") {
+                break;
+            }
+        }
+        log
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !reader.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = reader.join().unwrap();
+    assert!(log.contains("WARN"), "{log}");
+    assert!(
+        log.contains("exemptUsernames: \"system:serviceaccount:crossplane-system:*\" matches Crossplane's own service account system:serviceaccount:crossplane-system:crossplane"),
+        "{log}"
+    );
+}
+
 #[tokio::test]
 async fn metrics_cover_requests_durations_and_process() {
     let h = TestServer::start().await;
