@@ -1433,6 +1433,32 @@ fn an_upgrade_keeps_the_live_ca_bundle_and_rules() {
     assert_eq!(validating["clientConfig"]["service"]["path"], "/validate");
 }
 
+/// The TLS Secret is the chart's now (no `create` on Secrets for the
+/// controller): an upgrade renders the live certificates back, so Helm's
+/// patch cannot empty them.
+#[test]
+fn an_upgrade_keeps_the_live_tls_secret() {
+    let live_data = json!({"ca.crt": "TElWRS1DQQ==", "ca.key": "S0VZ", "tls.crt": "Q1JU", "tls.key": "S0VZMg=="});
+    // Helm's ownership metadata: what the chart created, or what
+    // docs/upgrading.md tells users to add to an old controller's Secret.
+    let server = FakeApiServer::start(BTreeMap::from([(
+        format!("/api/v1/namespaces/{NS}/secrets/mrguard-tls"),
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "mrguard-tls", "namespace": NS,
+                            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+                            "annotations": {"mrguard.io/ca-rotation-started": "2025-01-01T00:00:00Z",
+                                            "meta.helm.sh/release-name": RELEASE,
+                                            "meta.helm.sh/release-namespace": NS}},
+               "type": "kubernetes.io/tls", "data": live_data.clone()}),
+    )]));
+    let m = server.render(&[]);
+    let secret = m.one("Secret", "mrguard-tls");
+    assert_eq!(secret["data"], live_data);
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    // The controller's annotations are its own: the chart does not render them.
+    assert!(secret["metadata"].get("annotations").is_none(), "{secret}");
+}
+
 #[test]
 fn an_upgrade_falls_back_to_values_where_nothing_live_applies() {
     let initial = json!([{"apiGroups": ["nop.crossplane.io"], "apiVersions": ["v1alpha1"],
