@@ -1124,6 +1124,9 @@ fn the_configmap_config_passes_mrguard_config_check() {
             "config check failed:\n{}\n{text}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // Neither exempts Crossplane core (issue 18).
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("Crossplane's own service account"), "{err}");
     }
     // The check can fail: a typo in a key is caught.
     let bad = render(&["--set", "config.rulez.paused-delete=Warn"]);
