@@ -304,7 +304,8 @@ impl Release {
     }
 
     /// The chart's objects that a cluster would hold: ServiceAccount,
-    /// RBAC, Service, ConfigMap, PodDisruptionBudget and both webhook
+    /// RBAC, Service, ConfigMap, the TLS Secret, PodDisruptionBudget (a
+    /// NetworkPolicy when enabled) and both webhook
     /// configurations (with loopback URLs). The Deployment is run by the
     /// harness instead.
     async fn apply_chart_objects(&self) -> Result<(), String> {
