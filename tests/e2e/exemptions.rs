@@ -11,7 +11,9 @@ use serde_json::{json, Value};
 
 use crate::support::{self, api, fixtures_dir, wait_for, Options, WAIT};
 
-const GROUP: &str = "e2eexempt.aws.upbound.io";
+/// A group the chart's audit RBAC covers, so that other tests' releases
+/// sharing the API server count no extra forbidden kind.
+const GROUP: &str = "ec2.aws.upbound.io";
 
 /// Crossplane's ProviderRevision and DeploymentRuntimeConfig CRDs
 /// (tests/fixtures/crds-crossplane), once per API server: tests share it.
@@ -138,8 +140,8 @@ async fn only_the_provider_serving_a_kind_is_exempt_and_crossplane_core_is_judge
     )
     .await;
     for crd in [
-        owned_crd("Widget", "widgets", "provider-e2e-a-1a2b3c", &uid_a),
-        owned_crd("Gadget", "gadgets", "provider-e2e-b-4d5e6f", &uid_b),
+        owned_crd("E2eWidget", "e2ewidgets", "provider-e2e-a-1a2b3c", &uid_a),
+        owned_crd("E2eGadget", "e2egadgets", "provider-e2e-b-4d5e6f", &uid_b),
     ] {
         support::cluster::create_crd(&admin, &crd).await.unwrap();
     }
@@ -160,7 +162,8 @@ async fn only_the_provider_serving_a_kind_is_exempt_and_crossplane_core_is_judge
         "both webhooks to cover widgets and gadgets",
         WAIT,
         || async {
-            (r.webhooks_ready(GROUP, "widgets").await && r.webhooks_ready(GROUP, "gadgets").await)
+            (r.webhooks_ready(GROUP, "e2ewidgets").await
+                && r.webhooks_ready(GROUP, "e2egadgets").await)
                 .then_some(())
         },
     )
@@ -189,17 +192,17 @@ async fn only_the_provider_serving_a_kind_is_exempt_and_crossplane_core_is_judge
     let provider_b = as_user(sa("provider-e2e-irsa")).await;
     let b_by_revision_name = as_user(sa("provider-e2e-b-4d5e6f")).await;
 
-    let widgets = support::resource(GROUP, "v1beta1", "Widget", "widgets");
-    let gadgets = support::resource(GROUP, "v1beta1", "Gadget", "gadgets");
+    let widgets = support::resource(GROUP, "v1beta1", "E2eWidget", "e2ewidgets");
+    let gadgets = support::resource(GROUP, "v1beta1", "E2eGadget", "e2egadgets");
     let admin_api = |ar: &ApiResource| r.cluster_api(ar);
     let mut w = mr("w1", "us-east-1");
-    w["kind"] = json!("Widget");
+    w["kind"] = json!("E2eWidget");
     admin_api(&widgets)
         .create(&PostParams::default(), &r.object(w))
         .await
         .unwrap();
     let mut g = mr("g1", "us-east-1");
-    g["kind"] = json!("Gadget");
+    g["kind"] = json!("E2eGadget");
     admin_api(&gadgets)
         .create(&PostParams::default(), &r.object(g))
         .await
