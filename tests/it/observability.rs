@@ -313,6 +313,46 @@ fn dashboard_and_alerts_render_only_when_enabled() {
     }
 }
 
+/// Two releases in one Grafana keep two dashboards: each gets its own uid,
+/// the same release always the same one, and the value sets it outright.
+#[test]
+fn each_release_gets_its_own_dashboard_uid() {
+    let uid = |release: &str, ns: &str, extra: &[&str]| {
+        let mut args = vec!["--set", "metrics.dashboard.enabled=true"];
+        args.extend_from_slice(extra);
+        let objs = helm::template(release, ns, &args);
+        let cm = dashboard_configmaps(&objs)[0];
+        let d: Value = serde_json::from_str(cm["data"]["mrguard.json"].as_str().unwrap()).unwrap();
+        d["uid"].as_str().unwrap().to_string()
+    };
+    let first = uid("mrguard", "crossplane-system", &[]);
+    assert_eq!(first, uid("mrguard", "crossplane-system", &[]), "stable");
+    assert_ne!(first, uid("mrguard", "team-b", &[]), "namespace");
+    assert_ne!(
+        first,
+        uid("mrguard-b", "crossplane-system", &[]),
+        "release name"
+    );
+    assert_eq!(
+        uid(
+            "mrguard",
+            "crossplane-system",
+            &["--set", "metrics.dashboard.uid=platform-mrguard"]
+        ),
+        "platform-mrguard"
+    );
+    let out = helm(&[
+        "template",
+        "mrguard",
+        chart().to_str().unwrap(),
+        "--set",
+        "metrics.dashboard.enabled=true",
+        "--set",
+        &format!("metrics.dashboard.uid={}", "u".repeat(41)),
+    ]);
+    assert!(!out.status.success(), "a uid over 40 characters is refused");
+}
+
 #[test]
 fn dashboard_configmap_carries_the_file_and_the_configured_label_namespace_and_folder() {
     let file = read(DASHBOARD_FILE);
@@ -330,10 +370,18 @@ fn dashboard_configmap_carries_the_file_and_the_configured_label_namespace_and_f
         "no folder annotation by default: {}",
         cm["metadata"]
     );
+    let mut shipped: Value = serde_json::from_str(cm["data"]["mrguard.json"].as_str().unwrap())
+        .expect("the ConfigMap's dashboard is JSON");
+    let uid = shipped["uid"].as_str().unwrap().to_string();
+    assert!(
+        uid.starts_with("mrguard-") && uid.len() <= 40 && uid != "mrguard",
+        "a uid of the release's own, within Grafana's 40 characters: {uid}"
+    );
+    shipped["uid"] = "mrguard".into();
     assert_eq!(
-        cm["data"]["mrguard.json"].as_str().unwrap(),
-        file.trim_end(),
-        "the ConfigMap holds the dashboard file as it is"
+        shipped,
+        serde_json::from_str::<Value>(&file).unwrap(),
+        "the ConfigMap holds the dashboard file with only its uid set"
     );
 
     let objs = render(&[
