@@ -649,6 +649,24 @@ fn dashboard_has_its_variables_and_every_panel_on_the_right_metric() {
     }
 }
 
+/// The reload alerts used to fire for a window after a failure; a value
+/// file that still sets that window is told what replaced it.
+#[test]
+fn the_removed_reload_window_value_is_refused_with_its_replacement() {
+    let out = helm(&[
+        "template",
+        RELEASE,
+        chart().to_str().unwrap(),
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+        "--set",
+        "metrics.prometheusRule.reloadFailures.window=15m",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "helm accepted reloadFailures.window");
+    assert!(err.contains("reloadFailures.for"), "{err}");
+}
+
 #[test]
 fn every_promql_expression_of_the_dashboard_and_the_alerts_parses() {
     let mut exprs = promql::dashboard_exprs(&dashboard());
@@ -660,7 +678,7 @@ fn every_promql_expression_of_the_dashboard_and_the_alerts_parses() {
             "--set",
             "metrics.prometheusRule.selector=job=\"custom\"",
             "--set",
-            "metrics.prometheusRule.reloadFailures.window=1h30m",
+            "metrics.prometheusRule.reloadFailures.for=1h30m",
             "--set",
             "metrics.prometheusRule.creationIncomplete.window=2h",
         ],
@@ -924,7 +942,7 @@ fn alert_scoping_and_thresholds_follow_the_values() {
         "--set",
         "metrics.prometheusRule.noLeader.severity=critical",
         "--set",
-        "metrics.prometheusRule.reloadFailures.window=1h",
+        "metrics.prometheusRule.reloadFailures.for=1h",
         "--set",
         "metrics.prometheusRule.creationIncomplete.increase=7",
         "--set",
@@ -981,7 +999,13 @@ fn alert_scoping_and_thresholds_follow_the_values() {
         "MrguardConfigReloadFailed",
         "MrguardCertificateReloadFailed",
     ] {
-        assert!(expr_of(rule(&rs, alert)).contains("[1h])"), "{alert}");
+        let r = rule(&rs, alert);
+        assert_eq!(r["for"], "1h", "{alert}");
+        assert!(
+            expr_of(r).contains("_last_reload_successful{") && expr_of(r).ends_with("== 0"),
+            "{alert} fires while the newest file is bad, not for a window after: {}",
+            expr_of(r)
+        );
     }
     let spike = rule(&rs, "MrguardCreationIncompleteSpike");
     assert_eq!(thresholds_of(spike), [7.0]);
