@@ -1231,3 +1231,92 @@ fn links_in_the_observability_docs_resolve() {
         "docs/helm.md links docs/observability.md"
     );
 }
+
+// ------------------------------------------------------ alert unit tests
+
+/// promtool, from `$PROMTOOL_BIN` or `.tools/bin/promtool`, which
+/// `scripts/install-promtool.sh` installs (scripts/test.sh runs it).
+/// Without it this test fails, on purpose, as the helm tests do.
+fn promtool() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("PROMTOOL_BIN").filter(|p| !p.is_empty()) {
+        return p.into();
+    }
+    let local = root().join(".tools/bin/promtool");
+    assert!(
+        local.exists(),
+        "promtool not found: run `scripts/install-promtool.sh` (it installs {}) or set PROMTOOL_BIN",
+        local.display()
+    );
+    local
+}
+
+/// Every alert of the chart, rendered with its default values, passes the
+/// unit tests in tests/alerts/ (`promtool test rules`): each fires on a
+/// series that should fire it, only once its `for:` has passed, and stays
+/// silent on a healthy one. A new alert without both cases fails here.
+#[test]
+fn every_alert_fires_when_it_should_and_stays_silent_otherwise() {
+    let objs = render(&["--set", "metrics.prometheusRule.enabled=true"]);
+    let prom_rule = all(&objs, "PrometheusRule")[0];
+    let dir = tempfile::tempdir().unwrap();
+    // JSON is YAML: promtool reads the rendered groups as they are.
+    std::fs::write(
+        dir.path().join("rules.yaml"),
+        serde_json::json!({"groups": prom_rule["spec"]["groups"]}).to_string(),
+    )
+    .unwrap();
+
+    let mut files = Vec::new();
+    let mut firing = BTreeSet::new();
+    let mut silent = BTreeSet::new();
+    for entry in std::fs::read_dir(root().join("tests/alerts")).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.to_string_lossy().ends_with(".test.yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let suite: Value = serde_saphyr::from_str(&text).unwrap();
+        for test in suite["tests"].as_array().unwrap() {
+            for case in test["alert_rule_test"].as_array().into_iter().flatten() {
+                let name = case["alertname"].as_str().unwrap().to_string();
+                match case["exp_alerts"].as_array() {
+                    Some(a) if !a.is_empty() => firing.insert(name),
+                    _ => silent.insert(name),
+                };
+            }
+        }
+        let name = path.file_name().unwrap().to_owned();
+        std::fs::write(dir.path().join(&name), text).unwrap();
+        files.push(name);
+    }
+    let alerts = alert_names(&rules(&objs));
+    let untested: Vec<String> = alerts
+        .iter()
+        .filter(|a| !firing.contains(*a) || !silent.contains(*a))
+        .map(|a| {
+            format!(
+                "{a} (firing case: {}, silent case: {})",
+                firing.contains(a),
+                silent.contains(a)
+            )
+        })
+        .collect();
+    assert!(
+        untested.is_empty(),
+        "alerts without a firing and a silent case in tests/alerts/: {untested:?}"
+    );
+
+    let out = std::process::Command::new(promtool())
+        .arg("test")
+        .arg("rules")
+        .args(&files)
+        .current_dir(dir.path())
+        .output()
+        .expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool test rules failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
