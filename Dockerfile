@@ -6,10 +6,15 @@
 # The chart (charts/mrguard) runs /usr/local/bin/mrguard serve; tests/it/chart.rs
 # checks that this file and the chart agree.
 
-ARG RUST_VERSION=1.95
+# Base images are pinned by digest, so a rebuild gets the same bases; the
+# tag beside each digest says what it was resolved from. To refresh, resolve
+# the tag again and replace the digest (docs/helm.md, "The image"):
+#   docker buildx imagetools inspect rust:1.95-bookworm
+#   docker buildx imagetools inspect gcr.io/distroless/cc-debian12:nonroot
+# scripts/image.sh builds the same image with buildah, without pulling.
 
 # ---- build: compile a release binary with cargo ----
-FROM rust:${RUST_VERSION}-bookworm AS build
+FROM rust:1.95-bookworm@sha256:6258907abe69656e41cd992e0b705cdcfabcbbe3db374f92ed2d47121282d4a1 AS build
 WORKDIR /src
 COPY . .
 # The cache mounts keep the registry and target/ between builds; the binary
@@ -20,7 +25,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && install -D -m 0755 target/release/mrguard /out/mrguard
 
 # ---- runtime: distroless with glibc and CA certificates, no shell ----
-FROM gcr.io/distroless/cc-debian12:nonroot AS runtime
+FROM gcr.io/distroless/cc-debian12:nonroot@sha256:9dac0a79194e45a7da0158a9c6da57b217585af0786db3845d1f0ec1a0dd182f AS runtime
 COPY --from=build /out/mrguard /usr/local/bin/mrguard
 # 65532 is distroless' "nonroot"; numeric so that runAsNonRoot can verify it.
 USER 65532:65532

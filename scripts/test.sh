@@ -10,8 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# helm for tests/it/chart.rs and tests/e2e, into .tools/bin/helm (idempotent).
+# helm for tests/it/chart.rs and tests/e2e, into .tools/bin/helm, and
+# promtool for the alert unit tests (tests/alerts/), into .tools/bin/promtool
+# (both idempotent).
 scripts/install-helm.sh
+scripts/install-promtool.sh
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -7,53 +7,39 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use prometheus::{Gauge, IntCounterVec, Opts, Registry};
+use prometheus::{Gauge, Registry};
 
 use mrguard_policy::config::{Config, ConfigError};
 
-use crate::poll::{FilePoller, Polled};
+use crate::poll::{FilePoller, Polled, ReloadMetrics};
 
 pub struct ConfigMetrics {
-    reloads: IntCounterVec,
+    reloads: ReloadMetrics,
     last_success: Gauge,
 }
 
 impl ConfigMetrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let reloads = IntCounterVec::new(
-            Opts::new(
-                "mrguard_config_reloads_total",
-                "Configuration reloads by result.",
-            ),
-            &["result"],
-        )?;
-        let last_success = Gauge::new(
-            "mrguard_config_last_reload_success_timestamp_seconds",
-            "When the configuration was last loaded successfully, in seconds since the epoch.",
-        )?;
         let m = Self {
-            reloads,
-            last_success,
+            reloads: ReloadMetrics::new("mrguard_config", "Configuration")?,
+            last_success: Gauge::new(
+                "mrguard_config_last_reload_success_timestamp_seconds",
+                "When the configuration was last loaded successfully, in seconds since the epoch.",
+            )?,
         };
-        for c in m.collectors() {
-            registry.register(c)?;
-        }
-        for r in ["success", "failure"] {
-            m.reloads.with_label_values(&[r]);
-        }
+        crate::metrics::register_all(registry, m.collectors())?;
         Ok(m)
     }
 
     /// Every collector, as registered (and listed in docs/metrics.md).
     pub(crate) fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
-        vec![
-            Box::new(self.reloads.clone()),
-            Box::new(self.last_success.clone()),
-        ]
+        let mut all = self.reloads.collectors();
+        all.push(Box::new(self.last_success.clone()));
+        all
     }
 
     fn success(&self) {
-        self.reloads.with_label_values(&["success"]).inc();
+        self.reloads.success();
         self.mark_loaded();
     }
 
@@ -63,7 +49,7 @@ impl ConfigMetrics {
     }
 
     fn failure(&self) {
-        self.reloads.with_label_values(&["failure"]).inc();
+        self.reloads.failure();
     }
 }
 

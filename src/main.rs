@@ -1,5 +1,3 @@
-use clap::Parser;
-
 // The allocator is chosen by the binary. jemalloc measured faster than the
 // system allocator with a small RSS (BENCHMARKS.md); mimalloc is for
 // comparison runs and wins when both features are on.
@@ -12,5 +10,5 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() {
-    std::process::exit(mrguard::cli::run(mrguard::cli::Cli::parse()));
+    std::process::exit(mrguard::cli::run(mrguard::cli::parse()));
 }

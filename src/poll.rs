@@ -6,7 +6,67 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use prometheus::{IntCounterVec, IntGauge, Opts};
+
 use crate::shutdown::Signal;
+
+/// What every hot-reloaded file exports: `<prefix>_reloads_total{result}`,
+/// counted once per change of the file, and `<prefix>_last_reload_successful`,
+/// which (like Prometheus's own `prometheus_config_last_reload_successful`)
+/// stays 0 for as long as the newest content could not be loaded, so an
+/// alert on it lasts exactly as long as the bad file does.
+pub(crate) struct ReloadMetrics {
+    reloads: IntCounterVec,
+    last_successful: IntGauge,
+}
+
+impl ReloadMetrics {
+    /// The two metrics of `prefix` (`mrguard_config`, `mrguard_tls`);
+    /// `what` names the file in their help text. Both results start at 0
+    /// and the gauge at 1: nothing starts without a good first load.
+    pub(crate) fn new(prefix: &str, what: &str) -> prometheus::Result<Self> {
+        let reloads = IntCounterVec::new(
+            Opts::new(
+                format!("{prefix}_reloads_total"),
+                format!("{what} reloads by result."),
+            ),
+            &["result"],
+        )?;
+        for r in ["success", "failure"] {
+            reloads.with_label_values(&[r]);
+        }
+        let last_successful = IntGauge::new(
+            format!("{prefix}_last_reload_successful"),
+            format!(
+                "1 when the newest {} content was loaded, 0 while it could not be (the last good one stays in use).",
+                what.to_lowercase()
+            ),
+        )?;
+        last_successful.set(1);
+        Ok(Self {
+            reloads,
+            last_successful,
+        })
+    }
+
+    /// Both collectors, to register.
+    pub(crate) fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.reloads.clone()),
+            Box::new(self.last_successful.clone()),
+        ]
+    }
+
+    pub(crate) fn success(&self) {
+        self.reloads.with_label_values(&["success"]).inc();
+        self.last_successful.set(1);
+    }
+
+    pub(crate) fn failure(&self) {
+        self.reloads.with_label_values(&["failure"]).inc();
+        self.last_successful.set(0);
+    }
+}
 
 /// What one poll saw, handed to the caller's reload function.
 pub(crate) enum Polled<'a> {

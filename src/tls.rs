@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
-use prometheus::{Gauge, IntCounterVec, Opts, Registry};
+use prometheus::{Gauge, Registry};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
@@ -130,38 +130,28 @@ pub(crate) fn validity(cert: &CertificateDer<'_>) -> Option<(i64, i64)> {
 
 pub struct TlsMetrics {
     expiry: Gauge,
-    reloads: IntCounterVec,
+    reloads: crate::poll::ReloadMetrics,
 }
 
 impl TlsMetrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let expiry = Gauge::new(
-            "mrguard_tls_certificate_expiry_timestamp_seconds",
-            "When the serving certificate expires, in seconds since the epoch.",
-        )?;
-        let reloads = IntCounterVec::new(
-            Opts::new(
-                "mrguard_tls_reloads_total",
-                "Certificate reloads by result.",
-            ),
-            &["result"],
-        )?;
-        let m = Self { expiry, reloads };
-        for c in m.collectors() {
-            registry.register(c)?;
-        }
-        for r in ["success", "failure"] {
-            m.reloads.with_label_values(&[r]);
-        }
+        let m = Self {
+            expiry: Gauge::new(
+                "mrguard_tls_certificate_expiry_timestamp_seconds",
+                "When the serving certificate expires, in seconds since the epoch.",
+            )?,
+            reloads: crate::poll::ReloadMetrics::new("mrguard_tls", "Certificate")?,
+        };
+        crate::metrics::register_all(registry, m.collectors())?;
         Ok(m)
     }
 
     /// Every collector, as registered (and listed in docs/metrics.md).
     pub(crate) fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
-        vec![
-            Box::new(self.expiry.clone()),
-            Box::new(self.reloads.clone()),
-        ]
+        let mut all: Vec<Box<dyn prometheus::core::Collector>> =
+            vec![Box::new(self.expiry.clone())];
+        all.extend(self.reloads.collectors());
+        all
     }
 }
 
@@ -195,13 +185,13 @@ impl CertStore {
         self.current.store(Arc::new(key));
         self.update_expiry();
         if let Some(m) = &self.metrics {
-            m.reloads.with_label_values(&["success"]).inc();
+            m.reloads.success();
         }
     }
 
     pub(crate) fn record_failure(&self) {
         if let Some(m) = &self.metrics {
-            m.reloads.with_label_values(&["failure"]).inc();
+            m.reloads.failure();
         }
     }
 

@@ -5,6 +5,7 @@ mod audit;
 mod certs;
 mod check;
 mod cluster;
+mod completion;
 mod controller_args;
 mod explain;
 mod lines;
@@ -61,6 +62,10 @@ pub enum Command {
     /// Development certificates for local TLS.
     #[command(subcommand)]
     Certs(certs::CertsCommand),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
+    Completion(completion::CompletionArgs),
+    /// Print the man page, mrguard(1), in roff.
+    Man,
 }
 
 #[derive(Debug, Subcommand)]
@@ -113,6 +118,31 @@ fn init_logging(log: &LogArgs) {
     };
 }
 
+/// The name kubectl gives a plugin's executable: `kubectl mrguard ...`
+/// runs `kubectl-mrguard` from PATH (a symlink to this binary, or krew's
+/// copy of it).
+const KUBECTL_PLUGIN: &str = "kubectl-mrguard";
+
+/// Parses the process's arguments. Run as `kubectl-mrguard`, usage and
+/// errors say `kubectl mrguard`, the way the user typed it.
+pub fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = Cli::command();
+    if invoked_as_plugin(std::env::args_os().next()) {
+        cmd = cmd.bin_name("kubectl mrguard");
+    }
+    let matches = cmd.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+fn invoked_as_plugin(argv0: Option<std::ffi::OsString>) -> bool {
+    argv0
+        .as_deref()
+        .map(std::path::Path::new)
+        .and_then(|p| p.file_stem())
+        .is_some_and(|name| name == KUBECTL_PLUGIN)
+}
+
 /// Runs the command line; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
     match cli.command {
@@ -124,6 +154,8 @@ pub fn run(cli: Cli) -> i32 {
         Command::Audit(args) => audit::run(*args),
         Command::Explain(args) => explain::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
+        Command::Completion(args) => completion::completion(&args),
+        Command::Man => completion::man(),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::load_file(&file) {
             Ok((config, bytes)) => {
                 for w in config_warnings(&config, &bytes) {
@@ -169,6 +201,20 @@ fn config_warnings(config: &mrguard_policy::config::Config, bytes: &[u8]) -> Vec
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn the_plugin_name_is_recognised_wherever_it_lives() {
+        for (argv0, plugin) in [
+            ("/usr/local/bin/kubectl-mrguard", true),
+            ("kubectl-mrguard", true),
+            ("C:\\krew\\bin\\kubectl-mrguard.exe", cfg!(windows)),
+            ("/usr/local/bin/mrguard", false),
+            ("kubectl-mrguard-old", false),
+        ] {
+            assert_eq!(invoked_as_plugin(Some(argv0.into())), plugin, "{argv0}");
+        }
+        assert!(!invoked_as_plugin(None));
+    }
 
     #[test]
     fn cli_definition_is_consistent() {

@@ -82,9 +82,7 @@ impl ControllerMetrics {
                 "MR kinds whose list or watch RBAC forbids (leader only); their gauges, Events and audit are missing.",
             )?,
         };
-        for c in m.collectors() {
-            registry.register(c)?;
-        }
+        crate::metrics::register_all(registry, m.collectors())?;
         Ok(m)
     }
 

@@ -1639,6 +1639,38 @@ fn the_dockerfile_builds_the_binary_the_chart_runs_as_non_root() {
         );
     }
 
+    // Every base image is pinned by digest, next to the tag it came from.
+    for stage in &stages {
+        let (tag, digest) = stage
+            .from
+            .split_once("@sha256:")
+            .unwrap_or_else(|| panic!("{} is not pinned by digest", stage.from));
+        assert!(tag.contains(':'), "{} names its tag", stage.from);
+        assert!(
+            digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{}",
+            stage.from
+        );
+    }
+
+    // scripts/image.sh builds the same image without a registry: same
+    // user, entrypoint and ports.
+    let script = std::fs::read_to_string(root().join("scripts/image.sh")).unwrap();
+    let var = |name: &str| -> String {
+        let line = script
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("scripts/image.sh sets no {name}"));
+        line[name.len() + 1..].trim_matches(['"', '\'']).to_string()
+    };
+    assert_eq!(&&var("IMAGE_USER"), user);
+    let image_entry: Vec<String> = serde_json::from_str(&var("IMAGE_ENTRYPOINT")).unwrap();
+    assert_eq!(image_entry, entry);
+    assert_eq!(
+        var("IMAGE_PORTS").split_whitespace().collect::<Vec<_>>(),
+        exposed.split_whitespace().collect::<Vec<_>>()
+    );
+
     let ignore = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
     let ignored: BTreeSet<&str> = ignore.lines().map(str::trim).collect();
     for p in ["target", ".git", ".tools", "**/*.key"] {

@@ -21,4 +21,5 @@ mod observability;
 mod properties;
 mod reviews;
 mod server;
+mod shell;
 mod shutdown;

@@ -313,6 +313,46 @@ fn dashboard_and_alerts_render_only_when_enabled() {
     }
 }
 
+/// Two releases in one Grafana keep two dashboards: each gets its own uid,
+/// the same release always the same one, and the value sets it outright.
+#[test]
+fn each_release_gets_its_own_dashboard_uid() {
+    let uid = |release: &str, ns: &str, extra: &[&str]| {
+        let mut args = vec!["--set", "metrics.dashboard.enabled=true"];
+        args.extend_from_slice(extra);
+        let objs = helm::template(release, ns, &args);
+        let cm = dashboard_configmaps(&objs)[0];
+        let d: Value = serde_json::from_str(cm["data"]["mrguard.json"].as_str().unwrap()).unwrap();
+        d["uid"].as_str().unwrap().to_string()
+    };
+    let first = uid("mrguard", "crossplane-system", &[]);
+    assert_eq!(first, uid("mrguard", "crossplane-system", &[]), "stable");
+    assert_ne!(first, uid("mrguard", "team-b", &[]), "namespace");
+    assert_ne!(
+        first,
+        uid("mrguard-b", "crossplane-system", &[]),
+        "release name"
+    );
+    assert_eq!(
+        uid(
+            "mrguard",
+            "crossplane-system",
+            &["--set", "metrics.dashboard.uid=platform-mrguard"]
+        ),
+        "platform-mrguard"
+    );
+    let out = helm(&[
+        "template",
+        "mrguard",
+        chart().to_str().unwrap(),
+        "--set",
+        "metrics.dashboard.enabled=true",
+        "--set",
+        &format!("metrics.dashboard.uid={}", "u".repeat(41)),
+    ]);
+    assert!(!out.status.success(), "a uid over 40 characters is refused");
+}
+
 #[test]
 fn dashboard_configmap_carries_the_file_and_the_configured_label_namespace_and_folder() {
     let file = read(DASHBOARD_FILE);
@@ -330,10 +370,18 @@ fn dashboard_configmap_carries_the_file_and_the_configured_label_namespace_and_f
         "no folder annotation by default: {}",
         cm["metadata"]
     );
+    let mut shipped: Value = serde_json::from_str(cm["data"]["mrguard.json"].as_str().unwrap())
+        .expect("the ConfigMap's dashboard is JSON");
+    let uid = shipped["uid"].as_str().unwrap().to_string();
+    assert!(
+        uid.starts_with("mrguard-") && uid.len() <= 40 && uid != "mrguard",
+        "a uid of the release's own, within Grafana's 40 characters: {uid}"
+    );
+    shipped["uid"] = "mrguard".into();
     assert_eq!(
-        cm["data"]["mrguard.json"].as_str().unwrap(),
-        file.trim_end(),
-        "the ConfigMap holds the dashboard file as it is"
+        shipped,
+        serde_json::from_str::<Value>(&file).unwrap(),
+        "the ConfigMap holds the dashboard file with only its uid set"
     );
 
     let objs = render(&[
@@ -601,6 +649,24 @@ fn dashboard_has_its_variables_and_every_panel_on_the_right_metric() {
     }
 }
 
+/// The reload alerts used to fire for a window after a failure; a value
+/// file that still sets that window is told what replaced it.
+#[test]
+fn the_removed_reload_window_value_is_refused_with_its_replacement() {
+    let out = helm(&[
+        "template",
+        RELEASE,
+        chart().to_str().unwrap(),
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+        "--set",
+        "metrics.prometheusRule.reloadFailures.window=15m",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "helm accepted reloadFailures.window");
+    assert!(err.contains("reloadFailures.for"), "{err}");
+}
+
 #[test]
 fn every_promql_expression_of_the_dashboard_and_the_alerts_parses() {
     let mut exprs = promql::dashboard_exprs(&dashboard());
@@ -612,7 +678,7 @@ fn every_promql_expression_of_the_dashboard_and_the_alerts_parses() {
             "--set",
             "metrics.prometheusRule.selector=job=\"custom\"",
             "--set",
-            "metrics.prometheusRule.reloadFailures.window=1h30m",
+            "metrics.prometheusRule.reloadFailures.for=1h30m",
             "--set",
             "metrics.prometheusRule.creationIncomplete.window=2h",
         ],
@@ -876,7 +942,7 @@ fn alert_scoping_and_thresholds_follow_the_values() {
         "--set",
         "metrics.prometheusRule.noLeader.severity=critical",
         "--set",
-        "metrics.prometheusRule.reloadFailures.window=1h",
+        "metrics.prometheusRule.reloadFailures.for=1h",
         "--set",
         "metrics.prometheusRule.creationIncomplete.increase=7",
         "--set",
@@ -933,7 +999,13 @@ fn alert_scoping_and_thresholds_follow_the_values() {
         "MrguardConfigReloadFailed",
         "MrguardCertificateReloadFailed",
     ] {
-        assert!(expr_of(rule(&rs, alert)).contains("[1h])"), "{alert}");
+        let r = rule(&rs, alert);
+        assert_eq!(r["for"], "1h", "{alert}");
+        assert!(
+            expr_of(r).contains("_last_reload_successful{") && expr_of(r).ends_with("== 0"),
+            "{alert} fires while the newest file is bad, not for a window after: {}",
+            expr_of(r)
+        );
     }
     let spike = rule(&rs, "MrguardCreationIncompleteSpike");
     assert_eq!(thresholds_of(spike), [7.0]);
@@ -1157,5 +1229,94 @@ fn links_in_the_observability_docs_resolve() {
     assert!(
         read("docs/helm.md").contains("(observability.md)"),
         "docs/helm.md links docs/observability.md"
+    );
+}
+
+// ------------------------------------------------------ alert unit tests
+
+/// promtool, from `$PROMTOOL_BIN` or `.tools/bin/promtool`, which
+/// `scripts/install-promtool.sh` installs (scripts/test.sh runs it).
+/// Without it this test fails, on purpose, as the helm tests do.
+fn promtool() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("PROMTOOL_BIN").filter(|p| !p.is_empty()) {
+        return p.into();
+    }
+    let local = root().join(".tools/bin/promtool");
+    assert!(
+        local.exists(),
+        "promtool not found: run `scripts/install-promtool.sh` (it installs {}) or set PROMTOOL_BIN",
+        local.display()
+    );
+    local
+}
+
+/// Every alert of the chart, rendered with its default values, passes the
+/// unit tests in tests/alerts/ (`promtool test rules`): each fires on a
+/// series that should fire it, only once its `for:` has passed, and stays
+/// silent on a healthy one. A new alert without both cases fails here.
+#[test]
+fn every_alert_fires_when_it_should_and_stays_silent_otherwise() {
+    let objs = render(&["--set", "metrics.prometheusRule.enabled=true"]);
+    let prom_rule = all(&objs, "PrometheusRule")[0];
+    let dir = tempfile::tempdir().unwrap();
+    // JSON is YAML: promtool reads the rendered groups as they are.
+    std::fs::write(
+        dir.path().join("rules.yaml"),
+        serde_json::json!({"groups": prom_rule["spec"]["groups"]}).to_string(),
+    )
+    .unwrap();
+
+    let mut files = Vec::new();
+    let mut firing = BTreeSet::new();
+    let mut silent = BTreeSet::new();
+    for entry in std::fs::read_dir(root().join("tests/alerts")).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.to_string_lossy().ends_with(".test.yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let suite: Value = serde_saphyr::from_str(&text).unwrap();
+        for test in suite["tests"].as_array().unwrap() {
+            for case in test["alert_rule_test"].as_array().into_iter().flatten() {
+                let name = case["alertname"].as_str().unwrap().to_string();
+                match case["exp_alerts"].as_array() {
+                    Some(a) if !a.is_empty() => firing.insert(name),
+                    _ => silent.insert(name),
+                };
+            }
+        }
+        let name = path.file_name().unwrap().to_owned();
+        std::fs::write(dir.path().join(&name), text).unwrap();
+        files.push(name);
+    }
+    let alerts = alert_names(&rules(&objs));
+    let untested: Vec<String> = alerts
+        .iter()
+        .filter(|a| !firing.contains(*a) || !silent.contains(*a))
+        .map(|a| {
+            format!(
+                "{a} (firing case: {}, silent case: {})",
+                firing.contains(a),
+                silent.contains(a)
+            )
+        })
+        .collect();
+    assert!(
+        untested.is_empty(),
+        "alerts without a firing and a silent case in tests/alerts/: {untested:?}"
+    );
+
+    let out = std::process::Command::new(promtool())
+        .arg("test")
+        .arg("rules")
+        .args(&files)
+        .current_dir(dir.path())
+        .output()
+        .expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool test rules failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
 }

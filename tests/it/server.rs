@@ -302,10 +302,12 @@ async fn a_broken_certificate_keeps_the_last_good_pair() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let after = h.connect(Proto::Http1).await.peer_cert;
     assert_eq!(before, after);
-    assert!(h
-        .metrics()
-        .await
-        .contains("mrguard_tls_reloads_total{result=\"failure\"} 1"));
+    let m = h.metrics().await;
+    assert!(
+        m.contains("mrguard_tls_reloads_total{result=\"failure\"} 1"),
+        "{m}"
+    );
+    assert!(m.contains("mrguard_tls_last_reload_successful 0"), "{m}");
     h.stop().await;
 }
 
@@ -354,12 +356,25 @@ async fn config_reload_good_then_broken_keeps_the_last_good() {
         "{m}"
     );
     assert!(m.contains("mrguard_config_last_reload_success_timestamp_seconds"));
+    // The failure is counted once, but the gauge stays 0 for as long as the
+    // bad file does, so an alert on it lasts as long as the problem.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m = h.metrics().await;
+    assert!(m.contains("mrguard_config_last_reload_successful 0"), "{m}");
+    assert!(
+        m.contains("mrguard_config_reloads_total{result=\"failure\"} 1"),
+        "{m}"
+    );
     // A Kubernetes ConfigMap volume swaps a symlink; replacing the file by
     // rename is the same to the poller.
     let tmp = h.dir.path().join("new.yaml");
     std::fs::write(&tmp, "providerConfig: {defaultName: fourth}\n").unwrap();
     std::fs::rename(&tmp, &h.config_file).unwrap();
     wait_for_name(&h, "fourth").await;
+    assert!(h
+        .metrics()
+        .await
+        .contains("mrguard_config_last_reload_successful 1"));
     h.stop().await;
 }
 
