@@ -26,6 +26,14 @@ pub enum ControllerError {
         #[source]
         source: kube::Error,
     },
+    /// The API server did not answer in time.
+    #[error("failed to {verb} {resource}{}: no answer within {after:?}", object_suffix(.object))]
+    Timeout {
+        verb: &'static str,
+        resource: &'static str,
+        object: String,
+        after: Duration,
+    },
     #[error("failed to generate a certificate: {0}")]
     Tls(#[from] crate::tls::TlsError),
     #[error("failed to set up the controller: {0}")]
@@ -43,6 +51,20 @@ fn object_suffix(object: &str) -> String {
 }
 
 impl ControllerError {
+    /// A failed watch of `resource`, with the API status kept.
+    pub(crate) fn watch(
+        resource: &'static str,
+        object: impl Into<String>,
+        e: watcher::Error,
+    ) -> Self {
+        ControllerError::Api {
+            verb: "watch",
+            resource,
+            object: object.into(),
+            source: watcher_source(e),
+        }
+    }
+
     /// The HTTP status of a failed API call, when the API server answered.
     pub(crate) fn status_code(&self) -> Option<u16> {
         match self {
@@ -62,10 +84,20 @@ impl ControllerError {
         self.status_code() == Some(409)
     }
 
+    /// A watch whose resourceVersion is too old (410 Gone): expected, the
+    /// watcher lists again.
+    pub(crate) fn is_expired(&self) -> bool {
+        self.status_code() == Some(410)
+    }
+
     /// Counts a failed API call in `mrguard_controller_api_errors_total`.
     pub(crate) fn count(&self, metrics: Option<&ControllerMetrics>) {
-        if let (Some(m), ControllerError::Api { verb, resource, .. }) = (metrics, self) {
-            m.api_error(verb, resource, self.status_code());
+        match (metrics, self) {
+            (Some(m), ControllerError::Api { verb, resource, .. })
+            | (Some(m), ControllerError::Timeout { verb, resource, .. }) => {
+                m.api_error(verb, resource, self.status_code());
+            }
+            _ => {}
         }
     }
 
@@ -108,6 +140,34 @@ pub(crate) fn api_err(
         object,
         source,
     }
+}
+
+/// Sleeps until `at`, or forever when there is nothing to retry: the
+/// retry arm of every controller loop's `select!`.
+pub(crate) async fn until_due(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs one API call with a deadline; a call that does not answer in time
+/// is an error like any other (counted with code 0).
+pub(crate) async fn with_timeout<T>(
+    after: Duration,
+    verb: &'static str,
+    resource: &'static str,
+    object: &str,
+    call: impl std::future::Future<Output = Result<T, ControllerError>>,
+) -> Result<T, ControllerError> {
+    tokio::time::timeout(after, call).await.unwrap_or_else(|_| {
+        Err(ControllerError::Timeout {
+            verb,
+            resource,
+            object: object.to_string(),
+            after,
+        })
+    })
 }
 
 /// The time source of every decision that depends on the wall clock, so

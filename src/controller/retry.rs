@@ -106,6 +106,16 @@ impl ErrorOnce {
         metrics: Option<&ControllerMetrics>,
         what: &str,
     ) -> bool {
+        if let (true, ControllerError::Api { resource, .. }) = (e.is_expired(), e) {
+            // The watch's resourceVersion fell out of the API server's
+            // window (410 Gone): the watcher lists again. Expected, so
+            // counted apart and not a failure streak.
+            if let Some(m) = metrics {
+                m.watch_restarts.with_label_values(&[resource]).inc();
+            }
+            tracing::debug!(error = %e, "{what}: the watch expired; listing again");
+            return false;
+        }
         if self.failing {
             e.count(metrics);
             tracing::debug!(error = %e, "{what} (still failing)");
@@ -214,6 +224,32 @@ mod tests {
         let t = list_times(false).await;
         let gaps: Vec<f64> = t.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect();
         assert!(gaps.iter().all(|g| *g < 1.61), "{gaps:?}");
+    }
+
+    /// A 410 Gone is a watch restart, counted apart, never a logged
+    /// failure nor the start of a failure streak.
+    #[test]
+    fn an_expired_watch_is_counted_not_logged() {
+        let registry = prometheus::Registry::new();
+        let m = ControllerMetrics::register(&registry).unwrap();
+        let gone = ControllerError::Api {
+            verb: "watch",
+            resource: "secrets",
+            object: "x".into(),
+            source: kube::Error::Api(Box::new(
+                kube::core::Status::failure("too old", "Expired").with_code(410),
+            )),
+        };
+        let mut l = ErrorOnce::default();
+        assert!(!l.failed(&gone, Some(&m), "w"));
+        assert!(!l.failing());
+        assert_eq!(m.watch_restarts.with_label_values(&["secrets"]).get(), 1);
+        assert_eq!(
+            m.api_errors
+                .with_label_values(&["watch", "secrets", "410"])
+                .get(),
+            0
+        );
     }
 
     #[test]

@@ -10,7 +10,8 @@ use kube::runtime::watcher;
 use kube::Api;
 use tokio::sync::watch as channel;
 
-use super::api::{watcher_source, ControllerError};
+use super::api::ControllerError;
+use super::metrics::ControllerMetrics;
 use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
 use crate::shutdown::Signal;
 use crate::tls::{CertStore, PemPair};
@@ -79,6 +80,7 @@ pub(crate) async fn run_loader(
     ready: Arc<AtomicBool>,
     view: channel::Sender<SecretView>,
     shutdown: Signal,
+    metrics: Option<Arc<ControllerMetrics>>,
 ) {
     let fields = format!("metadata.name={name}");
     let mut stream =
@@ -112,15 +114,10 @@ pub(crate) async fn run_loader(
                 continue;
             }
             Err(e) => {
-                let e = ControllerError::Api {
-                    verb: "watch",
-                    resource: "secrets",
-                    object: name.clone(),
-                    source: watcher_source(e),
-                };
+                let e = ControllerError::watch("secrets", name.clone(), e);
                 watch_error.failed(
                     &e,
-                    None,
+                    metrics.as_deref(),
                     "failed to watch the TLS Secret; retrying with backoff",
                 );
                 continue;
@@ -228,6 +225,7 @@ mod tests {
             ready.clone(),
             tx,
             signal,
+            None,
         ));
         Loader {
             store,

@@ -33,7 +33,7 @@ use kube::Api;
 use serde_json::json;
 use tokio::sync::watch as channel;
 
-use super::api::{api_err, watcher_source, Backoff, ControllerError};
+use super::api::{api_err, until_due, Backoff, ControllerError};
 use super::coverage::{Coverage, MrKind};
 use super::metrics::ControllerMetrics;
 use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
@@ -43,8 +43,10 @@ pub(crate) const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
 pub(crate) const REPORTING_CONTROLLER: &str = "mrguard.io/controller";
 
 /// 404s on a kind's watch logged at debug before one is a warning: the
-/// backoff (0.8 s doubling, jittered) makes that 5 to 10 s.
-const QUIET_NOT_FOUND: u32 = 3;
+/// backoff (0.8 s doubling to 30 s, jittered) makes that 50 to 100 s. With
+/// 3 (5 to 10 s), 400 CRDs created at once logged 227 warnings while the
+/// API server took its time to serve them.
+const QUIET_NOT_FOUND: u32 = 6;
 
 /// What the gauges count for one MR.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -352,7 +354,9 @@ impl EventRecorder {
                 format!("{namespace}/{}", obj.name),
             ))?;
         self.dedup.insert(key);
-        tracing::warn!(
+        // The Warning Event and the gauge are the signal; at scale one
+        // WARN line per MR drowned everything else in the log.
+        tracing::info!(
             kind = %obj.kind,
             name = %obj.name,
             namespace = obj.namespace.as_deref().unwrap_or(""),
@@ -473,12 +477,7 @@ pub(crate) async fn watch_kind(
                     }
                 }
                 Some(Err(e)) => {
-                    let e = ControllerError::Api {
-                        verb: "watch",
-                        resource: "managed resources",
-                        object: kind.key(),
-                        source: watcher_source(e),
-                    };
+                    let e = ControllerError::watch("managed resources", kind.key(), e);
                     // A kind the service account may not list (the chart's
                     // RBAC lists groups; a provider outside them) is
                     // reported by mrguard_controller_forbidden_kinds.
@@ -499,12 +498,7 @@ pub(crate) async fn watch_kind(
                     }
                 }
             },
-            _ = async {
-                match due {
-                    Some(t) => tokio::time::sleep_until(t).await,
-                    None => std::future::pending().await,
-                }
-            } => {
+            _ = until_due(due) => {
                 retry_at = None;
                 report = std::mem::take(&mut retry);
             }

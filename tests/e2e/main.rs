@@ -17,4 +17,6 @@ mod explain;
 mod observability;
 mod policy_reports;
 mod preflight;
+mod quiet;
+mod supervision;
 mod support;
