@@ -185,13 +185,22 @@ impl Clock for SystemClock {
     }
 }
 
-/// Exponential backoff with jitter for retrying failed API calls: each delay
-/// is drawn from [d/2, d] while d doubles up to `max`.
+/// The one backoff of the controller, for failed calls and failed watches
+/// alike: exponential, each delay drawn from [d, 2d) (up to 100% jitter, as
+/// kube's and client-go's) while d doubles up to `max`, and reset on
+/// progress. For watches it is also kube's [`StreamBackoff`] policy
+/// (`kube::runtime::utils::Backoff`); see `retry::backoff_on_failure` for
+/// what counts as progress there.
+///
+/// [`StreamBackoff`]: kube::runtime::utils::StreamBackoff
 #[derive(Debug, Clone)]
 pub(crate) struct Backoff {
     min: Duration,
     max: Duration,
     current: Duration,
+    /// When set, `reset` only resets after this flag was raised (progress),
+    /// and lowers it.
+    progress: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Backoff {
@@ -200,23 +209,59 @@ impl Backoff {
             min,
             max,
             current: min,
+            progress: None,
+        }
+    }
+
+    /// Retried writes and reads: 0.25 s doubling to 30 s (so 0.25-0.5 s
+    /// first, 30-60 s at most).
+    pub(crate) fn for_calls() -> Self {
+        Self::new(Duration::from_millis(250), Duration::from_secs(30))
+    }
+
+    /// Watches: kube's default, 0.8 s doubling to 30 s, reset only when
+    /// `progress` was raised since the last reset.
+    pub(crate) fn for_watches(progress: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        Self {
+            progress: Some(progress),
+            ..Self::new(Duration::from_millis(800), Duration::from_secs(30))
         }
     }
 
     pub(crate) fn next_delay(&mut self) -> Duration {
         let d = self.current;
         self.current = (self.current * 2).min(self.max);
-        d.mul_f64(0.5 + fastrand::f64() * 0.5)
+        d.mul_f64(1.0 + fastrand::f64())
     }
 
     pub(crate) fn reset(&mut self) {
-        self.current = self.min;
+        let progressed = self
+            .progress
+            .as_ref()
+            .is_none_or(|p| p.swap(false, std::sync::atomic::Ordering::Relaxed));
+        if progressed {
+            self.current = self.min;
+        }
     }
 }
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self::new(Duration::from_millis(500), Duration::from_secs(60))
+        Self::for_calls()
+    }
+}
+
+impl Iterator for Backoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.next_delay())
+    }
+}
+
+impl kube::runtime::utils::Backoff for Backoff {
+    fn reset(&mut self) {
+        Backoff::reset(self);
     }
 }
 
@@ -264,12 +309,29 @@ mod tests {
 
     #[test]
     fn backoff_grows_with_jitter_and_resets() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(800));
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(100), ms(800));
         let d: Vec<_> = (0..6).map(|_| b.next_delay()).collect();
-        assert!(d[0] >= Duration::from_millis(50) && d[0] <= Duration::from_millis(100));
-        assert!(d[3] >= Duration::from_millis(400) && d[3] <= Duration::from_millis(800));
-        assert!(d[5] <= Duration::from_millis(800));
+        assert!(d[0] >= ms(100) && d[0] < ms(200), "{d:?}");
+        assert!(d[3] >= ms(800) && d[3] < ms(1600), "{d:?}");
+        assert!(d[5] >= ms(800) && d[5] < ms(1600), "{d:?}");
         b.reset();
-        assert!(b.next_delay() <= Duration::from_millis(100));
+        assert!(b.next_delay() < ms(200));
+    }
+
+    /// A watch's backoff resets only after progress was flagged.
+    #[test]
+    fn a_watch_backoff_resets_only_on_progress() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let flag = std::sync::Arc::new(AtomicBool::new(false));
+        let mut b = Backoff::for_watches(flag.clone());
+        b.next_delay();
+        b.next_delay();
+        b.reset();
+        assert!(b.next_delay() >= Duration::from_millis(3200));
+        flag.store(true, Ordering::Relaxed);
+        b.reset();
+        assert!(b.next_delay() < Duration::from_millis(1600));
+        assert!(!flag.load(Ordering::Relaxed));
     }
 }

@@ -373,6 +373,39 @@ mod tests {
         assert!(!e.try_acquire_or_renew().await.unwrap());
     }
 
+    /// An API server that accepts the request and never answers: the round
+    /// ends after the call timeout, as an error counted with code 0,
+    /// instead of hanging past the lease duration.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_gets_no_answer_times_out() {
+        let (client, _api) = mock::client(|_| Reply::Hang);
+        let registry = prometheus::Registry::new();
+        let metrics = Arc::new(ControllerMetrics::register(&registry).unwrap());
+        let mut e = LeaderElector::new(
+            Api::namespaced(client, "ns"),
+            "l",
+            "me",
+            Duration::from_secs(15),
+            Arc::new(ManualClock::new(Timestamp::now())),
+        )
+        .with_metrics(metrics.clone());
+        let start = tokio::time::Instant::now();
+        let err = e.try_acquire_or_renew().await.unwrap_err();
+        assert!(
+            start.elapsed() <= Duration::from_secs(4),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(err.to_string().contains("no answer within"), "{err}");
+        assert_eq!(
+            metrics
+                .api_errors
+                .with_label_values(&["get", RESOURCE, "0"])
+                .get(),
+            1
+        );
+    }
+
     #[tokio::test]
     async fn rbac_denial_names_verb_and_resource() {
         let (client, _api) = mock::client(|_| {

@@ -178,9 +178,10 @@ impl Controller {
                 .instrument(tracing::info_span!("leader_election")),
         );
         let hook = TestHook::from_env();
-        // How long a leader whose task died sits out: grows while tasks
+        // How long a leader whose task died sits out (1-2 s, doubling to
+        // 1-2 min): grows while tasks
         // keep dying, resets once a task set ran for a while.
-        let mut sit_out = api::Backoff::new(Duration::from_secs(1), Duration::from_secs(120));
+        let mut sit_out = api::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 
         let dedup = watch::EventDedup::default();
         loop {

@@ -8,16 +8,16 @@
 //! against a real API server: 340 KB of log in 3 minutes). Here the backoff
 //! (kube's client-go-like default: 0.8 s doubling to 30 s, jittered) and the
 //! log latch reset only when a list or watch really delivered something.
+//! The backoff is the controller's one [`Backoff`], in its watch flavour.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use kube::runtime::utils::{Backoff, StreamBackoff};
-use kube::runtime::watcher::{self, DefaultBackoff};
+use kube::runtime::utils::StreamBackoff;
+use kube::runtime::watcher;
 
-use super::api::ControllerError;
+use super::api::{Backoff, ControllerError};
 use super::metrics::ControllerMetrics;
 
 /// Whether a watcher item shows that the API server answered a list or a
@@ -25,30 +25,6 @@ use super::metrics::ControllerMetrics;
 /// yet.
 pub(crate) fn watcher_progress<K>(item: &Result<watcher::Event<K>, watcher::Error>) -> bool {
     matches!(item, Ok(e) if !matches!(e, watcher::Event::Init))
-}
-
-/// kube's [`DefaultBackoff`], reset only after progress.
-struct ProgressBackoff {
-    inner: DefaultBackoff,
-    progressed: Arc<AtomicBool>,
-}
-
-impl Iterator for ProgressBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        self.inner.next()
-    }
-}
-
-impl Backoff for ProgressBackoff {
-    fn reset(&mut self) {
-        // StreamBackoff calls this on every Ok item; only real progress
-        // (flagged by the item just before it) counts.
-        if self.progressed.swap(false, Ordering::Relaxed) {
-            self.inner.reset();
-        }
-    }
 }
 
 /// Wraps a watch stream in kube's [`StreamBackoff`] with a backoff that
@@ -70,13 +46,7 @@ where
             flag.store(true, Ordering::Relaxed);
         }
     });
-    StreamBackoff::new(
-        marked,
-        ProgressBackoff {
-            inner: DefaultBackoff::default(),
-            progressed,
-        },
-    )
+    StreamBackoff::new(marked, Backoff::for_watches(progressed))
 }
 
 /// A watcher stream with [`backoff_on_failure`].
@@ -149,6 +119,7 @@ mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::Api;
     use std::sync::Mutex;
+    use std::time::Duration;
 
     /// A forbidden list, then (from the fifth try on) an allowed one:
     /// returns the virtual times of the list calls.

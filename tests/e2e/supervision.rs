@@ -41,10 +41,14 @@ async fn repaired(r: &Release) -> bool {
 
 /// Waits until replica 0's `mrguard_controller_leader` reads `value`.
 async fn leader_gauge(r: &Release, value: f64, within: Duration) {
-    wait_for(&format!("mrguard_controller_leader = {value}"), within, || async {
-        let m = r.replicas[0].metrics().await.ok()?;
-        (m.get("mrguard_controller_leader", &[]) == value).then_some(())
-    })
+    wait_for(
+        &format!("mrguard_controller_leader = {value}"),
+        within,
+        || async {
+            let m = r.replicas[0].metrics().await.ok()?;
+            (m.get("mrguard_controller_leader", &[]) == value).then_some(())
+        },
+    )
     .await
     .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
 }
@@ -195,10 +199,14 @@ async fn an_api_server_unreachable_for_30s_stops_the_leader_and_it_recovers() {
     let stopped = std::time::Instant::now();
     // The chart's lease duration is 15 s: a leader that cannot renew for
     // 10 s stops writing.
-    let stepped_down = wait_for("the leader stops leading", Duration::from_secs(25), || async {
-        let m = r.replicas[0].metrics().await.ok()?;
-        (m.get("mrguard_controller_leader", &[]) == 0.0).then_some(m)
-    })
+    let stepped_down = wait_for(
+        "the leader stops leading",
+        Duration::from_secs(25),
+        || async {
+            let m = r.replicas[0].metrics().await.ok()?;
+            (m.get("mrguard_controller_leader", &[]) == 0.0).then_some(m)
+        },
+    )
     .await;
     let timeouts = r.replicas[0].metrics().await.map(|m| {
         m.get(
@@ -219,9 +227,11 @@ async fn an_api_server_unreachable_for_30s_stops_the_leader_and_it_recovers() {
 
     leader_gauge(&r, 1.0, Duration::from_secs(120)).await;
     break_ca_bundle(&r).await;
-    wait_for("the configuration repaired", Duration::from_secs(120), || async {
-        repaired(&r).await.then_some(())
-    })
+    wait_for(
+        "the configuration repaired",
+        Duration::from_secs(120),
+        || async { repaired(&r).await.then_some(()) },
+    )
     .await
     .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
     r.check_alive().unwrap();
