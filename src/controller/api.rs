@@ -265,10 +265,11 @@ impl kube::runtime::utils::Backoff for Backoff {
     }
 }
 
-/// Every object `api` lists, `page_size` at a time: one page per item.
+/// Every object `api` lists with `params` (its `limit` is the page size):
+/// one page per item. The controller's one list-paging helper.
 pub(crate) fn list_pages<K>(
     api: Api<K>,
-    page_size: u32,
+    params: ListParams,
 ) -> impl Stream<Item = Result<Vec<K>, kube::Error>>
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
@@ -276,15 +277,15 @@ where
     // The state is the next page's continue token; `None` once the last
     // page was read.
     futures::stream::try_unfold(Some(None::<String>), move |token| {
-        let api = api.clone();
+        let (api, params) = (api.clone(), params.clone());
         async move {
             let Some(token) = token else {
                 return Ok(None);
             };
-            let mut lp = ListParams::default().limit(page_size);
-            if let Some(t) = &token {
-                lp = lp.continue_token(t);
-            }
+            let lp = match &token {
+                Some(t) => params.continue_token(t),
+                None => params,
+            };
             let page = api.list(&lp).await?;
             let next = page.metadata.continue_.filter(|t| !t.is_empty()).map(Some);
             Ok(Some((page.items, next)))
