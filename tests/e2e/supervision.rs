@@ -118,7 +118,8 @@ async fn a_leader_task_that_panics_is_restarted() {
 /// Another holder takes the Lease (as a replica that won it would): the
 /// leader stops its tasks, so a broken caBundle stays broken while it does
 /// not hold the Lease; once the other holder stops renewing it takes the
-/// Lease back and repairs it.
+/// Lease back and repairs it. A deleted Lease is taken again at once.
+/// (The code before the supervision passed this too: a regression guard.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stolen_lease_stops_the_tasks_until_it_is_won_back() {
     let Some(cluster) =
@@ -162,6 +163,25 @@ async fn a_stolen_lease_stops_the_tasks_until_it_is_won_back() {
             .starts_with(&r.replicas[0].pod),
         "the replica holds the Lease again"
     );
+
+    // A deleted Lease is created again by the leader at its next renewal,
+    // and drift is still repaired.
+    leases
+        .delete(&r.lease_name(), &Default::default())
+        .await
+        .unwrap();
+    wait_for("the Lease created again by the leader", WAIT, || async {
+        (r.leader().await == Some(0)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
+    break_ca_bundle(&r).await;
+    wait_for("the configuration repaired", WAIT, || async {
+        repaired(&r).await.then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
+    leader_gauge(&r, 1.0, WAIT).await;
 }
 
 /// Stops (SIGSTOP) or resumes (SIGCONT) the API server: connections stay
