@@ -7,6 +7,11 @@
 //! deleting it is the documented emergency exit when the webhook blocks a
 //! cluster. Every apply carries the observed `resourceVersion`, so it can
 //! neither overwrite a newer version nor create a configuration.
+//!
+//! Quiet at scale: changes are written once a burst settles (`QUIET`,
+//! `MAX_DELAY`), and watch events older than our own last write are not
+//! taken for the latest state (`written`), so the controller never
+//! conflicts with itself.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
