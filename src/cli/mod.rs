@@ -185,6 +185,16 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// kube's watcher is kept to errors unless the filter names kube_runtime.
+    #[test]
+    fn kube_watcher_warnings_are_filtered_unless_asked_for() {
+        assert_eq!(log_directives("info"), "info,kube_runtime::watcher=error");
+        assert_eq!(log_directives("kube_runtime=debug"), "kube_runtime=debug");
+        assert!(
+            tracing_subscriber::EnvFilter::try_new(log_directives("info,mrguard=debug")).is_ok()
+        );
+    }
+
     /// Bug 6 (regression): a flag given again later wins instead of
     /// failing with "cannot be used multiple times".
     #[test]
