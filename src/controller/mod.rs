@@ -179,8 +179,8 @@ impl Controller {
         );
         let hook = TestHook::from_env();
         // How long a leader whose task died sits out (1-2 s, doubling to
-        // 1-2 min): grows while tasks
-        // keep dying, resets once a task set ran for a while.
+        // 1-2 min): grows while tasks keep dying, resets once a task set
+        // ran for a while.
         let mut sit_out = api::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 
         let dedup = watch::EventDedup::default();
@@ -213,19 +213,20 @@ impl Controller {
             while tasks.join_next().await.is_some() {}
             metrics.clear_leader_state();
             if let Some(ended) = died {
-                let (task, how) = match &ended {
-                    Ok((id, ())) => (
-                        names.get(id).copied().unwrap_or("unknown"),
-                        "ended".to_string(),
-                    ),
-                    Err(e) => (
-                        names.get(&e.id()).copied().unwrap_or("unknown"),
-                        if e.is_panic() {
-                            "panicked".into()
-                        } else {
-                            e.to_string()
-                        },
-                    ),
+                let name = |id| names.get(&id).copied().unwrap_or("unknown");
+                let (task, how) = match ended {
+                    Ok((id, ())) => (name(id), "ended".to_string()),
+                    Err(e) if e.is_panic() => {
+                        let task = name(e.id());
+                        let payload = e.into_panic();
+                        let msg = payload
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default();
+                        (task, format!("panicked ({msg})"))
+                    }
+                    Err(e) => (name(e.id()), e.to_string()),
                 };
                 metrics.task_restarts.with_label_values(&[task]).inc();
                 if started.elapsed() > RAN_LONG_ENOUGH {

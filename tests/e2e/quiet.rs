@@ -106,9 +106,10 @@ async fn four_hundred_crds_and_four_thousand_mrs_make_little_noise() {
     let log = replica.log();
     let loud = loud_lines(&log);
     eprintln!(
-        "{test}: {} WARN/ERROR lines, {writes} webhook configuration writes, {} kinds of {VERSION}",
+        "{test}: {} WARN/ERROR lines, {writes} webhook configuration writes, {} kinds of {VERSION}:\n{}",
         loud.len(),
-        kinds.len()
+        kinds.len(),
+        loud.join("\n")
     );
     assert!(
         loud.len() <= 10,
