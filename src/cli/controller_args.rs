@@ -114,6 +114,32 @@ impl PolicyReports {
 }
 
 impl ControllerArgs {
+    /// The flags' defaults, as `mrguard serve` parses them with no flag and
+    /// no environment variable set (tests/it/server.rs
+    /// `test_server_defaults_are_the_binarys` holds them to that).
+    pub fn defaults() -> Self {
+        ControllerArgs {
+            controller: false,
+            no_controller: false,
+            kubeconfig: None,
+            namespace: None,
+            crossplane_namespace: None,
+            service_name: "mrguard".into(),
+            tls_secret_name: "mrguard-tls".into(),
+            mutating_webhook_name: "mrguard".into(),
+            validating_webhook_name: "mrguard".into(),
+            lease_name: "mrguard-leader".into(),
+            lease_duration: Duration::from_secs(15),
+            audit_interval: Duration::from_secs(600),
+            policy_reports: PolicyReports::Off,
+            ca_lifetime: Duration::from_secs(8760 * 3600),
+            cert_lifetime: Duration::from_secs(2160 * 3600),
+            cert_renew_fraction: 1.0 / 3.0,
+            cert_extra_names: Vec::new(),
+            api_streams_per_connection: 100,
+        }
+    }
+
     /// Whether the controller runs. In a cluster it is on by default, unless
     /// certificates come from files or --self-signed.
     pub(crate) fn enabled(&self, has_cert_source: bool) -> Result<bool, ControllerError> {
@@ -184,24 +210,8 @@ mod tests {
     #[test]
     fn enabling_rules() {
         let mut a = ControllerArgs {
-            controller: false,
-            no_controller: false,
-            kubeconfig: None,
-            namespace: None,
-            crossplane_namespace: None,
-            service_name: "mrguard".into(),
-            tls_secret_name: "mrguard-tls".into(),
-            mutating_webhook_name: "mrguard".into(),
-            validating_webhook_name: "mrguard".into(),
-            lease_name: "mrguard-leader".into(),
-            lease_duration: Duration::from_secs(15),
-            audit_interval: Duration::from_secs(600),
-            policy_reports: PolicyReports::Off,
-            ca_lifetime: Duration::from_secs(3600),
-            cert_lifetime: Duration::from_secs(600),
-            cert_renew_fraction: 1.0 / 3.0,
             cert_extra_names: vec!["127.0.0.1".into()],
-            api_streams_per_connection: 100,
+            ..ControllerArgs::defaults()
         };
         a.controller = true;
         assert!(a.enabled(false).unwrap());

@@ -103,8 +103,19 @@ pub(crate) struct LogArgs {
     pub(crate) log_format: LogFormat,
 }
 
+/// The log filter: the user's, with kube's watcher kept to errors unless
+/// the user names it. The controller logs every failed watch itself, once
+/// per failure streak; kube's watcher warned again on every retry.
+fn log_directives(filter: &str) -> String {
+    if filter.contains("kube_runtime") {
+        filter.to_string()
+    } else {
+        format!("{filter},kube_runtime::watcher=error")
+    }
+}
+
 fn init_logging(log: &LogArgs) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&log.log_level)
+    let filter = tracing_subscriber::EnvFilter::try_new(log_directives(&log.log_level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colour only for people at a terminal: pods and CI read plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -219,6 +230,16 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// kube's watcher is kept to errors unless the filter names kube_runtime.
+    #[test]
+    fn kube_watcher_warnings_are_filtered_unless_asked_for() {
+        assert_eq!(log_directives("info"), "info,kube_runtime::watcher=error");
+        assert_eq!(log_directives("kube_runtime=debug"), "kube_runtime=debug");
+        assert!(
+            tracing_subscriber::EnvFilter::try_new(log_directives("info,mrguard=debug")).is_ok()
+        );
     }
 
     /// Bug 6 (regression): a flag given again later wins instead of

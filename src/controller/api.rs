@@ -26,6 +26,14 @@ pub enum ControllerError {
         #[source]
         source: kube::Error,
     },
+    /// The API server did not answer in time.
+    #[error("failed to {verb} {resource}{}: no answer within {after:?}", object_suffix(.object))]
+    Timeout {
+        verb: &'static str,
+        resource: &'static str,
+        object: String,
+        after: Duration,
+    },
     #[error("failed to generate a certificate: {0}")]
     Tls(#[from] crate::tls::TlsError),
     #[error("failed to set up the controller: {0}")]
@@ -49,6 +57,20 @@ fn object_suffix(object: &str) -> String {
 }
 
 impl ControllerError {
+    /// A failed watch of `resource`, with the API status kept.
+    pub(crate) fn watch(
+        resource: &'static str,
+        object: impl Into<String>,
+        e: watcher::Error,
+    ) -> Self {
+        ControllerError::Api {
+            verb: "watch",
+            resource,
+            object: object.into(),
+            source: watcher_source(e),
+        }
+    }
+
     /// The HTTP status of a failed API call, when the API server answered.
     pub(crate) fn status_code(&self) -> Option<u16> {
         match self {
@@ -68,10 +90,20 @@ impl ControllerError {
         self.status_code() == Some(409)
     }
 
+    /// A watch whose resourceVersion is too old (410 Gone): expected, the
+    /// watcher lists again.
+    pub(crate) fn is_expired(&self) -> bool {
+        self.status_code() == Some(410)
+    }
+
     /// Counts a failed API call in `mrguard_controller_api_errors_total`.
     pub(crate) fn count(&self, metrics: Option<&ControllerMetrics>) {
-        if let (Some(m), ControllerError::Api { verb, resource, .. }) = (metrics, self) {
-            m.api_error(verb, resource, self.status_code());
+        match (metrics, self) {
+            (Some(m), ControllerError::Api { verb, resource, .. })
+            | (Some(m), ControllerError::Timeout { verb, resource, .. }) => {
+                m.api_error(verb, resource, self.status_code());
+            }
+            _ => {}
         }
     }
 
@@ -116,6 +148,34 @@ pub(crate) fn api_err(
     }
 }
 
+/// Sleeps until `at`, or forever when there is nothing to retry: the
+/// retry arm of every controller loop's `select!`.
+pub(crate) async fn until_due(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs one API call with a deadline; a call that does not answer in time
+/// is an error like any other (counted with code 0).
+pub(crate) async fn with_timeout<T>(
+    after: Duration,
+    verb: &'static str,
+    resource: &'static str,
+    object: &str,
+    call: impl std::future::Future<Output = Result<T, ControllerError>>,
+) -> Result<T, ControllerError> {
+    tokio::time::timeout(after, call).await.unwrap_or_else(|_| {
+        Err(ControllerError::Timeout {
+            verb,
+            resource,
+            object: object.to_string(),
+            after,
+        })
+    })
+}
+
 /// The time source of every decision that depends on the wall clock, so
 /// tests can move it.
 pub(crate) trait Clock: Send + Sync + 'static {
@@ -131,13 +191,22 @@ impl Clock for SystemClock {
     }
 }
 
-/// Exponential backoff with jitter for retrying failed API calls: each delay
-/// is drawn from [d/2, d] while d doubles up to `max`.
+/// The one backoff of the controller, for failed calls and failed watches
+/// alike: exponential, each delay drawn from [d, 2d) (up to 100% jitter, as
+/// kube's and client-go's) while d doubles up to `max`, and reset on
+/// progress. For watches it is also kube's [`StreamBackoff`] policy
+/// (`kube::runtime::utils::Backoff`); see `retry::backoff_on_failure` for
+/// what counts as progress there.
+///
+/// [`StreamBackoff`]: kube::runtime::utils::StreamBackoff
 #[derive(Debug, Clone)]
 pub(crate) struct Backoff {
     min: Duration,
     max: Duration,
     current: Duration,
+    /// When set, `reset` only resets after this flag was raised (progress),
+    /// and lowers it.
+    progress: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Backoff {
@@ -146,30 +215,67 @@ impl Backoff {
             min,
             max,
             current: min,
+            progress: None,
+        }
+    }
+
+    /// Retried writes and reads: 0.25 s doubling to 30 s (so 0.25-0.5 s
+    /// first, 30-60 s at most).
+    pub(crate) fn for_calls() -> Self {
+        Self::new(Duration::from_millis(250), Duration::from_secs(30))
+    }
+
+    /// Watches: kube's default, 0.8 s doubling to 30 s, reset only when
+    /// `progress` was raised since the last reset.
+    pub(crate) fn for_watches(progress: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        Self {
+            progress: Some(progress),
+            ..Self::new(Duration::from_millis(800), Duration::from_secs(30))
         }
     }
 
     pub(crate) fn next_delay(&mut self) -> Duration {
         let d = self.current;
         self.current = (self.current * 2).min(self.max);
-        d.mul_f64(0.5 + fastrand::f64() * 0.5)
+        d.mul_f64(1.0 + fastrand::f64())
     }
 
     pub(crate) fn reset(&mut self) {
-        self.current = self.min;
+        let progressed = self
+            .progress
+            .as_ref()
+            .is_none_or(|p| p.swap(false, std::sync::atomic::Ordering::Relaxed));
+        if progressed {
+            self.current = self.min;
+        }
     }
 }
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self::new(Duration::from_millis(500), Duration::from_secs(60))
+        Self::for_calls()
     }
 }
 
-/// Every object `api` lists, `page_size` at a time: one page per item.
+impl Iterator for Backoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.next_delay())
+    }
+}
+
+impl kube::runtime::utils::Backoff for Backoff {
+    fn reset(&mut self) {
+        Backoff::reset(self);
+    }
+}
+
+/// Every object `api` lists with `params` (its `limit` is the page size):
+/// one page per item. The controller's one list-paging helper.
 pub(crate) fn list_pages<K>(
     api: Api<K>,
-    page_size: u32,
+    params: ListParams,
 ) -> impl Stream<Item = Result<Vec<K>, kube::Error>>
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
@@ -177,15 +283,15 @@ where
     // The state is the next page's continue token; `None` once the last
     // page was read.
     futures::stream::try_unfold(Some(None::<String>), move |token| {
-        let api = api.clone();
+        let (api, params) = (api.clone(), params.clone());
         async move {
             let Some(token) = token else {
                 return Ok(None);
             };
-            let mut lp = ListParams::default().limit(page_size);
-            if let Some(t) = &token {
-                lp = lp.continue_token(t);
-            }
+            let lp = match &token {
+                Some(t) => params.continue_token(t),
+                None => params,
+            };
             let page = api.list(&lp).await?;
             let next = page.metadata.continue_.filter(|t| !t.is_empty()).map(Some);
             Ok(Some((page.items, next)))
@@ -210,12 +316,29 @@ mod tests {
 
     #[test]
     fn backoff_grows_with_jitter_and_resets() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(800));
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(100), ms(800));
         let d: Vec<_> = (0..6).map(|_| b.next_delay()).collect();
-        assert!(d[0] >= Duration::from_millis(50) && d[0] <= Duration::from_millis(100));
-        assert!(d[3] >= Duration::from_millis(400) && d[3] <= Duration::from_millis(800));
-        assert!(d[5] <= Duration::from_millis(800));
+        assert!(d[0] >= ms(100) && d[0] < ms(200), "{d:?}");
+        assert!(d[3] >= ms(800) && d[3] < ms(1600), "{d:?}");
+        assert!(d[5] >= ms(800) && d[5] < ms(1600), "{d:?}");
         b.reset();
-        assert!(b.next_delay() <= Duration::from_millis(100));
+        assert!(b.next_delay() < ms(200));
+    }
+
+    /// A watch's backoff resets only after progress was flagged.
+    #[test]
+    fn a_watch_backoff_resets_only_on_progress() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let flag = std::sync::Arc::new(AtomicBool::new(false));
+        let mut b = Backoff::for_watches(flag.clone());
+        b.next_delay();
+        b.next_delay();
+        b.reset();
+        assert!(b.next_delay() >= Duration::from_millis(3200));
+        flag.store(true, Ordering::Relaxed);
+        b.reset();
+        assert!(b.next_delay() < Duration::from_millis(1600));
+        assert!(!flag.load(Ordering::Relaxed));
     }
 }

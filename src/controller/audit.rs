@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
+use kube::api::ListParams;
 use kube::core::DynamicObject;
 use kube::Api;
 use serde::Serialize;
@@ -106,7 +107,7 @@ pub(crate) async fn audit_kind(
 ) -> Result<KindReport, ControllerError> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
     let mut report = KindReport::default();
-    let mut pages = std::pin::pin!(list_pages(api, PAGE_SIZE));
+    let mut pages = std::pin::pin!(list_pages(api, ListParams::default().limit(PAGE_SIZE)));
     while let Some(items) =
         pages
             .try_next()
@@ -139,14 +140,17 @@ pub(crate) async fn audit_kind(
 
 /// The MR kinds the cluster serves now.
 pub(crate) async fn discover(client: &kube::Client) -> Result<Coverage, ControllerError> {
-    let crds: Vec<CrdSummary> = list_pages(Api::all(client.clone()), CRD_PAGE_SIZE)
-        .try_concat()
-        .await
-        .map_err(api_err(
-            "list",
-            "customresourcedefinitions.apiextensions.k8s.io",
-            "",
-        ))?;
+    let crds: Vec<CrdSummary> = list_pages(
+        Api::all(client.clone()),
+        ListParams::default().limit(CRD_PAGE_SIZE),
+    )
+    .try_concat()
+    .await
+    .map_err(api_err(
+        "list",
+        "customresourcedefinitions.apiextensions.k8s.io",
+        "",
+    ))?;
     Ok(Coverage::from_crds(&crds))
 }
 
@@ -336,6 +340,14 @@ pub(crate) async fn run(
                     state.forget(&kind.key());
                     forbidden.push(kind.key());
                     pass.failed(kind);
+                }
+                // A CRD just created is not served yet (its watch logs a
+                // 404 that lasts); the next pass reads it.
+                Err(e) if e.is_not_found() => {
+                    complete = false;
+                    pass.failed(kind);
+                    e.count(Some(&metrics));
+                    tracing::debug!(error = %e, "audit: a kind is not served yet; keeping its last results");
                 }
                 Err(e) => {
                     complete = false;

@@ -15,7 +15,7 @@ use kube::{Api, Resource};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch as channel;
 
-use super::api::{watcher_source, ControllerError};
+use super::api::ControllerError;
 use super::metrics::ControllerMetrics;
 use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
 
@@ -261,12 +261,11 @@ pub(crate) async fn run_crd_watch(
             Ok(watcher::Event::Apply(crd)) => current.upsert(&crd),
             Ok(watcher::Event::Delete(crd)) => current.remove(&crd),
             Err(e) => {
-                let e = ControllerError::Api {
-                    verb: "watch",
-                    resource: "customresourcedefinitions.apiextensions.k8s.io",
-                    object: String::new(),
-                    source: watcher_source(e),
-                };
+                let e = ControllerError::watch(
+                    "customresourcedefinitions.apiextensions.k8s.io",
+                    String::new(),
+                    e,
+                );
                 watch_error.failed(
                     &e,
                     Some(&metrics),

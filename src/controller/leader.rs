@@ -7,12 +7,17 @@
 //!   holder/renewTime pair stay unchanged for a whole lease duration on its
 //!   own clock, so clock skew between nodes does not matter;
 //! - a leader that cannot renew for two thirds of the duration steps down
-//!   before anyone else may take over, and releases the Lease on shutdown.
+//!   before anyone else may take over, and releases the Lease on shutdown;
+//! - every call has a timeout of a quarter of the duration, so a round
+//!   (read, then write) ends before that deadline even when the API server
+//!   does not answer at all;
+//! - on request (a leader task died) it releases the Lease and sits out a
+//!   while before campaigning again.
 //!
 //! Why not a crate: `kube-leader-election` 0.44 is built on kube 4 (a second
-//! kube in the tree), and `kube-lease-manager` 0.13 needs rustc 1.89 above
-//! this crate's 1.85 and has no injectable clock for tests. The algorithm is
-//! a hundred lines.
+//! kube in the tree), and `kube-lease-manager` 0.13 has no injectable clock
+//! for tests and no way to step down on request. The algorithm is a
+//! hundred lines.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +29,8 @@ use kube::api::PostParams;
 use kube::Api;
 use tokio::sync::watch as channel;
 
-use super::api::{api_err, Clock, ControllerError};
+use super::api::{api_err, with_timeout, Clock, ControllerError};
+use super::metrics::ControllerMetrics;
 use crate::shutdown::Signal;
 
 const RESOURCE: &str = "leases.coordination.k8s.io";
@@ -40,6 +46,7 @@ pub(crate) struct LeaderElector {
     clock: Arc<dyn Clock>,
     /// The other holder's record and when this replica first saw it.
     observed: Option<(Record, Timestamp)>,
+    metrics: Option<Arc<ControllerMetrics>>,
 }
 
 impl LeaderElector {
@@ -57,7 +64,36 @@ impl LeaderElector {
             duration,
             clock,
             observed: None,
+            metrics: None,
         }
+    }
+
+    /// Counts failed Lease calls in `mrguard_controller_api_errors_total`.
+    pub(crate) fn with_metrics(mut self, metrics: Arc<ControllerMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The deadline of each call: two calls a round stay well inside the
+    /// two thirds of the duration after which a leader stops writing.
+    fn call_timeout(&self) -> Duration {
+        self.duration / 4
+    }
+
+    /// One Lease call with its timeout; a failure is counted.
+    async fn call<T>(
+        &self,
+        verb: &'static str,
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ControllerError> {
+        let r = with_timeout(self.call_timeout(), verb, RESOURCE, &self.name, async {
+            call.await.map_err(api_err(verb, RESOURCE, &self.name))
+        })
+        .await;
+        if let Err(e) = &r {
+            e.count(self.metrics.as_deref());
+        }
+        r
     }
 
     fn duration_secs(&self) -> i32 {
@@ -70,11 +106,7 @@ impl LeaderElector {
     /// holds the Lease now.
     pub(crate) async fn try_acquire_or_renew(&mut self) -> Result<bool, ControllerError> {
         let now = self.clock.now();
-        let existing = self
-            .api
-            .get_opt(&self.name)
-            .await
-            .map_err(api_err("get", RESOURCE, &self.name))?;
+        let existing = self.call("get", self.api.get_opt(&self.name)).await?;
         let Some(mut lease) = existing else {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -90,11 +122,12 @@ impl LeaderElector {
                     ..LeaseSpec::default()
                 }),
             };
-            return match self.api.create(&PostParams::default(), &lease).await {
+            let pp = PostParams::default();
+            return match self.call("create", self.api.create(&pp, &lease)).await {
                 Ok(_) => Ok(true),
                 // Another replica created it first.
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(api_err("create", RESOURCE, &self.name)(e)),
+                Err(e) if e.is_conflict() => Ok(false),
+                Err(e) => Err(e),
             };
         };
         let spec = lease.spec.clone().unwrap_or_default();
@@ -125,9 +158,9 @@ impl LeaderElector {
         new.renew_time = Some(MicroTime(now));
         lease.spec = Some(new);
         lease.metadata.managed_fields = None;
+        let pp = PostParams::default();
         match self
-            .api
-            .replace(&self.name, &PostParams::default(), &lease)
+            .call("update", self.api.replace(&self.name, &pp, &lease))
             .await
         {
             Ok(_) => {
@@ -135,19 +168,14 @@ impl LeaderElector {
                 Ok(true)
             }
             // Someone else wrote in between; they won this round.
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(e) => Err(api_err("update", RESOURCE, &self.name)(e)),
+            Err(e) if e.is_conflict() => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
     /// Gives the Lease up so another replica can take over at once.
     pub(crate) async fn release(&self) -> Result<(), ControllerError> {
-        let Some(mut lease) = self
-            .api
-            .get_opt(&self.name)
-            .await
-            .map_err(api_err("get", RESOURCE, &self.name))?
-        else {
+        let Some(mut lease) = self.call("get", self.api.get_opt(&self.name)).await? else {
             return Ok(());
         };
         let Some(spec) = lease.spec.as_mut() else {
@@ -160,15 +188,21 @@ impl LeaderElector {
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(self.clock.now()));
         lease.metadata.managed_fields = None;
-        self.api
-            .replace(&self.name, &PostParams::default(), &lease)
-            .await
-            .map_err(api_err("update", RESOURCE, &self.name))?;
+        let pp = PostParams::default();
+        self.call("update", self.api.replace(&self.name, &pp, &lease))
+            .await?;
         Ok(())
     }
 
-    /// Campaigns until `shutdown`; publishes leadership on `tx`.
-    pub(crate) async fn run(mut self, tx: channel::Sender<bool>, shutdown: Signal) {
+    /// Campaigns until `shutdown`; publishes leadership on `tx`. A message
+    /// on `step_down` makes a leader release the Lease and sit out for the
+    /// duration it carries before campaigning again.
+    pub(crate) async fn run(
+        mut self,
+        tx: channel::Sender<bool>,
+        shutdown: Signal,
+        mut step_down: tokio::sync::mpsc::UnboundedReceiver<Duration>,
+    ) {
         let retry = self.duration / 3;
         let deadline =
             SignedDuration::try_from(self.duration * 2 / 3).unwrap_or(SignedDuration::ZERO);
@@ -182,6 +216,7 @@ impl LeaderElector {
                     held
                 }
                 Err(e) => {
+                    // Counted by `call`.
                     e.log(None, "failed to renew or acquire the lease");
                     // Keep leading only while the lease surely is still ours.
                     last_renew.is_some_and(|t| self.clock.now() < t + deadline) && *tx.borrow()
@@ -200,6 +235,20 @@ impl LeaderElector {
             tokio::select! {
                 _ = tokio::time::sleep(jittered) => {}
                 _ = shutdown.wait() => break,
+                Some(sit_out) = step_down.recv() => {
+                    if *tx.borrow() {
+                        let _ = tx.send(false);
+                        last_renew = None;
+                        match self.release().await {
+                            Ok(()) => tracing::info!(lease = %self.name, "stepped down: released the lease"),
+                            Err(e) => e.log(None, "failed to release the lease; it expires on its own"),
+                        }
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(sit_out) => {}
+                        _ = shutdown.wait() => break,
+                    }
+                }
             }
         }
         let was_leading = *tx.borrow();
@@ -322,6 +371,39 @@ mod tests {
             clock,
         );
         assert!(!e.try_acquire_or_renew().await.unwrap());
+    }
+
+    /// An API server that accepts the request and never answers: the round
+    /// ends after the call timeout, as an error counted with code 0,
+    /// instead of hanging past the lease duration.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_gets_no_answer_times_out() {
+        let (client, _api) = mock::client(|_| Reply::Hang);
+        let registry = prometheus::Registry::new();
+        let metrics = Arc::new(ControllerMetrics::register(&registry).unwrap());
+        let mut e = LeaderElector::new(
+            Api::namespaced(client, "ns"),
+            "l",
+            "me",
+            Duration::from_secs(15),
+            Arc::new(ManualClock::new(Timestamp::now())),
+        )
+        .with_metrics(metrics.clone());
+        let start = tokio::time::Instant::now();
+        let err = e.try_acquire_or_renew().await.unwrap_err();
+        assert!(
+            start.elapsed() <= Duration::from_secs(4),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(err.to_string().contains("no answer within"), "{err}");
+        assert_eq!(
+            metrics
+                .api_errors
+                .with_label_values(&["get", RESOURCE, "0"])
+                .get(),
+            1
+        );
     }
 
     #[tokio::test]

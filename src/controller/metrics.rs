@@ -18,6 +18,10 @@ pub struct ControllerMetrics {
     pub audit_last_success: IntGauge,
     /// `mrguard_controller_forbidden_kinds`.
     pub forbidden_kinds: IntGauge,
+    /// `mrguard_controller_task_restarts_total{task}`.
+    pub task_restarts: IntCounterVec,
+    /// `mrguard_controller_watch_restarts_total{resource}`.
+    pub watch_restarts: IntCounterVec,
 }
 
 impl ControllerMetrics {
@@ -81,6 +85,20 @@ impl ControllerMetrics {
                 "mrguard_controller_forbidden_kinds",
                 "MR kinds whose list or watch RBAC forbids (leader only); their gauges, Events and audit are missing.",
             )?,
+            task_restarts: IntCounterVec::new(
+                Opts::new(
+                    "mrguard_controller_task_restarts_total",
+                    "Leader tasks that ended or panicked, by task; each made the leader step down and restart its tasks.",
+                ),
+                &["task"],
+            )?,
+            watch_restarts: IntCounterVec::new(
+                Opts::new(
+                    "mrguard_controller_watch_restarts_total",
+                    "Watches restarted with a fresh list because their resourceVersion expired (410 Gone), by resource.",
+                ),
+                &["resource"],
+            )?,
         };
         crate::metrics::register_all(registry, m.collectors())?;
         Ok(m)
@@ -99,6 +117,8 @@ impl ControllerMetrics {
             Box::new(self.events.clone()),
             Box::new(self.api_errors.clone()),
             Box::new(self.audit_last_success.clone()),
+            Box::new(self.task_restarts.clone()),
+            Box::new(self.watch_restarts.clone()),
         ]
     }
 

@@ -17,7 +17,10 @@
 //!   `PossiblyLeaked` Event per creation-incomplete MR);
 //! - `audit`: the validation rules over every existing MR.
 //!
-//! Losing the Lease stops those tasks; serving admission never stops.
+//! Losing the Lease stops those tasks; serving admission never stops. The
+//! tasks are supervised: when one ends or panics, the leader logs it once at
+//! ERROR, counts it, stops the others, releases the Lease and campaigns
+//! again after a backoff, so a leader never holds the Lease doing nothing.
 //!
 //! This module only wires the tasks together; what they share to talk to
 //! the API server is in `api`. The command line resolves its flags into
@@ -40,10 +43,12 @@ pub(crate) mod webhooks;
 #[cfg(test)]
 mod mock;
 
+use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::sync::watch as channel;
 use tracing::Instrument;
 
@@ -158,6 +163,7 @@ impl Controller {
                 gate.clone(),
                 secret_tx,
                 shutdown.clone(),
+                Some(metrics.clone()),
             )
             .instrument(tracing::info_span!("secret_loader")),
         );
@@ -180,12 +186,19 @@ impl Controller {
             &settings.identity,
             settings.lease_duration,
             clock.clone(),
-        );
+        )
+        .with_metrics(metrics.clone());
+        let (step_down, step_down_rx) = tokio::sync::mpsc::unbounded_channel();
         let election = tokio::spawn(
             elector
-                .run(leader_tx, shutdown.clone())
+                .run(leader_tx, shutdown.clone(), step_down_rx)
                 .instrument(tracing::info_span!("leader_election")),
         );
+        let hook = TestHook::from_env();
+        // How long a leader whose task died sits out (1-2 s, doubling to
+        // 1-2 min): grows while tasks keep dying, resets once a task set
+        // ran for a while.
+        let mut sit_out = api::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 
         let dedup = watch::EventDedup::default();
         loop {
@@ -206,15 +219,51 @@ impl Controller {
                 secret: secret_rx.clone(),
                 dedup: dedup.clone(),
             };
-            shared.spawn_all(&mut tasks);
-            tokio::select! {
-                r = leader_rx.wait_for(|l| !*l) => { let _ = r; }
-                _ = shutdown.wait() => {}
-            }
+            let names = shared.spawn_all(&mut tasks, &hook);
+            let started = tokio::time::Instant::now();
+            let died = tokio::select! {
+                r = leader_rx.wait_for(|l| !*l) => { let _ = r; None }
+                _ = shutdown.wait() => None,
+                Some(ended) = tasks.join_next_with_id() => Some(ended),
+            };
             tasks.abort_all();
             while tasks.join_next().await.is_some() {}
             metrics.clear_leader_state();
-            tracing::info!("no longer leading: stopped writing");
+            if let Some(ended) = died {
+                let name = |id| names.get(&id).copied().unwrap_or("unknown");
+                let (task, how) = match ended {
+                    Ok((id, ())) => (name(id), "ended".to_string()),
+                    Err(e) if e.is_panic() => {
+                        let task = name(e.id());
+                        let payload = e.into_panic();
+                        let msg = payload
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default();
+                        (task, format!("panicked ({msg})"))
+                    }
+                    Err(e) => (name(e.id()), e.to_string()),
+                };
+                metrics.task_restarts.with_label_values(&[task]).inc();
+                if started.elapsed() > RAN_LONG_ENOUGH {
+                    sit_out.reset();
+                }
+                let wait = sit_out.next_delay();
+                tracing::error!(
+                    task,
+                    sit_out = ?wait,
+                    "leader task {task} {how}; stepped down, releasing the lease, and will restart the leader tasks"
+                );
+                let _ = step_down.send(wait);
+                // Until the elector has let go, leader_rx still says true.
+                tokio::select! {
+                    r = leader_rx.wait_for(|l| !*l) => { let _ = r; }
+                    _ = shutdown.wait() => {}
+                }
+            } else {
+                tracing::info!("no longer leading: stopped writing");
+            }
             if shutdown.is_fired() {
                 break;
             }
@@ -236,6 +285,50 @@ impl Controller {
     }
 }
 
+/// A task set that ran this long before a task died was healthy: the next
+/// death sits out the shortest time again.
+const RAN_LONG_ENOUGH: Duration = Duration::from_secs(600);
+
+/// Test-only: `MRGUARD_TEST_PANIC_TASK=<task>` makes that leader task panic
+/// once, two seconds after it first starts, so the end-to-end tests can
+/// show the supervision. Unset in any real deployment.
+struct TestHook {
+    task: Option<String>,
+    fired: Arc<AtomicBool>,
+}
+
+impl TestHook {
+    const ENV: &'static str = "MRGUARD_TEST_PANIC_TASK";
+
+    fn from_env() -> Self {
+        Self {
+            task: std::env::var(Self::ENV).ok().filter(|t| !t.is_empty()),
+            fired: Arc::default(),
+        }
+    }
+
+    /// `task`, or `task` made to panic once when the hook names it.
+    fn wrap(
+        &self,
+        name: &'static str,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let armed = self.task.as_deref() == Some(name)
+            && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            if !armed {
+                return task.await;
+            }
+            tokio::select! {
+                () = task => {}
+                () = tokio::time::sleep(Duration::from_secs(2)) => {
+                    panic!("{}={name}: the test hook makes this task panic once", TestHook::ENV)
+                }
+            }
+        }
+    }
+}
+
 /// What every leader-only task shares.
 #[derive(Clone)]
 pub(crate) struct LeaderContext {
@@ -250,7 +343,17 @@ pub(crate) struct LeaderContext {
 }
 
 impl LeaderContext {
-    fn spawn_all(self, tasks: &mut tokio::task::JoinSet<()>) {
+    /// Spawns every leader task; returns their names by task id.
+    fn spawn_all(
+        self,
+        tasks: &mut tokio::task::JoinSet<()>,
+        hook: &TestHook,
+    ) -> HashMap<tokio::task::Id, &'static str> {
+        let mut names = HashMap::new();
+        let mut spawn = |name: &'static str, task: futures::future::BoxFuture<'static, ()>| {
+            let id = tasks.spawn(hook.wrap(name, task)).id();
+            names.insert(id, name);
+        };
         let (coverage_tx, coverage_rx) = channel::channel(None);
         let s = &self.settings;
 
@@ -270,28 +373,35 @@ impl LeaderContext {
                 local: self.certs.clone(),
             }),
         };
-        tasks.spawn(
+        spawn(
+            "certificates",
             reconciler
                 .run(self.secret.clone(), self.metrics.clone())
-                .instrument(tracing::info_span!("certificates")),
+                .instrument(tracing::info_span!("certificates"))
+                .boxed(),
         );
-        tasks.spawn(
+        spawn(
+            "coverage",
             coverage::run_crd_watch(self.client.clone(), coverage_tx, self.metrics.clone())
-                .instrument(tracing::info_span!("crd_watch")),
+                .instrument(tracing::info_span!("crd_watch"))
+                .boxed(),
         );
-        tasks.spawn(
+        spawn(
+            "webhooks",
             webhooks::run(
                 webhooks::WebhookApi::new(self.client.clone(), s.webhooks.clone()),
                 self.secret.clone(),
                 coverage_rx.clone(),
                 self.metrics.clone(),
             )
-            .instrument(tracing::info_span!("webhooks")),
+            .instrument(tracing::info_span!("webhooks"))
+            .boxed(),
         );
         let states = watch::MrStates::new(self.metrics.clone());
         let recorder =
             watch::EventRecorder::new(self.client.clone(), s.identity.clone(), self.dedup.clone());
-        tasks.spawn(
+        spawn(
+            "mr_watch",
             watch::run(
                 self.client.clone(),
                 coverage_rx.clone(),
@@ -299,9 +409,11 @@ impl LeaderContext {
                 recorder,
                 self.metrics.clone(),
             )
-            .instrument(tracing::info_span!("mr_watch")),
+            .instrument(tracing::info_span!("mr_watch"))
+            .boxed(),
         );
-        tasks.spawn(
+        spawn(
+            "audit",
             audit::run(
                 self.client.clone(),
                 coverage_rx,
@@ -312,8 +424,10 @@ impl LeaderContext {
                 s.policy_reports
                     .map(|f| reports::ReportWriter::new(self.client.clone(), f)),
             )
-            .instrument(tracing::info_span!("audit")),
+            .instrument(tracing::info_span!("audit"))
+            .boxed(),
         );
+        names
     }
 }
 

@@ -4,12 +4,13 @@
 //! that with server-side apply; reports that should go are deleted. An
 //! unchanged pass reads the reports and writes nothing.
 
+use futures::StreamExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::Api;
 use serde_json::Value;
 
-use super::api::{api_err, ControllerError, FIELD_MANAGER};
+use super::api::{api_err, list_pages, ControllerError, FIELD_MANAGER};
 use super::metrics::ControllerMetrics;
 use mrguard_policy::reports::{
     self, Flavor, PassInput, MANAGED_BY, MANAGED_BY_LABEL, MAX_REPORT_BYTES,
@@ -84,29 +85,19 @@ impl ReportWriter {
         for namespaced in [true, false] {
             let ar = self.api_resource(namespaced);
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
-            let mut token: Option<String> = None;
-            loop {
-                let mut lp = ListParams::default()
-                    .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"))
-                    .limit(50);
-                if let Some(t) = &token {
-                    lp = lp.continue_token(t);
-                }
-                let page = api.list(&lp).await.map_err(api_err(
-                    "list",
-                    resource_name(self.flavor, namespaced),
-                    "",
-                ))?;
-                for o in page.items {
+            let params = ListParams::default()
+                .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"))
+                .limit(50);
+            let mut pages = std::pin::pin!(list_pages(api, params));
+            while let Some(page) = pages.next().await {
+                let page =
+                    page.map_err(api_err("list", resource_name(self.flavor, namespaced), ""))?;
+                for o in page {
                     if let Ok(mut v) = serde_json::to_value(o) {
                         v["apiVersion"] = Value::String(ar.api_version.clone());
                         v["kind"] = Value::String(ar.kind.clone());
                         out.push(v);
                     }
-                }
-                token = page.metadata.continue_.filter(|t| !t.is_empty());
-                if token.is_none() {
-                    break;
                 }
             }
         }

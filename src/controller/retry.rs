@@ -8,16 +8,16 @@
 //! against a real API server: 340 KB of log in 3 minutes). Here the backoff
 //! (kube's client-go-like default: 0.8 s doubling to 30 s, jittered) and the
 //! log latch reset only when a list or watch really delivered something.
+//! The backoff is the controller's one [`Backoff`], in its watch flavour.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use kube::runtime::utils::{Backoff, StreamBackoff};
-use kube::runtime::watcher::{self, DefaultBackoff};
+use kube::runtime::utils::StreamBackoff;
+use kube::runtime::watcher;
 
-use super::api::ControllerError;
+use super::api::{Backoff, ControllerError};
 use super::metrics::ControllerMetrics;
 
 /// Whether a watcher item shows that the API server answered a list or a
@@ -25,30 +25,6 @@ use super::metrics::ControllerMetrics;
 /// yet.
 pub(crate) fn watcher_progress<K>(item: &Result<watcher::Event<K>, watcher::Error>) -> bool {
     matches!(item, Ok(e) if !matches!(e, watcher::Event::Init))
-}
-
-/// kube's [`DefaultBackoff`], reset only after progress.
-struct ProgressBackoff {
-    inner: DefaultBackoff,
-    progressed: Arc<AtomicBool>,
-}
-
-impl Iterator for ProgressBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        self.inner.next()
-    }
-}
-
-impl Backoff for ProgressBackoff {
-    fn reset(&mut self) {
-        // StreamBackoff calls this on every Ok item; only real progress
-        // (flagged by the item just before it) counts.
-        if self.progressed.swap(false, Ordering::Relaxed) {
-            self.inner.reset();
-        }
-    }
 }
 
 /// Wraps a watch stream in kube's [`StreamBackoff`] with a backoff that
@@ -70,13 +46,7 @@ where
             flag.store(true, Ordering::Relaxed);
         }
     });
-    StreamBackoff::new(
-        marked,
-        ProgressBackoff {
-            inner: DefaultBackoff::default(),
-            progressed,
-        },
-    )
+    StreamBackoff::new(marked, Backoff::for_watches(progressed))
 }
 
 /// A watcher stream with [`backoff_on_failure`].
@@ -106,6 +76,16 @@ impl ErrorOnce {
         metrics: Option<&ControllerMetrics>,
         what: &str,
     ) -> bool {
+        if let (true, ControllerError::Api { resource, .. }) = (e.is_expired(), e) {
+            // The watch's resourceVersion fell out of the API server's
+            // window (410 Gone): the watcher lists again. Expected, so
+            // counted apart and not a failure streak.
+            if let Some(m) = metrics {
+                m.watch_restarts.with_label_values(&[resource]).inc();
+            }
+            tracing::debug!(error = %e, "{what}: the watch expired; listing again");
+            return false;
+        }
         if self.failing {
             e.count(metrics);
             tracing::debug!(error = %e, "{what} (still failing)");
@@ -139,6 +119,7 @@ mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::Api;
     use std::sync::Mutex;
+    use std::time::Duration;
 
     /// A forbidden list, then (from the fifth try on) an allowed one:
     /// returns the virtual times of the list calls.
@@ -214,6 +195,32 @@ mod tests {
         let t = list_times(false).await;
         let gaps: Vec<f64> = t.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect();
         assert!(gaps.iter().all(|g| *g < 1.61), "{gaps:?}");
+    }
+
+    /// A 410 Gone is a watch restart, counted apart, never a logged
+    /// failure nor the start of a failure streak.
+    #[test]
+    fn an_expired_watch_is_counted_not_logged() {
+        let registry = prometheus::Registry::new();
+        let m = ControllerMetrics::register(&registry).unwrap();
+        let gone = ControllerError::Api {
+            verb: "watch",
+            resource: "secrets",
+            object: "x".into(),
+            source: kube::Error::Api(Box::new(
+                kube::core::Status::failure("too old", "Expired").with_code(410),
+            )),
+        };
+        let mut l = ErrorOnce::default();
+        assert!(!l.failed(&gone, Some(&m), "w"));
+        assert!(!l.failing());
+        assert_eq!(m.watch_restarts.with_label_values(&["secrets"]).get(), 1);
+        assert_eq!(
+            m.api_errors
+                .with_label_values(&["watch", "secrets", "410"])
+                .get(),
+            0
+        );
     }
 
     #[test]

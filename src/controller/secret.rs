@@ -9,7 +9,8 @@ use kube::runtime::watcher;
 use kube::Api;
 use tokio::sync::watch as channel;
 
-use super::api::{watcher_source, ControllerError};
+use super::api::ControllerError;
+use super::metrics::ControllerMetrics;
 use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
 use crate::shutdown::Signal;
 use crate::tls::{CertStore, PemPair};
@@ -78,6 +79,7 @@ pub(crate) async fn run_loader(
     ready: Arc<super::replica::ReadyGate>,
     view: channel::Sender<SecretView>,
     shutdown: Signal,
+    metrics: Option<Arc<ControllerMetrics>>,
 ) {
     let fields = format!("metadata.name={name}");
     let mut stream =
@@ -111,15 +113,10 @@ pub(crate) async fn run_loader(
                 continue;
             }
             Err(e) => {
-                let e = ControllerError::Api {
-                    verb: "watch",
-                    resource: "secrets",
-                    object: name.clone(),
-                    source: watcher_source(e),
-                };
+                let e = ControllerError::watch("secrets", name.clone(), e);
                 watch_error.failed(
                     &e,
-                    None,
+                    metrics.as_deref(),
                     "failed to watch the TLS Secret; retrying with backoff",
                 );
                 continue;
@@ -231,6 +228,7 @@ mod tests {
             gate,
             tx,
             signal,
+            None,
         ));
         Loader {
             store,

@@ -33,7 +33,7 @@ use kube::Api;
 use serde_json::json;
 use tokio::sync::watch as channel;
 
-use super::api::{api_err, watcher_source, Backoff, ControllerError};
+use super::api::{api_err, until_due, Backoff, ControllerError};
 use super::coverage::{Coverage, MrKind};
 use super::metrics::ControllerMetrics;
 use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
@@ -43,8 +43,10 @@ pub(crate) const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
 pub(crate) const REPORTING_CONTROLLER: &str = "mrguard.io/controller";
 
 /// 404s on a kind's watch logged at debug before one is a warning: the
-/// backoff (0.8 s doubling, jittered) makes that 5 to 10 s.
-const QUIET_NOT_FOUND: u32 = 3;
+/// backoff (0.8 s doubling to 30 s, jittered) makes that 50 to 100 s. With
+/// 3 (5 to 10 s), 400 CRDs created at once logged 227 warnings while the
+/// API server took its time to serve them.
+const QUIET_NOT_FOUND: u32 = 6;
 
 /// What the gauges count for one MR.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -74,19 +76,62 @@ impl ObjState {
     }
 }
 
+/// One kind's MRs and the counts behind its gauges, kept as objects come
+/// and go: an event costs O(1), not a recount of the kind.
 #[derive(Default)]
 struct KindStates {
     group: String,
     kind: String,
     objects: HashMap<String, ObjState>,
+    paused: i64,
+    incomplete: i64,
+    /// No longer an MR kind: its series are gone and stay gone.
+    dropped: bool,
+}
+
+impl KindStates {
+    fn tally(&mut self, o: &ObjState, sign: i64) {
+        self.paused += sign * i64::from(o.paused());
+        self.incomplete += sign * i64::from(o.pending.is_some());
+    }
+
+    fn put(&mut self, uid: &str, state: ObjState) {
+        self.tally(&state, 1);
+        if let Some(old) = self.objects.insert(uid.to_string(), state) {
+            self.tally(&old, -1);
+        }
+    }
+
+    fn take(&mut self, uid: &str) {
+        if let Some(old) = self.objects.remove(uid) {
+            self.tally(&old, -1);
+        }
+    }
+
+    /// After a change to every object (a list, an audit pass).
+    fn recount(&mut self) {
+        let objects = std::mem::take(&mut self.objects);
+        (self.paused, self.incomplete) = (0, 0);
+        for o in objects.values() {
+            self.tally(o, 1);
+        }
+        self.objects = objects;
+    }
+}
+
+type Shared<T> = Arc<Mutex<T>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Per-kind MR states behind the `mrguard_managed_resources` gauges, and
 /// the kinds RBAC forbids listing (`mrguard_controller_forbidden_kinds`).
+/// Each kind has its own lock; the map of kinds is locked only to find one.
 #[derive(Clone)]
 pub struct MrStates {
-    inner: Arc<Mutex<BTreeMap<String, KindStates>>>,
-    forbidden: Arc<Mutex<BTreeSet<String>>>,
+    inner: Shared<BTreeMap<String, Shared<KindStates>>>,
+    forbidden: Shared<BTreeSet<String>>,
     metrics: Arc<ControllerMetrics>,
 }
 
@@ -102,7 +147,7 @@ impl MrStates {
     /// Marks a kind as forbidden (a 403 on list or watch) or allowed (a
     /// list or watch that worked). Returns whether it changed.
     pub(crate) fn set_forbidden(&self, kind: &MrKind, forbidden: bool) -> bool {
-        let mut set = self.forbidden.lock().unwrap_or_else(|p| p.into_inner());
+        let mut set = lock(&self.forbidden);
         let changed = if forbidden {
             set.insert(kind.key())
         } else {
@@ -115,29 +160,30 @@ impl MrStates {
     /// The kinds RBAC forbids listing, by CRD name.
     #[cfg(test)]
     pub(crate) fn forbidden(&self) -> Vec<String> {
-        let set = self.forbidden.lock().unwrap_or_else(|p| p.into_inner());
-        set.iter().cloned().collect()
+        lock(&self.forbidden).iter().cloned().collect()
     }
 
     fn with_kind<R>(&self, kind: &MrKind, f: impl FnOnce(&mut KindStates) -> R) -> R {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = inner.entry(kind.key()).or_insert_with(|| KindStates {
-            group: kind.group.clone(),
-            kind: kind.kind.clone(),
-            objects: HashMap::new(),
-        });
-        let r = f(entry);
-        let paused = entry.objects.values().filter(|o| o.paused()).count();
-        let incomplete = entry
-            .objects
-            .values()
-            .filter(|o| o.pending.is_some())
-            .count();
+        let entry = lock(&self.inner)
+            .entry(kind.key())
+            .or_insert_with(|| {
+                Arc::new(Mutex::new(KindStates {
+                    group: kind.group.clone(),
+                    kind: kind.kind.clone(),
+                    ..KindStates::default()
+                }))
+            })
+            .clone();
+        let mut k = lock(&entry);
+        let r = f(&mut k);
+        if k.dropped {
+            return r;
+        }
         let g = &self.metrics.managed_resources;
-        g.with_label_values(&[&entry.group, &entry.kind, "paused"])
-            .set(paused as i64);
-        g.with_label_values(&[&entry.group, &entry.kind, "creation_incomplete"])
-            .set(incomplete as i64);
+        g.with_label_values(&[&k.group, &k.kind, "paused"])
+            .set(k.paused);
+        g.with_label_values(&[&k.group, &k.kind, "creation_incomplete"])
+            .set(k.incomplete);
         r
     }
 
@@ -149,20 +195,19 @@ impl MrStates {
             for (uid, o) in k.objects.iter_mut() {
                 o.paused_policy = old.get(uid).is_some_and(|p| p.paused_policy);
             }
+            k.recount();
         });
     }
 
     pub fn upsert(&self, kind: &MrKind, uid: &str, mut state: ObjState) {
         self.with_kind(kind, |k| {
             state.paused_policy = k.objects.get(uid).is_some_and(|p| p.paused_policy);
-            k.objects.insert(uid.to_string(), state);
+            k.put(uid, state);
         });
     }
 
     pub(crate) fn remove(&self, kind: &MrKind, uid: &str) {
-        self.with_kind(kind, |k| {
-            k.objects.remove(uid);
-        });
+        self.with_kind(kind, |k| k.take(uid));
     }
 
     /// From the audit: which objects of the kind have `managementPolicies: []`.
@@ -171,14 +216,17 @@ impl MrStates {
             for (uid, o) in k.objects.iter_mut() {
                 o.paused_policy = uids.contains(uid);
             }
+            k.recount();
         });
     }
 
     /// The kind is no longer an MR kind: forget it and its series.
     pub(crate) fn drop_kind(&self, kind: &MrKind) {
         self.set_forbidden(kind, false);
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(k) = inner.remove(&kind.key()) {
+        let removed = lock(&self.inner).remove(&kind.key());
+        if let Some(k) = removed {
+            let mut k = lock(&k);
+            k.dropped = true;
             for state in ["paused", "creation_incomplete"] {
                 let _ = self
                     .metrics
@@ -352,7 +400,9 @@ impl EventRecorder {
                 format!("{namespace}/{}", obj.name),
             ))?;
         self.dedup.insert(key);
-        tracing::warn!(
+        // The Warning Event and the gauge are the signal; at scale one
+        // WARN line per MR drowned everything else in the log.
+        tracing::info!(
             kind = %obj.kind,
             name = %obj.name,
             namespace = obj.namespace.as_deref().unwrap_or(""),
@@ -473,12 +523,7 @@ pub(crate) async fn watch_kind(
                     }
                 }
                 Some(Err(e)) => {
-                    let e = ControllerError::Api {
-                        verb: "watch",
-                        resource: "managed resources",
-                        object: kind.key(),
-                        source: watcher_source(e),
-                    };
+                    let e = ControllerError::watch("managed resources", kind.key(), e);
                     // A kind the service account may not list (the chart's
                     // RBAC lists groups; a provider outside them) is
                     // reported by mrguard_controller_forbidden_kinds.
@@ -499,12 +544,7 @@ pub(crate) async fn watch_kind(
                     }
                 }
             },
-            _ = async {
-                match due {
-                    Some(t) => tokio::time::sleep_until(t).await,
-                    None => std::future::pending().await,
-                }
-            } => {
+            _ = until_due(due) => {
                 retry_at = None;
                 report = std::mem::take(&mut retry);
             }
@@ -592,6 +632,71 @@ mod tests {
         assert_eq!(ObjState::from_meta(&m), ObjState::default());
         let m: ObjectMeta = serde_json::from_value(objects()[1]["metadata"].clone()).unwrap();
         assert!(ObjState::from_meta(&m).paused());
+    }
+
+    /// The counts kept as objects come and go equal a recount, through
+    /// upserts that change a state, removals, a relist and an audit pass;
+    /// a dropped kind's series are removed.
+    #[test]
+    fn counts_kept_incrementally_match_a_recount() {
+        let registry = prometheus::Registry::new();
+        let metrics = Arc::new(ControllerMetrics::register(&registry).unwrap());
+        let states = MrStates::new(metrics.clone());
+        let kind = MrKind {
+            group: "g.io".into(),
+            kind: "K".into(),
+            plural: "ks".into(),
+            versions: vec!["v1".into()],
+            read_version: "v1".into(),
+            namespaced: false,
+        };
+        let gauge = |state: &str| {
+            metrics
+                .managed_resources
+                .with_label_values(&["g.io", "K", state])
+                .get()
+        };
+        let paused = ObjState {
+            paused_annotation: true,
+            ..ObjState::default()
+        };
+        let pending = ObjState {
+            pending: Some("t".into()),
+            ..ObjState::default()
+        };
+        for i in 0..10 {
+            let s = if i % 2 == 0 {
+                paused.clone()
+            } else {
+                pending.clone()
+            };
+            states.upsert(&kind, &format!("u{i}"), s);
+        }
+        assert_eq!((gauge("paused"), gauge("creation_incomplete")), (5, 5));
+        // A state that changes, one upserted again unchanged, a removal.
+        states.upsert(&kind, "u0", pending.clone());
+        states.upsert(&kind, "u1", pending.clone());
+        states.remove(&kind, "u2");
+        states.remove(&kind, "nope");
+        assert_eq!((gauge("paused"), gauge("creation_incomplete")), (3, 6));
+        // The audit finds u1 paused by policy; an upsert keeps that.
+        states.set_paused_by_policy(&kind, &HashSet::from(["u1".to_string()]));
+        states.upsert(&kind, "u1", pending.clone());
+        assert_eq!((gauge("paused"), gauge("creation_incomplete")), (4, 6));
+        // A relist replaces everything.
+        states.replace_kind(
+            &kind,
+            HashMap::from([("u1".to_string(), ObjState::default())]),
+        );
+        assert_eq!((gauge("paused"), gauge("creation_incomplete")), (1, 0));
+        states.drop_kind(&kind);
+        let families = registry.gather();
+        assert!(
+            !families
+                .iter()
+                .any(|f| f.name() == "mrguard_managed_resources" && !f.get_metric().is_empty()),
+            "the dropped kind's series are gone"
+        );
     }
 
     fn events_posted(reqs: &[mock::Recorded]) -> Vec<mock::Recorded> {

@@ -7,6 +7,11 @@
 //! deleting it is the documented emergency exit when the webhook blocks a
 //! cluster. Every apply carries the observed `resourceVersion`, so it can
 //! neither overwrite a newer version nor create a configuration.
+//!
+//! Quiet at scale: changes are written once a burst settles (`QUIET`,
+//! `MAX_DELAY`), and watch events older than our own last write are not
+//! taken for the latest state (`written`), so the controller never
+//! conflicts with itself.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,7 +30,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch as channel;
 
-use super::api::{api_err, watcher_source, Backoff, ControllerError, FIELD_MANAGER};
+use super::api::{api_err, until_due, Backoff, ControllerError, FIELD_MANAGER};
 use super::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
 use super::metrics::ControllerMetrics;
 use super::retry::{backoff_on_failure, ErrorOnce};
@@ -38,6 +43,14 @@ pub(crate) const VALIDATE_WEBHOOK: &str = "validate.mrguard.io";
 
 /// Conflicts in a row retried at once, after reading the latest version.
 const MAX_QUICK_CONFLICTS: u32 = 3;
+
+/// Changes are written once none came for this long...
+const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
+/// ...or this long after the first of a burst: 1,000 CRDs arriving within
+/// a minute give a write every few seconds, not one per CRD.
+const MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long events older than our last write are skipped at most.
+const WRITTEN_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WebhookNames {
@@ -374,15 +387,33 @@ pub(crate) async fn run(
     let mut missing_webhook_warned = BTreeMap::new();
     let mut watch_errors: BTreeMap<ConfigKind, ErrorOnce> = BTreeMap::new();
     let mut backoff = Backoff::default();
-    let mut retry: Option<tokio::time::Instant> = None;
+    // When to write next: after a burst of changes, or a retry.
+    let mut due: Option<tokio::time::Instant> = None;
+    let mut burst: Option<tokio::time::Instant> = None;
+    // Not before this: the backoff after a failure.
+    let mut not_before: Option<tokio::time::Instant> = None;
+    // The version our last apply made, until the watch delivers it: the
+    // events before it are older than what `state` holds (they lag while
+    // coverage changes fast), and taking one for the latest made the next
+    // apply conflict with our own write.
+    // Bounded in time: should that event never come (a write that changed
+    // nothing keeps its version), later ones are taken after all.
+    let mut written: BTreeMap<ConfigKind, (String, tokio::time::Instant)> = BTreeMap::new();
     // Conflicts in a row answered by reading the latest version at once.
     let mut conflicts = 0u32;
     loop {
-        let retry_at = retry;
+        let at = due;
         tokio::select! {
             u = updates.next() => match u {
                 Some(Update::Seen(kind, observed)) => {
                     watch_errors.entry(kind).or_default().ok(kind.kind());
+                    if let (Some((rv, at)), Some(o)) = (written.get(&kind), &observed) {
+                        if o.resource_version.as_ref() != Some(rv) && at.elapsed() < WRITTEN_FOR {
+                            tracing::debug!(kind = kind.kind(), "skipping an event older than our last write");
+                            continue;
+                        }
+                        written.remove(&kind);
+                    }
                     let was_present = state.get(&kind).is_some_and(Option::is_some);
                     if observed.is_none() && was_present {
                         tracing::warn!(
@@ -399,12 +430,9 @@ pub(crate) async fn run(
                     state.insert(kind, observed);
                 }
                 Some(Update::Failed(kind, e)) => {
-                    let e = ControllerError::Api {
-                        verb: "watch",
-                        resource: kind.resource(),
-                        object: api.name(kind).to_string(),
-                        source: watcher_source(e),
-                    };
+                    // The watch lists again: what it delivers next is current.
+                    written.remove(&kind);
+                    let e = ControllerError::watch(kind.resource(), api.name(kind).to_string(), e);
                     watch_errors.entry(kind).or_default().failed(
                         &e,
                         Some(&metrics),
@@ -416,89 +444,126 @@ pub(crate) async fn run(
             },
             r = secret.changed() => if r.is_err() { return },
             r = coverage.changed() => if r.is_err() { return },
-            _ = async {
-                match retry_at {
-                    Some(t) => tokio::time::sleep_until(t).await,
-                    None => std::future::pending().await,
+            _ = until_due(at) => {
+                due = None;
+                burst = None;
+                if let Err(()) = write_all(&api, &mut state, &mut written, &secret, &coverage, &metrics, &mut missing_webhook_warned, &mut conflicts).await {
+                    let at = tokio::time::Instant::now() + backoff.next_delay();
+                    not_before = Some(at);
+                    due = Some(at);
+                } else if conflicts > 0 {
+                    due = Some(tokio::time::Instant::now());
+                } else {
+                    not_before = None;
+                    backoff.reset();
                 }
-            } => retry = None,
-        }
-        let Some(bundle) = secret.borrow().bundle.clone() else {
-            continue;
-        };
-        let Some(cov) = coverage.borrow().clone() else {
-            continue;
-        };
-        let (mut failed, mut again) = (false, false);
-        for kind in ConfigKind::ALL {
-            let Some(Some(observed)) = state.get(&kind) else {
                 continue;
-            };
-            if !observed.webhooks.iter().any(|w| w.name == kind.webhook())
-                && missing_webhook_warned.insert(kind, ()).is_none()
-            {
-                tracing::warn!(
-                    configuration = %observed.name,
-                    webhook = kind.webhook(),
-                    "the webhook configuration has no webhook of this name; only its caBundle is kept"
-                );
             }
-            match reconcile(&api, kind, Some(observed), &bundle, &cov).await {
-                Ok(Some(new)) => {
-                    tracing::info!(
-                        configuration = %new.name,
-                        kind = kind.kind(),
-                        kinds = cov.len(),
-                        "updated caBundle and rules"
-                    );
-                    metrics
-                        .webhook_updates
-                        .with_label_values(&[kind.kind()])
-                        .inc();
-                    state.insert(kind, Some(new));
+        }
+        // Something changed: write once the burst settles.
+        let now = tokio::time::Instant::now();
+        let first = *burst.get_or_insert(now);
+        let mut at = (now + QUIET).min(first + MAX_DELAY);
+        if let Some(floor) = not_before {
+            at = at.max(floor);
+        }
+        due = Some(due.map_or(at, |d| d.min(at)));
+    }
+}
+
+/// Brings both configurations in line once. `Err` means retry with backoff;
+/// `conflicts` above zero means the latest version was read after a
+/// conflict, to apply again at once.
+#[allow(clippy::too_many_arguments)]
+async fn write_all(
+    api: &WebhookApi,
+    state: &mut BTreeMap<ConfigKind, Option<ObservedConfig>>,
+    written: &mut BTreeMap<ConfigKind, (String, tokio::time::Instant)>,
+    secret: &channel::Receiver<SecretView>,
+    coverage: &channel::Receiver<Option<Arc<Coverage>>>,
+    metrics: &ControllerMetrics,
+    missing_webhook_warned: &mut BTreeMap<ConfigKind, ()>,
+    conflicts: &mut u32,
+) -> Result<(), ()> {
+    let Some(bundle) = secret.borrow().bundle.clone() else {
+        return Ok(());
+    };
+    let Some(cov) = coverage.borrow().clone() else {
+        return Ok(());
+    };
+    let (mut failed, mut again) = (false, false);
+    for kind in ConfigKind::ALL {
+        let Some(Some(observed)) = state.get(&kind) else {
+            continue;
+        };
+        if !observed.webhooks.iter().any(|w| w.name == kind.webhook())
+            && missing_webhook_warned.insert(kind, ()).is_none()
+        {
+            tracing::warn!(
+                configuration = %observed.name,
+                webhook = kind.webhook(),
+                "the webhook configuration has no webhook of this name; only its caBundle is kept"
+            );
+        }
+        match reconcile(api, kind, Some(observed), &bundle, &cov).await {
+            Ok(Some(new)) => {
+                tracing::info!(
+                    configuration = %new.name,
+                    kind = kind.kind(),
+                    kinds = cov.len(),
+                    "updated caBundle and rules"
+                );
+                metrics
+                    .webhook_updates
+                    .with_label_values(&[kind.kind()])
+                    .inc();
+                match &new.resource_version {
+                    Some(rv) if Some(rv) != observed.resource_version.as_ref() => {
+                        written.insert(kind, (rv.clone(), tokio::time::Instant::now()));
+                    }
+                    _ => {}
                 }
-                Ok(None) => {}
-                // The watch had not yet delivered the version our previous
-                // apply made (its events lag while coverage changes fast:
-                // 27 conflicts while 1,000 CRDs were installed, each then
-                // waiting out a backoff). Read the latest and apply again
-                // at once; a conflict that keeps coming backs off.
-                Err(e) if e.is_conflict() && conflicts < MAX_QUICK_CONFLICTS => {
-                    conflicts += 1;
-                    e.count(Some(&metrics));
-                    tracing::debug!(error = %e, "conflict; reading the latest version");
-                    match api.get(kind).await {
-                        Ok(latest) => {
-                            state.insert(kind, latest);
-                            again = true;
-                        }
-                        Err(e) => {
-                            e.log(
-                                Some(&metrics),
-                                "failed to read a webhook configuration; retrying",
-                            );
-                            failed = true;
-                        }
+                state.insert(kind, Some(new));
+            }
+            Ok(None) => {}
+            // Someone else wrote in between (our own writes no longer
+            // conflict: see `written`). Read the latest and apply again at
+            // once; a conflict that keeps coming backs off.
+            Err(e) if e.is_conflict() && *conflicts < MAX_QUICK_CONFLICTS => {
+                *conflicts += 1;
+                e.count(Some(metrics));
+                tracing::debug!(error = %e, "conflict; reading the latest version");
+                match api.get(kind).await {
+                    Ok(latest) => {
+                        written.remove(&kind);
+                        state.insert(kind, latest);
+                        again = true;
+                    }
+                    Err(e) => {
+                        e.log(
+                            Some(metrics),
+                            "failed to read a webhook configuration; retrying",
+                        );
+                        failed = true;
                     }
                 }
-                Err(e) => {
-                    e.log(
-                        Some(&metrics),
-                        "failed to update a webhook configuration; retrying",
-                    );
-                    failed = true;
-                }
+            }
+            Err(e) => {
+                e.log(
+                    Some(metrics),
+                    "failed to update a webhook configuration; retrying",
+                );
+                failed = true;
             }
         }
-        if failed {
-            retry = Some(tokio::time::Instant::now() + backoff.next_delay());
-        } else if again {
-            retry = Some(tokio::time::Instant::now());
-        } else {
-            conflicts = 0;
-            backoff.reset();
-        }
     }
+    if failed {
+        return Err(());
+    }
+    if !again {
+        *conflicts = 0;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -18,4 +18,6 @@ mod explain;
 mod observability;
 mod policy_reports;
 mod preflight;
+mod quiet;
+mod supervision;
 mod support;

@@ -10,8 +10,12 @@ pub(crate) async fn install(
     test: &str,
     mut options: Options,
 ) -> Release {
-    options
-        .binary
-        .get_or_insert_with(|| env!("CARGO_BIN_EXE_mrguard").into());
+    // MRGUARD_E2E_BINARY runs the tests against another build (say, the
+    // previous commit's, to see a new test fail there).
+    options.binary.get_or_insert_with(|| {
+        std::env::var_os("MRGUARD_E2E_BINARY")
+            .map(Into::into)
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_mrguard").into())
+    });
     mrguard_envtest::install(cluster, test, options).await
 }

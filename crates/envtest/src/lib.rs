@@ -18,6 +18,7 @@
 //! - [`metrics::Metrics`]: a parsed `/metrics` scrape;
 //! - [`process::Guarded`]: processes that never outlive the binary;
 //! - [`procfs`]: CPU, memory and connections of a process, for benchmarks;
+//! - [`scale`]: generated MR kinds and MRs at platform scale;
 //! - [`wait_for`]: every wait is bounded;
 //! - [`require_cluster`]: the skip/fail policy when the binaries are absent.
 
@@ -29,6 +30,7 @@ pub mod metrics;
 pub mod process;
 pub mod procfs;
 pub mod release;
+pub mod scale;
 
 use std::future::Future;
 use std::io::Write;

@@ -63,6 +63,8 @@ pub struct Options {
     /// The `mrguard` binary to run: `env!("CARGO_BIN_EXE_mrguard")` of the
     /// test or bench that installs the release.
     pub binary: Option<PathBuf>,
+    /// More environment variables for every mrguard process.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -76,6 +78,7 @@ impl Default for Options {
             values: None,
             wait_ready: true,
             binary: None,
+            env: Vec::new(),
         }
     }
 }
@@ -391,6 +394,7 @@ impl Release {
         let mut env = cmd.env.clone();
         env.push(("KUBECONFIG".into(), self.kubeconfig.display().to_string()));
         env.push(("HOME".into(), self.dir.path().display().to_string()));
+        env.extend(self.options.env.iter().cloned());
         let binary = self.options.binary.clone().ok_or_else(|| {
             "Options::binary is not set: pass env!(\"CARGO_BIN_EXE_mrguard\") of the test or bench"
                 .to_string()

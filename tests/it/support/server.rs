@@ -56,26 +56,7 @@ pub(crate) fn default_args() -> ServeArgs {
         max_body_bytes: 8 * 1024 * 1024,
         drain_delay: Duration::ZERO,
         drain_timeout: Duration::from_secs(10),
-        controller: ControllerArgs {
-            controller: false,
-            no_controller: false,
-            kubeconfig: None,
-            namespace: None,
-            crossplane_namespace: None,
-            service_name: "mrguard".into(),
-            tls_secret_name: "mrguard-tls".into(),
-            mutating_webhook_name: "mrguard".into(),
-            validating_webhook_name: "mrguard".into(),
-            lease_name: "mrguard-leader".into(),
-            lease_duration: Duration::from_secs(15),
-            audit_interval: Duration::from_secs(600),
-            policy_reports: mrguard::cli::PolicyReports::Off,
-            ca_lifetime: Duration::from_secs(8760 * 3600),
-            cert_lifetime: Duration::from_secs(2160 * 3600),
-            cert_renew_fraction: 1.0 / 3.0,
-            cert_extra_names: Vec::new(),
-            api_streams_per_connection: 100,
-        },
+        controller: ControllerArgs::defaults(),
     }
 }
 
