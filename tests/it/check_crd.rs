@@ -368,3 +368,32 @@ resources:
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("\"oops\""), "{}", stderr(&out));
 }
+
+#[test]
+fn only_the_crds_of_the_manifests_groups_are_parsed() {
+    // A family folder: the contact's CRD, and a file of another group that
+    // does not even parse. Only files naming a manifest's group are read.
+    let dir = tempfile::tempdir().unwrap();
+    let crd_dir = dir.path().join("crds");
+    std::fs::create_dir(&crd_dir).unwrap();
+    std::fs::copy(
+        fixture("crds/account.aws.upbound.io_alternatecontacts.yaml"),
+        crd_dir.join("account.yaml"),
+    )
+    .unwrap();
+    std::fs::write(
+        crd_dir.join("other.yaml"),
+        "kind: CustomResourceDefinition\nspec:\n  group: other.example.org\n  versions: [",
+    )
+    .unwrap();
+    let f = write(dir.path(), "contact.yaml", &fixtures::read(CONTACT));
+    let crds = crd_dir.display().to_string();
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A manifest of the broken file's group makes it read, and fail.
+    let other = "apiVersion: other.example.org/v1\nkind: Thing\nmetadata: {name: t}\n";
+    let f = write(dir.path(), "other-thing.yaml", other);
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("other.yaml"), "{}", stderr(&out));
+}
