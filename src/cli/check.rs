@@ -307,7 +307,10 @@ mod tests {
     #[test]
     fn crd_files_name_what_is_wrong() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(matches!(load_crds(dir.path(), None), Err(CheckError::NoCrd(_))));
+        assert!(matches!(
+            load_crds(dir.path(), None),
+            Err(CheckError::NoCrd(_))
+        ));
         std::fs::write(dir.path().join("bad.yaml"), "a: [").unwrap();
         let e = load_crds(dir.path(), None).unwrap_err().to_string();
         assert!(e.contains("bad.yaml"), "{e}");

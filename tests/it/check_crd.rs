@@ -26,11 +26,7 @@ fn stdout_docs(o: &Output) -> Vec<Value> {
 fn contact_without(fields: &[&str]) -> String {
     let text = fixtures::read(CONTACT);
     text.lines()
-        .filter(|l| {
-            !fields
-                .iter()
-                .any(|f| l.starts_with(&format!("    {f}:")))
-        })
+        .filter(|l| !fields.iter().any(|f| l.starts_with(&format!("    {f}:"))))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -129,7 +125,8 @@ fn type_enum_required_and_unknown_field_errors_carry_their_paths() {
     let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("invalid: strict decoding error: unknown field \"spec.forProvider.colour\""),
+        stderr(&out)
+            .contains("invalid: strict decoding error: unknown field \"spec.forProvider.colour\""),
         "{}",
         stderr(&out)
     );

@@ -70,7 +70,10 @@ mod tests {
         assert_eq!(e("region").as_deref(), Some("region"));
         assert_eq!(e("a__b").as_deref(), Some("a__underscores__b"));
         assert_eq!(e("a___b").as_deref(), Some("a__underscores___b"));
-        assert_eq!(e("x.y-z/w").as_deref(), Some("x__dot__y__dash__z__slash__w"));
+        assert_eq!(
+            e("x.y-z/w").as_deref(),
+            Some("x__dot__y__dash__z__slash__w")
+        );
         assert_eq!(e("_x").as_deref(), Some("_x"));
         assert_eq!(e("Namespace").as_deref(), Some("Namespace"));
         assert_eq!(e("1a"), None);

@@ -262,10 +262,9 @@ pub(crate) fn validate(meta: Option<&Value>, namespaced: bool) -> Vec<FieldError
     let (name, generate_name) = (s("name"), s("generateName"));
     if !generate_name.is_empty() {
         // A prefix may end in '-'.
-        let masked = generate_name.strip_suffix('-').map_or_else(
-            || generate_name.to_string(),
-            |p| format!("{p}a"),
-        );
+        let masked = generate_name
+            .strip_suffix('-')
+            .map_or_else(|| generate_name.to_string(), |p| format!("{p}a"));
         for msg in dns1123_subdomain(&masked) {
             errors.push(invalid(&path.child("generateName"), generate_name, msg));
         }
@@ -473,12 +472,22 @@ mod tests {
         let v64 = "v".repeat(64);
         let e = errs(json!({"name": "a", "labels": {"team": v64, "a/b/c": "x", "ok": "-bad"}}));
         assert_eq!(e.len(), 3, "{e:?}");
-        assert!(e.iter().all(|m| m.starts_with("metadata.labels: Invalid value: ")));
-        assert!(e.iter().any(|m| m.contains("must be no more than 63 characters")));
-        assert!(e.iter().any(|m| m.contains("a qualified name must consist of")));
-        assert!(e.iter().any(|m| m.contains("a valid label must be an empty string")));
+        assert!(e
+            .iter()
+            .all(|m| m.starts_with("metadata.labels: Invalid value: ")));
+        assert!(e
+            .iter()
+            .any(|m| m.contains("must be no more than 63 characters")));
+        assert!(e
+            .iter()
+            .any(|m| m.contains("a qualified name must consist of")));
+        assert!(e
+            .iter()
+            .any(|m| m.contains("a valid label must be an empty string")));
         // Annotation keys ignore case; values are free, up to 256 KiB in all.
-        assert!(errs(json!({"name": "a", "annotations": {"Example.com/X": "any thing"}})).is_empty());
+        assert!(
+            errs(json!({"name": "a", "annotations": {"Example.com/X": "any thing"}})).is_empty()
+        );
         let e = errs(json!({"name": "a", "annotations": {"a//b": "x"}}));
         assert_eq!(e.len(), 1, "{e:?}");
         let big = "x".repeat(ANNOTATIONS_LIMIT);
@@ -509,12 +518,18 @@ mod tests {
         );
         let e = errs(json!({"name": "a", "labels": ["x"]}));
         assert_eq!(e.len(), 1, "{e:?}");
-        assert!(e[0].contains("metadata.labels in body must be of type object"), "{e:?}");
+        assert!(
+            e[0].contains("metadata.labels in body must be of type object"),
+            "{e:?}"
+        );
         let mut unknown = Vec::new();
         unknown_fields(
             &json!({"name": "a", "lables": {}, "ownerReferences": [{"uid": "1", "extra": 1}]}),
             &mut unknown,
         );
-        assert_eq!(unknown, vec!["metadata.lables", "metadata.ownerReferences[0].extra"]);
+        assert_eq!(
+            unknown,
+            vec!["metadata.lables", "metadata.ownerReferences[0].extra"]
+        );
     }
 }

@@ -209,6 +209,16 @@ impl Schema {
                 });
             }
         }
+        if self.embedded {
+            // The API server checks an embedded object's apiVersion, kind and
+            // metadata; a half check would pass what it refuses.
+            out.push(Unsupported {
+                path: path.to_string(),
+                rule: "x-kubernetes-embedded-resource: true".into(),
+                reason: "mrguard does not check embedded objects' apiVersion, kind and metadata"
+                    .into(),
+            });
+        }
         if let Some((src, Err(e))) = &self.limits.pattern {
             out.push(Unsupported {
                 path: path.to_string(),
@@ -359,13 +369,21 @@ impl Schema {
                 let x = n.as_f64().unwrap_or(0.0);
                 if let Some(max) = l.maximum {
                     if x > max || (l.exclusive_maximum && x == max) {
-                        let how = if l.exclusive_maximum { "" } else { " or equal to" };
+                        let how = if l.exclusive_maximum {
+                            ""
+                        } else {
+                            " or equal to"
+                        };
                         errors.push(inv(format!("{body} should be less than{how} {max}")));
                     }
                 }
                 if let Some(min) = l.minimum {
                     if x < min || (l.exclusive_minimum && x == min) {
-                        let how = if l.exclusive_minimum { "" } else { " or equal to" };
+                        let how = if l.exclusive_minimum {
+                            ""
+                        } else {
+                            " or equal to"
+                        };
                         errors.push(inv(format!("{body} should be greater than{how} {min}")));
                     }
                 }
@@ -600,7 +618,8 @@ impl Schema {
                     return;
                 };
                 for (k, x) in map {
-                    if (root || s.embedded) && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")
+                    if (root || s.embedded)
+                        && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")
                     {
                         if root && k == "metadata" {
                             super::meta::unknown_fields(x, out);
@@ -799,9 +818,9 @@ mod formats {
         match fmt {
             "date-time" | "datetime" | "date" | "byte" | "uuid" | "ipv4" | "ipv6" | "cidr"
             | "password" => Some(true),
-            "bsonobjectid" | "uri" | "email" | "hostname" | "mac" | "uuid3" | "uuid4"
-            | "uuid5" | "isbn" | "isbn10" | "isbn13" | "creditcard" | "ssn" | "hexcolor"
-            | "rgbcolor" | "duration" => Some(false),
+            "bsonobjectid" | "uri" | "email" | "hostname" | "mac" | "uuid3" | "uuid4" | "uuid5"
+            | "isbn" | "isbn10" | "isbn13" | "creditcard" | "ssn" | "hexcolor" | "rgbcolor"
+            | "duration" => Some(false),
             _ => None,
         }
     }

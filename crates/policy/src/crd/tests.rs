@@ -591,7 +591,9 @@ fn reserved_and_special_property_names_are_escaped_for_cel() {
             "labels": {"type": "object", "additionalProperties": {"type": "string"}},
         }
     }}}));
-    let ok = widget(json!({"forProvider": {"namespace": "default", "a-b": "y", "x__y": 1}, "labels": {"k-1": "v"}}));
+    let ok = widget(
+        json!({"forProvider": {"namespace": "default", "a-b": "y", "x__y": 1}, "labels": {"k-1": "v"}}),
+    );
     assert_eq!(errors_of(&v, &ok, None), Vec::<String>::new());
     let bad = widget(json!({"forProvider": {"a-b": "x", "x__y": 2}, "labels": {"k-1": "w"}}));
     let e = errors_of(&v, &bad, None);
@@ -601,19 +603,25 @@ fn reserved_and_special_property_names_are_escaped_for_cel() {
 
 #[test]
 fn unknown_fields_inside_a_value_of_the_wrong_type_are_reported() {
-    let v = synthetic(json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
-        "target": {"type": "object", "properties": {"arn": {"type": "string"}}},
-        "names": {"type": "array", "items": {"type": "string"}},
-        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
-            "properties": {"typed": {"type": "object", "properties": {"a": {"type": "string"}}}}},
-    }}}}));
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "target": {"type": "object", "properties": {"arn": {"type": "string"}}},
+            "names": {"type": "array", "items": {"type": "string"}},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {"typed": {"type": "object", "properties": {"a": {"type": "string"}}}}},
+        }}}}),
+    );
     // A one-item list given for an object: each key of the item is unknown.
     let obj = widget(json!({
         "target": [{"arn": "a", "role": "r"}],
         "names": [{"n": 1}],
         "free": {"anything": {"goes": 1}, "typed": {"a": "x", "b": "y"}},
     }));
-    let e: Vec<String> = v.unknown_fields(&obj).iter().map(ToString::to_string).collect();
+    let e: Vec<String> = v
+        .unknown_fields(&obj)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(
         e,
         vec![
@@ -641,14 +649,20 @@ fn metadata_is_validated_as_the_api_server_does() {
     let paths: Vec<&str> = e.iter().map(|m| m.split(':').next().unwrap()).collect();
     assert_eq!(
         paths,
-        vec!["metadata.name", "metadata.labels", "metadata.annotations", "metadata.finalizers"],
+        vec![
+            "metadata.name",
+            "metadata.labels",
+            "metadata.annotations",
+            "metadata.finalizers"
+        ],
         "{e:?}"
     );
 }
 
 #[test]
 fn limits_lists_and_formats() {
-    let v = synthetic(json!({"type": "object", "properties": {"spec": {"type": "object",
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object",
         "x-kubernetes-validations": [{"rule": "false", "message": "cel ran"}],
         "properties": {
             "code": {"type": "string", "minLength": 2, "pattern": "^[a-z]+$"},
@@ -659,9 +673,12 @@ fn limits_lists_and_formats() {
                 "items": {"type": "object", "properties": {"name": {"type": "string"}, "p": {"type": "integer"}}}},
             "short": {"type": "string", "maxLength": 3},
             "few": {"type": "array", "maxItems": 1, "items": {"type": "string"}},
-        }}}}));
-    let obj = widget(json!({"code": "A", "n": 11, "at": "yesterday", "tags": ["a", "b", "a"],
-        "ports": [{"name": "x", "p": 1}, {"name": "x", "p": 2}]}));
+        }}}}),
+    );
+    let obj = widget(
+        json!({"code": "A", "n": 11, "at": "yesterday", "tags": ["a", "b", "a"],
+        "ports": [{"name": "x", "p": 1}, {"name": "x", "p": 2}]}),
+    );
     let e = errors_of(&v, &obj, None);
     assert_eq!(
         e,
@@ -692,10 +709,25 @@ fn limits_lists_and_formats() {
 
 #[test]
 fn formats_the_api_server_checks_and_mrguard_does_not_refuse_the_crd() {
-    let v = synthetic(json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
-        "mail": {"type": "string", "format": "email"},
-        "big": {"type": "integer", "format": "int64"},
-    }}}}));
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "mail": {"type": "string", "format": "email"},
+            "big": {"type": "integer", "format": "int64"},
+        }}}}),
+    );
     let e = v.ensure_supported().unwrap_err().to_string();
-    assert!(e.contains("format: email") && e.contains("spec.mail"), "{e}");
+    assert!(
+        e.contains("format: email") && e.contains("spec.mail"),
+        "{e}"
+    );
+    // Embedded objects and patterns Rust's regex cannot read: refused too.
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "template": {"type": "object", "x-kubernetes-embedded-resource": true, "x-kubernetes-preserve-unknown-fields": true},
+            "word": {"type": "string", "pattern": "^(?=a)"},
+        }}}}),
+    );
+    let e = v.ensure_supported().unwrap_err().to_string();
+    assert!(e.contains("spec.template") && e.contains("embedded"), "{e}");
+    assert!(e.contains("spec.word") && e.contains("pattern"), "{e}");
 }
