@@ -102,7 +102,7 @@ impl Schema {
             max_length: u("maxLength"),
             min_length: u("minLength"),
             pattern: str_of("pattern").map(|p| {
-                let re = regex::Regex::new(&p).map_err(|e| e.to_string());
+                let re = regex::Regex::new(&go_classes(&p)).map_err(|e| e.to_string());
                 (p, re)
             }),
             maximum: f("maximum"),
@@ -752,6 +752,58 @@ impl Schema {
     }
 }
 
+/// A Go (RE2) pattern for Rust's regex: Perl classes and word boundaries
+/// are ASCII in Go and Unicode in Rust, so they are spelt out as ASCII.
+fn go_classes(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars().peekable();
+    // Inside `[...]`, `\b` is a backspace in Go: left for Rust to refuse.
+    let mut in_class = false;
+    while let Some(c) = chars.next() {
+        if c == '[' && !in_class {
+            in_class = true;
+            out.push(c);
+            // A `]` first (after an optional `^`) is a literal.
+            if chars.peek() == Some(&'^') {
+                out.push('^');
+                chars.next();
+            }
+            if chars.peek() == Some(&']') {
+                out.push(']');
+                chars.next();
+            }
+            continue;
+        }
+        if c == ']' && in_class {
+            in_class = false;
+        }
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some(b @ ('b' | 'B')) if in_class => {
+                out.push('\\');
+                out.push(b);
+            }
+            Some('d') => out.push_str("[0-9]"),
+            Some('D') => out.push_str("[^0-9]"),
+            Some('w') => out.push_str("[0-9A-Za-z_]"),
+            Some('W') => out.push_str("[^0-9A-Za-z_]"),
+            Some('s') => out.push_str("[\\t\\n\\f\\r ]"),
+            Some('S') => out.push_str("[^\\t\\n\\f\\r ]"),
+            Some('b') => out.push_str("(?-u:\\b)"),
+            Some('B') => out.push_str("(?-u:\\B)"),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
 fn join_path(path: &str, k: &str) -> String {
     if path.is_empty() {
         k.to_string()
@@ -797,7 +849,9 @@ mod formats {
     use regex::Regex;
 
     static DATE_TIME: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+        // The layouts go-openapi's strfmt accepts: seconds, fractions and
+        // the zone may be left out, the zone's colon too.
+        Regex::new(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:?\d{2})?$")
             .expect("a constant regex")
     });
     static DATE: LazyLock<Regex> =

@@ -731,3 +731,49 @@ fn formats_the_api_server_checks_and_mrguard_does_not_refuse_the_crd() {
     assert!(e.contains("spec.template") && e.contains("embedded"), "{e}");
     assert!(e.contains("spec.word") && e.contains("pattern"), "{e}");
 }
+
+#[test]
+fn date_times_in_the_layouts_the_api_server_accepts() {
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "at": {"type": "string", "format": "date-time"},
+        }}}}),
+    );
+    for ok in [
+        "2024-01-02T03:04:05Z",
+        "2024-01-02T03:04:05.123+02:00",
+        "2024-01-02T03:04:05",
+        "2024-01-02T03:04Z",
+        "2024-01-02 03:04:05+0200",
+    ] {
+        assert_eq!(
+            errors_of(&v, &widget(json!({"at": ok})), None),
+            Vec::<String>::new(),
+            "{ok}"
+        );
+    }
+    for bad in ["2024-01-02", "yesterday", "2024-01-02T3:04:05Z"] {
+        assert_eq!(
+            errors_of(&v, &widget(json!({"at": bad})), None).len(),
+            1,
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn patterns_use_go_s_ascii_classes() {
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "n": {"type": "string", "pattern": "^\\d+$"},
+            "w": {"type": "string", "pattern": "^[\\w-]+\\b.*$"},
+            "lit": {"type": "string", "pattern": "^[]a]\\\\d$"},
+        }}}}),
+    );
+    let ok = widget(json!({"n": "123", "w": "a-b x", "lit": "]\\d"}));
+    assert_eq!(errors_of(&v, &ok, None), Vec::<String>::new());
+    // Arabic-Indic digits are digits to Rust's \d, not to Go's.
+    let bad = widget(json!({"n": "١٢", "w": "é x", "lit": "a1"}));
+    let e = errors_of(&v, &bad, None);
+    assert_eq!(e.len(), 3, "{e:?}");
+}
