@@ -777,3 +777,84 @@ fn patterns_use_go_s_ascii_classes() {
     let e = errors_of(&v, &bad, None);
     assert_eq!(e.len(), 3, "{e:?}");
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-zA-Z0-9 ./_${}-]{0,70}".prop_map(Value::from),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        let keys = prop::sample::select(vec![
+            "name",
+            "generateName",
+            "namespace",
+            "labels",
+            "annotations",
+            "finalizers",
+            "ownerReferences",
+            "uid",
+            "kind",
+            "apiVersion",
+            "controller",
+            "a/b",
+            "x.y",
+            "forProvider",
+            "namespace",
+            "code",
+            "tags",
+            "ports",
+            "p",
+            "free",
+            "lables",
+        ]);
+        leaf().prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(keys.clone(), inner, 0..5).prop_map(|m| {
+                    Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                }),
+            ]
+        })
+    }
+
+    fn schema() -> CrdVersion {
+        synthetic(
+            json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "!has(self.forProvider) || !has(self.forProvider.__namespace__) || self.forProvider.__namespace__ != 'x'"},
+            ],
+            "properties": {
+                "forProvider": {"type": "object", "properties": {"namespace": {"type": "string"}, "x.y": {"type": "integer", "minimum": 0}}},
+                "code": {"type": "string", "maxLength": 5, "pattern": "^\\w*$", "format": "date-time"},
+                "tags": {"type": "array", "x-kubernetes-list-type": "set", "maxItems": 3, "items": {"type": "string"}},
+                "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["p"],
+                    "items": {"type": "object", "properties": {"p": {"type": "integer"}}}},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            }}}}),
+        )
+    }
+
+    proptest! {
+        /// No metadata and no spec makes the API server's checks panic; an
+        /// unknown field, wherever it is, fails the object alone.
+        #[test]
+        fn admit_never_panics_and_strict_decoding_stands_alone(meta in value(), spec in value()) {
+            let v = schema();
+            let obj = json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": meta, "spec": spec});
+            let mut current = obj.clone();
+            v.apply_defaults(&mut current);
+            let errors = v.admit(&current, &current, None).unwrap();
+            let unknown = errors.iter().filter(|e| e.kind == FieldErrorKind::Unknown).count();
+            prop_assert!(unknown == 0 || unknown == errors.len(), "{errors:?}");
+            let _ = crate::crd::render("Widget", "w", &errors);
+        }
+    }
+}
