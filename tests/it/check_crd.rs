@@ -394,3 +394,56 @@ fn only_the_crds_of_the_manifests_groups_are_parsed() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("other.yaml"), "{}", stderr(&out));
 }
+
+/// The three causes of issue 26, through the binary: a name the API server
+/// refuses, a rule on an escaped property name, and unknown fields inside a
+/// value of the wrong type.
+#[test]
+fn metadata_escaping_and_strict_decoding_as_the_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let crds = fixture("differential/package/crds");
+    let pia = |name: &str, namespace: &str| {
+        format!(
+            "apiVersion: eks.aws.upbound.io/v1beta1\nkind: PodIdentityAssociation\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    clusterName: c\n    region: us-west-1\n    roleArn: arn:aws:iam::1:role/r\n    serviceAccount: default\n{namespace}"
+        )
+    };
+    // `has(self.forProvider.__namespace__)` reads the field `namespace`.
+    let f = write(
+        dir.path(),
+        "pia.yaml",
+        &pia("pia", "    namespace: default\n"),
+    );
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds]);
+    assert!(!stderr(&out).contains("invalid"), "{}", stderr(&out));
+    let f = write(dir.path(), "pia-missing.yaml", &pia("pia", ""));
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("spec.forProvider.namespace is a required parameter"),
+        "{}",
+        stderr(&out)
+    );
+    // Upstream's placeholder name.
+    let f = write(
+        dir.path(),
+        "name.yaml",
+        &pia("${Rand.RFC1123Subdomain}", "    namespace: default\n"),
+    );
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("metadata.name: Invalid value: \"${Rand.RFC1123Subdomain}\": a lowercase RFC 1123 subdomain"),
+        "{}",
+        stderr(&out)
+    );
+    // A one-item list given for an object: its fields are unknown.
+    let role = "apiVersion: iam.aws.upbound.io/v1beta1\nkind: Role\nmetadata:\n  name: r\nspec:\n  forProvider:\n    assumeRolePolicy: '{}'\n    managedPolicyArnsSelector:\n      - matchLabels: {a: b}\n";
+    let f = write(dir.path(), "role.yaml", role);
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("invalid: strict decoding error: unknown field \"spec.forProvider.managedPolicyArnsSelector[0].matchLabels\""),
+        "{}",
+        stderr(&out)
+    );
+}
