@@ -13,6 +13,7 @@ mod availability;
 mod chart_args;
 mod connections;
 mod controller;
+mod differential;
 mod exemptions;
 mod explain;
 mod observability;

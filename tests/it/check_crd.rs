@@ -22,14 +22,11 @@ fn stdout_docs(o: &Output) -> Vec<Value> {
 }
 
 /// The AlternateContact example without some forProvider fields.
+/// The example without some of `spec.forProvider`'s fields (indented by 4).
 fn contact_without(fields: &[&str]) -> String {
     let text = fixtures::read(CONTACT);
     text.lines()
-        .filter(|l| {
-            !fields
-                .iter()
-                .any(|f| l.trim_start().starts_with(&format!("{f}:")))
-        })
+        .filter(|l| !fields.iter().any(|f| l.starts_with(&format!("    {f}:"))))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -128,7 +125,8 @@ fn type_enum_required_and_unknown_field_errors_carry_their_paths() {
     let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("is invalid: unknown field \"spec.forProvider.colour\""),
+        stderr(&out)
+            .contains("invalid: strict decoding error: unknown field \"spec.forProvider.colour\""),
         "{}",
         stderr(&out)
     );
@@ -366,4 +364,86 @@ resources:
     let out = mrguard(&["config", "check", &bad]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("\"oops\""), "{}", stderr(&out));
+}
+
+#[test]
+fn only_the_crds_of_the_manifests_groups_are_parsed() {
+    // A family folder: the contact's CRD, and a file of another group that
+    // does not even parse. Only files naming a manifest's group are read.
+    let dir = tempfile::tempdir().unwrap();
+    let crd_dir = dir.path().join("crds");
+    std::fs::create_dir(&crd_dir).unwrap();
+    std::fs::copy(
+        fixture("crds/account.aws.upbound.io_alternatecontacts.yaml"),
+        crd_dir.join("account.yaml"),
+    )
+    .unwrap();
+    std::fs::write(
+        crd_dir.join("other.yaml"),
+        "kind: CustomResourceDefinition\nspec:\n  group: other.example.org\n  versions: [",
+    )
+    .unwrap();
+    let f = write(dir.path(), "contact.yaml", &fixtures::read(CONTACT));
+    let crds = crd_dir.display().to_string();
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A manifest of the broken file's group makes it read, and fail.
+    let other = "apiVersion: other.example.org/v1\nkind: Thing\nmetadata: {name: t}\n";
+    let f = write(dir.path(), "other-thing.yaml", other);
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("other.yaml"), "{}", stderr(&out));
+}
+
+/// The three causes of issue 26, through the binary: a name the API server
+/// refuses, a rule on an escaped property name, and unknown fields inside a
+/// value of the wrong type.
+#[test]
+fn metadata_escaping_and_strict_decoding_as_the_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let crds = fixture("differential/package/crds");
+    let pia = |name: &str, namespace: &str| {
+        format!(
+            "apiVersion: eks.aws.upbound.io/v1beta1\nkind: PodIdentityAssociation\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    clusterName: c\n    region: us-west-1\n    roleArn: arn:aws:iam::1:role/r\n    serviceAccount: default\n{namespace}"
+        )
+    };
+    // `has(self.forProvider.__namespace__)` reads the field `namespace`.
+    let f = write(
+        dir.path(),
+        "pia.yaml",
+        &pia("pia", "    namespace: default\n"),
+    );
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds]);
+    assert!(!stderr(&out).contains("invalid"), "{}", stderr(&out));
+    let f = write(dir.path(), "pia-missing.yaml", &pia("pia", ""));
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("spec.forProvider.namespace is a required parameter"),
+        "{}",
+        stderr(&out)
+    );
+    // Upstream's placeholder name.
+    let f = write(
+        dir.path(),
+        "name.yaml",
+        &pia("${Rand.RFC1123Subdomain}", "    namespace: default\n"),
+    );
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("metadata.name: Invalid value: \"${Rand.RFC1123Subdomain}\": a lowercase RFC 1123 subdomain"),
+        "{}",
+        stderr(&out)
+    );
+    // A one-item list given for an object: its fields are unknown.
+    let role = "apiVersion: iam.aws.upbound.io/v1beta1\nkind: Role\nmetadata:\n  name: r\nspec:\n  forProvider:\n    assumeRolePolicy: '{}'\n    managedPolicyArnsSelector:\n      - matchLabels: {a: b}\n";
+    let f = write(dir.path(), "role.yaml", role);
+    let out = mrguard(&["check", "-f", &f, "--crd", &crds]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("invalid: strict decoding error: unknown field \"spec.forProvider.managedPolicyArnsSelector[0].matchLabels\""),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -191,8 +191,7 @@ pub fn judge(
         None => None,
         Some(c) => {
             // Strict field validation judges what the client sent.
-            let mut errors = c.unknown_fields(object);
-            errors.extend(c.validate(&current, old).map_err(|e| e.to_string())?);
+            let errors = c.admit(object, &current, old).map_err(|e| e.to_string())?;
             let (_, kind, _, name) = identity(&current);
             (!errors.is_empty()).then(|| crate::crd::render(&kind, &name, &errors))
         }

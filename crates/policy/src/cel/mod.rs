@@ -13,6 +13,7 @@
 
 pub mod budget;
 mod env;
+mod escaping;
 mod json;
 pub mod limits;
 mod reads;
@@ -28,6 +29,7 @@ use crate::model::{Action, Operation, Violation};
 use crate::review::Request;
 
 pub use env::FUNCTIONS;
+pub use escaping::escape_property;
 pub use reads::{Need, Reads};
 
 /// The variables of configured rules (docs/configuration.md).

@@ -49,6 +49,15 @@ impl SchemaPath {
         self.with(Segment::Key(k.to_string()))
     }
 
+    /// `<path> in body`, or `body` at the root, as kube-openapi words it.
+    pub fn in_body(&self) -> String {
+        if self.0.is_empty() {
+            "body".to_string()
+        } else {
+            format!("{self} in body")
+        }
+    }
+
     /// Appends a rule's `fieldPath` (`.a.b`, `.a['b.c']`, `.a[0]`); a path
     /// it cannot read is appended as one field, so the error still shows it.
     pub fn join_field_path(&self, fp: &str) -> Self {
@@ -134,8 +143,12 @@ pub enum FieldErrorKind {
     },
     /// A value the schema forbids.
     Forbidden(String),
-    /// A duplicate item in a set or map list.
+    /// A duplicate item in a set or map list (the value, as Go prints it).
     Duplicate(String),
+    /// A string longer than `maxLength`, or annotations over their limit.
+    TooLong(String),
+    /// More items or properties than allowed.
+    TooMany(String),
     /// Strict field validation: the field is not in the schema.
     Unknown,
 }
@@ -173,6 +186,54 @@ impl FieldError {
         }
     }
 
+    /// `Invalid value` for `v`, printed as Go prints a field error's value.
+    pub fn invalid_value(path: &SchemaPath, v: &Value, detail: String) -> Self {
+        FieldError {
+            path: path.to_string(),
+            kind: FieldErrorKind::Invalid {
+                value: go_value(v),
+                detail,
+            },
+        }
+    }
+
+    /// `Too long: may not be more than <max> bytes`.
+    pub fn too_long(path: &SchemaPath, max: u64) -> Self {
+        FieldError {
+            path: path.to_string(),
+            kind: FieldErrorKind::TooLong(format!("may not be more than {max} bytes")),
+        }
+    }
+
+    /// `Too many: <n>: must have at most <max> items`.
+    pub fn too_many(path: &SchemaPath, n: u64, max: u64, what: &str) -> Self {
+        FieldError {
+            path: path.to_string(),
+            kind: FieldErrorKind::TooMany(format!("{n}: must have at most {max} {what}")),
+        }
+    }
+
+    /// `Duplicate value: <v>`.
+    pub fn duplicate(path: &SchemaPath, v: &Value) -> Self {
+        FieldError {
+            path: path.to_string(),
+            kind: FieldErrorKind::Duplicate(go_value(v)),
+        }
+    }
+
+    /// Errors after which current API servers do not run the CEL rules
+    /// (`hasBlockingErr`): type, required, enum and size limits.
+    pub fn is_blocking(&self) -> bool {
+        matches!(
+            self.kind,
+            FieldErrorKind::Required(_)
+                | FieldErrorKind::Type { .. }
+                | FieldErrorKind::NotSupported { .. }
+                | FieldErrorKind::TooLong(_)
+                | FieldErrorKind::TooMany(_)
+        )
+    }
+
     /// `Unsupported value` with the supported values.
     pub fn not_supported(path: &SchemaPath, v: &Value, allowed: &[Value]) -> Self {
         FieldError {
@@ -200,7 +261,7 @@ impl FieldError {
         let kind = match reason {
             Some("FieldValueRequired") => FieldErrorKind::Required(Some(message)),
             Some("FieldValueForbidden") => FieldErrorKind::Forbidden(message),
-            Some("FieldValueDuplicate") => FieldErrorKind::Duplicate(message),
+            Some("FieldValueDuplicate") => FieldErrorKind::Duplicate(format!("{message:?}")),
             _ => {
                 return Self::invalid(path, ty, message);
             }
@@ -229,14 +290,36 @@ impl fmt::Display for FieldError {
                 )
             }
             FieldErrorKind::Forbidden(m) => write!(f, "{p}: Forbidden: {m}"),
-            FieldErrorKind::Duplicate(m) => write!(f, "{p}: Duplicate value: {m:?}"),
+            FieldErrorKind::Duplicate(m) => write!(f, "{p}: Duplicate value: {m}"),
+            FieldErrorKind::TooLong(m) => write!(f, "{p}: Too long: {m}"),
+            FieldErrorKind::TooMany(m) => write!(f, "{p}: Too many: {m}"),
             FieldErrorKind::Unknown => write!(f, "unknown field {p:?}"),
         }
     }
 }
 
+/// A JSON value as Go's field errors print it: strings quoted, numbers and
+/// booleans bare, maps as `map[string]interface {}{...}`.
+fn go_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        Value::Null => "null".into(),
+        Value::Bool(_) | Value::Number(_) => v.to_string(),
+        Value::Object(m) => {
+            let inner: Vec<String> = m.iter().map(|(k, x)| format!("{k:?}:{x}")).collect();
+            format!("map[string]interface {{}}{{{}}}", inner.join(", "))
+        }
+        Value::Array(_) => format!("[]interface {{}}{v}"),
+    }
+}
+
 /// The message kubectl prints for a rejected object.
 pub fn render(kind: &str, name: &str, errors: &[FieldError]) -> String {
+    // Strict decoding fails the request before validation, in its own words.
+    if !errors.is_empty() && errors.iter().all(|e| e.kind == FieldErrorKind::Unknown) {
+        let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        return format!("strict decoding error: {}", all.join(", "));
+    }
     match errors {
         [one] => format!("The {kind} {name:?} is invalid: {one}"),
         many => {

@@ -11,6 +11,7 @@
 //!   declares them and `oldSelf` for transition rules.
 
 mod errors;
+pub mod meta;
 mod schema;
 
 use serde_json::Value;
@@ -75,6 +76,8 @@ pub struct Crd {
     pub kind: String,
     /// Where it was read from, for messages.
     pub source: String,
+    /// `spec.scope: Namespaced`.
+    pub namespaced: bool,
     /// Its versions, in the order listed.
     pub versions: Vec<CrdVersion>,
 }
@@ -86,6 +89,8 @@ pub struct CrdVersion {
     pub crd: String,
     /// The version, e.g. `v1beta1`.
     pub name: String,
+    /// `spec.scope: Namespaced`.
+    pub namespaced: bool,
     pub(crate) schema: Schema,
     unsupported: Vec<Unsupported>,
 }
@@ -196,6 +201,7 @@ impl Crds {
                 "spec.group and spec.names.kind are required".into(),
             ));
         }
+        let namespaced = s("/spec/scope") != "Cluster";
         let mut versions = Vec::new();
         let listed = doc.pointer("/spec/versions").and_then(Value::as_array);
         for (i, v) in listed.into_iter().flatten().enumerate() {
@@ -218,6 +224,7 @@ impl Crds {
             versions.push(CrdVersion {
                 crd: name.clone(),
                 name: vname,
+                namespaced,
                 schema,
                 unsupported,
             });
@@ -227,6 +234,7 @@ impl Crds {
             group,
             kind,
             source: source.to_string(),
+            namespaced,
             versions,
         })
     }
@@ -275,13 +283,50 @@ impl CrdVersion {
     }
 
     /// Fields of `obj` that the schema does not know, as strict field
-    /// validation (kubectl's default) reports them for what a client sends.
+    /// validation (kubectl's default) reports them for what a client sends:
+    /// anywhere, in `metadata` too, and inside values of the wrong type.
+    /// Sorted, as the API server's message lists them.
     pub fn unknown_fields(&self, obj: &Value) -> Vec<FieldError> {
+        let mut paths = Vec::new();
+        Schema::unknown_fields(Some(&self.schema), obj, "", true, &mut paths);
+        paths.sort();
+        paths
+            .into_iter()
+            .map(|p| FieldError {
+                path: p,
+                kind: FieldErrorKind::Unknown,
+            })
+            .collect()
+    }
+
+    /// What the API server answers to a create or update of `sent` (what
+    /// the client sent) that became `current` (defaulted and mutated), in
+    /// its order: strict decoding fails first and alone; then metadata,
+    /// the schema and list sets and maps; the CEL rules only when none of
+    /// those is a blocking error.
+    pub fn admit(
+        &self,
+        sent: &Value,
+        current: &Value,
+        old: Option<&Value>,
+    ) -> Result<Vec<FieldError>, CrdError> {
+        self.ensure_supported()?;
+        let unknown = self.unknown_fields(sent);
+        if !unknown.is_empty() {
+            return Ok(unknown);
+        }
+        self.validate(current, old)
+    }
+
+    /// The failures of the `x-kubernetes-validations` rules alone, as if no
+    /// other error blocked them: what API servers before the blocking-error
+    /// short-circuit (such as the 1.24 of the e2e suite) also report.
+    pub fn rule_errors(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+        let mut pruned = obj.clone();
+        self.prune(&mut pruned);
         let mut errors = Vec::new();
-        let mut copy = obj.clone();
         self.schema
-            .check(&mut copy, &SchemaPath::root(), true, true, &mut errors);
-        errors.retain(|e| matches!(e.kind, FieldErrorKind::Unknown));
+            .validate_rules(&pruned, old, &SchemaPath::root(), true, &mut errors);
         errors
     }
 
@@ -292,22 +337,20 @@ impl CrdVersion {
     }
 
     /// Everything the API server would reject in `obj` (already defaulted
-    /// and mutated): schema errors first; a type error stops the CEL rules,
-    /// as it does in Kubernetes. Unknown fields are pruned silently here;
-    /// see [`CrdVersion::unknown_fields`].
+    /// and mutated): metadata and schema errors first; a blocking one (type,
+    /// required, enum, too long, too many) stops the CEL rules, as it does
+    /// in Kubernetes. Unknown fields are pruned silently here; see
+    /// [`CrdVersion::unknown_fields`] and [`CrdVersion::admit`].
     pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Result<Vec<FieldError>, CrdError> {
         self.ensure_supported()?;
-        let mut errors = Vec::new();
+        let mut errors = meta::validate(obj.get("metadata"), self.namespaced);
         let mut pruned = obj.clone();
         self.schema
             .check(&mut pruned, &SchemaPath::root(), true, false, &mut errors);
-        if errors
-            .iter()
-            .any(|e| matches!(e.kind, FieldErrorKind::Type { .. }))
-        {
+        if errors.iter().any(FieldError::is_blocking) {
             errors.push(FieldError::invalid(
                 &SchemaPath::root(),
-                "",
+                "null",
                 "some validation rules were not checked because the object was invalid; \
                  correct the existing errors to complete validation"
                     .into(),

@@ -39,7 +39,32 @@ pub(crate) struct Schema {
     pub int_or_string: bool,
     pub embedded: bool,
     pub list_map_keys: Vec<String>,
+    /// `x-kubernetes-list-type`: `set` and `map` lists have no duplicates.
+    pub list_type: Option<String>,
+    pub limits: Limits,
     pub rules: Vec<ValidationRule>,
+    /// Some property at or below this node has a name CEL sees escaped.
+    pub escapes: bool,
+}
+
+/// The value limits of a schema node (OpenAPI v3 validation keywords).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Limits {
+    pub max_length: Option<u64>,
+    pub min_length: Option<u64>,
+    /// The source, and the compiled regex (an error when Rust's regex
+    /// syntax cannot read it: the CRD is then unsupported).
+    pub pattern: Option<(String, Result<regex::Regex, String>)>,
+    pub maximum: Option<f64>,
+    pub minimum: Option<f64>,
+    pub exclusive_maximum: bool,
+    pub exclusive_minimum: bool,
+    pub multiple_of: Option<f64>,
+    pub max_items: Option<u64>,
+    pub min_items: Option<u64>,
+    pub max_properties: Option<u64>,
+    pub min_properties: Option<u64>,
+    pub format: Option<String>,
 }
 
 /// A rule the CEL engine cannot run, found when the CRD loads.
@@ -71,6 +96,27 @@ impl Schema {
             enumeration: o.get("enum").and_then(Value::as_array).cloned(),
             ..Schema::default()
         };
+        let u = |k: &str| o.get(k).and_then(Value::as_u64);
+        let f = |k: &str| o.get(k).and_then(Value::as_f64);
+        s.limits = Limits {
+            max_length: u("maxLength"),
+            min_length: u("minLength"),
+            pattern: str_of("pattern").map(|p| {
+                let re = regex::Regex::new(&go_classes(&p)).map_err(|e| e.to_string());
+                (p, re)
+            }),
+            maximum: f("maximum"),
+            minimum: f("minimum"),
+            exclusive_maximum: flag("exclusiveMaximum"),
+            exclusive_minimum: flag("exclusiveMinimum"),
+            multiple_of: f("multipleOf"),
+            max_items: u("maxItems"),
+            min_items: u("minItems"),
+            max_properties: u("maxProperties"),
+            min_properties: u("minProperties"),
+            format: str_of("format"),
+        };
+        s.list_type = str_of("x-kubernetes-list-type");
         if let Some(req) = o.get("required").and_then(Value::as_array) {
             s.required = req
                 .iter()
@@ -109,6 +155,12 @@ impl Schema {
         if let Some(items) = o.get("items") {
             s.items = Some(Box::new(Schema::parse(items, &format!("{at}.items"))?));
         }
+        s.escapes = s
+            .properties
+            .iter()
+            .any(|(k, p)| p.escapes || crate::cel::escape_property(k).as_deref() != Some(k))
+            || s.additional.as_ref().is_some_and(|a| a.escapes)
+            || s.items.as_ref().is_some_and(|i| i.escapes);
         if let Some(rules) = o.get("x-kubernetes-validations").and_then(Value::as_array) {
             for (i, r) in rules.iter().enumerate() {
                 let rule = r
@@ -154,6 +206,32 @@ impl Schema {
                     path: path.to_string(),
                     rule: r.rule.clone(),
                     reason: e.clone(),
+                });
+            }
+        }
+        if self.embedded {
+            // The API server checks an embedded object's apiVersion, kind and
+            // metadata; a half check would pass what it refuses.
+            out.push(Unsupported {
+                path: path.to_string(),
+                rule: "x-kubernetes-embedded-resource: true".into(),
+                reason: "mrguard does not check embedded objects' apiVersion, kind and metadata"
+                    .into(),
+            });
+        }
+        if let Some((src, Err(e))) = &self.limits.pattern {
+            out.push(Unsupported {
+                path: path.to_string(),
+                rule: format!("pattern: {src}"),
+                reason: format!("mrguard's regex engine cannot compile it: {e}"),
+            });
+        }
+        if let Some(fmt) = &self.limits.format {
+            if formats::known(fmt) == Some(false) {
+                out.push(Unsupported {
+                    path: path.to_string(),
+                    rule: format!("format: {fmt}"),
+                    reason: "the API server checks this format and mrguard does not".into(),
                 });
             }
         }
@@ -239,6 +317,7 @@ impl Schema {
             errors.push(FieldError::type_error(path, json_type(v), self.type_name()));
             return;
         }
+        self.check_limits(v, path, errors);
         if let Some(allowed) = &self.enumeration {
             if !allowed.iter().any(|a| a == v) {
                 errors.push(FieldError::not_supported(path, v, allowed));
@@ -250,6 +329,118 @@ impl Schema {
                 if let Some(s) = &self.items {
                     for (i, x) in items.iter_mut().enumerate() {
                         s.check(x, &path.index(i), false, strict, errors);
+                    }
+                }
+                self.check_list_type(items, path, errors);
+            }
+            _ => {}
+        }
+    }
+
+    /// Lengths, bounds, sizes, `pattern` and `format`, worded as
+    /// kube-openapi's validator and the API server's conversion of it.
+    fn check_limits(&self, v: &Value, path: &SchemaPath, errors: &mut Vec<FieldError>) {
+        let l = &self.limits;
+        let body = path.in_body();
+        let inv = |detail: String| FieldError::invalid_value(path, v, detail);
+        match v {
+            Value::String(s) => {
+                // Lengths count characters, as Go's utf8.RuneCountInString.
+                let n = s.chars().count() as u64;
+                if let Some(max) = l.max_length.filter(|m| n > *m) {
+                    errors.push(FieldError::too_long(path, max));
+                    return;
+                }
+                if let Some(min) = l.min_length.filter(|m| n < *m) {
+                    errors.push(inv(format!("{body} should be at least {min} chars long")));
+                }
+                if let Some((src, Ok(re))) = &l.pattern {
+                    if !re.is_match(s) {
+                        errors.push(inv(format!("{body} should match '{src}'")));
+                    }
+                }
+                if let Some(fmt) = &l.format {
+                    if formats::known(fmt) == Some(true) && !formats::valid(fmt, s) {
+                        errors.push(inv(format!("{body} must be of type {fmt}: {s:?}")));
+                    }
+                }
+            }
+            Value::Number(n) => {
+                let x = n.as_f64().unwrap_or(0.0);
+                if let Some(max) = l.maximum {
+                    if x > max || (l.exclusive_maximum && x == max) {
+                        let how = if l.exclusive_maximum {
+                            ""
+                        } else {
+                            " or equal to"
+                        };
+                        errors.push(inv(format!("{body} should be less than{how} {max}")));
+                    }
+                }
+                if let Some(min) = l.minimum {
+                    if x < min || (l.exclusive_minimum && x == min) {
+                        let how = if l.exclusive_minimum {
+                            ""
+                        } else {
+                            " or equal to"
+                        };
+                        errors.push(inv(format!("{body} should be greater than{how} {min}")));
+                    }
+                }
+                if let Some(m) = l.multiple_of.filter(|m| *m > 0.0) {
+                    if (x / m).fract() != 0.0 {
+                        errors.push(inv(format!("{body} should be a multiple of {m}")));
+                    }
+                }
+            }
+            Value::Array(items) => {
+                let n = items.len() as u64;
+                if let Some(max) = l.max_items.filter(|m| n > *m) {
+                    errors.push(FieldError::too_many(path, n, max, "items"));
+                    return;
+                }
+                if let Some(min) = l.min_items.filter(|m| n < *m) {
+                    errors.push(inv(format!("{body} should have at least {min} items")));
+                }
+            }
+            Value::Object(map) => {
+                let n = map.len() as u64;
+                if let Some(max) = l.max_properties.filter(|m| n > *m) {
+                    errors.push(FieldError::too_many(path, n, max, "properties"));
+                    return;
+                }
+                if let Some(min) = l.min_properties.filter(|m| n < *m) {
+                    errors.push(inv(format!("{body} should have at least {min} properties")));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `x-kubernetes-list-type: set` items and `map` keys are unique; each
+    /// repeat is a `Duplicate value`, as `ValidateListSetsAndMaps` says.
+    fn check_list_type(&self, items: &[Value], path: &SchemaPath, errors: &mut Vec<FieldError>) {
+        match self.list_type.as_deref() {
+            Some("set") => {
+                for (i, x) in items.iter().enumerate() {
+                    if items[..i].contains(x) {
+                        errors.push(FieldError::duplicate(&path.index(i), x));
+                    }
+                }
+            }
+            Some("map") if !self.list_map_keys.is_empty() => {
+                let key = |x: &Value| -> Value {
+                    let mut m = Map::new();
+                    for k in &self.list_map_keys {
+                        // A missing key was defaulted or is reported as required.
+                        m.insert(k.clone(), x.get(k).cloned().unwrap_or(Value::Null));
+                    }
+                    Value::Object(m)
+                };
+                let keys: Vec<Value> = items.iter().map(key).collect();
+                for (i, k) in keys.iter().enumerate() {
+                    if keys[..i].contains(k) {
+                        errors.push(FieldError::duplicate(&path.index(i), k));
                     }
                 }
             }
@@ -334,6 +525,15 @@ impl Schema {
             } else {
                 (v, old)
             };
+            // CEL reads escaped property names (`__namespace__`).
+            let (escaped, escaped_old);
+            let (v_ref, old_ref) = if self.escapes {
+                escaped = self.escaped(v_ref);
+                escaped_old = old_ref.map(|o| self.escaped(o));
+                (&escaped, escaped_old.as_ref())
+            } else {
+                (v_ref, old_ref)
+            };
             for r in &self.rules {
                 self.run_rule(r, v_ref, old_ref, path, errors);
             }
@@ -359,6 +559,117 @@ impl Schema {
                     for (i, x) in items.iter().enumerate() {
                         let o = old.and_then(|o| self.correlate(x, o));
                         s.validate_rules(x, o, &path.index(i), false, errors);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `v` with every schema property renamed as CEL reads it; properties
+    /// whose names cannot be escaped are left out, as Kubernetes hides them.
+    fn escaped(&self, v: &Value) -> Value {
+        match v {
+            Value::Object(map) if !self.escapes => Value::Object(map.clone()),
+            Value::Object(map) => {
+                let mut out = Map::new();
+                for (k, x) in map {
+                    if let Some(p) = self.properties.get(k) {
+                        if let Some(name) = crate::cel::escape_property(k) {
+                            out.insert(name, p.escaped(x));
+                        }
+                    } else if let Some(a) = &self.additional {
+                        // Map keys are data, not property names.
+                        out.insert(k.clone(), a.escaped(x));
+                    } else {
+                        out.insert(k.clone(), x.clone());
+                    }
+                }
+                Value::Object(out)
+            }
+            Value::Array(items) => match &self.items {
+                Some(s) if s.escapes => Value::Array(items.iter().map(|x| s.escaped(x)).collect()),
+                _ => v.clone(),
+            },
+            _ => v.clone(),
+        }
+    }
+
+    /// Fields the API server's pruning drops from what a client sent, as
+    /// strict field validation reports them: dotted paths, wherever they
+    /// are, also inside a value of the wrong type (the keys of an object
+    /// given where a list or a string belongs are all unknown).
+    pub(crate) fn unknown_fields(
+        schema: Option<&Schema>,
+        v: &Value,
+        path: &str,
+        root: bool,
+        out: &mut Vec<String>,
+    ) {
+        if let Some(s) = schema.filter(|s| s.preserve_unknown) {
+            s.unknown_under_preserved(v, path, root, out);
+            return;
+        }
+        let join = |k: &str| join_path(path, k);
+        match v {
+            Value::Object(map) => {
+                let Some(s) = schema else {
+                    out.extend(map.keys().map(|k| join(k)));
+                    return;
+                };
+                for (k, x) in map {
+                    if (root || s.embedded)
+                        && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")
+                    {
+                        if root && k == "metadata" {
+                            super::meta::unknown_fields(x, out);
+                        }
+                        continue;
+                    }
+                    match (s.properties.get(k), &s.additional) {
+                        (Some(p), _) => Self::unknown_fields(Some(p), x, &join(k), false, out),
+                        (None, Some(a)) => Self::unknown_fields(Some(a), x, &join(k), false, out),
+                        (None, None) if s.additional_any => {}
+                        (None, None) => out.push(join(k)),
+                    }
+                }
+            }
+            Value::Array(items) => {
+                let item = schema.and_then(|s| s.items.as_deref());
+                for (i, x) in items.iter().enumerate() {
+                    Self::unknown_fields(item, x, &format!("{path}[{i}]"), false, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Under `x-kubernetes-preserve-unknown-fields`, only the declared
+    /// properties are pruned (the API server's `skipPrune`).
+    fn unknown_under_preserved(&self, v: &Value, path: &str, root: bool, out: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                for (k, x) in map {
+                    if (root || self.embedded)
+                        && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")
+                    {
+                        if root && k == "metadata" {
+                            super::meta::unknown_fields(x, out);
+                        }
+                        continue;
+                    }
+                    let at = join_path(path, k);
+                    if let Some(p) = self.properties.get(k) {
+                        Self::unknown_fields(Some(p), x, &at, false, out);
+                    } else if let Some(a) = &self.additional {
+                        Self::unknown_fields(Some(a), x, &at, false, out);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                if let Some(s) = &self.items {
+                    for (i, x) in items.iter().enumerate() {
+                        s.unknown_under_preserved(x, &format!("{path}[{i}]"), false, out);
                     }
                 }
             }
@@ -441,6 +752,66 @@ impl Schema {
     }
 }
 
+/// A Go (RE2) pattern for Rust's regex: Perl classes and word boundaries
+/// are ASCII in Go and Unicode in Rust, so they are spelt out as ASCII.
+fn go_classes(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars().peekable();
+    // Inside `[...]`, `\b` is a backspace in Go: left for Rust to refuse.
+    let mut in_class = false;
+    while let Some(c) = chars.next() {
+        if c == '[' && !in_class {
+            in_class = true;
+            out.push(c);
+            // A `]` first (after an optional `^`) is a literal.
+            if chars.peek() == Some(&'^') {
+                out.push('^');
+                chars.next();
+            }
+            if chars.peek() == Some(&']') {
+                out.push(']');
+                chars.next();
+            }
+            continue;
+        }
+        if c == ']' && in_class {
+            in_class = false;
+        }
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some(b @ ('b' | 'B')) if in_class => {
+                out.push('\\');
+                out.push(b);
+            }
+            Some('d') => out.push_str("[0-9]"),
+            Some('D') => out.push_str("[^0-9]"),
+            Some('w') => out.push_str("[0-9A-Za-z_]"),
+            Some('W') => out.push_str("[^0-9A-Za-z_]"),
+            Some('s') => out.push_str("[\\t\\n\\f\\r ]"),
+            Some('S') => out.push_str("[^\\t\\n\\f\\r ]"),
+            Some('b') => out.push_str("(?-u:\\b)"),
+            Some('B') => out.push_str("(?-u:\\B)"),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+fn join_path(path: &str, k: &str) -> String {
+    if path.is_empty() {
+        k.to_string()
+    } else {
+        format!("{path}.{k}")
+    }
+}
+
 fn is_integer(v: &Value) -> bool {
     match v {
         Value::Number(n) => {
@@ -469,4 +840,62 @@ fn root_view(v: &Value) -> Value {
         meta.retain(|k, _| k == "name" || k == "generateName");
     }
     out
+}
+
+/// String formats: which the API server checks in CRDs, and how.
+mod formats {
+    use std::sync::LazyLock;
+
+    use regex::Regex;
+
+    static DATE_TIME: LazyLock<Regex> = LazyLock::new(|| {
+        // The layouts go-openapi's strfmt accepts: seconds, fractions and
+        // the zone may be left out, the zone's colon too.
+        Regex::new(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:?\d{2})?$")
+            .expect("a constant regex")
+    });
+    static DATE: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"^\d{4}-\d{2}-\d{2}$").expect("a constant regex"));
+    static UUID: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^(?i)[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$")
+            .expect("a constant regex")
+    });
+    static BASE64: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")
+            .expect("a constant regex")
+    });
+
+    /// `None`: the API server ignores the format (`int64`, `double`, any
+    /// unknown name). `Some(true)`: checked here too. `Some(false)`: the
+    /// API server checks it and mrguard cannot, so the CRD is refused.
+    pub(super) fn known(fmt: &str) -> Option<bool> {
+        match fmt {
+            "date-time" | "datetime" | "date" | "byte" | "uuid" | "ipv4" | "ipv6" | "cidr"
+            | "password" => Some(true),
+            "bsonobjectid" | "uri" | "email" | "hostname" | "mac" | "uuid3" | "uuid4" | "uuid5"
+            | "isbn" | "isbn10" | "isbn13" | "creditcard" | "ssn" | "hexcolor" | "rgbcolor"
+            | "duration" => Some(false),
+            _ => None,
+        }
+    }
+
+    pub(super) fn valid(fmt: &str, s: &str) -> bool {
+        match fmt {
+            "date-time" | "datetime" => DATE_TIME.is_match(s),
+            "date" => DATE.is_match(s),
+            "byte" => BASE64.is_match(s),
+            "uuid" => UUID.is_match(s),
+            "ipv4" => s.parse::<std::net::Ipv4Addr>().is_ok(),
+            "ipv6" => s.parse::<std::net::Ipv6Addr>().is_ok(),
+            "cidr" => s.split_once('/').is_some_and(|(ip, bits)| {
+                let ip: Result<std::net::IpAddr, _> = ip.parse();
+                match (ip, bits.parse::<u8>()) {
+                    (Ok(std::net::IpAddr::V4(_)), Ok(b)) => b <= 32,
+                    (Ok(std::net::IpAddr::V6(_)), Ok(b)) => b <= 128,
+                    _ => false,
+                }
+            }),
+            _ => true,
+        }
+    }
 }

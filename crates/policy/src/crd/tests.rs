@@ -51,8 +51,7 @@ fn judge(obj: &Value, old: Option<&Value>) -> Vec<String> {
         v.apply_defaults(&mut o);
         o
     });
-    let mut e = v.unknown_fields(&obj);
-    e.extend(v.validate(&obj, old.as_ref()).unwrap());
+    let e = v.admit(&obj, &obj, old.as_ref()).unwrap();
     e.iter().map(ToString::to_string).collect()
 }
 
@@ -87,10 +86,18 @@ fn full_examples_pass() {
     for name in [
         "aws_ec2_cluster_v1beta1_vpc.yaml",
         "aws_ec2_namespaced_v1beta1_vpc.yaml",
-        "aws_s3_cluster_v1beta1_bucket.yaml",
     ] {
         assert_eq!(judge(&example(name), None), Vec::<String>::new(), "{name}");
     }
+    // Upstream names some examples with a placeholder the API server refuses.
+    let bucket = example("aws_s3_cluster_v1beta1_bucket.yaml");
+    assert_eq!(bucket["metadata"]["name"], "${Rand.RFC1123Subdomain}");
+    let e = judge(&bucket, None);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with("metadata.name: Invalid value: \"${Rand.RFC1123Subdomain}\": a lowercase RFC 1123 subdomain"),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -211,15 +218,26 @@ fn type_enum_required_and_unknown_errors_carry_paths() {
         .remove("alternateContactType");
     obj["spec"]["forProvider"]["colour"] = json!("blue");
     obj["spec"]["managementPolicies"] = json!(["Observe", "Destroy"]);
+    // Strict decoding fails first, and alone: validation never runs.
+    assert_eq!(
+        judge(&obj, None),
+        vec!["unknown field \"spec.forProvider.colour\""]
+    );
+    obj["spec"]["forProvider"]
+        .as_object_mut()
+        .unwrap()
+        .remove("colour");
     let e = judge(&obj, None);
     assert_eq!(
         e,
         vec![
-            "unknown field \"spec.forProvider.colour\"",
             "spec.deletionPolicy: Unsupported value: \"delete\": supported values: \"Orphan\", \"Delete\"",
             "spec.forProvider.alternateContactType: Required value",
             "spec.managementPolicies[1]: Unsupported value: \"Destroy\": supported values: \"Observe\", \
              \"Create\", \"Update\", \"Delete\", \"LateInitialize\", \"*\"",
+            // Enum and required errors are blocking: the CEL rules do not run.
+            "<nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; \
+             correct the existing errors to complete validation",
         ],
     );
     let mut obj = example(CONTACTS[0]);
@@ -241,8 +259,13 @@ fn type_enum_required_and_unknown_errors_carry_paths() {
 fn metadata_and_preserved_fields_are_not_unknown() {
     let mut obj = example(CONTACTS[0]);
     obj["metadata"]["finalizers"] = json!(["x"]);
-    obj["metadata"]["anything"] = json!({"goes": 1});
     assert_eq!(judge(&obj, None), Vec::<String>::new());
+    // ObjectMeta has no such field: strict decoding names it.
+    obj["metadata"]["anything"] = json!({"goes": 1});
+    assert_eq!(
+        judge(&obj, None),
+        vec!["unknown field \"metadata.anything\""]
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -541,4 +564,297 @@ fn message_expressions_read_fields_their_rule_does_not() {
             "spec: Invalid value: \"object\": no bad label",
         ]
     );
+}
+
+// ---------------------------------------------------------------------------
+// Regressions of issue 26: what the API server rejected and `check` passed,
+// or the other way round.
+
+#[test]
+fn reserved_and_special_property_names_are_escaped_for_cel() {
+    // The EKS PodIdentityAssociation CRD's rule, on a field named `namespace`.
+    let v = synthetic(json!({"type": "object", "properties": {"spec": {
+        "type": "object",
+        "x-kubernetes-validations": [
+            {"rule": "has(self.forProvider.__namespace__)", "message": "namespace is required"},
+            {"rule": "!has(self.forProvider.a__dash__b) || self.forProvider.a__dash__b != 'x'"},
+            {"rule": "!has(self.forProvider.x__underscores__y) || self.forProvider.x__underscores__y == 1"},
+            {"rule": "!has(self.labels) || !('k-1' in self.labels) || self.labels['k-1'] == 'v'"},
+        ],
+        "properties": {
+            "forProvider": {"type": "object", "properties": {
+                "namespace": {"type": "string"},
+                "a-b": {"type": "string"},
+                "x__y": {"type": "integer"},
+            }},
+            // Map keys are data: never escaped.
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        }
+    }}}));
+    let ok = widget(
+        json!({"forProvider": {"namespace": "default", "a-b": "y", "x__y": 1}, "labels": {"k-1": "v"}}),
+    );
+    assert_eq!(errors_of(&v, &ok, None), Vec::<String>::new());
+    let bad = widget(json!({"forProvider": {"a-b": "x", "x__y": 2}, "labels": {"k-1": "w"}}));
+    let e = errors_of(&v, &bad, None);
+    assert_eq!(e.len(), 4, "{e:?}");
+    assert!(e[0].ends_with("namespace is required"), "{e:?}");
+}
+
+#[test]
+fn unknown_fields_inside_a_value_of_the_wrong_type_are_reported() {
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "target": {"type": "object", "properties": {"arn": {"type": "string"}}},
+            "names": {"type": "array", "items": {"type": "string"}},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {"typed": {"type": "object", "properties": {"a": {"type": "string"}}}}},
+        }}}}),
+    );
+    // A one-item list given for an object: each key of the item is unknown.
+    let obj = widget(json!({
+        "target": [{"arn": "a", "role": "r"}],
+        "names": [{"n": 1}],
+        "free": {"anything": {"goes": 1}, "typed": {"a": "x", "b": "y"}},
+    }));
+    let e: Vec<String> = v
+        .unknown_fields(&obj)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        e,
+        vec![
+            "unknown field \"spec.free.typed.b\"",
+            "unknown field \"spec.names[0].n\"",
+            "unknown field \"spec.target[0].arn\"",
+            "unknown field \"spec.target[0].role\"",
+        ]
+    );
+    let all = v.admit(&obj, &obj, None).unwrap();
+    assert_eq!(
+        crate::crd::render("Widget", "w", &all),
+        "strict decoding error: unknown field \"spec.free.typed.b\", unknown field \"spec.names[0].n\", \
+         unknown field \"spec.target[0].arn\", unknown field \"spec.target[0].role\""
+    );
+}
+
+#[test]
+fn metadata_is_validated_as_the_api_server_does() {
+    let v = synthetic(json!({"type": "object", "properties": {"spec": {"type": "object"}}}));
+    let mut obj = widget(json!({}));
+    obj["metadata"] = json!({"name": "Bad_Name", "labels": {"team": "x".repeat(64)},
+        "annotations": {"a//b": "c"}, "finalizers": ["no spaces allowed"]});
+    let e = errors_of(&v, &obj, None);
+    let paths: Vec<&str> = e.iter().map(|m| m.split(':').next().unwrap()).collect();
+    assert_eq!(
+        paths,
+        vec![
+            "metadata.name",
+            "metadata.labels",
+            "metadata.annotations",
+            "metadata.finalizers"
+        ],
+        "{e:?}"
+    );
+}
+
+#[test]
+fn limits_lists_and_formats() {
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object",
+        "x-kubernetes-validations": [{"rule": "false", "message": "cel ran"}],
+        "properties": {
+            "code": {"type": "string", "minLength": 2, "pattern": "^[a-z]+$"},
+            "n": {"type": "integer", "minimum": 1, "maximum": 10},
+            "at": {"type": "string", "format": "date-time"},
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "properties": {"name": {"type": "string"}, "p": {"type": "integer"}}}},
+            "short": {"type": "string", "maxLength": 3},
+            "few": {"type": "array", "maxItems": 1, "items": {"type": "string"}},
+        }}}}),
+    );
+    let obj = widget(
+        json!({"code": "A", "n": 11, "at": "yesterday", "tags": ["a", "b", "a"],
+        "ports": [{"name": "x", "p": 1}, {"name": "x", "p": 2}]}),
+    );
+    let e = errors_of(&v, &obj, None);
+    assert_eq!(
+        e,
+        vec![
+            "spec.at: Invalid value: \"yesterday\": spec.at in body must be of type date-time: \"yesterday\"",
+            "spec.code: Invalid value: \"A\": spec.code in body should be at least 2 chars long",
+            "spec.code: Invalid value: \"A\": spec.code in body should match '^[a-z]+$'",
+            "spec.n: Invalid value: 11: spec.n in body should be less than or equal to 10",
+            "spec.ports[1]: Duplicate value: map[string]interface {}{\"name\":\"x\"}",
+            "spec.tags[2]: Duplicate value: \"a\"",
+            // Not blocking: the CEL rules still run.
+            "spec: Invalid value: \"object\": cel ran",
+        ]
+    );
+    // Too long and too many are blocking.
+    let obj = widget(json!({"short": "abcd", "few": ["a", "b"]}));
+    let e = errors_of(&v, &obj, None);
+    assert_eq!(
+        e,
+        vec![
+            "spec.few: Too many: 2: must have at most 1 items",
+            "spec.short: Too long: may not be more than 3 bytes",
+            "<nil>: Invalid value: \"null\": some validation rules were not checked because the object was invalid; \
+             correct the existing errors to complete validation",
+        ]
+    );
+}
+
+#[test]
+fn formats_the_api_server_checks_and_mrguard_does_not_refuse_the_crd() {
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "mail": {"type": "string", "format": "email"},
+            "big": {"type": "integer", "format": "int64"},
+        }}}}),
+    );
+    let e = v.ensure_supported().unwrap_err().to_string();
+    assert!(
+        e.contains("format: email") && e.contains("spec.mail"),
+        "{e}"
+    );
+    // Embedded objects and patterns Rust's regex cannot read: refused too.
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "template": {"type": "object", "x-kubernetes-embedded-resource": true, "x-kubernetes-preserve-unknown-fields": true},
+            "word": {"type": "string", "pattern": "^(?=a)"},
+        }}}}),
+    );
+    let e = v.ensure_supported().unwrap_err().to_string();
+    assert!(e.contains("spec.template") && e.contains("embedded"), "{e}");
+    assert!(e.contains("spec.word") && e.contains("pattern"), "{e}");
+}
+
+#[test]
+fn date_times_in_the_layouts_the_api_server_accepts() {
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "at": {"type": "string", "format": "date-time"},
+        }}}}),
+    );
+    for ok in [
+        "2024-01-02T03:04:05Z",
+        "2024-01-02T03:04:05.123+02:00",
+        "2024-01-02T03:04:05",
+        "2024-01-02T03:04Z",
+        "2024-01-02 03:04:05+0200",
+    ] {
+        assert_eq!(
+            errors_of(&v, &widget(json!({"at": ok})), None),
+            Vec::<String>::new(),
+            "{ok}"
+        );
+    }
+    for bad in ["2024-01-02", "yesterday", "2024-01-02T3:04:05Z"] {
+        assert_eq!(
+            errors_of(&v, &widget(json!({"at": bad})), None).len(),
+            1,
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn patterns_use_go_s_ascii_classes() {
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "n": {"type": "string", "pattern": "^\\d+$"},
+            "w": {"type": "string", "pattern": "^[\\w-]+\\b.*$"},
+            "lit": {"type": "string", "pattern": "^[]a]\\\\d$"},
+        }}}}),
+    );
+    let ok = widget(json!({"n": "123", "w": "a-b x", "lit": "]\\d"}));
+    assert_eq!(errors_of(&v, &ok, None), Vec::<String>::new());
+    // Arabic-Indic digits are digits to Rust's \d, not to Go's.
+    let bad = widget(json!({"n": "١٢", "w": "é x", "lit": "a1"}));
+    let e = errors_of(&v, &bad, None);
+    assert_eq!(e.len(), 3, "{e:?}");
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-zA-Z0-9 ./_${}-]{0,70}".prop_map(Value::from),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        let keys = prop::sample::select(vec![
+            "name",
+            "generateName",
+            "namespace",
+            "labels",
+            "annotations",
+            "finalizers",
+            "ownerReferences",
+            "uid",
+            "kind",
+            "apiVersion",
+            "controller",
+            "a/b",
+            "x.y",
+            "forProvider",
+            "namespace",
+            "code",
+            "tags",
+            "ports",
+            "p",
+            "free",
+            "lables",
+        ]);
+        leaf().prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(keys.clone(), inner, 0..5).prop_map(|m| {
+                    Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                }),
+            ]
+        })
+    }
+
+    fn schema() -> CrdVersion {
+        synthetic(
+            json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "!has(self.forProvider) || !has(self.forProvider.__namespace__) || self.forProvider.__namespace__ != 'x'"},
+            ],
+            "properties": {
+                "forProvider": {"type": "object", "properties": {"namespace": {"type": "string"}, "x.y": {"type": "integer", "minimum": 0}}},
+                "code": {"type": "string", "maxLength": 5, "pattern": "^\\w*$", "format": "date-time"},
+                "tags": {"type": "array", "x-kubernetes-list-type": "set", "maxItems": 3, "items": {"type": "string"}},
+                "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["p"],
+                    "items": {"type": "object", "properties": {"p": {"type": "integer"}}}},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            }}}}),
+        )
+    }
+
+    proptest! {
+        /// No metadata and no spec makes the API server's checks panic; an
+        /// unknown field, wherever it is, fails the object alone.
+        #[test]
+        fn admit_never_panics_and_strict_decoding_stands_alone(meta in value(), spec in value()) {
+            let v = schema();
+            let obj = json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": meta, "spec": spec});
+            let mut current = obj.clone();
+            v.apply_defaults(&mut current);
+            let errors = v.admit(&current, &current, None).unwrap();
+            let unknown = errors.iter().filter(|e| e.kind == FieldErrorKind::Unknown).count();
+            prop_assert!(unknown == 0 || unknown == errors.len(), "{errors:?}");
+            let _ = crate::crd::render("Widget", "w", &errors);
+        }
+    }
 }
