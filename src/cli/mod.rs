@@ -5,6 +5,7 @@ mod audit;
 mod certs;
 mod check;
 mod cluster;
+mod compositions;
 mod controller_args;
 mod explain;
 mod lines;

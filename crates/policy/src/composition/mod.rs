@@ -155,7 +155,7 @@ impl PatchFinding {
             .and_then(paths::init_provider_equivalent)
         {
             fixes.push(format!(
-                "patch into {init} instead if the provider reads it only at creation"
+                "patch into {init} instead if the kind has it (read only at creation)"
             ));
         }
         fixes.push(format!("keep {} out of patches", self.target));
@@ -224,8 +224,8 @@ pub fn analyse(composition: &Value, config: &Config, xrs: Option<&XrSchemas>) ->
         let group = api.split('/').next().unwrap_or("");
         if group != PT_GROUP || kind != "Resources" {
             a.notes.push(format!(
-                "step {step:?} (function {function:?}) skipped: mrguard reads only function-patch-and-transform's Resources input, not {}",
-                if kind.is_empty() { "no input".to_string() } else { format!("{kind} {api}") }
+                "step {step:?} (function {function:?}) skipped: mrguard reads only function-patch-and-transform's Resources input, and {}",
+                if kind.is_empty() { "this step has none".to_string() } else { format!("this one is {kind} {api}") }
             ));
             continue;
         }

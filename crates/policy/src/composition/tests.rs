@@ -110,7 +110,7 @@ fn pipeline_patches_into_immutable_fields_are_found_and_tags_are_not() {
         vpc.fix(),
         "make spec.parameters.region immutable in the XRD (x-kubernetes-validations: \
          [{rule: \"self == oldSelf\"}]), patch into spec.initProvider.region instead if the \
-         provider reads it only at creation, or keep spec.forProvider.region out of patches"
+         kind has it (read only at creation), or keep spec.forProvider.region out of patches"
     );
     // The other function is skipped with a note; nothing else is.
     assert_eq!(a.notes.len(), 1, "{:?}", a.notes);
@@ -238,7 +238,7 @@ fn unknown_inputs_and_types_are_notes_never_errors() {
     assert!(a.notes[1].contains("patch set \"missing\" is not defined"));
     assert!(a.notes[2].contains("\"Teleport\""));
     assert!(a.notes[3].contains("\"spec..x\""));
-    assert!(a.notes[4].contains("no input"));
+    assert!(a.notes[4].contains("this step has none"));
     // An environment patch writing the whole forProvider, and a patch with
     // no toFieldPath (it writes where it reads).
     assert_eq!(a.findings.len(), 2, "{:#?}", a.findings);
