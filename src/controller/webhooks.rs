@@ -620,7 +620,10 @@ mod tests {
         let mut second = v["webhooks"][0].clone();
         second["name"] = json!("compositions.validate.mrguard.io");
         second["rules"] = fixed.clone();
-        second["clientConfig"].as_object_mut().unwrap().remove("caBundle");
+        second["clientConfig"]
+            .as_object_mut()
+            .unwrap()
+            .remove("caBundle");
         v["webhooks"].as_array_mut().unwrap().push(second);
         let observed = ObservedConfig::from(&serde_json::from_value::<ConfigSummary>(v).unwrap());
         let p = desired_patch(ConfigKind::Validating, &observed, b"CA", &rules).unwrap();
@@ -635,7 +638,10 @@ mod tests {
         second["rules"] = fixed;
         v["webhooks"].as_array_mut().unwrap().push(second);
         let observed = ObservedConfig::from(&serde_json::from_value::<ConfigSummary>(v).unwrap());
-        assert_eq!(desired_patch(ConfigKind::Validating, &observed, b"CA", &rules), None);
+        assert_eq!(
+            desired_patch(ConfigKind::Validating, &observed, b"CA", &rules),
+            None
+        );
     }
 
     #[tokio::test]
