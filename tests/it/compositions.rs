@@ -175,7 +175,7 @@ fn a_configured_deny_fails_the_check() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(
         err.lines()
-            .filter(|l| l.contains(&format!(": denied: ")) && l.contains(RULE))
+            .filter(|l| l.contains(": denied: ") && l.contains(RULE))
             .count(),
         4,
         "{err}"
