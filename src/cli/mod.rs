@@ -8,6 +8,7 @@ mod cluster;
 mod compositions;
 mod controller_args;
 mod explain;
+mod explain_composition;
 mod lines;
 mod live;
 mod manifests;

@@ -161,6 +161,7 @@ async fn a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr() {
     .unwrap();
     let vpcs = kube::Api::<kube::api::DynamicObject>::all_with(core, &support::vpc_resource());
     let mut vpc = support::vpc("net-x7k2p-4mz8q", json!({}));
+    vpc["metadata"]["annotations"] = json!({"crossplane.io/composition-resource-name": "vpc"});
     vpc["metadata"]["labels"] = json!({
         "crossplane.io/composite": "net-x7k2p",
         "crossplane.io/claim-name": "net",
@@ -204,4 +205,88 @@ async fn a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr() {
         "{}",
         s.message
     );
+
+    // `mrguard explain` finds the Composition through the XR: the VPC's
+    // template's patches, and all of them for the XR.
+    xr_crd(&r.client).await;
+    let xrs = r.cluster_api(&support::resource(
+        "aws.example.org",
+        "v1alpha1",
+        "XNetwork",
+        "xnetworks",
+    ));
+    xrs.create(
+        &PostParams::default(),
+        &r.object(
+            json!({"apiVersion": "aws.example.org/v1alpha1", "kind": "XNetwork",
+            "metadata": {"name": "net-x7k2p"},
+            "spec": {"compositionRef": {"name": name}, "parameters": {"region": "us-east-1"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("mrguard.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let (config, kubeconfig) = (
+        config.display().to_string(),
+        cluster.admin_kubeconfig().display().to_string(),
+    );
+    let explain = |target: &str| {
+        let out = crate::preflight::mrguard(&[
+            "explain",
+            target,
+            "--kubeconfig",
+            &kubeconfig,
+            "--config",
+            &config,
+            "-o",
+            "json",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            crate::preflight::text(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let e = explain("vpcs.ec2.aws.upbound.io/net-x7k2p-4mz8q");
+    assert_eq!(e["composition"]["name"], name, "{e:#}");
+    assert_eq!(e["composition"]["resource"], "vpc");
+    let patches = e["composition"]["patches"].as_array().unwrap();
+    assert_eq!(patches.len(), 1, "{e:#}");
+    assert_eq!(patches[0]["target"], "spec.forProvider.region");
+    assert_eq!(patches[0]["sources"], json!(["spec.parameters.region"]));
+    let e = explain("xnetworks.aws.example.org/net-x7k2p");
+    assert_eq!(
+        e["composition"]["patches"].as_array().unwrap().len(),
+        5,
+        "{e:#}"
+    );
+}
+
+/// A cluster-scoped XR kind for XNetwork, as Crossplane generates from
+/// examples/compositions/xrd-network.yaml (its schema kept open here).
+async fn xr_crd(client: &kube::Client) {
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    if crds
+        .get_opt("xnetworks.aws.example.org")
+        .await
+        .unwrap()
+        .is_some()
+    {
+        return;
+    }
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "xnetworks.aws.example.org"},
+        "spec": {"group": "aws.example.org", "scope": "Cluster",
+            "names": {"kind": "XNetwork", "plural": "xnetworks", "singular": "xnetwork", "listKind": "XNetworkList",
+                      "categories": ["composite"]},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    }))
+    .unwrap();
+    support::cluster::create_crd(client, &crd).await.unwrap();
 }

@@ -234,3 +234,69 @@ async fn the_server_names_the_xr_of_a_denied_composed_mr() {
     );
     assert!(msg.contains("This MR is composed by XNetwork \"net-x7k2p\" (claim \"net\" in namespace \"team-a\"): undo the change on the claim"), "{msg}");
 }
+
+#[test]
+fn explain_lists_the_patches_of_a_composed_mr_or_an_xr() {
+    let dir = tempfile::tempdir().unwrap();
+    let comp = example("network-pipeline.yaml");
+    let subnet = crate::support::write(
+        dir.path(),
+        "subnet.yaml",
+        "apiVersion: ec2.aws.upbound.io/v1beta1\nkind: Subnet\nmetadata:\n  name: net-x7k2p-a\n  annotations:\n    crossplane.io/composition-resource-name: subnet-a\nspec:\n  forProvider: {region: eu-west-1, availabilityZone: eu-west-1a}\n",
+    );
+    let out = mrguard(&[
+        "explain",
+        "-f",
+        &subnet,
+        "--composition",
+        &comp,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["kind"], "Subnet", "the MR is still explained");
+    assert_eq!(e["composition"]["resource"], "subnet-a");
+    let targets: Vec<&str> = e["composition"]["patches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["target"].as_str().unwrap())
+        .collect();
+    // subnet-a's two patches, not subnet-b's.
+    assert_eq!(
+        targets,
+        [
+            "spec.forProvider.region",
+            "spec.forProvider.availabilityZone"
+        ]
+    );
+
+    let xr = crate::support::write(
+        dir.path(),
+        "xr.yaml",
+        "apiVersion: aws.example.org/v1alpha1\nkind: XNetwork\nmetadata: {name: net-x7k2p}\nspec:\n  compositionRef: {name: xnetworks.aws.example.org}\n",
+    );
+    let out = mrguard(&["explain", "-f", &xr, "--composition", &comp]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with(
+        "Composition \"xnetworks.aws.example.org\": patches into immutable fields of XNetwork/net-x7k2p\n"
+    ), "{text}");
+    assert_eq!(text.matches("\n  - step").count(), 5, "{text}");
+    // An XR without its Composition is not something explain reads.
+    let out = mrguard(&["explain", "-f", &xr]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not a managed resource"),
+        "{}",
+        stderr(&out)
+    );
+    let out = mrguard(&["explain", "-f", &xr, "--composition", &xr]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("holds no Composition"),
+        "{}",
+        stderr(&out)
+    );
+}
