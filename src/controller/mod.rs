@@ -33,6 +33,7 @@ pub(crate) mod retry;
 pub(crate) mod secret;
 pub mod watch;
 pub(crate) mod webhooks;
+mod xrds;
 
 #[cfg(test)]
 mod mock;
@@ -133,7 +134,7 @@ impl Controller {
             ready,
             metrics,
             clock,
-            cluster: _cluster,
+            cluster,
         } = self;
         let settings = Arc::new(settings);
         tracing::info!(
@@ -154,6 +155,11 @@ impl Controller {
                 shutdown.clone(),
             )
             .instrument(tracing::info_span!("secret_loader")),
+        );
+
+        // Every replica answers admission, so every replica watches.
+        let xrd_watch = tokio::spawn(
+            xrds::run(client.clone(), cluster).instrument(tracing::info_span!("xrd_watch")),
         );
 
         let (leader_tx, mut leader_rx) = channel::channel(false);
@@ -214,6 +220,8 @@ impl Controller {
         }
         loader.abort();
         let _ = loader.await;
+        xrd_watch.abort();
+        let _ = xrd_watch.await;
     }
 }
 

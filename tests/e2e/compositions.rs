@@ -23,14 +23,18 @@ resources:
 
 const CROSSPLANE: &str = "system:serviceaccount:crossplane-system:crossplane";
 
-/// The vendored Composition CRD, created once per API server. The test
-/// API server (1.24) compiles no `oldSelf` rules (transition rules came
-/// later), so its one such rule (compositeTypeRef is immutable) is left out.
-async fn composition_crd(client: &kube::Client) {
-    let text = std::fs::read_to_string(
-        support::fixtures_dir()
-            .join("crds-crossplane/apiextensions.crossplane.io_compositions.yaml"),
-    )
+/// A vendored Crossplane CRD, created once per API server. The test API
+/// server (1.24) compiles no `oldSelf` rules (transition rules came
+/// later), so those (fields that are immutable) are left out.
+async fn crossplane_crd(client: &kube::Client, name: &str) {
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    if crds.get_opt(name).await.unwrap().is_some() {
+        return;
+    }
+    let plural = name.split('.').next().unwrap();
+    let text = std::fs::read_to_string(support::fixtures_dir().join(format!(
+        "crds-crossplane/apiextensions.crossplane.io_{plural}.yaml"
+    )))
     .unwrap();
     let mut crd: Value = serde_saphyr::from_str(&text).unwrap();
     fn drop_transition_rules(v: &mut Value) {
@@ -47,15 +51,7 @@ async fn composition_crd(client: &kube::Client) {
     }
     drop_transition_rules(&mut crd);
     let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
-    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    if crds
-        .get_opt("compositions.apiextensions.crossplane.io")
-        .await
-        .unwrap()
-        .is_none()
-    {
-        support::cluster::create_crd(client, &crd).await.unwrap();
-    }
+    support::cluster::create_crd(client, &crd).await.unwrap();
 }
 
 fn composition(name: &str) -> Value {
@@ -88,7 +84,7 @@ async fn a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr() {
     .await;
     let config = r.rendered.config_yaml().unwrap();
     assert!(!config.contains("crossplane-system:*"), "{config}");
-    composition_crd(&r.client).await;
+    crossplane_crd(&r.client, "compositions.apiextensions.crossplane.io").await;
     // The controller writes the caBundle of the Compositions webhook with
     // the others'.
     let ca = r.secret_ca().await.unwrap();
@@ -264,6 +260,48 @@ async fn a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr() {
         5,
         "{e:#}"
     );
+
+    // Once the XRD makes region, geo and area immutable (every replica
+    // watches XRDs), the claim refuses the change first: no warnings.
+    crossplane_crd(
+        &r.client,
+        "compositeresourcedefinitions.apiextensions.crossplane.io",
+    )
+    .await;
+    let xrd: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(
+            support::repo_root().join("examples/compositions/xrd-network-immutable-region.yaml"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let xrds = r.cluster_api(&support::resource(
+        "apiextensions.crossplane.io",
+        "v1",
+        "CompositeResourceDefinition",
+        "compositeresourcedefinitions",
+    ));
+    xrds.create(&PostParams::default(), &r.object(xrd))
+        .await
+        .unwrap();
+    let other =
+        serde_json::to_value(r.object(composition("xnetworks-2.e2e-compositions.example.org")))
+            .unwrap();
+    wait_for(
+        "no warnings once the XRD freezes the sources",
+        WAIT,
+        || async {
+            let resp = api::create(&r.client, path, &other, true).await.ok()?;
+            (resp.status == 201
+                && !resp
+                    .warnings
+                    .iter()
+                    .any(|w| w.starts_with("composition-immutable-patch: ")))
+            .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
 }
 
 /// A cluster-scoped XR kind for XNetwork, as Crossplane generates from

@@ -696,6 +696,12 @@ fn rbac_is_exactly_the_least_privilege_listed() {
                 &["get", "list", "watch"]
             ),
             rule(
+                &["apiextensions.crossplane.io"],
+                &["compositeresourcedefinitions"],
+                &[],
+                &["get", "list", "watch"]
+            ),
+            rule(
                 &["admissionregistration.k8s.io"],
                 &[
                     "mutatingwebhookconfigurations",

@@ -15,7 +15,10 @@
 /// nothing, which every rule must treat as "no extra finding": an empty view
 /// never denies more than the configuration alone would.
 #[derive(Debug, Default)]
-pub struct Cluster {}
+pub struct Cluster {
+    /// XR schemas from the CompositeResourceDefinitions (docs/compositions.md).
+    composites: crate::composition::XrIndex,
+}
 
 impl Cluster {
     /// A view that knows nothing, for callers without a cluster.
@@ -29,5 +32,11 @@ impl Cluster {
     /// Knows no provider yet, so exempts no one.
     pub fn is_provider_of(&self, _group: &str, _kind: &str, _username: &str) -> bool {
         false
+    }
+
+    /// The XR schemas of the cluster's XRDs, which make a Composition
+    /// finding informational when they freeze its source.
+    pub fn composites(&self) -> &crate::composition::XrIndex {
+        &self.composites
     }
 }

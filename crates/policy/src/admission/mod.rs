@@ -267,7 +267,7 @@ pub fn validate(req: &Request, config: &Config) -> Decision {
 /// ([`Cluster`]): the rules that need it judge only what it knows.
 pub fn validate_in(req: &Request, config: &Config, cluster: &Cluster) -> Decision {
     if crate::composition::is_composition(&req.kind.group, &req.kind.kind) {
-        return validate_composition(req, config);
+        return validate_composition(req, config, cluster);
     }
     let Some(ctx) = RuleContext::new(req, config, cluster) else {
         return allow(req);
@@ -289,7 +289,7 @@ pub fn validate_in(req: &Request, config: &Config, cluster: &Cluster) -> Decisio
 
 /// A Composition CREATE or UPDATE: its patches into immutable fields of
 /// the composed kinds (docs/compositions.md), as warnings by default.
-fn validate_composition(req: &Request, config: &Config) -> Decision {
+fn validate_composition(req: &Request, config: &Config, cluster: &Cluster) -> Decision {
     let op = Operation::from(&req.operation);
     let object = req.object.as_ref().map(|o| &o.value);
     let (true, Some(object)) = (
@@ -299,7 +299,9 @@ fn validate_composition(req: &Request, config: &Config) -> Decision {
     ) else {
         return allow(req);
     };
-    let analysis = crate::composition::analyse(object, config, None);
+    let xrs = cluster.composites().snapshot();
+    let analysis =
+        crate::composition::analyse(object, config, Some(&*xrs).filter(|x| !x.is_empty()));
     let findings = crate::composition::judge(&analysis, config);
     let mut response = AdmissionResponse::from(req);
     let warnings: Vec<String> = findings
@@ -749,6 +751,29 @@ mod tests {
         assert!(
             m.contains("[immutable-field]") && !m.contains("composed"),
             "{m}"
+        );
+    }
+
+    /// The XRDs the runtime watches make findings whose sources they
+    /// freeze informational: no warning.
+    #[test]
+    fn the_clusters_xrds_silence_findings_they_make_harmless() {
+        let cluster = Cluster::default();
+        let req = composition_request(Operation::Create, composition());
+        let before = validate_in(&req, &Config::builtin(), &cluster);
+        assert_eq!(before.response.warnings.unwrap().len(), 5);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/compositions/xrd-network-immutable-region.yaml");
+        let xrd: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut xrs = crate::composition::XrSchemas::default();
+        xrs.add(&xrd);
+        cluster.composites().replace(xrs);
+        let after = validate_in(&req, &Config::builtin(), &cluster);
+        assert!(after.response.allowed);
+        assert!(
+            after.response.warnings.is_none(),
+            "{:?}",
+            after.response.warnings
         );
     }
 }

@@ -21,7 +21,7 @@ use serde_json::Value;
 use crate::config::Config;
 use crate::model::{Action, Finding};
 
-pub use xr::XrSchemas;
+pub use xr::{XrIndex, XrSchemas};
 
 /// The API group of Compositions.
 pub const GROUP: &str = "apiextensions.crossplane.io";

@@ -4,11 +4,37 @@
 //! cannot carry a change into a composed resource.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
+/// The XR schemas the runtime's XRD watch keeps, for the webhook
+/// ([`crate::cluster::Cluster::composites`]): swapped whole on each change,
+/// read as a snapshot by each decision.
+#[derive(Debug, Default)]
+pub struct XrIndex {
+    current: RwLock<Arc<XrSchemas>>,
+}
+
+impl XrIndex {
+    /// Replaces what is known.
+    pub fn replace(&self, schemas: XrSchemas) {
+        // A poisoned lock only means a writer panicked mid-swap of an Arc.
+        let mut g = self.current.write().unwrap_or_else(|e| e.into_inner());
+        *g = Arc::new(schemas);
+    }
+
+    /// What is known now.
+    pub fn snapshot(&self) -> Arc<XrSchemas> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
 /// XR schemas by API group, kind and version.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct XrSchemas {
     schemas: BTreeMap<(String, String, String), Value>,
 }
