@@ -7,9 +7,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use kube::discovery::Scope;
 
-use super::cluster::{self, api_error, ClusterError, ConfigSource, Resource};
+use super::cluster::{self, api_error, ConfigSource};
 use super::manifests;
 use mrguard_policy::explain::{self, Options, DEFAULT_PROVIDER_MANAGERS};
 
@@ -81,59 +80,6 @@ fn split_target(t: &str) -> Result<(String, Option<String>, String), String> {
     Ok((kind, group, name.to_string()))
 }
 
-/// Finds the resource KIND names (a kind or plural, any case).
-pub(crate) async fn resolve(
-    client: &kube::Client,
-    kind: &str,
-    group: Option<&str>,
-) -> Result<Resource, ClusterError> {
-    let wanted = kind.to_lowercase();
-    let err = |reason: String| ClusterError::Discovery {
-        api_version: group.unwrap_or("any group").to_string(),
-        kind: kind.to_string(),
-        reason,
-        not_served: false,
-    };
-    let resources: Vec<(kube::core::ApiResource, kube::discovery::ApiCapabilities)> = match group {
-        Some(g) => kube::discovery::group(client, g)
-            .await
-            .map_err(|e| err(e.to_string()))?
-            .recommended_resources(),
-        None => kube::Discovery::new(client.clone())
-            .run()
-            .await
-            .map_err(|e| err(e.to_string()))?
-            .groups()
-            .flat_map(|g| g.recommended_resources())
-            .collect(),
-    };
-    let mut found: Vec<Resource> = resources
-        .into_iter()
-        .filter(|(ar, _)| ar.kind.to_lowercase() == wanted || ar.plural == wanted)
-        .map(|(api, caps)| Resource {
-            api,
-            namespaced: caps.scope == Scope::Namespaced,
-        })
-        .collect();
-    match found.len() {
-        0 => Err(ClusterError::Discovery {
-            api_version: group.unwrap_or("any group").to_string(),
-            kind: kind.to_string(),
-            reason: "the cluster serves no such kind".into(),
-            not_served: true,
-        }),
-        1 => Ok(found.remove(0)),
-        _ => {
-            let names: Vec<String> = found.iter().map(Resource::display).collect();
-            Err(err(format!(
-                "it is ambiguous ({}); name the group, e.g. {}/NAME",
-                names.join(", "),
-                names[0]
-            )))
-        }
-    }
-}
-
 async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
     let options = Options {
         provider_managers: if args.provider_managers.is_empty() {
@@ -162,7 +108,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
         }
         (None, Some(target), Some(client)) => {
             let (kind, group, name) = split_target(target).map_err(anyhow::Error::msg)?;
-            let resource = resolve(client, &kind, group.as_deref()).await?;
+            let resource = cluster::resolve(client, &kind, group.as_deref()).await?;
             let ns = args
                 .namespace
                 .clone()

@@ -124,7 +124,7 @@ pub(crate) async fn fetch(
         let Some((group, _)) = api_version.rsplit_once('/') else {
             return Ok(None);
         };
-        let r = super::explain::resolve(client, kind, Some(group)).await?;
+        let r = super::cluster::resolve(client, kind, Some(group)).await?;
         let got = r
             .api(client, ns)
             .get(name)
@@ -139,7 +139,7 @@ pub(crate) async fn fetch(
         .as_str()
         .or_else(|| xr["spec"]["crossplane"]["compositionRef"]["name"].as_str());
     let Some(name) = name else { return Ok(None) };
-    let r = super::explain::resolve(client, composition::KIND, Some(composition::GROUP)).await?;
+    let r = super::cluster::resolve(client, composition::KIND, Some(composition::GROUP)).await?;
     let got = r
         .api(client, "")
         .get(name)

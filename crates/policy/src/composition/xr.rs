@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use serde_json::Value;
 
 /// The XR schemas the runtime's XRD watch keeps, for the webhook
-/// ([`crate::cluster::Cluster::composites`]): swapped whole on each change,
+/// (`Cluster::composites`): swapped whole on each change,
 /// read as a snapshot by each decision.
 #[derive(Debug, Default)]
 pub struct XrIndex {
