@@ -300,3 +300,36 @@ fn explain_lists_the_patches_of_a_composed_mr_or_an_xr() {
         stderr(&out)
     );
 }
+
+/// With the vendored Crossplane v2 CRDs, `--crd` judges the Composition as
+/// the API server would: the Pipeline one is valid, the legacy mode is not
+/// served any more; the findings are reported either way.
+#[test]
+fn the_composition_crd_validates_as_crossplane_v2_serves_it() {
+    let crds = crate::support::fixtures::path("crds-crossplane");
+    let out = mrguard(&[
+        "check",
+        "-f",
+        &example("network-pipeline.yaml"),
+        "--crd",
+        &crds,
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("invalid:"), "{err}");
+    assert_eq!(err.lines().filter(|l| l.contains(RULE)).count(), 5, "{err}");
+    let out = mrguard(&[
+        "check",
+        "-f",
+        &example("network-legacy.yaml"),
+        "--crd",
+        &crds,
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("spec.mode: Unsupported value: \"Resources\""),
+        "{err}"
+    );
+    assert_eq!(err.lines().filter(|l| l.contains(RULE)).count(), 2, "{err}");
+}
