@@ -14,6 +14,9 @@ use mrguard_policy::crd::{CrdError, Crds, Lookup};
 use mrguard_policy::model::Operation;
 use mrguard_policy::offline::{self, identity, label};
 
+use mrguard_policy::composition;
+
+use super::live::{LiveFinding, LiveOutput, LiveResult};
 use super::manifests::{self, Manifest, ManifestError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -151,6 +154,10 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         Some(p) => crate::config::load_file(p)?.0,
         None => Config::builtin(),
     };
+    let mut xrs = match &args.crd {
+        Some(p) => super::compositions::xr_schemas_in(p, args.max_documents)?,
+        None => Default::default(),
+    };
     let read = |p: &PathBuf| manifests::read(std::slice::from_ref(p), args.max_documents);
     let docs = read(file)?;
     let olds = match &args.old {
@@ -159,7 +166,11 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
     };
     // Read after the manifests, to parse only the CRDs of their groups.
     let crds = match &args.crd {
-        Some(p) => Some(load_crds(p, Some(&crd_groups(&docs)))?),
+        // XRDs alone are enough to judge Compositions.
+        Some(p) => match load_crds(p, Some(&crd_groups(&docs))) {
+            Err(CheckError::NoCrd(_)) if !xrs.is_empty() => Some(Crds::default()),
+            other => Some(other?),
+        },
         None => None,
     };
     let op = args.operation.unwrap_or(if olds.is_some() {
@@ -168,11 +179,16 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         CheckOperation::Create
     });
     let crd_path = args.crd.as_deref().map(Path::display);
+    for d in &docs {
+        xrs.add(&d.object);
+    }
+    let text = args.live.output == LiveOutput::Text;
+    let mut results = Vec::new();
     let mut any_denied = false;
-    for Manifest {
-        at, object: doc, ..
-    } in &docs
-    {
+    for m in &docs {
+        let Manifest {
+            at, object: doc, ..
+        } = m;
         let old = match (&olds, op) {
             (Some((path, olds)), CheckOperation::Update) => {
                 let id = identity(doc);
@@ -242,7 +258,17 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
                 at: at.clone(),
                 reason,
             })?;
-        if args.patch {
+        let composition = super::compositions::report(m, &config, &xrs);
+        if let Some(c) = &composition {
+            // The report replaces the webhook's view: it knows the lines
+            // and the XRDs given.
+            judged
+                .warnings
+                .retain(|w| !w.starts_with(&format!("{}: ", composition::RULE)));
+            judged.denial = None;
+            notes.extend(c.notes.iter().cloned());
+        }
+        if text && args.patch {
             let p = judged.patch.clone().unwrap_or_else(|| json!([]));
             let _ = writeln!(
                 out,
@@ -250,27 +276,83 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
                 judged.label,
                 serde_json::to_string_pretty(&p).unwrap_or_default()
             );
-        } else if op != CheckOperation::Delete {
+        } else if text && op != CheckOperation::Delete {
             let yaml = serde_saphyr::to_string(&judged.object).unwrap_or_default();
             let _ = write!(out, "---\n{yaml}");
         }
         notes.extend(judged.notes.iter().cloned());
-        for n in &notes {
-            let _ = writeln!(err, "{}: note: {n}", judged.label);
-        }
-        for w in &judged.warnings {
-            let _ = writeln!(err, "{}: warning: {w}", judged.label);
-        }
-        if let Some(d) = &judged.denial {
-            any_denied = true;
-            let _ = writeln!(err, "{}: denied: {d}", judged.label);
-        }
         if missing.is_some() {
             judged.invalid = missing;
         }
-        if let Some(i) = &judged.invalid {
-            any_denied = true;
-            let _ = writeln!(err, "{}: invalid: {i}", judged.label);
+        let findings = match composition {
+            Some(c) => c.findings,
+            None => judged
+                .findings
+                .iter()
+                .map(|f| LiveFinding::at(f, m))
+                .collect(),
+        };
+        let denied = judged.denial.is_some() || findings.iter().any(|f| f.action == "Deny");
+        any_denied |= denied || judged.invalid.is_some();
+        if text {
+            for n in &notes {
+                let _ = writeln!(err, "{}: note: {n}", judged.label);
+            }
+            for w in &judged.warnings {
+                let _ = writeln!(err, "{}: warning: {w}", judged.label);
+            }
+            for f in findings.iter().filter(|f| f.rule == composition::RULE) {
+                let level = match f.action.as_str() {
+                    "Deny" => "denied",
+                    "Warn" => "warning",
+                    _ => "note",
+                };
+                let _ = writeln!(
+                    err,
+                    "{}: {level}: {}:{}: {}: {}",
+                    judged.label, m.file, f.line, f.rule, f.message
+                );
+            }
+            if let Some(d) = &judged.denial {
+                let _ = writeln!(err, "{}: denied: {d}", judged.label);
+            }
+            if let Some(i) = &judged.invalid {
+                let _ = writeln!(err, "{}: invalid: {i}", judged.label);
+            }
+        }
+        results.push(LiveResult {
+            file: m.file.clone(),
+            document: m.doc,
+            line: m.lines.start,
+            object: judged.label,
+            operation: Operation::from(op).as_str().into(),
+            verdict: if judged.invalid.is_some() {
+                "invalid"
+            } else if denied {
+                "denied"
+            } else {
+                "allowed"
+            }
+            .into(),
+            findings,
+            warnings: judged.warnings,
+            invalid: judged.invalid,
+            notes,
+        });
+    }
+    match args.live.output {
+        LiveOutput::Text => {}
+        LiveOutput::Json => {
+            let s = serde_json::to_string_pretty(&results).unwrap_or_default();
+            let _ = writeln!(out, "{s}");
+        }
+        LiveOutput::Sarif => {
+            let log = super::sarif::log(&super::live::annotations(&results));
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&log).unwrap_or_default()
+            );
         }
     }
     Ok(any_denied)

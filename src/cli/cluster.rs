@@ -288,6 +288,59 @@ impl Discovery {
     }
 }
 
+/// Finds the resource KIND names (a kind or plural, any case).
+pub(crate) async fn resolve(
+    client: &kube::Client,
+    kind: &str,
+    group: Option<&str>,
+) -> Result<Resource, ClusterError> {
+    let wanted = kind.to_lowercase();
+    let err = |reason: String| ClusterError::Discovery {
+        api_version: group.unwrap_or("any group").to_string(),
+        kind: kind.to_string(),
+        reason,
+        not_served: false,
+    };
+    let resources: Vec<(kube::core::ApiResource, kube::discovery::ApiCapabilities)> = match group {
+        Some(g) => kube::discovery::group(client, g)
+            .await
+            .map_err(|e| err(e.to_string()))?
+            .recommended_resources(),
+        None => kube::Discovery::new(client.clone())
+            .run()
+            .await
+            .map_err(|e| err(e.to_string()))?
+            .groups()
+            .flat_map(|g| g.recommended_resources())
+            .collect(),
+    };
+    let mut found: Vec<Resource> = resources
+        .into_iter()
+        .filter(|(ar, _)| ar.kind.to_lowercase() == wanted || ar.plural == wanted)
+        .map(|(api, caps)| Resource {
+            api,
+            namespaced: caps.scope == Scope::Namespaced,
+        })
+        .collect();
+    match found.len() {
+        0 => Err(ClusterError::Discovery {
+            api_version: group.unwrap_or("any group").to_string(),
+            kind: kind.to_string(),
+            reason: "the cluster serves no such kind".into(),
+            not_served: true,
+        }),
+        1 => Ok(found.remove(0)),
+        _ => {
+            let names: Vec<String> = found.iter().map(Resource::display).collect();
+            Err(err(format!(
+                "it is ambiguous ({}); name the group, e.g. {}/NAME",
+                names.join(", "),
+                names[0]
+            )))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

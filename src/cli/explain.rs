@@ -7,9 +7,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use kube::discovery::Scope;
 
-use super::cluster::{self, api_error, ClusterError, ConfigSource, Resource};
+use super::cluster::{self, api_error, ConfigSource};
 use super::manifests;
 use mrguard_policy::explain::{self, Options, DEFAULT_PROVIDER_MANAGERS};
 
@@ -49,9 +48,23 @@ pub struct ExplainArgs {
     /// provider, provider-*, crossplane-*-provider].
     #[arg(long = "provider-manager", value_name = "GLOB")]
     pub(crate) provider_managers: Vec<String>,
+    /// The Composition of the MR's XR (or of the XR explained), from a
+    /// file; from the cluster it is found through the XR.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) composition: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub(crate) output: ExplainOutput,
+}
+
+/// One explained object: an MR, or an XR (only its Composition's patches).
+pub(crate) struct Explained {
+    /// The MR's explanation; `None` for an XR.
+    mr: Option<explain::Explanation>,
+    /// `Kind/name` of the object.
+    label: String,
+    /// Its Composition's patches that would be denied, when it has one.
+    patches: Option<super::explain_composition::Patches>,
 }
 
 /// `KIND[.GROUP]/NAME`.
@@ -67,60 +80,7 @@ fn split_target(t: &str) -> Result<(String, Option<String>, String), String> {
     Ok((kind, group, name.to_string()))
 }
 
-/// Finds the resource KIND names (a kind or plural, any case).
-async fn resolve(
-    client: &kube::Client,
-    kind: &str,
-    group: Option<&str>,
-) -> Result<Resource, ClusterError> {
-    let wanted = kind.to_lowercase();
-    let err = |reason: String| ClusterError::Discovery {
-        api_version: group.unwrap_or("any group").to_string(),
-        kind: kind.to_string(),
-        reason,
-        not_served: false,
-    };
-    let resources: Vec<(kube::core::ApiResource, kube::discovery::ApiCapabilities)> = match group {
-        Some(g) => kube::discovery::group(client, g)
-            .await
-            .map_err(|e| err(e.to_string()))?
-            .recommended_resources(),
-        None => kube::Discovery::new(client.clone())
-            .run()
-            .await
-            .map_err(|e| err(e.to_string()))?
-            .groups()
-            .flat_map(|g| g.recommended_resources())
-            .collect(),
-    };
-    let mut found: Vec<Resource> = resources
-        .into_iter()
-        .filter(|(ar, _)| ar.kind.to_lowercase() == wanted || ar.plural == wanted)
-        .map(|(api, caps)| Resource {
-            api,
-            namespaced: caps.scope == Scope::Namespaced,
-        })
-        .collect();
-    match found.len() {
-        0 => Err(ClusterError::Discovery {
-            api_version: group.unwrap_or("any group").to_string(),
-            kind: kind.to_string(),
-            reason: "the cluster serves no such kind".into(),
-            not_served: true,
-        }),
-        1 => Ok(found.remove(0)),
-        _ => {
-            let names: Vec<String> = found.iter().map(Resource::display).collect();
-            Err(err(format!(
-                "it is ambiguous ({}); name the group, e.g. {}/NAME",
-                names.join(", "),
-                names[0]
-            )))
-        }
-    }
-}
-
-async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<explain::Explanation>> {
+async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
     let options = Options {
         provider_managers: if args.provider_managers.is_empty() {
             DEFAULT_PROVIDER_MANAGERS
@@ -148,7 +108,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<explain::Explanation>
         }
         (None, Some(target), Some(client)) => {
             let (kind, group, name) = split_target(target).map_err(anyhow::Error::msg)?;
-            let resource = resolve(client, &kind, group.as_deref()).await?;
+            let resource = cluster::resolve(client, &kind, group.as_deref()).await?;
             let ns = args
                 .namespace
                 .clone()
@@ -163,9 +123,44 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<explain::Explanation>
         }
         _ => anyhow::bail!("name an MR as KIND/NAME, or a file with -f"),
     };
+    let given = match &args.composition {
+        Some(p) => Some(
+            manifests::read(std::slice::from_ref(p), manifests::MAX_DOCUMENTS)?
+                .into_iter()
+                .map(|m| m.object)
+                .find(super::compositions::is_composition)
+                .ok_or_else(|| anyhow::anyhow!("{} holds no Composition", p.display()))?,
+        ),
+        None => None,
+    };
     let mut out = Vec::new();
     for o in &objects {
-        out.push(explain::explain(o, &config, &options)?);
+        let composition = match (&given, &client) {
+            (Some(c), _) => Some(c.clone()),
+            (None, Some(client)) => match super::explain_composition::fetch(client, o).await {
+                Ok(c) => c,
+                // The MR is still explained; say why its patches are not.
+                Err(e) => {
+                    eprintln!("mrguard explain: note: its Composition was not read: {e}");
+                    None
+                }
+            },
+            (None, None) => None,
+        };
+        let is_mr = mrguard_policy::mr::is_managed(o);
+        if !is_mr && composition.is_none() {
+            // Neither an MR nor an XR whose Composition is known.
+            explain::explain(o, &config, &options)?;
+        }
+        out.push(Explained {
+            mr: if is_mr {
+                Some(explain::explain(o, &config, &options)?)
+            } else {
+                None
+            },
+            label: mrguard_policy::offline::label(o),
+            patches: composition.map(|c| super::explain_composition::patches(o, &c, &config)),
+        });
     }
     Ok(out)
 }
@@ -187,11 +182,33 @@ pub(crate) fn run(args: ExplainArgs) -> i32 {
     let mut out = std::io::stdout().lock();
     let written = match args.output {
         ExplainOutput::Text => {
-            let texts: Vec<String> = explained.iter().map(explain::render_text).collect();
+            let texts: Vec<String> = explained
+                .iter()
+                .map(|e| {
+                    let mut t = e.mr.as_ref().map(explain::render_text).unwrap_or_default();
+                    if let Some(p) = &e.patches {
+                        t.push_str(&p.render_text(&e.label));
+                    }
+                    t.trim_start_matches('\n').to_string()
+                })
+                .collect();
             write!(out, "{}", texts.join("\n"))
         }
         ExplainOutput::Json => {
-            let v = match explained.as_slice() {
+            let values: Vec<serde_json::Value> = explained
+                .iter()
+                .map(|e| {
+                    let mut v = match &e.mr {
+                        Some(m) => serde_json::to_value(m).unwrap_or_default(),
+                        None => serde_json::json!({"object": e.label}),
+                    };
+                    if let (Some(p), Some(o)) = (&e.patches, v.as_object_mut()) {
+                        o.insert("composition".into(), p.to_json());
+                    }
+                    v
+                })
+                .collect();
+            let v = match values.as_slice() {
                 [one] => serde_json::to_string_pretty(one),
                 many => serde_json::to_string_pretty(many),
             };

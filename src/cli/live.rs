@@ -33,7 +33,7 @@ pub(crate) enum MergeMode {
     Server,
 }
 
-/// Output formats of `check --live`.
+/// Output formats of `check`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum LiveOutput {
     /// One block per manifest, for people.
@@ -77,14 +77,10 @@ pub(crate) struct LiveArgs {
         requires = "live"
     )]
     pub(crate) config_from_cluster: Option<String>,
-    /// Output format of --live.
-    #[arg(
-        short = 'o',
-        long,
-        value_enum,
-        default_value = "text",
-        requires = "live"
-    )]
+    /// Output format: text (with --live one block per manifest; offline,
+    /// objects on stdout and findings on stderr), or a JSON array of
+    /// results, or SARIF, on stdout.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub(crate) output: LiveOutput,
 }
 
@@ -145,7 +141,7 @@ pub(crate) struct LiveResult {
 pub(crate) struct LiveFinding {
     /// The rule.
     pub(crate) rule: String,
-    /// `Deny` or `Warn`.
+    /// `Deny`, `Warn`, or `Info` (a Composition finding the XRD makes harmless).
     pub(crate) action: String,
     /// The message, with the fix.
     pub(crate) message: String,
@@ -225,24 +221,7 @@ pub(crate) fn judge_manifest(
     let findings: Vec<LiveFinding> = judged
         .findings
         .iter()
-        .map(|f| {
-            let path = sarif::finding_path(&f.rule, &f.message);
-            LiveFinding {
-                rule: f.rule.to_string(),
-                action: f.action.as_str().to_string(),
-                message: match &f.fix {
-                    Some(fix) => format!("{}. Fix: {fix}", f.message),
-                    None => f.message.clone(),
-                },
-                field: path
-                    .as_ref()
-                    .map(|p| mrguard_policy::explain::display_path(p)),
-                line: path
-                    .as_ref()
-                    .map(|p| m.lines.line_of(p))
-                    .unwrap_or(m.lines.start),
-            }
-        })
+        .map(|f| LiveFinding::at(f, m))
         .collect();
     // Why an allowed UPDATE would be denied once the MR exists.
     notes.extend(judged.notes.iter().cloned());
@@ -265,6 +244,28 @@ pub(crate) fn judge_manifest(
         invalid: judged.invalid,
         notes,
     })
+}
+
+impl LiveFinding {
+    /// A rule finding on manifest `m`, at the line of the field it names.
+    pub(crate) fn at(f: &mrguard_policy::model::Finding, m: &Manifest) -> Self {
+        let path = sarif::finding_path(&f.rule, &f.message);
+        LiveFinding {
+            rule: f.rule.to_string(),
+            action: f.action.as_str().to_string(),
+            message: match &f.fix {
+                Some(fix) => format!("{}. Fix: {fix}", f.message),
+                None => f.message.clone(),
+            },
+            field: path
+                .as_ref()
+                .map(|p| mrguard_policy::explain::display_path(p)),
+            line: path
+                .as_ref()
+                .map(|p| m.lines.line_of(p))
+                .unwrap_or(m.lines.start),
+        }
+    }
 }
 
 fn skipped(m: &Manifest, why: &str) -> LiveResult {
@@ -492,10 +493,10 @@ pub(crate) fn annotations(results: &[LiveResult]) -> Vec<Annotation> {
         for f in &r.findings {
             out.push(Annotation {
                 rule: f.rule.clone(),
-                level: if f.action == "Deny" {
-                    "error"
-                } else {
-                    "warning"
+                level: match f.action.as_str() {
+                    "Deny" => "error",
+                    "Warn" => "warning",
+                    _ => "note",
                 },
                 message: format!("{}: {}", r.object, f.message),
                 file: r.file.clone(),

@@ -39,6 +39,7 @@ pub(crate) mod retry;
 pub(crate) mod secret;
 pub mod watch;
 pub(crate) mod webhooks;
+mod xrds;
 
 #[cfg(test)]
 mod mock;
@@ -171,12 +172,17 @@ impl Controller {
             replica::run_provider_watch(
                 client.clone(),
                 settings.crossplane_namespace.clone(),
-                cluster,
+                cluster.clone(),
                 gate,
                 metrics.clone(),
                 shutdown.clone(),
             )
             .instrument(tracing::info_span!("provider_accounts")),
+        );
+
+        // Every replica answers admission, so every replica watches.
+        let xrd_watch = tokio::spawn(
+            xrds::run(client.clone(), cluster).instrument(tracing::info_span!("xrd_watch")),
         );
 
         let (leader_tx, mut leader_rx) = channel::channel(false);
@@ -282,6 +288,8 @@ impl Controller {
         let _ = loader.await;
         providers.abort();
         let _ = providers.await;
+        xrd_watch.abort();
+        let _ = xrd_watch.await;
     }
 }
 

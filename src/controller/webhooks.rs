@@ -673,6 +673,42 @@ mod tests {
         assert_eq!(keys, vec!["clientConfig", "name", "rules"]);
     }
 
+    /// The chart's second validating webhook (Compositions) keeps its
+    /// fixed rules: the controller writes only its caBundle.
+    #[test]
+    fn the_compositions_webhook_gets_the_bundle_and_keeps_its_rules() {
+        let cov = coverage();
+        let rules = cov.rules(VALIDATE_OPERATIONS);
+        let fixed = json!([{"apiGroups": ["apiextensions.crossplane.io"], "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["compositions"], "scope": "Cluster"}]);
+        let mut v = config_json(ConfigKind::Validating, "mrguard", b"CA", json!(rules), "1");
+        let mut second = v["webhooks"][0].clone();
+        second["name"] = json!("compositions.validate.mrguard.io");
+        second["rules"] = fixed.clone();
+        second["clientConfig"]
+            .as_object_mut()
+            .unwrap()
+            .remove("caBundle");
+        v["webhooks"].as_array_mut().unwrap().push(second);
+        let observed = ObservedConfig::from(&serde_json::from_value::<ConfigSummary>(v).unwrap());
+        let p = desired_patch(ConfigKind::Validating, &observed, b"CA", &rules).unwrap();
+        assert_eq!(p["webhooks"][1]["name"], "compositions.validate.mrguard.io");
+        assert_eq!(p["webhooks"][1]["clientConfig"]["caBundle"], b64(b"CA"));
+        assert!(p["webhooks"][1].get("rules").is_none(), "{p}");
+        assert_eq!(p["webhooks"][0]["rules"], json!(rules));
+        // Once it has the bundle, its own rules are no drift.
+        let mut v = config_json(ConfigKind::Validating, "mrguard", b"CA", json!(rules), "2");
+        let mut second = v["webhooks"][0].clone();
+        second["name"] = json!("compositions.validate.mrguard.io");
+        second["rules"] = fixed;
+        v["webhooks"].as_array_mut().unwrap().push(second);
+        let observed = ObservedConfig::from(&serde_json::from_value::<ConfigSummary>(v).unwrap());
+        assert_eq!(
+            desired_patch(ConfigKind::Validating, &observed, b"CA", &rules),
+            None
+        );
+    }
+
     #[tokio::test]
     async fn a_deleted_configuration_is_not_recreated() {
         let (client, api) =

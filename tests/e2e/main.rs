@@ -11,6 +11,7 @@
 mod admission;
 mod availability;
 mod chart_args;
+mod compositions;
 mod connections;
 mod controller;
 mod differential;

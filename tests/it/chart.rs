@@ -362,7 +362,8 @@ fn service_exposes_443_to_9443_and_metrics_with_scrape_annotations() {
 fn webhook<'a>(m: &'a Manifests, kind: &str, name: &str) -> &'a Value {
     let cfg = m.only(kind);
     let hooks = cfg["webhooks"].as_array().unwrap();
-    assert_eq!(hooks.len(), 1, "{kind} has one webhook");
+    // The controller manages the first webhook's rules; a second one
+    // (Compositions) has fixed rules.
     assert_eq!(hooks[0]["name"], name);
     &hooks[0]
 }
@@ -378,6 +379,36 @@ fn excluded_namespaces(hook: &Value) -> BTreeSet<String> {
     assert_eq!(e.len(), 1);
     assert_eq!(e[0]["operator"], "NotIn");
     set(&e[0]["values"])
+}
+
+/// Compositions reach /validate through a second webhook with fixed
+/// rules that fails open: its rule only warns (docs/compositions.md).
+#[test]
+fn compositions_have_a_webhook_of_their_own_that_fails_open() {
+    let m = render(&[]);
+    let hooks = m.only("ValidatingWebhookConfiguration")["webhooks"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(hooks.len(), 2);
+    let c = &hooks[1];
+    assert_eq!(c["name"], "compositions.validate.mrguard.io");
+    assert_eq!(c["clientConfig"]["service"]["path"], "/validate");
+    assert!(c["clientConfig"].get("caBundle").is_none());
+    assert_eq!(c["failurePolicy"], "Ignore");
+    assert_eq!(
+        c["rules"],
+        json!([{"apiGroups": ["apiextensions.crossplane.io"], "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["compositions"], "scope": "Cluster"}])
+    );
+    let off = render(&["--set", "webhooks.compositions.enabled=false"]);
+    assert_eq!(
+        off.only("ValidatingWebhookConfiguration")["webhooks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[test]
@@ -670,6 +701,12 @@ fn rbac_is_exactly_the_least_privilege_listed() {
             rule(
                 &["pkg.crossplane.io"],
                 &["providerrevisions", "deploymentruntimeconfigs"],
+                &[],
+                &["get", "list", "watch"]
+            ),
+            rule(
+                &["apiextensions.crossplane.io"],
+                &["compositeresourcedefinitions"],
                 &[],
                 &["get", "list", "watch"]
             ),

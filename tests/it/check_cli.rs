@@ -100,6 +100,34 @@ fn denials_go_to_stderr_and_exit_1_with_each_object_judged() {
     );
 }
 
+/// Offline, `-o json` and `-o sarif` replace the objects on stdout with
+/// the results, each finding at the line of the field it names.
+#[test]
+fn offline_json_and_sarif_point_findings_at_their_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "m.yaml",
+        "apiVersion: s3.aws.upbound.io/v1beta1\nkind: Bucket\nmetadata: {name: bad}\nspec:\n  forProvider: {region: us-east-1}\n  deletionPolicy: orphan\n",
+    );
+    let out = mrguard(&["check", "-f", &f, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r[0]["object"], "Bucket/bad");
+    assert_eq!(r[0]["verdict"], "denied");
+    assert_eq!(r[0]["findings"][0]["rule"], "deletion-policy");
+    assert_eq!(r[0]["findings"][0]["line"], 6);
+    let out = mrguard(&["check", "-f", &f, "-o", "sarif"]);
+    assert_eq!(out.status.code(), Some(1));
+    let log: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let res = &log["runs"][0]["results"][0];
+    assert_eq!(res["level"], "error");
+    assert_eq!(
+        res["locations"][0]["physicalLocation"]["region"]["startLine"],
+        6
+    );
+}
+
 #[test]
 fn update_with_old_file_and_exempt_username() {
     let dir = tempfile::tempdir().unwrap();

@@ -102,12 +102,8 @@ fn bad_input_and_flags_are_exit_2() {
             text(&out.stderr)
         );
     }
-    // --live's own flags need --live.
-    for extra in [
-        ["--merge", "server"],
-        ["-o", "sarif"],
-        ["--field-manager", "x"],
-    ] {
+    // --live's own flags need --live (-o also serves offline checks).
+    for extra in [["--merge", "server"], ["--field-manager", "x"]] {
         let mut args = vec!["check", "-f", &b];
         args.extend_from_slice(&extra);
         let out = mrguard(&args);

@@ -11,6 +11,7 @@ mod chart;
 mod check_cli;
 mod check_crd;
 mod check_gate;
+mod compositions;
 mod controller;
 mod docs;
 mod explain;

@@ -161,4 +161,78 @@ proptest! {
             let _ = admission::validate(&req, &cfg);
         }
     }
+
+    /// Compositions of any shape, built from their own vocabulary: the
+    /// validating webhook never panics on them and, with the rule's
+    /// default action, always allows.
+    #[test]
+    fn any_composition_is_allowed_without_panic(spec in composition_value(), mode in prop::sample::select(vec!["Pipeline", "Resources", ""])) {
+        let mut spec = if spec.is_object() { spec } else { json!({"pipeline": spec}) };
+        if !mode.is_empty() {
+            spec["mode"] = json!(mode);
+        }
+        let obj = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "Composition",
+            "metadata": {"name": "c"}, "spec": spec});
+        let req = request(Operation::Create, &obj, None, None);
+        let d = admission::validate(&req, &Config::builtin());
+        prop_assert!(d.response.allowed);
+        let _ = review::encode(d.response);
+    }
+}
+
+fn composition_value() -> impl Strategy<Value = Value> {
+    let keys = prop::sample::select(vec![
+        "pipeline",
+        "step",
+        "functionRef",
+        "input",
+        "apiVersion",
+        "kind",
+        "resources",
+        "patchSets",
+        "patches",
+        "name",
+        "base",
+        "type",
+        "patchSetName",
+        "fromFieldPath",
+        "toFieldPath",
+        "combine",
+        "variables",
+        "spec",
+        "forProvider",
+        "compositeTypeRef",
+    ]);
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<i64>().prop_map(Value::from),
+        prop::sample::select(vec![
+            "pt.fn.crossplane.io/v1beta1",
+            "Resources",
+            "PatchSet",
+            "FromCompositeFieldPath",
+            "CombineFromComposite",
+            "FromEnvironmentFieldPath",
+            "ToCompositeFieldPath",
+            "ec2.aws.upbound.io/v1beta1",
+            "VPC",
+            "spec.forProvider.region",
+            "spec.forProvider",
+            "spec.parameters.region",
+            "a[",
+            "a..b",
+            "[0]",
+            "x['y']",
+            "s",
+        ])
+        .prop_map(Value::from),
+    ];
+    leaf.prop_recursive(6, 96, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(keys.clone(), inner, 0..6).prop_map(|m| Value::Object(
+                m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+            )),
+        ]
+    })
 }

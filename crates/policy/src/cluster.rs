@@ -18,6 +18,8 @@
 pub struct Cluster {
     /// Which provider's service account serves which kind (issue 18).
     providers: crate::providers::ProviderIndex,
+    /// XR schemas from the CompositeResourceDefinitions (docs/compositions.md).
+    composites: crate::composition::XrIndex,
 }
 
 impl Cluster {
@@ -37,5 +39,11 @@ impl Cluster {
     /// The provider accounts per kind, which the runtime replaces.
     pub fn providers(&self) -> &crate::providers::ProviderIndex {
         &self.providers
+    }
+
+    /// The XR schemas of the cluster's XRDs, which make a Composition
+    /// finding informational when they freeze its source.
+    pub fn composites(&self) -> &crate::composition::XrIndex {
+        &self.composites
     }
 }

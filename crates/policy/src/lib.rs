@@ -41,6 +41,7 @@
 pub mod admission;
 pub mod cel;
 pub mod cluster;
+pub mod composition;
 pub mod config;
 pub mod crd;
 pub mod explain;

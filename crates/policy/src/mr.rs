@@ -17,6 +17,12 @@ pub const CREATE_SUCCEEDED: &str = "crossplane.io/external-create-succeeded";
 pub const CREATE_FAILED: &str = "crossplane.io/external-create-failed";
 /// Only the exact value `"true"` pauses reconciliation.
 pub const PAUSED: &str = "crossplane.io/paused";
+/// Label Crossplane sets on composed resources: the name of their XR.
+pub const COMPOSITE_LABEL: &str = "crossplane.io/composite";
+/// Label Crossplane sets on composed resources of a claim: its name.
+pub const CLAIM_NAME_LABEL: &str = "crossplane.io/claim-name";
+/// Label Crossplane sets on composed resources of a claim: its namespace.
+pub const CLAIM_NAMESPACE_LABEL: &str = "crossplane.io/claim-namespace";
 /// mrguard's own annotation: `"true"` protects the MR from a deleting delete.
 pub const DELETION_PROTECTION: &str = "mrguard.io/deletion-protection";
 

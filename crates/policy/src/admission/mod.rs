@@ -266,6 +266,9 @@ pub fn validate(req: &Request, config: &Config) -> Decision {
 /// As [`validate`], with what the runtime knows of the cluster
 /// ([`Cluster`]): the rules that need it judge only what it knows.
 pub fn validate_in(req: &Request, config: &Config, cluster: &Cluster) -> Decision {
+    if crate::composition::is_composition(&req.kind.group, &req.kind.kind) {
+        return validate_composition(req, config, cluster);
+    }
     let Some(ctx) = RuleContext::new(req, config, cluster) else {
         return allow(req);
     };
@@ -274,6 +277,65 @@ pub fn validate_in(req: &Request, config: &Config, cluster: &Cluster) -> Decisio
     let outcome = if response.allowed {
         Outcome::Allowed
     } else {
+        Outcome::Denied
+    };
+    Decision {
+        response,
+        outcome,
+        findings,
+        mutated: None,
+    }
+}
+
+/// A Composition CREATE or UPDATE: its patches into immutable fields of
+/// the composed kinds (docs/compositions.md), as warnings by default.
+fn validate_composition(req: &Request, config: &Config, cluster: &Cluster) -> Decision {
+    let op = Operation::from(&req.operation);
+    let object = req.object.as_ref().map(|o| &o.value);
+    let (true, Some(object)) = (
+        matches!(op, Operation::Create | Operation::Update)
+            && req.sub_resource.as_deref().is_none_or(str::is_empty),
+        object,
+    ) else {
+        return allow(req);
+    };
+    let xrs = cluster.composites().snapshot();
+    let analysis =
+        crate::composition::analyse(object, config, Some(&*xrs).filter(|x| !x.is_empty()));
+    let findings = crate::composition::judge(&analysis, config);
+    let mut response = AdmissionResponse::from(req);
+    let warnings: Vec<String> = findings
+        .iter()
+        .filter(|f| f.action == Action::Warn)
+        .map(|f| match &f.fix {
+            Some(fix) => format!("{}: {}. Fix: {fix}", f.rule, f.message),
+            None => format!("{}: {}", f.rule, f.message),
+        })
+        .collect();
+    if !warnings.is_empty() {
+        response.warnings = Some(warnings);
+    }
+    let denials: Vec<&Finding> = findings
+        .iter()
+        .filter(|f| f.action == Action::Deny)
+        .collect();
+    let outcome = if denials.is_empty() {
+        Outcome::Allowed
+    } else {
+        let name = if req.name.is_empty() {
+            crate::mr::Mr(object).name()
+        } else {
+            &req.name
+        };
+        let mut msg = format!(
+            "mrguard denied {} of Composition {name:?} ({} problem{}):",
+            op.as_str(),
+            denials.len(),
+            if denials.len() == 1 { "" } else { "s" }
+        );
+        push_findings(&mut msg, &denials);
+        response.allowed = false;
+        response.result = Status::failure(&msg, "Forbidden").with_code(403);
         Outcome::Denied
     };
     Decision {
@@ -329,6 +391,14 @@ pub fn denial_message(ctx: &RuleContext<'_>, denials: &[&Finding]) -> String {
         denials.len(),
         if denials.len() == 1 { "" } else { "s" }
     );
+    push_findings(&mut msg, denials);
+    if let Some(xr) = composed_by(ctx.object) {
+        msg.push_str(&xr);
+    }
+    msg
+}
+
+fn push_findings(msg: &mut String, denials: &[&Finding]) {
     for (i, f) in denials.iter().enumerate() {
         msg.push_str(&format!(" ({}) [{}] {}", i + 1, f.rule, f.message));
         if let Some(fix) = &f.fix {
@@ -336,7 +406,53 @@ pub fn denial_message(ctx: &RuleContext<'_>, denials: &[&Finding]) -> String {
         }
         msg.push(if i + 1 == denials.len() { '.' } else { ';' });
     }
-    msg
+}
+
+/// For a composed MR, who to tell: Crossplane copies the denial into the
+/// XR's `Synced` condition, read by people who never saw this MR. Names
+/// the XR (the controller owner reference, else the
+/// `crossplane.io/composite` label) and the claim when there is one.
+fn composed_by(obj: &Value) -> Option<String> {
+    let meta = obj.get("metadata")?;
+    let label = |k: &str| {
+        meta.get("labels")
+            .and_then(|l| l.get(k))
+            .and_then(Value::as_str)
+            .filter(|v| !v.is_empty())
+    };
+    let owner = meta
+        .get("ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true));
+    let owner_field = |k: &str| owner.and_then(|o| o.get(k)).and_then(Value::as_str);
+    let composite = label(crate::mr::COMPOSITE_LABEL);
+    let (kind, name) = match (owner_field("kind"), owner_field("name"), composite) {
+        (Some(k), Some(n), Some(c)) if n == c => (Some(k), n),
+        (_, _, Some(c)) => (None, c),
+        (Some(k), Some(n), None) => (Some(k), n),
+        _ => return None,
+    };
+    let xr = match kind {
+        Some(k) => format!("{k} {name:?}"),
+        None => format!("the composite resource {name:?}"),
+    };
+    let claim = match (
+        label(crate::mr::CLAIM_NAMESPACE_LABEL),
+        label(crate::mr::CLAIM_NAME_LABEL),
+    ) {
+        (Some(ns), Some(n)) => format!(" (claim {n:?} in namespace {ns:?})"),
+        _ => String::new(),
+    };
+    let on = if claim.is_empty() {
+        "that XR"
+    } else {
+        "the claim"
+    };
+    Some(format!(
+        " This MR is composed by {xr}{claim}: undo the change on {on}; its Composition patches it into the field(s) above, and Crossplane retries this update until then."
+    ))
 }
 
 #[cfg(test)]
@@ -519,5 +635,145 @@ mod tests {
                 assert!(validate(&req, &config).response.allowed);
             }
         }
+    }
+
+    fn composition() -> Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/compositions/network-pipeline.yaml");
+        serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    fn composition_request(op: Operation, obj: Value) -> Request {
+        let mut b = crate::review::RequestBuilder::new(op);
+        b = b.object(obj.clone());
+        if op == Operation::Update {
+            b = b.old_object(obj);
+        }
+        b.username("platform-team").build()
+    }
+
+    /// A Composition CREATE or UPDATE is allowed with one warning per
+    /// patch into an immutable field, each naming the patch and the fix.
+    #[test]
+    fn a_composition_is_allowed_with_warnings() {
+        for op in [Operation::Create, Operation::Update] {
+            let d = validate(&composition_request(op, composition()), &Config::builtin());
+            assert!(d.response.allowed);
+            assert_eq!(d.outcome, Outcome::Allowed);
+            let w = d.response.warnings.unwrap();
+            assert_eq!(w.len(), 5, "{w:#?}");
+            assert!(w[0].starts_with("composition-immutable-patch: step \"patch-and-transform\", resource \"vpc\", patches[0]: FromCompositeFieldPath spec.parameters.region -> spec.forProvider.region"), "{}", w[0]);
+            assert!(w[0].contains("Fix: make spec.parameters.region immutable in the XRD"));
+            assert!(
+                w[1].contains("resource \"subnet-a\", patch set \"subnet-location\" patches[0]")
+            );
+            assert!(w[1].contains("CombineFromComposite spec.parameters.geo, spec.parameters.area -> spec.forProvider.region"));
+            assert!(!w.iter().any(|w| w.contains("-> spec.forProvider.tags")));
+        }
+        // Configured Deny denies, naming the Composition; Off is silent.
+        let cfg = Config::from_yaml(&format!(
+            "rules: {{composition-immutable-patch: Deny}}\n{}",
+            crate::config::BUILTIN_YAML
+        ))
+        .unwrap();
+        let d = validate(&composition_request(Operation::Create, composition()), &cfg);
+        assert!(!d.response.allowed);
+        assert!(d.response.result.message.starts_with(
+            "mrguard denied CREATE of Composition \"xnetworks.aws.example.org\" (5 problems): (1) [composition-immutable-patch] step"
+        ), "{}", d.response.result.message);
+        let cfg = Config::from_yaml("rules: {composition-immutable-patch: Off}\nresources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    immutableFields: [spec.forProvider.region]\n").unwrap();
+        let d = validate(&composition_request(Operation::Create, composition()), &cfg);
+        assert!(d.response.allowed && d.response.warnings.is_none());
+        // Deletes and other kinds are not read.
+        let d = validate(
+            &composition_request(Operation::Delete, composition()),
+            &Config::builtin(),
+        );
+        assert!(d.response.allowed && d.response.warnings.is_none());
+    }
+
+    fn composed_vpc(region: &str, owner: bool, claim: bool) -> Value {
+        let mut v = serde_json::json!({
+            "apiVersion": "ec2.aws.upbound.io/v1beta1", "kind": "VPC",
+            "metadata": {"name": "net-x7k2p-vpc", "annotations": {"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"},
+                "labels": {"crossplane.io/composite": "net-x7k2p"}},
+            "spec": {"forProvider": {"region": region, "cidrBlock": "10.0.0.0/16"}},
+        });
+        if owner {
+            v["metadata"]["ownerReferences"] = serde_json::json!([
+                {"apiVersion": "aws.example.org/v1alpha1", "kind": "XNetwork", "name": "net-x7k2p", "uid": "u", "controller": true}]);
+        }
+        if claim {
+            v["metadata"]["labels"]["crossplane.io/claim-name"] = "net".into();
+            v["metadata"]["labels"]["crossplane.io/claim-namespace"] = "team-a".into();
+        }
+        v
+    }
+
+    /// A denied update of a composed MR names its XR and claim, and says
+    /// to undo the change there.
+    #[test]
+    fn a_denied_composed_mr_names_its_xr_and_claim() {
+        let deny = |owner: bool, claim: bool| {
+            let req = crate::review::RequestBuilder::new(Operation::Update)
+                .object(composed_vpc("eu-west-1", owner, claim))
+                .old_object(composed_vpc("us-east-1", owner, claim))
+                .username("system:serviceaccount:crossplane-system:crossplane")
+                .build();
+            let cfg = Config::from_yaml("resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    immutableFields: [spec.forProvider.region]\n").unwrap();
+            let d = validate(&req, &cfg);
+            assert!(!d.response.allowed);
+            d.response.result.message
+        };
+        let m = deny(true, true);
+        assert!(m.starts_with("mrguard denied UPDATE of VPC \"net-x7k2p-vpc\" (1 problem): (1) [immutable-field] spec.forProvider.region is immutable"), "{m}");
+        assert!(m.ends_with(" This MR is composed by XNetwork \"net-x7k2p\" (claim \"net\" in namespace \"team-a\"): undo the change on the claim; its Composition patches it into the field(s) above, and Crossplane retries this update until then."), "{m}");
+        let m = deny(true, false);
+        assert!(
+            m.contains("composed by XNetwork \"net-x7k2p\": undo the change on that XR;"),
+            "{m}"
+        );
+        let m = deny(false, false);
+        assert!(
+            m.contains("composed by the composite resource \"net-x7k2p\": undo"),
+            "{m}"
+        );
+        // An MR nobody composed says nothing of it.
+        let mut plain = composed_vpc("eu-west-1", false, false);
+        plain["metadata"]["labels"] = serde_json::json!({});
+        let mut old = plain.clone();
+        old["spec"]["forProvider"]["region"] = "us-east-1".into();
+        let req = crate::review::RequestBuilder::new(Operation::Update)
+            .object(plain)
+            .old_object(old)
+            .build();
+        let m = validate(&req, &Config::builtin()).response.result.message;
+        assert!(
+            m.contains("[immutable-field]") && !m.contains("composed"),
+            "{m}"
+        );
+    }
+
+    /// The XRDs the runtime watches make findings whose sources they
+    /// freeze informational: no warning.
+    #[test]
+    fn the_clusters_xrds_silence_findings_they_make_harmless() {
+        let cluster = Cluster::default();
+        let req = composition_request(Operation::Create, composition());
+        let before = validate_in(&req, &Config::builtin(), &cluster);
+        assert_eq!(before.response.warnings.unwrap().len(), 5);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/compositions/xrd-network-immutable-region.yaml");
+        let xrd: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut xrs = crate::composition::XrSchemas::default();
+        xrs.add(&xrd);
+        cluster.composites().replace(xrs);
+        let after = validate_in(&req, &Config::builtin(), &cluster);
+        assert!(after.response.allowed);
+        assert!(
+            after.response.warnings.is_none(),
+            "{:?}",
+            after.response.warnings
+        );
     }
 }

@@ -11,6 +11,7 @@ use crate::config::{Config, ResourceConfig};
 use crate::model::{Action, Finding, Operation, Violation};
 use crate::review::Request;
 
+mod composition_immutable_patch;
 mod connection_secret_ref;
 mod creation_incomplete;
 mod deletion_policy;
@@ -42,6 +43,7 @@ pub static RULES: &[&dyn Rule] = &[
     &creation_incomplete::CreationIncomplete,
     &connection_secret_ref::ConnectionSecretRef,
     &reference::Reference,
+    &composition_immutable_patch::CompositionImmutablePatch,
 ];
 
 /// Everything a rule may read. The object under judgment is the new object

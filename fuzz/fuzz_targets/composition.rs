@@ -1,0 +1,31 @@
+//! Compositions (JSON, as the webhook receives them; an array stands for
+//! several documents, XRDs among them) through the analysis, with and
+//! without the XRD: never a panic.
+#![no_main]
+
+use mrguard_policy::composition::{analyse, judge, XrSchemas};
+use mrguard_policy::config::Config;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return;
+    };
+    let docs = match v {
+        serde_json::Value::Array(docs) => docs,
+        one => vec![one],
+    };
+    let config = Config::builtin();
+    let mut xrs = XrSchemas::default();
+    for d in &docs {
+        xrs.add(d);
+    }
+    for d in &docs {
+        for x in [None, Some(&xrs)] {
+            let a = analyse(d, &config, x);
+            for f in &a.findings {
+                let _ = (f.message(), f.fix());
+            }
+            let _ = judge(&a, &config);
+        }
+    }
+});
