@@ -12,6 +12,7 @@ mod lines;
 mod live;
 mod manifests;
 mod parse;
+mod progress;
 mod sarif;
 pub mod serve;
 

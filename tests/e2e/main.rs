@@ -17,4 +17,5 @@ mod explain;
 mod observability;
 mod policy_reports;
 mod preflight;
+mod progress;
 mod support;
