@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+use super::progress::Progress;
 use crate::controller::audit::{audit_kind, discover, AuditFinding};
 use mrguard_policy::config::Config;
 
@@ -24,6 +25,9 @@ pub struct AuditArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub(crate) output: AuditOutput,
+    /// No progress on stderr (shown only when stderr is a terminal).
+    #[arg(long)]
+    pub(crate) quiet: bool,
 }
 
 /// Renders findings as aligned columns, sorted by kind, namespace and name.
@@ -115,7 +119,15 @@ pub(crate) fn run(args: AuditArgs) -> i32 {
         };
         let mut findings = Vec::new();
         let (mut objects, mut failed) = (0, false);
+        // The total of MRs is known only once every kind is listed, so the
+        // bar counts kinds and its message the MRs judged so far.
+        let progress = Progress::new(coverage.len() as u64, "kinds", args.quiet);
         for kind in coverage.kinds() {
+            let _done = progress.item();
+            progress.message(format!(
+                "{objects} MRs judged; listing {}.{}",
+                kind.plural, kind.group
+            ));
             match audit_kind(&client, kind, &config).await {
                 Ok(r) => {
                     objects += r.objects;
@@ -127,6 +139,7 @@ pub(crate) fn run(args: AuditArgs) -> i32 {
                 }
             }
         }
+        progress.finish();
         sort(&mut findings);
         match args.output {
             AuditOutput::Json => match serde_json::to_string_pretty(&findings) {

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::cluster::{self, api_error, ClusterError, ConfigSource, Discovery};
 use super::manifests::{self, Manifest, ManifestError};
+use super::progress::Progress;
 use super::sarif::{self, Annotation};
 use mrguard_policy::config::Config;
 use mrguard_policy::crd::{Crds, Lookup};
@@ -82,6 +83,9 @@ pub(crate) struct LiveArgs {
     /// results, or SARIF, on stdout.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub(crate) output: LiveOutput,
+    /// No progress on stderr (shown only when stderr is a terminal).
+    #[arg(long, requires = "live")]
+    pub(crate) quiet: bool,
 }
 
 /// Why a live check could not run.
@@ -328,7 +332,9 @@ async fn check_all(
     let mut crd_tried: std::collections::HashMap<String, Option<String>> =
         std::collections::HashMap::new();
     let mut out = Vec::new();
+    let progress = Progress::new(manifests.len() as u64, "manifests", live.quiet);
     for mut m in manifests {
+        let _done = progress.item();
         if !mrguard_policy::mr::is_managed(&m.object) {
             out.push(skipped(&m, "not a managed resource (spec.forProvider is not an object): mrguard does not judge it"));
             continue;
@@ -443,6 +449,7 @@ async fn check_all(
         }
         out.push(result);
     }
+    progress.finish();
     Ok(out)
 }
 
@@ -524,7 +531,9 @@ pub(crate) fn annotations(results: &[LiveResult]) -> Vec<Annotation> {
 /// Runs `check --live`; 0 allowed, 1 denied or invalid, 2 unreadable input
 /// or an unreachable or forbidden cluster.
 pub(crate) fn run(args: &LiveCheck<'_>) -> i32 {
-    let mut err = std::io::stderr().lock();
+    // Not locked for the whole run: the progress bar's ticker thread
+    // writes to stderr while the check runs (holding the lock deadlocked).
+    let mut err = std::io::stderr();
     let manifests = match manifests::read(args.files, args.max_documents) {
         Ok(m) => m,
         Err(e) => {

@@ -14,6 +14,7 @@ mod lines;
 mod live;
 mod manifests;
 mod parse;
+mod progress;
 mod sarif;
 pub mod serve;
 

@@ -20,6 +20,7 @@ mod explain;
 mod observability;
 mod policy_reports;
 mod preflight;
+mod progress;
 mod quiet;
 mod supervision;
 mod support;
