@@ -27,7 +27,9 @@ impl ConfigMetrics {
                 "When the configuration was last loaded successfully, in seconds since the epoch.",
             )?,
         };
-        crate::metrics::register_all(registry, m.collectors())?;
+        m.collectors()
+            .into_iter()
+            .try_for_each(|c| registry.register(c))?;
         Ok(m)
     }
 

@@ -29,17 +29,6 @@ pub fn registry() -> Registry {
     r
 }
 
-/// Registers each of a component's collectors: every metrics struct's
-/// `register` ends with this.
-pub(crate) fn register_all(
-    registry: &Registry,
-    collectors: Vec<Box<dyn prometheus::core::Collector>>,
-) -> prometheus::Result<()> {
-    collectors
-        .into_iter()
-        .try_for_each(|c| registry.register(c))
-}
-
 /// Distinct group/kind label pairs kept before the rest become "other", so
 /// a client that invents kinds cannot grow the series without bound.
 const MAX_KINDS: usize = 1000;
@@ -106,7 +95,9 @@ impl AdmissionMetrics {
             findings,
             kinds: RwLock::new(Kinds::default()),
         };
-        register_all(registry, m.collectors())?;
+        m.collectors()
+            .into_iter()
+            .try_for_each(|c| registry.register(c))?;
         Ok(m)
     }
 

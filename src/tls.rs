@@ -142,7 +142,9 @@ impl TlsMetrics {
             )?,
             reloads: crate::poll::ReloadMetrics::new("mrguard_tls", "Certificate")?,
         };
-        crate::metrics::register_all(registry, m.collectors())?;
+        m.collectors()
+            .into_iter()
+            .try_for_each(|c| registry.register(c))?;
         Ok(m)
     }
 

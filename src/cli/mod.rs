@@ -168,8 +168,10 @@ pub fn run(cli: Cli) -> i32 {
         Command::Audit(args) => audit::run(*args),
         Command::Explain(args) => explain::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
-        Command::Completion(args) => completion::completion(&args),
-        Command::Man => completion::man(),
+        Command::Completion(args) => {
+            completion::completion(&args, <Cli as clap::CommandFactory>::command())
+        }
+        Command::Man => completion::man(<Cli as clap::CommandFactory>::command()),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::load_file(&file) {
             Ok((config, bytes)) => {
                 for w in config_warnings(&config, &bytes) {
@@ -228,6 +230,20 @@ mod tests {
             assert_eq!(invoked_as_plugin(Some(argv0.into())), plugin, "{argv0}");
         }
         assert!(!invoked_as_plugin(None));
+    }
+
+    #[test]
+    fn the_man_page_names_every_command_and_its_flags() {
+        let page = String::from_utf8(completion::render_man(Cli::command()).unwrap()).unwrap();
+        for section in [
+            "MRGUARD CHECK",
+            "MRGUARD CONFIG CHECK",
+            "MRGUARD SERVE",
+            "MRGUARD COMPLETION",
+        ] {
+            assert!(page.contains(section), "{section} missing");
+        }
+        assert!(page.contains("\\-\\-max\\-documents"), "check's flags");
     }
 
     #[test]

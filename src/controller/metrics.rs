@@ -100,7 +100,9 @@ impl ControllerMetrics {
                 &["resource"],
             )?,
         };
-        crate::metrics::register_all(registry, m.collectors())?;
+        m.collectors()
+            .into_iter()
+            .try_for_each(|c| registry.register(c))?;
         Ok(m)
     }
 

@@ -136,6 +136,8 @@ fn update_with_old_file_and_exempt_username() {
     let out = mrguard(&["check", "-f", &new, "--old", &old]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("[immutable-field]"));
+    // The built-in configuration exempts no one by name (providers are
+    // derived in a cluster); a configured glob does.
     let out = mrguard(&[
         "check",
         "-f",
@@ -143,7 +145,29 @@ fn update_with_old_file_and_exempt_username() {
         "--old",
         &old,
         "--username",
-        "system:serviceaccount:crossplane-system:provider",
+        "system:serviceaccount:crossplane-system:provider-aws-ec2",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = write(
+        dir.path(),
+        "config.yaml",
+        "exemptUsernames: ['system:serviceaccount:crossplane-system:provider-aws-*']\nresources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    immutableFields: [spec.forProvider.region]\n",
+    );
+    let out = mrguard(&[
+        "check",
+        "-f",
+        &new,
+        "--old",
+        &old,
+        "--config",
+        &config,
+        "--username",
+        "system:serviceaccount:crossplane-system:provider-aws-ec2",
     ]);
     assert_eq!(
         out.status.code(),

@@ -302,8 +302,8 @@ fn explain_lists_the_patches_of_a_composed_mr_or_an_xr() {
 }
 
 /// With the vendored Crossplane v2 CRDs, `--crd` judges the Composition as
-/// the API server would: the Pipeline one is valid, the legacy mode is not
-/// served any more; the findings are reported either way.
+/// the API server would: the Pipeline one is valid, the legacy fields are
+/// not served any more; the findings are reported either way.
 #[test]
 fn the_composition_crd_validates_as_crossplane_v2_serves_it() {
     let crds = crate::support::fixtures::path("crds-crossplane");
@@ -327,8 +327,10 @@ fn the_composition_crd_validates_as_crossplane_v2_serves_it() {
     ]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
+    // Crossplane v2 dropped the legacy fields: strict decoding refuses
+    // them first, as the API server does, before the mode's enum.
     assert!(
-        err.contains("spec.mode: Unsupported value: \"Resources\""),
+        err.contains("strict decoding error: unknown field \"spec.patchSets\", unknown field \"spec.resources\""),
         "{err}"
     );
     assert_eq!(err.lines().filter(|l| l.contains(RULE)).count(), 2, "{err}");

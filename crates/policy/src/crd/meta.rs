@@ -307,8 +307,16 @@ pub(crate) fn validate(meta: Option<&Value>, namespaced: bool) -> Vec<FieldError
             ));
         }
     }
+    labels_and_annotations(m, &path, &mut errors);
+    owner_references(m, &path.child("ownerReferences"), &mut errors);
+    finalizers(m, &path.child("finalizers"), &mut errors);
+    errors
+}
+
+/// Label keys and values, annotation keys and their total size.
+fn labels_and_annotations(m: &Map<String, Value>, path: &SchemaPath, errors: &mut Vec<FieldError>) {
     let labels_path = path.child("labels");
-    for (k, v) in str_map(m, "labels", &path, &mut errors) {
+    for (k, v) in str_map(m, "labels", path, errors) {
         for msg in qualified_name(k) {
             errors.push(invalid(&labels_path, k, msg));
         }
@@ -318,7 +326,7 @@ pub(crate) fn validate(meta: Option<&Value>, namespaced: bool) -> Vec<FieldError
     }
     let annotations_path = path.child("annotations");
     let mut size = 0;
-    for (k, v) in str_map(m, "annotations", &path, &mut errors) {
+    for (k, v) in str_map(m, "annotations", path, errors) {
         for msg in qualified_name(&k.to_lowercase()) {
             errors.push(invalid(&annotations_path, k, msg));
         }
@@ -332,9 +340,57 @@ pub(crate) fn validate(meta: Option<&Value>, namespaced: bool) -> Vec<FieldError
             )),
         });
     }
-    owner_references(m, &path.child("ownerReferences"), &mut errors);
-    finalizers(m, &path.child("finalizers"), &mut errors);
+}
+
+/// The `metadata` of an object embedded with `x-kubernetes-embedded-resource`
+/// (a template, a manifest): its labels and annotations as at the root, and
+/// a name or generateName checked when given but not required, since a
+/// template's object is named when it is made.
+pub(crate) fn validate_embedded(meta: &Value, path: &SchemaPath) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let Some(m) = meta.as_object() else {
+        if !meta.is_null() {
+            errors.push(FieldError::type_error(
+                path,
+                super::schema::json_type(meta),
+                "object",
+            ));
+        }
+        return errors;
+    };
+    for f in ["name", "generateName"] {
+        if let Some(v) = m.get(f).and_then(Value::as_str).filter(|v| !v.is_empty()) {
+            let v = if f == "generateName" {
+                v.strip_suffix('-')
+                    .map_or_else(|| v.to_string(), |p| format!("{p}a"))
+            } else {
+                v.to_string()
+            };
+            for msg in dns1123_subdomain(&v) {
+                errors.push(invalid(&path.child(f), &v, msg));
+            }
+        }
+    }
+    labels_and_annotations(m, path, &mut errors);
     errors
+}
+
+/// `IsDNS1035Label`: what an embedded object's kind must match, lowercased.
+pub fn dns1035_label(v: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if v.len() > 63 {
+        errs.push(max_len(63));
+    }
+    let ok = v.starts_with(|c: char| c.is_ascii_lowercase())
+        && v.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && v.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !ok {
+        errs.push(
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".into(),
+        );
+    }
+    errs
 }
 
 fn owner_references(m: &Map<String, Value>, path: &SchemaPath, errors: &mut Vec<FieldError>) {

@@ -209,16 +209,6 @@ impl Schema {
                 });
             }
         }
-        if self.embedded {
-            // The API server checks an embedded object's apiVersion, kind and
-            // metadata; a half check would pass what it refuses.
-            out.push(Unsupported {
-                path: path.to_string(),
-                rule: "x-kubernetes-embedded-resource: true".into(),
-                reason: "mrguard does not check embedded objects' apiVersion, kind and metadata"
-                    .into(),
-            });
-        }
         if let Some((src, Err(e))) = &self.limits.pattern {
             out.push(Unsupported {
                 path: path.to_string(),
@@ -461,12 +451,18 @@ impl Schema {
                 errors.push(FieldError::required(&path.child(r)));
             }
         }
+        if self.embedded && !root {
+            embedded_type(map, path, errors);
+        }
         let mut unknown = Vec::new();
         for (k, x) in map.iter_mut() {
             let meta =
                 (root || self.embedded) && matches!(k.as_str(), "apiVersion" | "kind" | "metadata");
-            // ObjectMeta is validated by the API server itself.
+            // The root's ObjectMeta is validated apart (crd::meta).
             if meta && k == "metadata" {
+                if !root {
+                    errors.extend(super::meta::validate_embedded(x, &path.child("metadata")));
+                }
                 continue;
             }
             match self.child(k) {
@@ -802,6 +798,53 @@ fn go_classes(pattern: &str) -> String {
         }
     }
     out
+}
+
+/// What the API server requires of an object embedded with
+/// `x-kubernetes-embedded-resource`: an apiVersion that parses as
+/// `[group/]version` and a kind that is a DNS-1035 label in any case.
+fn embedded_type(map: &Map<String, Value>, path: &SchemaPath, errors: &mut Vec<FieldError>) {
+    for f in ["apiVersion", "kind"] {
+        let at = path.child(f);
+        match map.get(f) {
+            None => errors.push(FieldError {
+                path: at.to_string(),
+                kind: super::errors::FieldErrorKind::Required(Some("must not be empty".into())),
+            }),
+            Some(Value::String(v)) if v.is_empty() => errors.push(FieldError::invalid_value(
+                &at,
+                &Value::String(v.clone()),
+                "must not be empty".into(),
+            )),
+            Some(Value::String(v)) if f == "apiVersion" => {
+                if v.matches('/').count() > 1 {
+                    errors.push(FieldError::invalid_value(
+                        &at,
+                        &Value::String(v.clone()),
+                        format!("unexpected GroupVersion string: {v}"),
+                    ));
+                }
+            }
+            Some(Value::String(v)) => {
+                let errs = super::meta::dns1035_label(&v.to_lowercase());
+                if !errs.is_empty() {
+                    errors.push(FieldError::invalid_value(
+                        &at,
+                        &Value::String(v.clone()),
+                        format!(
+                            "may have mixed case, but should otherwise match: {}",
+                            errs.join(",")
+                        ),
+                    ));
+                }
+            }
+            Some(other) => errors.push(FieldError::invalid_value(
+                &at,
+                other,
+                "must be a string".into(),
+            )),
+        }
+    }
 }
 
 fn join_path(path: &str, k: &str) -> String {

@@ -720,16 +720,62 @@ fn formats_the_api_server_checks_and_mrguard_does_not_refuse_the_crd() {
         e.contains("format: email") && e.contains("spec.mail"),
         "{e}"
     );
-    // Embedded objects and patterns Rust's regex cannot read: refused too.
+    // Patterns Rust's regex cannot read: refused too.
     let v = synthetic(
         json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
-            "template": {"type": "object", "x-kubernetes-embedded-resource": true, "x-kubernetes-preserve-unknown-fields": true},
             "word": {"type": "string", "pattern": "^(?=a)"},
         }}}}),
     );
     let e = v.ensure_supported().unwrap_err().to_string();
-    assert!(e.contains("spec.template") && e.contains("embedded"), "{e}");
     assert!(e.contains("spec.word") && e.contains("pattern"), "{e}");
+}
+
+/// An embedded object (`x-kubernetes-embedded-resource`, e.g. a Composition
+/// step's input or provider-kubernetes' manifest) needs an apiVersion and a
+/// kind, as the API server checks them, and its metadata's labels and
+/// annotations are held to the root's rules; a name is not required.
+#[test]
+fn embedded_objects_need_their_type_and_valid_labels() {
+    let v = synthetic(
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "input": {"type": "object", "x-kubernetes-embedded-resource": true, "x-kubernetes-preserve-unknown-fields": true},
+        }}}}),
+    );
+    v.ensure_supported().unwrap();
+    let errs = |input: Value| errors_of(&v, &widget(json!({"input": input})), None);
+    assert!(errs(
+        json!({"apiVersion": "pt.fn.crossplane.io/v1beta1", "kind": "Resources", "resources": []})
+    )
+    .is_empty());
+    assert!(errs(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"labels": {"app": "x"}}})
+    )
+    .is_empty());
+    let e = errs(json!({"resources": []}));
+    assert_eq!(
+        e[..2],
+        [
+            "spec.input.apiVersion: Required value: must not be empty",
+            "spec.input.kind: Required value: must not be empty"
+        ],
+        "{e:?}"
+    );
+    let e = errs(json!({"apiVersion": "a/b/c", "kind": "Not_A_Kind"})).join("\n");
+    assert!(
+        e.contains(
+            "spec.input.apiVersion: Invalid value: \"a/b/c\": unexpected GroupVersion string"
+        ),
+        "{e}"
+    );
+    assert!(
+        e.contains("spec.input.kind: Invalid value: \"Not_A_Kind\": may have mixed case"),
+        "{e}"
+    );
+    let e = errs(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"labels": {"bad key!": "x"}}}),
+    )
+    .join("\n");
+    assert!(e.contains("spec.input.metadata.labels"), "{e}");
 }
 
 #[test]
