@@ -16,6 +16,66 @@ use crate::poll::{FilePoller, Polled};
 pub struct ConfigMetrics {
     reloads: IntCounterVec,
     last_success: Gauge,
+    expired: ExpiredExceptions,
+}
+
+/// `mrguard_exception_expired{exception}`: 1 for each configured exception
+/// past its `expires`, 0 for the others. Judged when scraped, since an
+/// exception expires with no reload.
+#[derive(Clone)]
+struct ExpiredExceptions {
+    desc: prometheus::core::Desc,
+    exceptions: Arc<std::sync::RwLock<Vec<(String, Option<jiff::Timestamp>)>>>,
+}
+
+const EXPIRED_NAME: &str = "mrguard_exception_expired";
+const EXPIRED_HELP: &str =
+    "1 for each configured exception past its expiry (it no longer applies), 0 for the others.";
+
+impl ExpiredExceptions {
+    fn new() -> prometheus::Result<Self> {
+        Ok(Self {
+            desc: prometheus::core::Desc::new(
+                EXPIRED_NAME.into(),
+                EXPIRED_HELP.into(),
+                vec!["exception".into()],
+                Default::default(),
+            )?,
+            exceptions: Default::default(),
+        })
+    }
+
+    fn set(&self, config: &Config) {
+        if let Ok(mut e) = self.exceptions.write() {
+            *e = config
+                .exceptions
+                .iter()
+                .map(|x| (x.name.clone(), x.expires))
+                .collect();
+        }
+    }
+}
+
+impl prometheus::core::Collector for ExpiredExceptions {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let Ok(vec) =
+            prometheus::IntGaugeVec::new(Opts::new(EXPIRED_NAME, EXPIRED_HELP), &["exception"])
+        else {
+            return Vec::new();
+        };
+        let now = jiff::Timestamp::now();
+        if let Ok(e) = self.exceptions.read() {
+            for (name, expires) in e.iter() {
+                vec.with_label_values(&[name])
+                    .set(i64::from(expires.is_some_and(|t| now >= t)));
+            }
+        }
+        prometheus::core::Collector::collect(&vec)
+    }
 }
 
 impl ConfigMetrics {
@@ -34,6 +94,7 @@ impl ConfigMetrics {
         let m = Self {
             reloads,
             last_success,
+            expired: ExpiredExceptions::new()?,
         };
         for c in m.collectors() {
             registry.register(c)?;
@@ -49,6 +110,7 @@ impl ConfigMetrics {
         vec![
             Box::new(self.reloads.clone()),
             Box::new(self.last_success.clone()),
+            Box::new(self.expired.clone()),
         ]
     }
 
@@ -77,6 +139,7 @@ impl ConfigStore {
     pub fn new(initial: Config, metrics: Option<ConfigMetrics>) -> Arc<Self> {
         if let Some(m) = &metrics {
             m.mark_loaded();
+            m.expired.set(&initial);
         }
         Arc::new(Self {
             current: ArcSwap::from_pointee(initial),
@@ -89,6 +152,9 @@ impl ConfigStore {
     }
 
     pub(crate) fn replace(&self, config: Config) {
+        if let Some(m) = &self.metrics {
+            m.expired.set(&config);
+        }
         self.current.store(Arc::new(config));
         if let Some(m) = &self.metrics {
             m.success();

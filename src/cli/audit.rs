@@ -169,6 +169,7 @@ mod tests {
             action: action.into(),
             message: "deletionPolicy \"delete\" is not Delete or Orphan".into(),
             fix: Some("use Delete".into()),
+            exception: None,
         }
     }
 

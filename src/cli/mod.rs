@@ -129,6 +129,9 @@ pub fn run(cli: Cli) -> i32 {
                 for w in config_warnings(&config, &bytes) {
                     eprintln!("{}: warning: {w}", file.display());
                 }
+                for n in config_notes(&config) {
+                    eprintln!("{}: note: {n}", file.display());
+                }
                 println!("{}: valid", file.display());
                 0
             }
@@ -161,6 +164,36 @@ fn config_warnings(config: &mrguard_policy::config::Config, bytes: &[u8]) -> Vec
         );
     }
     out.extend(config.lost_protections());
+    let now = jiff::Timestamp::now();
+    for e in config.expired_exceptions(now) {
+        out.push(format!(
+            "exception {} expired at {}: it no longer applies; remove it or extend expires",
+            e.name,
+            e.expires.map(|t| t.to_string()).unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// What a valid configuration says that its reader should know: every
+/// staged rule with the action in force now.
+fn config_notes(config: &mrguard_policy::config::Config) -> Vec<String> {
+    let now = jiff::Timestamp::now();
+    let mut out = Vec::new();
+    let scopes = std::iter::once(("rules".to_string(), &config.rules)).chain(
+        config
+            .resources
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("resources[{i}].rules"), &r.rules)),
+    );
+    for (at, rules) in scopes {
+        for (name, a) in rules {
+            if a.warn_until.is_some() {
+                out.push(format!("{at}[{name}]: {} now", a.describe(now)));
+            }
+        }
+    }
     out
 }
 

@@ -259,6 +259,7 @@ mod tests {
             action: "Deny".into(),
             message: "bad".into(),
             fix: None,
+            exception: None,
         }
     }
 

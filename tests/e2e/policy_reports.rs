@@ -333,6 +333,7 @@ fn finding(ns: &str, i: usize) -> ReportFinding {
         action: Action::Deny,
         message: "managementPolicies lists \"Observe\" more than once".into(),
         fix: Some("use one of the supported sets".into()),
+        exception: None,
     }
 }
 
