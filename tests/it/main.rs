@@ -18,6 +18,7 @@ mod faults;
 mod limits;
 mod live;
 mod observability;
+mod policy_ops;
 mod properties;
 mod reviews;
 mod server;
