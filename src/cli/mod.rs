@@ -13,6 +13,7 @@ mod manifests;
 mod parse;
 mod sarif;
 pub mod serve;
+mod suite;
 
 use std::path::PathBuf;
 
@@ -25,6 +26,7 @@ pub use controller_args::{ControllerArgs, PolicyReports};
 pub use explain::ExplainArgs;
 pub use parse::parse_duration;
 pub use serve::ServeArgs;
+pub use suite::TestArgs;
 
 /// A flag given twice takes its last value (`args_override_self`), as
 /// kubectl and most Kubernetes components do: the chart's `extraArgs` come
@@ -55,6 +57,9 @@ pub enum Command {
     Audit(Box<AuditArgs>),
     /// Explain one MR: its states, deletion outcome, and who set each field.
     Explain(Box<explain::ExplainArgs>),
+    /// Run YAML test suites of a configuration: requests and the verdicts
+    /// they should get; exits 0 when all pass, 1 when one fails, 2 on bad input.
+    Test(Box<suite::TestArgs>),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -123,6 +128,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Check(args) => check::run(*args),
         Command::Audit(args) => audit::run(*args),
         Command::Explain(args) => explain::run(*args),
+        Command::Test(args) => suite::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::load_file(&file) {
             Ok((config, bytes)) => {

@@ -23,3 +23,4 @@ mod properties;
 mod reviews;
 mod server;
 mod shutdown;
+mod suite_cli;

@@ -212,7 +212,10 @@ fn config_check_refuses_bad_exceptions_and_reports_expired_and_staged_ones() {
     let one = |e: Value| chart_config_with(json!({"exceptions": [e]}));
     let base = json!({"name": "x", "rules": ["immutable-field"], "reason": "NET-42"});
     let refused = [
-        (json!({"name": "x", "rules": ["immutable-field"]}), "exceptions[0].reason"),
+        (
+            json!({"name": "x", "rules": ["immutable-field"]}),
+            "exceptions[0].reason",
+        ),
         (
             json!({"name": "x", "rules": ["immutable-feld"], "reason": "r"}),
             "unknown rule \"immutable-feld\"",
@@ -251,7 +254,9 @@ fn config_check_refuses_bad_exceptions_and_reports_expired_and_staged_ones() {
         "{err}"
     );
     assert!(
-        err.contains("note: rules[reference]: Deny (staged: warned until 2020-06-01T00:00:00Z) now"),
+        err.contains(
+            "note: rules[reference]: Deny (staged: warned until 2020-06-01T00:00:00Z) now"
+        ),
         "{err}"
     );
 }
@@ -264,11 +269,10 @@ fn explain_shows_the_exceptions_that_match_an_mr() {
     std::fs::write(&mr, old.to_string()).unwrap();
     let cfg = dir.path().join("config.yaml");
     let mut e = exception("2099-01-31T00:00:00Z");
-    e["exceptions"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"name": "prod-only", "rules": ["reference"], "reason": "r",
-                     "match": {"names": ["prod-*"]}}));
+    e["exceptions"].as_array_mut().unwrap().push(
+        json!({"name": "prod-only", "rules": ["reference"], "reason": "r",
+                     "match": {"names": ["prod-*"]}}),
+    );
     std::fs::write(&cfg, chart_config_with(e)).unwrap();
     let out = mrguard()
         .arg("explain")
@@ -279,7 +283,11 @@ fn explain_shows_the_exceptions_that_match_an_mr() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         text.contains("exceptions  vpc-migration waives immutable-field until 2099-01-31T00:00:00Z: VPC moves regions"),
         "{text}"
@@ -290,5 +298,8 @@ fn explain_shows_the_exceptions_that_match_an_mr() {
         .lines()
         .find(|l| l.trim_start().starts_with("spec.forProvider.region"))
         .unwrap_or_else(|| panic!("{text}"));
-    assert!(region.trim_end().ends_with("yes         allowed"), "{region}");
+    assert!(
+        region.trim_end().ends_with("yes         allowed"),
+        "{region}"
+    );
 }

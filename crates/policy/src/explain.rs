@@ -846,7 +846,9 @@ pub fn render_text(e: &Explanation) -> String {
                     .map(|x| {
                         let mut s = format!("{} waives {}", x.name, x.rules.join(", "));
                         match (&x.expires, x.expired) {
-                            (Some(t), true) => s.push_str(&format!(" (EXPIRED at {t}: no longer applies)")),
+                            (Some(t), true) => {
+                                s.push_str(&format!(" (EXPIRED at {t}: no longer applies)"))
+                            }
                             (Some(t), false) => s.push_str(&format!(" until {t}")),
                             _ => {}
                         }

@@ -230,7 +230,10 @@ pub(super) fn validate(
         if !m.kinds.is_empty() && !resources.is_empty() {
             for (j, k) in m.kinds.iter().enumerate() {
                 let (g, kd) = k.split_once('/').unwrap_or_default();
-                if !resources.iter().any(|entry| entry.matches(&probe(g), &probe(kd))) {
+                if !resources
+                    .iter()
+                    .any(|entry| entry.matches(&probe(g), &probe(kd)))
+                {
                     return Err(invalid(
                         format!("{at}.match.kinds[{j}]"),
                         format!(

@@ -770,7 +770,10 @@ resources:
     fn cel_overrides_must_name_a_defined_rule() {
         let ok = "rules: {\"cel:team\": Warn}\nresources:\n  - apiGroups: [a]\n    kinds: [b]\n    rules: {\"cel:team\": Off}\n    celRules:\n      - {name: team, expression: 'true'}\n";
         let c = Config::from_yaml(ok).unwrap();
-        assert_eq!(c.rules.get("cel:team"), Some(&RuleAction::from(Action::Warn)));
+        assert_eq!(
+            c.rules.get("cel:team"),
+            Some(&RuleAction::from(Action::Warn))
+        );
     }
 
     #[test]
@@ -838,8 +841,14 @@ mod exception_tests {
         let e = &c.exceptions[0];
         assert_eq!(e.name, "vpc-migration");
         assert_eq!(e.expires.unwrap().to_string(), "2027-01-31T00:00:00Z");
-        assert_eq!(c.expired_exceptions("2027-02-01T00:00:00Z".parse().unwrap()).len(), 1);
-        assert!(c.expired_exceptions("2027-01-01T00:00:00Z".parse().unwrap()).is_empty());
+        assert_eq!(
+            c.expired_exceptions("2027-02-01T00:00:00Z".parse().unwrap())
+                .len(),
+            1
+        );
+        assert!(c
+            .expired_exceptions("2027-01-01T00:00:00Z".parse().unwrap())
+            .is_empty());
     }
 
     #[test]
@@ -876,10 +885,22 @@ mod exception_tests {
         );
         assert_eq!(c.rules["reference"], RuleAction::from(Action::Audit));
         for (yaml, needle) in [
-            ("rules: {immutable-field: {action: Warn, warnUntil: '2027-01-31T00:00:00Z'}}\n", "warnUntil stages a Deny"),
-            ("rules: {immutable-field: {action: Deny, warnUntil: soon}}\n", "not an RFC 3339 time"),
-            ("rules: {immutable-field: {action: Deny, until: '2027-01-31T00:00:00Z'}}\n", "until"),
-            ("rules: {immutable-field: {warnUntil: '2027-01-31T00:00:00Z'}}\n", "action"),
+            (
+                "rules: {immutable-field: {action: Warn, warnUntil: '2027-01-31T00:00:00Z'}}\n",
+                "warnUntil stages a Deny",
+            ),
+            (
+                "rules: {immutable-field: {action: Deny, warnUntil: soon}}\n",
+                "not an RFC 3339 time",
+            ),
+            (
+                "rules: {immutable-field: {action: Deny, until: '2027-01-31T00:00:00Z'}}\n",
+                "until",
+            ),
+            (
+                "rules: {immutable-field: {warnUntil: '2027-01-31T00:00:00Z'}}\n",
+                "action",
+            ),
             ("rules: {immutable-field: Enforce}\n", "Enforce"),
         ] {
             let err = Config::from_yaml(yaml).unwrap_err().to_string();

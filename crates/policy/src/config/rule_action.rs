@@ -79,7 +79,7 @@ impl<'de> Deserialize<'de> for RuleAction {
                     Ok(Action::Off.into())
                 }
             }
-                        fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<RuleAction, M::Error> {
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<RuleAction, M::Error> {
                 let (mut action, mut warn_until) = (None, None);
                 while let Some(key) = m.next_key::<String>()? {
                     match key.as_str() {
@@ -93,7 +93,9 @@ impl<'de> Deserialize<'de> for RuleAction {
                             })?;
                             warn_until = Some(t);
                         }
-                        other => return Err(M::Error::unknown_field(other, &["action", "warnUntil"])),
+                        other => {
+                            return Err(M::Error::unknown_field(other, &["action", "warnUntil"]))
+                        }
                     }
                 }
                 let action = action.ok_or_else(|| M::Error::missing_field("action"))?;

@@ -573,7 +573,8 @@ mod policy_operations {
             mr(json!({"forProvider": {"region": "us-east-1"}})),
             created.clone(),
         );
-        let mut new = with_annotations(mr(json!({"forProvider": {"region": "eu-west-1"}})), created);
+        let mut new =
+            with_annotations(mr(json!({"forProvider": {"region": "eu-west-1"}})), created);
         new["metadata"]["name"] = json!("sample-vpc");
         let mut old = old;
         old["metadata"]["name"] = json!("sample-vpc");
@@ -591,7 +592,9 @@ mod policy_operations {
     }
 
     fn immutable(f: &[Finding]) -> &Finding {
-        f.iter().find(|f| f.rule == "immutable-field").expect("immutable-field finding")
+        f.iter()
+            .find(|f| f.rule == "immutable-field")
+            .expect("immutable-field finding")
     }
 
     #[test]
@@ -613,7 +616,11 @@ mod policy_operations {
         let before = at(&case, "2027-01-30T00:00:00Z");
         let f = immutable(&before);
         assert_eq!(f.action, Action::Warn);
-        assert!(f.warning().contains("denied from 2027-01-31T00:00:00Z"), "{}", f.warning());
+        assert!(
+            f.warning().contains("denied from 2027-01-31T00:00:00Z"),
+            "{}",
+            f.warning()
+        );
         let after = at(&case, "2027-01-31T00:00:00Z");
         assert_eq!(immutable(&after).action, Action::Deny);
         assert_eq!(immutable(&after).note, None);
@@ -654,9 +661,15 @@ mod policy_operations {
         old2["metadata"]["name"] = json!("prod-vpc");
         new2["metadata"]["name"] = json!("prod-vpc");
         let other = Case::update(old2, new2).config(&EXCEPTION.replace("USERS", ""));
-        assert_eq!(immutable(&at(&other, "2027-01-30T00:00:00Z")).action, Action::Deny);
+        assert_eq!(
+            immutable(&at(&other, "2027-01-30T00:00:00Z")).action,
+            Action::Deny
+        );
         // Every given key must match: a user list that leaves alice out.
         let bob = Case::update(old, new).config(&EXCEPTION.replace("USERS", ", users: [bob]"));
-        assert_eq!(immutable(&at(&bob, "2027-01-30T00:00:00Z")).action, Action::Deny);
+        assert_eq!(
+            immutable(&at(&bob, "2027-01-30T00:00:00Z")).action,
+            Action::Deny
+        );
     }
 }
