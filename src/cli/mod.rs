@@ -63,6 +63,9 @@ pub enum Command {
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Export the configuration for the API server to enforce itself.
+    #[command(subcommand)]
+    Export(ExportCommand),
     /// Development certificates for local TLS.
     #[command(subcommand)]
     Certs(certs::CertsCommand),
@@ -79,6 +82,18 @@ pub enum ConfigCommand {
     },
     /// Print the built-in default configuration.
     Default,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// Write ValidatingAdmissionPolicies and bindings (admissionregistration.k8s.io/v1,
+    /// Kubernetes 1.30 or later) for the rules CEL can express; what cannot be
+    /// exported is listed on stderr.
+    Vap {
+        /// Configuration file; the built-in default when absent.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -146,11 +161,46 @@ pub fn run(cli: Cli) -> i32 {
                 1
             }
         },
+        Command::Export(ExportCommand::Vap { config }) => export_vap(config.as_deref()),
         Command::Config(ConfigCommand::Default) => {
             print!("{}", mrguard_policy::config::BUILTIN_YAML);
             0
         }
     }
+}
+
+/// `mrguard export vap`: the policies on stdout as YAML documents, what
+/// was left out on stderr.
+fn export_vap(config: Option<&std::path::Path>) -> i32 {
+    let config = match config {
+        Some(p) => match crate::config::load_file(p) {
+            Ok((c, _)) => c,
+            Err(e) => {
+                eprintln!("{e}");
+                return 1;
+            }
+        },
+        None => mrguard_policy::config::Config::builtin(),
+    };
+    let export = mrguard_policy::vap::export(&config, jiff::Timestamp::now());
+    let mut out = String::new();
+    for o in &export.objects {
+        match serde_saphyr::to_string(o) {
+            Ok(y) => {
+                out.push_str("---\n");
+                out.push_str(&y);
+            }
+            Err(e) => {
+                eprintln!("failed to write a policy as YAML: {e}");
+                return 1;
+            }
+        }
+    }
+    print!("{out}");
+    for s in &export.skipped {
+        eprintln!("not exported: {s}");
+    }
+    0
 }
 
 /// What a valid configuration file may still get wrong: being empty (it

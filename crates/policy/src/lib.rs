@@ -53,3 +53,4 @@ pub mod offline;
 pub mod reports;
 pub mod review;
 pub mod rules;
+pub mod vap;

@@ -101,6 +101,12 @@ impl Exception {
         !self.users.is_empty()
     }
 
+    /// `match` as written: names, namespaces, kinds, users (globs).
+    pub fn match_globs(&self) -> [Vec<String>; 4] {
+        let g = |v: &[WildMatch]| v.iter().map(|x| x.to_string()).collect();
+        [g(&self.names), g(&self.namespaces), g(&self.kinds), g(&self.users)]
+    }
+
     /// `match.kinds` as written.
     pub fn kinds(&self) -> Vec<String> {
         self.kinds.iter().map(|k| k.to_string()).collect()

@@ -177,6 +177,14 @@ pub struct ResourceConfig {
 }
 
 impl ResourceConfig {
+    /// `apiGroups` and `kinds` as written (globs).
+    pub fn globs(&self) -> (Vec<String>, Vec<String>) {
+        (
+            self.api_groups.iter().map(|g| g.to_string()).collect(),
+            self.kinds.iter().map(|k| k.to_string()).collect(),
+        )
+    }
+
     /// Whether this entry's `apiGroups` and `kinds` globs match.
     pub fn matches(&self, group: &str, kind: &str) -> bool {
         self.api_groups.iter().any(|g| g.matches(group))
@@ -374,6 +382,11 @@ impl Config {
             }
         }
         lost
+    }
+
+    /// `exemptUsernames` as written (globs).
+    pub fn exempt_username_globs(&self) -> Vec<String> {
+        self.exempt_usernames.iter().map(|g| g.to_string()).collect()
     }
 
     /// Whether `username` matches an `exemptUsernames` glob.
