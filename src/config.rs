@@ -25,8 +25,11 @@ pub struct ConfigMetrics {
 #[derive(Clone)]
 struct ExpiredExceptions {
     desc: prometheus::core::Desc,
-    exceptions: Arc<std::sync::RwLock<Vec<(String, Option<jiff::Timestamp>)>>>,
+    exceptions: Arc<std::sync::RwLock<Vec<NamedExpiry>>>,
 }
+
+/// An exception's name and expiry.
+type NamedExpiry = (String, Option<jiff::Timestamp>);
 
 const EXPIRED_NAME: &str = "mrguard_exception_expired";
 const EXPIRED_HELP: &str =

@@ -24,3 +24,4 @@ mod reviews;
 mod server;
 mod shutdown;
 mod suite_cli;
+mod vap;

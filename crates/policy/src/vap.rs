@@ -42,7 +42,13 @@ const NOT_EXPORTABLE: &[(&str, &str)] = &[
 ];
 
 /// The admission-time variables of a policy expression.
-const VAP_VARS: &[&str] = &["object", "oldObject", "request", "params", "namespaceObject"];
+const VAP_VARS: &[&str] = &[
+    "object",
+    "oldObject",
+    "request",
+    "params",
+    "namespaceObject",
+];
 
 /// A CEL string literal.
 fn lit(s: &str) -> String {
@@ -117,10 +123,7 @@ const SUBJECT: &str = "(request.operation == 'DELETE' ? oldObject : object)";
 /// Created, as mrguard judges it (docs/managed-resources.md): the
 /// create-succeeded annotation, or a True Ready condition.
 fn created(o: &str) -> String {
-    let (ann, at) = path(
-        o,
-        &["metadata", "annotations", crate::mr::CREATE_SUCCEEDED],
-    );
+    let (ann, at) = path(o, &["metadata", "annotations", crate::mr::CREATE_SUCCEEDED]);
     let (conds, list) = path(o, &["status", "conditions"]);
     format!(
         "(({ann} && {at} != null) || ({conds} && type({list}) == list && {list}.exists(c, type(c) == map && 'type' in c && 'status' in c && c['type'] == 'Ready' && c['status'] == 'True')))"
@@ -521,7 +524,9 @@ pub fn rewrite(expr: &str, this: &str) -> Option<String> {
                     i += 2;
                     continue;
                 }
-                if chars[i] == c && (!triple || (i + 2 < chars.len() && chars[i + 1] == c && chars[i + 2] == c)) {
+                if chars[i] == c
+                    && (!triple || (i + 2 < chars.len() && chars[i + 1] == c && chars[i + 2] == c))
+                {
                     i += q;
                     break;
                 }
@@ -580,105 +585,163 @@ pub enum EvaluateError {
         reason: String,
     },
     /// The policy uses what this evaluator does not model.
-    #[error("failed to evaluate {0}: it has variables or params, which the exported policies never use")]
+    #[error(
+        "failed to evaluate {0}: it has variables or params, which the exported policies never use"
+    )]
     Unsupported(String),
 }
 
-/// Judges `req` with exported policies and bindings as the API server
-/// does: matchConstraints (operations; every exported policy matches all
-/// groups and resources, never subresources), matchConditions (all must
-/// be true; an error is a failure under `failurePolicy: Fail`), then each
-/// validation. Returns the failures, one per failing policy.
-pub fn evaluate(objects: &[Value], req: &Request) -> Result<Vec<Judgement>, EvaluateError> {
-    let op = Operation::from(&req.operation);
-    let mut out = Vec::new();
-    if op == Operation::Connect || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Ok(out);
-    }
-    let request = request_json(req);
-    let object = req.object.as_ref().map(|o| &o.value).filter(|v| !v.is_null());
-    let old = req.old_object.as_ref().map(|o| &o.value).filter(|v| !v.is_null());
-    let mut scope = Scope::new();
-    scope.bind("object", object);
-    scope.bind("oldObject", old);
-    scope.bind("request", Some(&request));
-    scope.bind("params", None);
-    scope.bind("namespaceObject", None);
-    for p in objects.iter().filter(|o| o["kind"] == "ValidatingAdmissionPolicy") {
-        let name = p["metadata"]["name"].as_str().unwrap_or("").to_string();
-        let spec = &p["spec"];
-        if spec.get("variables").is_some() || spec.get("paramKind").is_some() {
-            return Err(EvaluateError::Unsupported(name));
-        }
-        let Some(binding) = objects.iter().find(|b| {
-            b["kind"] == "ValidatingAdmissionPolicyBinding" && b["spec"]["policyName"] == name.as_str()
-        }) else {
-            continue;
-        };
-        let ops = &spec["matchConstraints"]["resourceRules"][0]["operations"];
-        let matched = ops
-            .as_array()
-            .is_some_and(|a| a.iter().any(|o| o == op.as_str() || o == "*"));
-        if !matched {
-            continue;
-        }
-        let action = binding["spec"]["validationActions"][0]
-            .as_str()
-            .unwrap_or("Deny")
-            .to_string();
-        let rule = p["metadata"]["annotations"]["mrguard.io/rule"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        let compile = |what: &str, src: &str| {
-            CelProgram::compile_with(src, VAP_VARS).map_err(|e| EvaluateError::Compile {
-                policy: name.clone(),
-                what: what.to_string(),
-                reason: e.to_string(),
-            })
-        };
-        let mut failure = None;
-        let mut applies = true;
-        for c in spec["matchConditions"].as_array().into_iter().flatten() {
-            let cname = c["name"].as_str().unwrap_or("");
-            let program = compile(&format!("matchCondition {cname}"), c["expression"].as_str().unwrap_or(""))?;
-            match program.eval_bool(&scope) {
-                Ok(true) => {}
-                Ok(false) => {
-                    applies = false;
-                    break;
-                }
-                Err(e) => {
-                    failure = Some(format!("matchCondition {cname} failed: {e}"));
-                    break;
-                }
+/// One exported policy with its binding, compiled.
+struct Compiled {
+    rule: String,
+    action: String,
+    operations: Vec<String>,
+    conditions: Vec<(String, CelProgram)>,
+    validations: Vec<(String, CelProgram)>,
+}
+
+/// Exported policies and bindings, compiled once, to judge many requests.
+pub struct Policies(Vec<Compiled>);
+
+impl Policies {
+    /// Compiles every policy that has a binding.
+    pub fn compile(objects: &[Value]) -> Result<Self, EvaluateError> {
+        let mut out = Vec::new();
+        for p in objects
+            .iter()
+            .filter(|o| o["kind"] == "ValidatingAdmissionPolicy")
+        {
+            let name = p["metadata"]["name"].as_str().unwrap_or("").to_string();
+            let spec = &p["spec"];
+            if spec.get("variables").is_some() || spec.get("paramKind").is_some() {
+                return Err(EvaluateError::Unsupported(name));
             }
-        }
-        if failure.is_none() && applies {
+            let Some(binding) = objects.iter().find(|b| {
+                b["kind"] == "ValidatingAdmissionPolicyBinding"
+                    && b["spec"]["policyName"] == name.as_str()
+            }) else {
+                continue;
+            };
+            let compile = |what: &str, src: &str| {
+                CelProgram::compile_with(src, VAP_VARS).map_err(|e| EvaluateError::Compile {
+                    policy: name.clone(),
+                    what: what.to_string(),
+                    reason: e.to_string(),
+                })
+            };
+            let mut conditions = Vec::new();
+            for c in spec["matchConditions"].as_array().into_iter().flatten() {
+                let cname = c["name"].as_str().unwrap_or("").to_string();
+                let program = compile(
+                    &format!("matchCondition {cname}"),
+                    c["expression"].as_str().unwrap_or(""),
+                )?;
+                conditions.push((cname, program));
+            }
+            let mut validations = Vec::new();
             for v in spec["validations"].as_array().into_iter().flatten() {
                 let program = compile("validation", v["expression"].as_str().unwrap_or(""))?;
+                validations.push((v["message"].as_str().unwrap_or("").to_string(), program));
+            }
+            out.push(Compiled {
+                rule: p["metadata"]["annotations"]["mrguard.io/rule"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                action: binding["spec"]["validationActions"][0]
+                    .as_str()
+                    .unwrap_or("Deny")
+                    .to_string(),
+                operations: spec["matchConstraints"]["resourceRules"][0]["operations"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|o| o.as_str().map(str::to_string))
+                    .collect(),
+                conditions,
+                validations,
+            });
+        }
+        Ok(Self(out))
+    }
+
+    /// Judges `req` as the API server does: matchConstraints (operations;
+    /// every exported policy matches all groups and resources, never
+    /// subresources), matchConditions (all must be true; an error is a
+    /// failure under `failurePolicy: Fail`), then each validation. Returns
+    /// the failures, one per failing policy.
+    pub fn evaluate(&self, req: &Request) -> Vec<Judgement> {
+        let op = Operation::from(&req.operation);
+        let mut out = Vec::new();
+        if op == Operation::Connect || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+            return out;
+        }
+        let request = request_json(req);
+        let object = req
+            .object
+            .as_ref()
+            .map(|o| &o.value)
+            .filter(|v| !v.is_null());
+        let old = req
+            .old_object
+            .as_ref()
+            .map(|o| &o.value)
+            .filter(|v| !v.is_null());
+        let mut scope = Scope::new();
+        scope.bind("object", object);
+        scope.bind("oldObject", old);
+        scope.bind("request", Some(&request));
+        scope.bind("params", None);
+        scope.bind("namespaceObject", None);
+        for p in &self.0 {
+            if !p.operations.iter().any(|o| o == op.as_str() || o == "*") {
+                continue;
+            }
+            let mut failure = None;
+            let mut applies = true;
+            for (cname, program) in &p.conditions {
                 match program.eval_bool(&scope) {
                     Ok(true) => {}
                     Ok(false) => {
-                        failure = Some(v["message"].as_str().unwrap_or("").to_string());
+                        applies = false;
                         break;
                     }
                     Err(e) => {
-                        failure = Some(format!("validation failed: {e}"));
+                        failure = Some(format!("matchCondition {cname} failed: {e}"));
                         break;
                     }
                 }
             }
+            if failure.is_none() && applies {
+                for (message, program) in &p.validations {
+                    match program.eval_bool(&scope) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            failure = Some(message.clone());
+                            break;
+                        }
+                        Err(e) => {
+                            failure = Some(format!("validation failed: {e}"));
+                            break;
+                        }
+                    }
+                }
+            }
+            if let Some(failure) = failure {
+                out.push(Judgement {
+                    rule: p.rule.clone(),
+                    action: p.action.clone(),
+                    failure,
+                });
+            }
         }
-        if let Some(failure) = failure {
-            out.push(Judgement {
-                rule,
-                action,
-                failure,
-            });
-        }
+        out
     }
-    Ok(out)
+}
+
+/// Compiles `objects` and judges `req` with them ([`Policies::evaluate`]).
+pub fn evaluate(objects: &[Value], req: &Request) -> Result<Vec<Judgement>, EvaluateError> {
+    Ok(Policies::compile(objects)?.evaluate(req))
 }
 
 /// The `request` variable of an admission policy.
@@ -711,7 +774,10 @@ mod tests {
             rewrite(r#"self.x == "a\"self" || r'self\' == self.y"#, "o").unwrap(),
             r#"(o).x == "a\"self" || r'self\' == (o).y"#
         );
-        assert_eq!(rewrite("selfish + myself", "o").unwrap(), "selfish + myself");
+        assert_eq!(
+            rewrite("selfish + myself", "o").unwrap(),
+            "selfish + myself"
+        );
         assert!(rewrite("'unterminated", "o").is_none());
     }
 

@@ -104,7 +104,12 @@ impl Exception {
     /// `match` as written: names, namespaces, kinds, users (globs).
     pub fn match_globs(&self) -> [Vec<String>; 4] {
         let g = |v: &[WildMatch]| v.iter().map(|x| x.to_string()).collect();
-        [g(&self.names), g(&self.namespaces), g(&self.kinds), g(&self.users)]
+        [
+            g(&self.names),
+            g(&self.namespaces),
+            g(&self.kinds),
+            g(&self.users),
+        ]
     }
 
     /// `match.kinds` as written.

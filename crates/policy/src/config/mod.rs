@@ -386,7 +386,10 @@ impl Config {
 
     /// `exemptUsernames` as written (globs).
     pub fn exempt_username_globs(&self) -> Vec<String> {
-        self.exempt_usernames.iter().map(|g| g.to_string()).collect()
+        self.exempt_usernames
+            .iter()
+            .map(|g| g.to_string())
+            .collect()
     }
 
     /// Whether `username` matches an `exemptUsernames` glob.
