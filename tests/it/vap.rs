@@ -20,7 +20,7 @@ use crate::support::{fixtures, root};
 fn exported(rule: &str) -> bool {
     matches!(
         rule,
-        "immutable-field" | "management-policies" | "paused-value"
+        "immutable-field" | "management-policies" | "paused-value" | "deletion-policy-conflict"
     ) || rule.starts_with("cel:")
 }
 
@@ -55,7 +55,7 @@ resources:
   - apiGroups: ["ec2.aws.upbound.io"]
     kinds: ["VPC", "Sub*"]
     immutableFields: [spec.forProvider.region, spec.forProvider.cidrBlock, "metadata.labels[team]"]
-    rules: {management-policies: Warn, paused-value: Off}
+    rules: {management-policies: Warn, paused-value: Off, deletion-policy-conflict: Deny}
     celRules:
       - name: team-label
         expression: "has(self.metadata.labels) && 'team' in self.metadata.labels"
@@ -146,6 +146,8 @@ fn generated() -> Vec<Request> {
         Some(json!(["Observe"])),
         Some(json!(["Observe", "Observe"])),
         Some(json!(["Observe", "Create", "Update", "Delete"])),
+        Some(json!(["Observe", "Delete"])),
+        Some(json!(["Observe", "Create", "Update", "LateInitialize", "Delete"])),
         Some(json!(["Delete", "Update", "Create", "Observe"])),
         Some(json!(["*", "Observe"])),
         Some(json!(["Observe", "Bogus"])),
@@ -220,7 +222,11 @@ fn generated() -> Vec<Request> {
                 let user = users[n % users.len()];
                 let p = &policies[n % policies.len()];
                 let pa = &paused[n % paused.len()];
+                let dp = [json!("Orphan"), json!("Delete"), json!(1)][n % 3].clone();
                 for obj in [&mut new, &mut old] {
+                    if n % 2 == 0 {
+                        obj["spec"]["deletionPolicy"] = dp.clone();
+                    }
                     if let Some(p) = p {
                         obj["spec"]["managementPolicies"] = p.clone();
                     }
@@ -239,6 +245,9 @@ fn generated() -> Vec<Request> {
     for (i, p) in policies.iter().enumerate() {
         for (j, pa) in paused.iter().enumerate() {
             let mut o = vpc("x");
+            if j % 2 == 0 {
+                o["spec"]["deletionPolicy"] = json!("Orphan");
+            }
             if let Some(p) = p {
                 o["spec"]["managementPolicies"] = p.clone();
             }
@@ -316,6 +325,7 @@ fn exported_policies_agree_with_mrguard_on_every_review() {
     let hostile = hostile(&hostile_base);
     let mut report = Vec::new();
     let mut disagreements = Vec::new();
+    let mut by_rule: std::collections::BTreeMap<String, usize> = Default::default();
     for (cname, config) in configs() {
         let export = vap::export(&config, now);
         let policies =
@@ -330,6 +340,10 @@ fn exported_policies_agree_with_mrguard_on_every_review() {
                 let want = mrguard_verdict(req, &config);
                 let got = vap_verdict(&policies, req);
                 fired += usize::from(!want.is_empty());
+                for (rule, action) in &want {
+                    let rule = if rule.starts_with("cel:") { "cel:*" } else { rule };
+                    *by_rule.entry(format!("{rule} {action}")).or_default() += 1;
+                }
                 if want == got {
                     agree += 1;
                 } else if disagreements.len() < 10 {
@@ -350,6 +364,22 @@ fn exported_policies_agree_with_mrguard_on_every_review() {
         }
     }
     eprintln!("{}", report.join("\n"));
+    eprintln!("findings by rule and action: {by_rule:?}");
+    // Every exported rule, and each action, was exercised.
+    for want in [
+        "immutable-field Deny",
+        "immutable-field Audit",
+        "management-policies Deny",
+        "management-policies Warn",
+        "deletion-policy-conflict Warn",
+        "deletion-policy-conflict Deny",
+        "paused-value Warn",
+        "paused-value Deny",
+        "cel:* Deny",
+        "cel:* Warn",
+    ] {
+        assert!(by_rule.contains_key(want), "{want} never fired: {by_rule:?}");
+    }
     assert!(
         disagreements.is_empty(),
         "{}\n{}",

@@ -38,7 +38,6 @@ const NOT_EXPORTABLE: &[(&str, &str)] = &[
     ("creation-incomplete", "it compares three annotations as instants, which needs timestamp parsing of arbitrary text"),
     ("connection-secret-ref", "not exported yet"),
     ("reference", "it walks every *Ref/*Selector at any depth of forProvider and initProvider, which CEL cannot recurse into"),
-    ("deletion-policy-conflict", "not exported yet"),
 ];
 
 /// The admission-time variables of a policy expression.
@@ -355,8 +354,9 @@ pub fn export(config: &Config, now: jiff::Timestamp) -> Export {
     // Rules of every MR, with per-entry actions: one policy per entry (and
     // one for kinds no entry matches) whose action is not Off.
     type Check = fn() -> (String, String);
-    let every_mr: [(&str, Action, Check); 2] = [
+    let every_mr: [(&str, Action, Check); 3] = [
         ("management-policies", Action::Deny, management_policies),
+        ("deletion-policy-conflict", Action::Warn, deletion_policy_conflict),
         ("paused-value", Action::Warn, paused_value),
     ];
     for (rule, default, check) in every_mr {
@@ -463,19 +463,7 @@ fn management_policies() -> (String, String) {
     let (has, l) = path("object", &["spec", "managementPolicies"]);
     let sets: Vec<String> = crate::mr::PolicySet::SUPPORTED
         .iter()
-        .map(|s| {
-            let names = s.names();
-            if names.is_empty() {
-                format!("{l}.size() == 0")
-            } else {
-                let items: Vec<String> = names.iter().map(|n| lit(n)).collect();
-                format!(
-                    "({l}.size() == {} && [{}].all(a, a in {l}))",
-                    names.len(),
-                    items.join(", ")
-                )
-            }
-        })
+        .map(|s| is_set(&l, *s))
         .collect();
     (
         format!(
@@ -486,6 +474,37 @@ fn management_policies() -> (String, String) {
             "spec.managementPolicies must be one of the supported sets: {} (mrguard rule management-policies)",
             crate::mr::PolicySet::supported_list()
         ),
+    )
+}
+
+/// `list` holds exactly the actions of `set`, each once.
+fn is_set(list: &str, set: crate::mr::PolicySet) -> String {
+    let names = set.names();
+    if names.is_empty() {
+        return format!("{list}.size() == 0");
+    }
+    let items: Vec<String> = names.iter().map(|n| lit(n)).collect();
+    format!(
+        "({list}.size() == {} && [{}].all(a, a in {list}))",
+        names.len(),
+        items.join(", ")
+    )
+}
+
+fn deletion_policy_conflict() -> (String, String) {
+    let (has_dp, dp) = path("object", &["spec", "deletionPolicy"]);
+    let (has_mp, l) = path("object", &["spec", "managementPolicies"]);
+    let with_delete: Vec<String> = crate::mr::PolicySet::SUPPORTED
+        .iter()
+        .filter(|s| !s.is_default() && s.has(crate::mr::PolicyAction::Delete))
+        .map(|s| is_set(&l, *s))
+        .collect();
+    (
+        format!(
+            "!({has_dp} && {dp} == 'Orphan' && {has_mp} && type({l}) == list && {l}.all(a, type(a) == string) && ({}))",
+            with_delete.join(" || ")
+        ),
+        "Orphan is ignored because managementPolicies has Delete: the external resource WILL be deleted (mrguard rule deletion-policy-conflict)".to_string(),
     )
 }
 
