@@ -147,7 +147,13 @@ fn generated() -> Vec<Request> {
         Some(json!(["Observe", "Observe"])),
         Some(json!(["Observe", "Create", "Update", "Delete"])),
         Some(json!(["Observe", "Delete"])),
-        Some(json!(["Observe", "Create", "Update", "LateInitialize", "Delete"])),
+        Some(json!([
+            "Observe",
+            "Create",
+            "Update",
+            "LateInitialize",
+            "Delete"
+        ])),
         Some(json!(["Delete", "Update", "Create", "Observe"])),
         Some(json!(["*", "Observe"])),
         Some(json!(["Observe", "Bogus"])),
@@ -341,7 +347,11 @@ fn exported_policies_agree_with_mrguard_on_every_review() {
                 let got = vap_verdict(&policies, req);
                 fired += usize::from(!want.is_empty());
                 for (rule, action) in &want {
-                    let rule = if rule.starts_with("cel:") { "cel:*" } else { rule };
+                    let rule = if rule.starts_with("cel:") {
+                        "cel:*"
+                    } else {
+                        rule
+                    };
                     *by_rule.entry(format!("{rule} {action}")).or_default() += 1;
                 }
                 if want == got {
@@ -378,7 +388,10 @@ fn exported_policies_agree_with_mrguard_on_every_review() {
         "cel:* Deny",
         "cel:* Warn",
     ] {
-        assert!(by_rule.contains_key(want), "{want} never fired: {by_rule:?}");
+        assert!(
+            by_rule.contains_key(want),
+            "{want} never fired: {by_rule:?}"
+        );
     }
     assert!(
         disagreements.is_empty(),

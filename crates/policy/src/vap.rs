@@ -356,7 +356,11 @@ pub fn export(config: &Config, now: jiff::Timestamp) -> Export {
     type Check = fn() -> (String, String);
     let every_mr: [(&str, Action, Check); 3] = [
         ("management-policies", Action::Deny, management_policies),
-        ("deletion-policy-conflict", Action::Warn, deletion_policy_conflict),
+        (
+            "deletion-policy-conflict",
+            Action::Warn,
+            deletion_policy_conflict,
+        ),
         ("paused-value", Action::Warn, paused_value),
     ];
     for (rule, default, check) in every_mr {
