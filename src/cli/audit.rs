@@ -41,7 +41,11 @@ pub(crate) fn render_table(findings: &[AuditFinding]) -> String {
                 f.namespace.clone(),
                 f.name.clone(),
                 f.rule.clone(),
-                f.action.clone(),
+                // A waived finding enforces nothing: say which exception.
+                match &f.exception {
+                    Some(e) => format!("Skip ({e})"),
+                    None => f.action.clone(),
+                },
                 message,
             ]
         })
@@ -171,6 +175,15 @@ mod tests {
             fix: Some("use Delete".into()),
             exception: None,
         }
+    }
+
+    #[test]
+    fn waived_findings_show_their_exception() {
+        let mut f = finding("", "legacy", "paused-value", "Warn");
+        f.exception = Some("legacy-pause".into());
+        let t = render_table(&[f, finding("", "other", "paused-value", "Audit")]);
+        assert!(t.contains("Skip (legacy-pause)"), "{t}");
+        assert!(t.contains("Audit"), "{t}");
     }
 
     #[test]

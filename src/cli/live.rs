@@ -492,10 +492,11 @@ pub(crate) fn annotations(results: &[LiveResult]) -> Vec<Annotation> {
         for f in &r.findings {
             out.push(Annotation {
                 rule: f.rule.clone(),
-                level: if f.action == "Deny" {
-                    "error"
-                } else {
-                    "warning"
+                // Audit findings enforce nothing: a note, not a warning.
+                level: match f.action.as_str() {
+                    "Deny" => "error",
+                    "Audit" => "note",
+                    _ => "warning",
                 },
                 message: format!("{}: {}", r.object, f.message),
                 file: r.file.clone(),
