@@ -230,7 +230,7 @@ fn generated() -> Vec<Request> {
                 let pa = &paused[n % paused.len()];
                 let dp = [json!("Orphan"), json!("Delete"), json!(1)][n % 3].clone();
                 for obj in [&mut new, &mut old] {
-                    if n % 2 == 0 {
+                    if n.is_multiple_of(2) {
                         obj["spec"]["deletionPolicy"] = dp.clone();
                     }
                     if let Some(p) = p {
@@ -251,7 +251,7 @@ fn generated() -> Vec<Request> {
     for (i, p) in policies.iter().enumerate() {
         for (j, pa) in paused.iter().enumerate() {
             let mut o = vpc("x");
-            if j % 2 == 0 {
+            if j.is_multiple_of(2) {
                 o["spec"]["deletionPolicy"] = json!("Orphan");
             }
             if let Some(p) = p {
