@@ -20,7 +20,12 @@ use crate::support::{fixtures, root};
 fn exported(rule: &str) -> bool {
     matches!(
         rule,
-        "immutable-field" | "management-policies" | "paused-value" | "deletion-policy-conflict"
+        "immutable-field"
+            | "management-policies"
+            | "paused-value"
+            | "deletion-policy-conflict"
+            | "paused-delete"
+            | "connection-secret-ref"
     ) || rule.starts_with("cel:")
 }
 
@@ -229,7 +234,28 @@ fn generated() -> Vec<Request> {
                 let p = &policies[n % policies.len()];
                 let pa = &paused[n % paused.len()];
                 let dp = [json!("Orphan"), json!("Delete"), json!(1)][n % 3].clone();
+                let secret = [
+                    None,
+                    Some(json!({"name": "s", "namespace": "crossplane-system"})),
+                    Some(json!({"name": "s"})),
+                    Some(json!({"name": ""})),
+                    Some(json!("s")),
+                    Some(Value::Null),
+                    Some(json!({"name": "s", "namespace": null})),
+                ][n % 7]
+                    .clone();
+                let finalizers = [json!(["f"]), json!([]), json!("f")][n % 3].clone();
                 for obj in [&mut new, &mut old] {
+                    if let Some(s) = &secret {
+                        obj["spec"]["writeConnectionSecretToRef"] = s.clone();
+                    }
+                    if !n.is_multiple_of(4) {
+                        obj["metadata"]["finalizers"] = finalizers.clone();
+                    }
+                    // Every fifth request is for a namespaced MR.
+                    if n.is_multiple_of(5) {
+                        obj["metadata"]["namespace"] = json!("team-a");
+                    }
                     if n.is_multiple_of(2) {
                         obj["spec"]["deletionPolicy"] = dp.clone();
                     }
@@ -387,6 +413,8 @@ fn exported_policies_agree_with_mrguard_on_every_review() {
         "paused-value Deny",
         "cel:* Deny",
         "cel:* Warn",
+        "paused-delete Deny",
+        "connection-secret-ref Deny",
     ] {
         assert!(
             by_rule.contains_key(want),

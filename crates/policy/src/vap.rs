@@ -33,10 +33,8 @@ const NOT_EXPORTABLE: &[(&str, &str)] = &[
     ("init-provider-change", "not exported yet"),
     ("external-name-change", "it judges whether creation was attempted from three annotations; not exported yet"),
     ("observe-only-external-name", "not exported yet"),
-    ("paused-delete", "not exported yet"),
     ("deletion-protection", "the deletion outcome combines deletionPolicy with the policy set; not exported yet"),
     ("creation-incomplete", "it compares three annotations as instants, which needs timestamp parsing of arbitrary text"),
-    ("connection-secret-ref", "not exported yet"),
     ("reference", "it walks every *Ref/*Selector at any depth of forProvider and initProvider, which CEL cannot recurse into"),
 ];
 
@@ -354,16 +352,34 @@ pub fn export(config: &Config, now: jiff::Timestamp) -> Export {
     // Rules of every MR, with per-entry actions: one policy per entry (and
     // one for kinds no entry matches) whose action is not Off.
     type Check = fn() -> (String, String);
-    let every_mr: [(&str, Action, Check); 3] = [
-        ("management-policies", Action::Deny, management_policies),
+    const CU: &[Operation] = &[Operation::Create, Operation::Update];
+    const D: &[Operation] = &[Operation::Delete];
+    let every_mr: [(&str, Action, Check, &[Operation], &str); 5] = [
+        (
+            "management-policies",
+            Action::Deny,
+            management_policies,
+            CU,
+            "object",
+        ),
         (
             "deletion-policy-conflict",
             Action::Warn,
             deletion_policy_conflict,
+            CU,
+            "object",
         ),
-        ("paused-value", Action::Warn, paused_value),
+        ("paused-value", Action::Warn, paused_value, CU, "object"),
+        ("paused-delete", Action::Deny, paused_delete, D, "oldObject"),
+        (
+            "connection-secret-ref",
+            Action::Deny,
+            connection_secret_ref,
+            CU,
+            "object",
+        ),
     ];
-    for (rule, default, check) in every_mr {
+    for (rule, default, check, operations, subject) in every_mr {
         let (expression, message) = check();
         let mut scopes: Vec<(Option<usize>, &ResourceConfig, Option<String>)> = config
             .resources
@@ -386,13 +402,13 @@ pub fn export(config: &Config, now: jiff::Timestamp) -> Export {
             if let Some(s) = selected {
                 conditions.push(condition("selected", s));
             }
-            conditions.push(condition("managed", managed("object")));
+            conditions.push(condition("managed", managed(subject)));
             conditions.extend(exception_conditions(config, rule, now));
             out.objects.extend(policy(
                 &policy_name(rule, i),
                 rule,
                 action,
-                &[Operation::Create, Operation::Update],
+                operations,
                 conditions,
                 vec![json!({"expression": expression, "message": message, "reason": "Forbidden"})],
             ));
@@ -509,6 +525,33 @@ fn deletion_policy_conflict() -> (String, String) {
             with_delete.join(" || ")
         ),
         "Orphan is ignored because managementPolicies has Delete: the external resource WILL be deleted (mrguard rule deletion-policy-conflict)".to_string(),
+    )
+}
+
+fn paused_delete() -> (String, String) {
+    let o = "oldObject";
+    let (has_p, p) = path(o, &["metadata", "annotations", crate::mr::PAUSED]);
+    let (has_mp, mp) = path(o, &["spec", "managementPolicies"]);
+    let (has_f, f) = path(o, &["metadata", "finalizers"]);
+    (
+        format!(
+            "!((({has_p} && {p} == 'true') || ({has_mp} && type({mp}) == list && {mp}.size() == 0)) && {has_f} && type({f}) == list && {f}.size() > 0)"
+        ),
+        "the MR is paused and still has finalizers, so the deletion would hang forever (mrguard rule paused-delete)".to_string(),
+    )
+}
+
+fn connection_secret_ref() -> (String, String) {
+    let (has, r) = path("object", &["spec", "writeConnectionSecretToRef"]);
+    let text =
+        |k: &str| format!("('{k}' in {r} && type({r}['{k}']) == string && {r}['{k}'] != '')");
+    (
+        format!(
+            "!{has} || {r} == null || (type({r}) == map && {} && (request.namespace != '' ? (!('namespace' in {r}) || {r}['namespace'] == null) : {}))",
+            text("name"),
+            text("namespace")
+        ),
+        "spec.writeConnectionSecretToRef needs a non-empty name, and a namespace exactly when the MR is cluster-scoped (mrguard rule connection-secret-ref)".to_string(),
     )
 }
 
