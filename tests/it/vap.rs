@@ -26,6 +26,8 @@ fn exported(rule: &str) -> bool {
             | "deletion-policy-conflict"
             | "paused-delete"
             | "connection-secret-ref"
+            | "observe-only-external-name"
+            | "deletion-protection"
     ) || rule.starts_with("cel:")
 }
 
@@ -74,6 +76,7 @@ resources:
   - apiGroups: ["*.aws.upbound.io"]
     kinds: ["*"]
     immutableFields: [spec.forProvider.region]
+    deletionProtection: true
     rules: {immutable-field: Audit}
 exceptions:
   - name: vpc-migration
@@ -252,6 +255,25 @@ fn generated() -> Vec<Request> {
                     if !n.is_multiple_of(4) {
                         obj["metadata"]["finalizers"] = finalizers.clone();
                     }
+                    match n % 6 {
+                        0 => {
+                            obj["metadata"]["annotations"]["crossplane.io/external-name"] =
+                                json!("vpc-1")
+                        }
+                        1 => {
+                            obj["metadata"]["annotations"]["crossplane.io/external-name"] =
+                                json!("")
+                        }
+                        2 => {
+                            obj["metadata"]["annotations"]["mrguard.io/deletion-protection"] =
+                                json!("true")
+                        }
+                        3 => {
+                            obj["metadata"]["annotations"]["mrguard.io/deletion-protection"] =
+                                json!("yes")
+                        }
+                        _ => {}
+                    }
                     // Every fifth request is for a namespaced MR.
                     if n.is_multiple_of(5) {
                         obj["metadata"]["namespace"] = json!("team-a");
@@ -415,6 +437,8 @@ fn exported_policies_agree_with_mrguard_on_every_review() {
         "cel:* Warn",
         "paused-delete Deny",
         "connection-secret-ref Deny",
+        "observe-only-external-name Deny",
+        "deletion-protection Deny",
     ] {
         assert!(
             by_rule.contains_key(want),

@@ -32,8 +32,6 @@ const NOT_EXPORTABLE: &[(&str, &str)] = &[
     ("init-provider-late-init", "not exported yet"),
     ("init-provider-change", "not exported yet"),
     ("external-name-change", "it judges whether creation was attempted from three annotations; not exported yet"),
-    ("observe-only-external-name", "not exported yet"),
-    ("deletion-protection", "the deletion outcome combines deletionPolicy with the policy set; not exported yet"),
     ("creation-incomplete", "it compares three annotations as instants, which needs timestamp parsing of arbitrary text"),
     ("reference", "it walks every *Ref/*Selector at any depth of forProvider and initProvider, which CEL cannot recurse into"),
 ];
@@ -351,10 +349,24 @@ pub fn export(config: &Config, now: jiff::Timestamp) -> Export {
 
     // Rules of every MR, with per-entry actions: one policy per entry (and
     // one for kinds no entry matches) whose action is not Off.
-    type Check = fn() -> (String, String);
+    type Check = fn(&ResourceConfig) -> Option<(String, String)>;
     const CU: &[Operation] = &[Operation::Create, Operation::Update];
     const D: &[Operation] = &[Operation::Delete];
-    let every_mr: [(&str, Action, Check, &[Operation], &str); 5] = [
+    let every_mr: [(&str, Action, Check, &[Operation], &str); 7] = [
+        (
+            "observe-only-external-name",
+            Action::Deny,
+            observe_only_external_name,
+            CU,
+            "object",
+        ),
+        (
+            "deletion-protection",
+            Action::Deny,
+            deletion_protection,
+            D,
+            "oldObject",
+        ),
         (
             "management-policies",
             Action::Deny,
@@ -380,7 +392,6 @@ pub fn export(config: &Config, now: jiff::Timestamp) -> Export {
         ),
     ];
     for (rule, default, check, operations, subject) in every_mr {
-        let (expression, message) = check();
         let mut scopes: Vec<(Option<usize>, &ResourceConfig, Option<String>)> = config
             .resources
             .iter()
@@ -388,12 +399,16 @@ pub fn export(config: &Config, now: jiff::Timestamp) -> Export {
             .map(|(i, e)| (Some(i), e, Some(entry_selected(config, i))))
             .collect();
         scopes.push((None, &fallback, no_entry(config)));
-        // One policy when no entry overrides the action.
+        // One policy when no entry overrides the action or changes the check.
         let overridden = config.resources.iter().any(|e| e.rules.contains_key(rule));
-        if !overridden {
+        let uniform = scopes.iter().all(|(_, e, _)| check(e) == check(&fallback));
+        if !overridden && uniform {
             scopes = vec![(None, &fallback, None)];
         }
         for (i, entry, selected) in scopes {
+            let Some((expression, message)) = check(entry) else {
+                continue;
+            };
             let action = action_of(entry, rule, default, &mut out);
             if action == Action::Off {
                 continue;
@@ -479,13 +494,13 @@ pub fn export(config: &Config, now: jiff::Timestamp) -> Export {
     out
 }
 
-fn management_policies() -> (String, String) {
+fn management_policies(_: &ResourceConfig) -> Option<(String, String)> {
     let (has, l) = path("object", &["spec", "managementPolicies"]);
     let sets: Vec<String> = crate::mr::PolicySet::SUPPORTED
         .iter()
         .map(|s| is_set(&l, *s))
         .collect();
-    (
+    Some((
         format!(
             "!{has} || {l} == null || (type({l}) == list && {l}.all(a, type(a) == string) && ({}))",
             sets.join(" || ")
@@ -494,7 +509,7 @@ fn management_policies() -> (String, String) {
             "spec.managementPolicies must be one of the supported sets: {} (mrguard rule management-policies)",
             crate::mr::PolicySet::supported_list()
         ),
-    )
+    ))
 }
 
 /// `list` holds exactly the actions of `set`, each once.
@@ -511,7 +526,7 @@ fn is_set(list: &str, set: crate::mr::PolicySet) -> String {
     )
 }
 
-fn deletion_policy_conflict() -> (String, String) {
+fn deletion_policy_conflict(_: &ResourceConfig) -> Option<(String, String)> {
     let (has_dp, dp) = path("object", &["spec", "deletionPolicy"]);
     let (has_mp, l) = path("object", &["spec", "managementPolicies"]);
     let with_delete: Vec<String> = crate::mr::PolicySet::SUPPORTED
@@ -519,51 +534,125 @@ fn deletion_policy_conflict() -> (String, String) {
         .filter(|s| !s.is_default() && s.has(crate::mr::PolicyAction::Delete))
         .map(|s| is_set(&l, *s))
         .collect();
-    (
+    Some((
         format!(
             "!({has_dp} && {dp} == 'Orphan' && {has_mp} && type({l}) == list && {l}.all(a, type(a) == string) && ({}))",
             with_delete.join(" || ")
         ),
         "Orphan is ignored because managementPolicies has Delete: the external resource WILL be deleted (mrguard rule deletion-policy-conflict)".to_string(),
-    )
+    ))
 }
 
-fn paused_delete() -> (String, String) {
+fn paused_delete(_: &ResourceConfig) -> Option<(String, String)> {
     let o = "oldObject";
     let (has_p, p) = path(o, &["metadata", "annotations", crate::mr::PAUSED]);
     let (has_mp, mp) = path(o, &["spec", "managementPolicies"]);
     let (has_f, f) = path(o, &["metadata", "finalizers"]);
-    (
+    Some((
         format!(
             "!((({has_p} && {p} == 'true') || ({has_mp} && type({mp}) == list && {mp}.size() == 0)) && {has_f} && type({f}) == list && {f}.size() > 0)"
         ),
         "the MR is paused and still has finalizers, so the deletion would hang forever (mrguard rule paused-delete)".to_string(),
-    )
+    ))
 }
 
-fn connection_secret_ref() -> (String, String) {
+fn connection_secret_ref(_: &ResourceConfig) -> Option<(String, String)> {
     let (has, r) = path("object", &["spec", "writeConnectionSecretToRef"]);
     let text =
         |k: &str| format!("('{k}' in {r} && type({r}['{k}']) == string && {r}['{k}'] != '')");
-    (
+    Some((
         format!(
             "!{has} || {r} == null || (type({r}) == map && {} && (request.namespace != '' ? (!('namespace' in {r}) || {r}['namespace'] == null) : {}))",
             text("name"),
             text("namespace")
         ),
         "spec.writeConnectionSecretToRef needs a non-empty name, and a namespace exactly when the MR is cluster-scoped (mrguard rule connection-secret-ref)".to_string(),
+    ))
+}
+
+/// The old object's deletion outcome is Delete (docs/managed-resources.md):
+/// an unreadable set counts as Delete; the default set follows
+/// `deletionPolicy` (absent, not a string or `Delete`: Delete); any other
+/// set deletes exactly when it has `Delete`.
+fn deletes(o: &str) -> String {
+    let (has_dp, dp) = path(o, &["spec", "deletionPolicy"]);
+    let (has_mp, l) = path(o, &["spec", "managementPolicies"]);
+    let supported: Vec<String> = crate::mr::PolicySet::SUPPORTED
+        .iter()
+        .map(|s| is_set(&l, *s))
+        .collect();
+    let absent = format!("(!{has_mp} || {l} == null)");
+    let valid = format!(
+        "({absent} || (type({l}) == list && {l}.all(a, type(a) == string) && ({})))",
+        supported.join(" || ")
+    );
+    let star = format!(
+        "({absent} || {})",
+        is_set(&l, crate::mr::PolicySet::DEFAULT)
+    );
+    let with_delete: Vec<String> = crate::mr::PolicySet::SUPPORTED
+        .iter()
+        .filter(|s| !s.is_default() && s.has(crate::mr::PolicyAction::Delete))
+        .map(|s| is_set(&l, *s))
+        .collect();
+    let policy_delete = format!("(!{has_dp} || type({dp}) != string || {dp} == 'Delete')");
+    format!(
+        "(!{valid} || ({star} && {policy_delete}) || (!{absent} && ({})))",
+        with_delete.join(" || ")
     )
 }
 
-fn paused_value() -> (String, String) {
+fn deletion_protection(entry: &ResourceConfig) -> Option<(String, String)> {
+    let o = "oldObject";
+    let (has_a, a) = path(
+        o,
+        &["metadata", "annotations", crate::mr::DELETION_PROTECTION],
+    );
+    let protected = if entry.deletion_protection {
+        "true".to_string()
+    } else {
+        format!("({has_a} && {a} == 'true')")
+    };
+    Some((
+        format!("!({protected} && {})", deletes(o)),
+        "the MR is protected and deleting it would destroy the external resource: orphan it first (mrguard rule deletion-protection)".to_string(),
+    ))
+}
+
+fn observe_only_external_name(entry: &ResourceConfig) -> Option<(String, String)> {
+    use crate::config::ExternalNameStrategy;
+    if entry.external_name != ExternalNameStrategy::IdentifierFromProvider {
+        return None;
+    }
+    let (has_mp, l) = path("object", &["spec", "managementPolicies"]);
+    let (has_n, n) = path(
+        "object",
+        &["metadata", "annotations", crate::mr::EXTERNAL_NAME],
+    );
+    // Valid sets that cannot create, other than the paused set [].
+    let blind: Vec<String> = crate::mr::PolicySet::SUPPORTED
+        .iter()
+        .filter(|s| **s != crate::mr::PolicySet::PAUSED && !s.can_create())
+        .map(|s| is_set(&l, *s))
+        .collect();
+    Some((
+        format!(
+            "!({has_mp} && type({l}) == list && {l}.all(a, type(a) == string) && ({}) && !({has_n} && type({n}) == string && {n} != ''))",
+            blind.join(" || ")
+        ),
+        "a set that cannot create needs crossplane.io/external-name on a kind whose identifier the provider assigns (mrguard rule observe-only-external-name)".to_string(),
+    ))
+}
+
+fn paused_value(_: &ResourceConfig) -> Option<(String, String)> {
     let (has, v) = path("object", &["metadata", "annotations", crate::mr::PAUSED]);
-    (
+    Some((
         format!("!{has} || (type({v}) == string && ({v} == 'true' || {v} == 'false'))"),
         format!(
             "{} must be \"true\" or \"false\": only \"true\" pauses (mrguard rule paused-value)",
             crate::mr::PAUSED
         ),
-    )
+    ))
 }
 
 /// `expr` with the identifiers `self` and `oldSelf` (not field names after
