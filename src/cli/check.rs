@@ -240,6 +240,15 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         for w in &judged.warnings {
             let _ = writeln!(err, "{}: warning: {w}", judged.label);
         }
+        // Audit findings change nothing for the request; say them anyway,
+        // so a check shows what an Audit rule would deny once enforced.
+        for f in judged
+            .findings
+            .iter()
+            .filter(|f| f.action == mrguard_policy::model::Action::Audit)
+        {
+            let _ = writeln!(err, "{}: audit: {}: {}", judged.label, f.rule, f.message);
+        }
         if let Some(d) = &judged.denial {
             any_denied = true;
             let _ = writeln!(err, "{}: denied: {d}", judged.label);

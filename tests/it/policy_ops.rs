@@ -303,3 +303,40 @@ fn explain_shows_the_exceptions_that_match_an_mr() {
         "{region}"
     );
 }
+
+#[test]
+fn check_shows_audit_findings_without_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = region_change();
+    let w = |name: &str, v: &Value| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, v.to_string()).unwrap();
+        p
+    };
+    let (old_f, new_f) = (w("old.json", &old), w("new.json", &new));
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        chart_config_with(json!({"rules": {"immutable-field": "Audit"}})),
+    )
+    .unwrap();
+    let out = mrguard()
+        .arg("check")
+        .arg("-f")
+        .arg(&new_f)
+        .arg("--old")
+        .arg(&old_f)
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(
+            "VPC/sample-vpc: audit: immutable-field: spec.forProvider.region is immutable"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("warning: immutable-field"), "{err}");
+}
