@@ -15,6 +15,11 @@ use mrguard::controller::reports::ReportWriter;
 use mrguard_policy::model::Action;
 use mrguard_policy::reports::{Flavor, PassInput, ReportFinding, Subject};
 
+/// Held by each test whose release writes policy reports: every release
+/// audits every namespace, so two at once would rewrite each other's
+/// reports with their own configurations. Taken first, dropped last.
+static REPORT_WRITERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Installs the vendored report CRDs once per API server.
 async fn ensure_report_crds(client: &kube::Client) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -97,6 +102,7 @@ fn count(log: &str, needle: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_reports_appear_change_and_disappear_and_an_unchanged_pass_writes_nothing() {
     let test = "policy_reports_appear_change_and_disappear_and_an_unchanged_pass_writes_nothing";
+    let _writer = REPORT_WRITERS.lock().await;
     let Some(cluster) = support::require_cluster(test).await else {
         return;
     };
@@ -404,6 +410,7 @@ async fn openreports_split_into_numbered_reports_the_api_server_accepts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_reports_show_audit_findings_and_skip_waived_ones() {
     let test = "policy_reports_show_audit_findings_and_skip_waived_ones";
+    let _writer = REPORT_WRITERS.lock().await;
     let Some(cluster) = support::require_cluster(test).await else {
         return;
     };
