@@ -16,6 +16,70 @@ use crate::poll::{FilePoller, Polled, ReloadMetrics};
 pub struct ConfigMetrics {
     reloads: ReloadMetrics,
     last_success: Gauge,
+    expired: ExpiredExceptions,
+}
+
+/// `mrguard_exception_expired{exception}`: 1 for each configured exception
+/// past its `expires`, 0 for the others. Judged when scraped, since an
+/// exception expires with no reload.
+#[derive(Clone)]
+struct ExpiredExceptions {
+    desc: prometheus::core::Desc,
+    exceptions: Arc<std::sync::RwLock<Vec<NamedExpiry>>>,
+}
+
+/// An exception's name and expiry.
+type NamedExpiry = (String, Option<jiff::Timestamp>);
+
+const EXPIRED_NAME: &str = "mrguard_exception_expired";
+const EXPIRED_HELP: &str =
+    "1 for each configured exception past its expiry (it no longer applies), 0 for the others.";
+
+impl ExpiredExceptions {
+    fn new() -> prometheus::Result<Self> {
+        Ok(Self {
+            desc: prometheus::core::Desc::new(
+                EXPIRED_NAME.into(),
+                EXPIRED_HELP.into(),
+                vec!["exception".into()],
+                Default::default(),
+            )?,
+            exceptions: Default::default(),
+        })
+    }
+
+    fn set(&self, config: &Config) {
+        if let Ok(mut e) = self.exceptions.write() {
+            *e = config
+                .exceptions
+                .iter()
+                .map(|x| (x.name.clone(), x.expires))
+                .collect();
+        }
+    }
+}
+
+impl prometheus::core::Collector for ExpiredExceptions {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let Ok(vec) = prometheus::IntGaugeVec::new(
+            prometheus::Opts::new(EXPIRED_NAME, EXPIRED_HELP),
+            &["exception"],
+        ) else {
+            return Vec::new();
+        };
+        let now = jiff::Timestamp::now();
+        if let Ok(e) = self.exceptions.read() {
+            for (name, expires) in e.iter() {
+                vec.with_label_values(&[name])
+                    .set(i64::from(expires.is_some_and(|t| now >= t)));
+            }
+        }
+        prometheus::core::Collector::collect(&vec)
+    }
 }
 
 impl ConfigMetrics {
@@ -26,6 +90,7 @@ impl ConfigMetrics {
                 "mrguard_config_last_reload_success_timestamp_seconds",
                 "When the configuration was last loaded successfully, in seconds since the epoch.",
             )?,
+            expired: ExpiredExceptions::new()?,
         };
         m.collectors()
             .into_iter()
@@ -37,6 +102,7 @@ impl ConfigMetrics {
     pub(crate) fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
         let mut all = self.reloads.collectors();
         all.push(Box::new(self.last_success.clone()));
+        all.push(Box::new(self.expired.clone()));
         all
     }
 
@@ -65,6 +131,7 @@ impl ConfigStore {
     pub fn new(initial: Config, metrics: Option<ConfigMetrics>) -> Arc<Self> {
         if let Some(m) = &metrics {
             m.mark_loaded();
+            m.expired.set(&initial);
         }
         Arc::new(Self {
             current: ArcSwap::from_pointee(initial),
@@ -77,6 +144,9 @@ impl ConfigStore {
     }
 
     pub(crate) fn replace(&self, config: Config) {
+        if let Some(m) = &self.metrics {
+            m.expired.set(&config);
+        }
         self.current.store(Arc::new(config));
         if let Some(m) = &self.metrics {
             m.success();

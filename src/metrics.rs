@@ -38,6 +38,7 @@ pub struct AdmissionMetrics {
     rejected: IntCounterVec,
     duration: HistogramVec,
     findings: IntCounterVec,
+    exceptions: IntCounterVec,
     kinds: RwLock<Kinds>,
 }
 
@@ -78,9 +79,16 @@ impl AdmissionMetrics {
         let findings = IntCounterVec::new(
             Opts::new(
                 "mrguard_rule_findings_total",
-                "Rule findings by rule and action.",
+                "Rule findings by rule and action (Audit, Warn or Deny).",
             ),
             &["rule", "action"],
+        )?;
+        let exceptions = IntCounterVec::new(
+            Opts::new(
+                "mrguard_exceptions_applied_total",
+                "Findings waived by a configured exception, by exception and rule.",
+            ),
+            &["exception", "rule"],
         )?;
         // Every series exists from the start, so a rate over it is 0, not absent.
         for webhook in [Webhook::Mutate, Webhook::Validate] {
@@ -93,6 +101,7 @@ impl AdmissionMetrics {
             rejected,
             duration,
             findings,
+            exceptions,
             kinds: RwLock::new(Kinds::default()),
         };
         m.collectors()
@@ -108,6 +117,7 @@ impl AdmissionMetrics {
             Box::new(self.rejected.clone()),
             Box::new(self.duration.clone()),
             Box::new(self.findings.clone()),
+            Box::new(self.exceptions.clone()),
         ]
     }
 
@@ -154,9 +164,14 @@ impl AdmissionMetrics {
             .with_label_values(&[webhook.as_str()])
             .observe(seconds);
         for f in findings {
-            self.findings
-                .with_label_values(&[&f.rule, f.action.as_str()])
-                .inc();
+            // A waived finding is counted by its exception instead.
+            match f.exception() {
+                Some(e) => self.exceptions.with_label_values(&[e, &f.rule]).inc(),
+                None => self
+                    .findings
+                    .with_label_values(&[&f.rule, f.action.as_str()])
+                    .inc(),
+            }
         }
     }
 

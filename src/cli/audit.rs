@@ -45,7 +45,11 @@ pub(crate) fn render_table(findings: &[AuditFinding]) -> String {
                 f.namespace.clone(),
                 f.name.clone(),
                 f.rule.clone(),
-                f.action.clone(),
+                // A waived finding enforces nothing: say which exception.
+                match &f.exception {
+                    Some(e) => format!("Skip ({e})"),
+                    None => f.action.clone(),
+                },
                 message,
             ]
         })
@@ -182,7 +186,17 @@ mod tests {
             action: action.into(),
             message: "deletionPolicy \"delete\" is not Delete or Orphan".into(),
             fix: Some("use Delete".into()),
+            exception: None,
         }
+    }
+
+    #[test]
+    fn waived_findings_show_their_exception() {
+        let mut f = finding("", "legacy", "paused-value", "Warn");
+        f.exception = Some("legacy-pause".into());
+        let t = render_table(&[f, finding("", "other", "paused-value", "Audit")]);
+        assert!(t.contains("Skip (legacy-pause)"), "{t}");
+        assert!(t.contains("Audit"), "{t}");
     }
 
     #[test]

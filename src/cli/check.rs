@@ -301,6 +301,15 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             for w in &judged.warnings {
                 let _ = writeln!(err, "{}: warning: {w}", judged.label);
             }
+            // Audit findings change nothing for the request; say them anyway,
+            // so a check shows what an Audit rule would deny once enforced.
+            for f in judged
+                .findings
+                .iter()
+                .filter(|f| f.action == mrguard_policy::model::Action::Audit)
+            {
+                let _ = writeln!(err, "{}: audit: {}: {}", judged.label, f.rule, f.message);
+            }
             for f in findings.iter().filter(|f| f.rule == composition::RULE) {
                 let level = match f.action.as_str() {
                     "Deny" => "denied",

@@ -17,6 +17,7 @@ mod parse;
 mod progress;
 mod sarif;
 pub mod serve;
+mod suite;
 
 use std::path::PathBuf;
 
@@ -29,6 +30,7 @@ pub use controller_args::{ControllerArgs, PolicyReports};
 pub use explain::ExplainArgs;
 pub use parse::parse_duration;
 pub use serve::ServeArgs;
+pub use suite::TestArgs;
 
 /// A flag given twice takes its last value (`args_override_self`), as
 /// kubectl and most Kubernetes components do: the chart's `extraArgs` come
@@ -59,9 +61,15 @@ pub enum Command {
     Audit(Box<AuditArgs>),
     /// Explain one MR: its states, deletion outcome, and who set each field.
     Explain(Box<explain::ExplainArgs>),
+    /// Run YAML test suites of a configuration: requests and the verdicts
+    /// they should get; exits 0 when all pass, 1 when one fails, 2 on bad input.
+    Test(Box<suite::TestArgs>),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Export the configuration for the API server to enforce itself.
+    #[command(subcommand)]
+    Export(ExportCommand),
     /// Development certificates for local TLS.
     #[command(subcommand)]
     Certs(certs::CertsCommand),
@@ -82,6 +90,18 @@ pub enum ConfigCommand {
     },
     /// Print the built-in default configuration.
     Default,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// Write ValidatingAdmissionPolicies and bindings (admissionregistration.k8s.io/v1,
+    /// Kubernetes 1.30 or later) for the rules CEL can express; what cannot be
+    /// exported is listed on stderr.
+    Vap {
+        /// Configuration file; the built-in default when absent.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -167,6 +187,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Check(args) => check::run(*args),
         Command::Audit(args) => audit::run(*args),
         Command::Explain(args) => explain::run(*args),
+        Command::Test(args) => suite::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
         Command::Completion(args) => {
             completion::completion(&args, <Cli as clap::CommandFactory>::command())
@@ -177,6 +198,9 @@ pub fn run(cli: Cli) -> i32 {
                 for w in config_warnings(&config, &bytes) {
                     eprintln!("{}: warning: {w}", file.display());
                 }
+                for n in config_notes(&config) {
+                    eprintln!("{}: note: {n}", file.display());
+                }
                 println!("{}: valid", file.display());
                 0
             }
@@ -185,11 +209,46 @@ pub fn run(cli: Cli) -> i32 {
                 1
             }
         },
+        Command::Export(ExportCommand::Vap { config }) => export_vap(config.as_deref()),
         Command::Config(ConfigCommand::Default) => {
             print!("{}", mrguard_policy::config::BUILTIN_YAML);
             0
         }
     }
+}
+
+/// `mrguard export vap`: the policies on stdout as YAML documents, what
+/// was left out on stderr.
+fn export_vap(config: Option<&std::path::Path>) -> i32 {
+    let config = match config {
+        Some(p) => match crate::config::load_file(p) {
+            Ok((c, _)) => c,
+            Err(e) => {
+                eprintln!("{e}");
+                return 1;
+            }
+        },
+        None => mrguard_policy::config::Config::builtin(),
+    };
+    let export = mrguard_policy::vap::export(&config, jiff::Timestamp::now());
+    let mut out = String::new();
+    for o in &export.objects {
+        match serde_saphyr::to_string(o) {
+            Ok(y) => {
+                out.push_str("---\n");
+                out.push_str(&y);
+            }
+            Err(e) => {
+                eprintln!("failed to write a policy as YAML: {e}");
+                return 1;
+            }
+        }
+    }
+    print!("{out}");
+    for s in &export.skipped {
+        eprintln!("not exported: {s}");
+    }
+    0
 }
 
 /// What a valid configuration file may still get wrong: being empty (it
@@ -210,6 +269,36 @@ fn config_warnings(config: &mrguard_policy::config::Config, bytes: &[u8]) -> Vec
     }
     out.extend(config.lost_protections());
     out.extend(config.privileged_exemptions());
+    let now = jiff::Timestamp::now();
+    for e in config.expired_exceptions(now) {
+        out.push(format!(
+            "exception {} expired at {}: it no longer applies; remove it or extend expires",
+            e.name,
+            e.expires.map(|t| t.to_string()).unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// What a valid configuration says that its reader should know: every
+/// staged rule with the action in force now.
+fn config_notes(config: &mrguard_policy::config::Config) -> Vec<String> {
+    let now = jiff::Timestamp::now();
+    let mut out = Vec::new();
+    let scopes = std::iter::once(("rules".to_string(), &config.rules)).chain(
+        config
+            .resources
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("resources[{i}].rules"), &r.rules)),
+    );
+    for (at, rules) in scopes {
+        for (name, a) in rules {
+            if a.warn_until.is_some() {
+                out.push(format!("{at}[{name}]: {} now", a.describe(now)));
+            }
+        }
+    }
     out
 }
 

@@ -45,6 +45,9 @@ pub(crate) struct AuditFinding {
     pub(crate) message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) fix: Option<String>,
+    /// The exception that waived it, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) exception: Option<String>,
 }
 
 impl AuditFinding {
@@ -79,6 +82,7 @@ pub(crate) fn audit_object(kind: &MrKind, object: &Value, config: &Config) -> Ve
             namespace: namespace.clone(),
             name: name.clone(),
             uid: uid.clone(),
+            exception: f.exception().map(str::to_string),
             rule: f.rule.into_owned(),
             action: f.action.as_str().to_string(),
             message: f.message,
@@ -180,13 +184,14 @@ impl PassCollector {
                     uid: f.uid.clone(),
                 },
                 rule: f.rule.clone(),
-                action: if f.action == "Deny" {
-                    Action::Deny
-                } else {
-                    Action::Warn
+                action: match f.action.as_str() {
+                    "Deny" => Action::Deny,
+                    "Audit" => Action::Audit,
+                    _ => Action::Warn,
                 },
                 message: f.message.clone(),
                 fix: f.fix.clone(),
+                exception: f.exception.clone(),
             });
         }
     }

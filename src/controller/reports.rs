@@ -250,6 +250,7 @@ mod tests {
             action: "Deny".into(),
             message: "bad".into(),
             fix: None,
+            exception: None,
         }
     }
 

@@ -606,3 +606,103 @@ async fn pausing_with_an_empty_policy_set_is_allowed() {
         .unwrap_err();
     kube_denied(e, "observe-only-external-name");
 }
+
+/// Issue 20 through a real API server: an exception lets a region change
+/// of a created Bucket named `sample-*` through, with the warning naming
+/// it, and not for another name; a staged Deny warns with its date; an
+/// Audit rule allows with no warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exceptions_staged_and_audit_actions_through_the_api_server() {
+    let Some(cluster) =
+        support::require_cluster("exceptions_staged_and_audit_actions_through_the_api_server")
+            .await
+    else {
+        return;
+    };
+    let config = format!(
+        "{CONFIG}rules:\n  external-name-change: {{action: Deny, warnUntil: \"2099-06-01T00:00:00Z\"}}\n  paused-value: Audit\nexceptions:\n  - name: bucket-migration\n    rules: [immutable-field]\n    match: {{names: [\"sample-*\"]}}\n    reason: buckets move regions (ticket NET-42)\n    expires: \"2099-01-31T00:00:00Z\"\n"
+    );
+    let r = support::install(
+        cluster,
+        "e2e-policy-ops",
+        Options {
+            config: Some(config),
+            ..Options::default()
+        },
+    )
+    .await;
+    let created = |name: &str| {
+        serde_json::to_value(r.object(json!({
+            "apiVersion": "s3.aws.upbound.io/v1beta1", "kind": "Bucket",
+            "metadata": {"name": name, "annotations": {
+                "crossplane.io/external-create-succeeded": "2025-01-01T00:00:00Z"}},
+            "spec": {"forProvider": {"region": "us-east-1"}},
+        })))
+        .unwrap()
+    };
+    let merge = |name: &str, patch: Value| {
+        let client = r.client.clone();
+        let path = format!("{}/{name}", buckets_path());
+        async move {
+            api::request(
+                &client,
+                "PATCH",
+                &path,
+                "application/merge-patch+json",
+                Some(&patch),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    for name in ["sample-bucket", "prod-bucket"] {
+        let resp = api::create(&r.client, buckets_path(), &created(name), false)
+            .await
+            .unwrap();
+        assert_eq!(resp.status, 201, "{}", resp.body);
+    }
+    let region = json!({"spec": {"forProvider": {"region": "eu-central-1"}}});
+
+    let resp = merge("sample-bucket", region.clone()).await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert!(
+        resp.warnings.iter().any(|w| {
+            w.starts_with(
+            "immutable-field: waived by exception bucket-migration (expires 2099-01-31T00:00:00Z): "
+        )
+        }),
+        "{:?}",
+        resp.warnings
+    );
+    assert_eq!(resp.body["spec"]["forProvider"]["region"], "eu-central-1");
+
+    let resp = merge("prod-bucket", region).await;
+    denied(&resp, "immutable-field");
+
+    let resp = merge(
+        "prod-bucket",
+        json!({"metadata": {"annotations": {"crossplane.io/external-name": "other"}}}),
+    )
+    .await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert!(
+        resp.warnings
+            .iter()
+            .any(|w| w.starts_with("external-name-change: ")
+                && w.ends_with("(staged: this will be denied from 2099-06-01T00:00:00Z)")),
+        "{:?}",
+        resp.warnings
+    );
+
+    let mut paused = created("paused-bucket");
+    paused["metadata"]["annotations"]["crossplane.io/paused"] = json!("True");
+    let resp = api::create(&r.client, buckets_path(), &paused, false)
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    assert!(
+        resp.warnings.iter().all(|w| !w.contains("paused-value")),
+        "{:?}",
+        resp.warnings
+    );
+}

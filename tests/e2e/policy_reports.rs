@@ -15,6 +15,11 @@ use mrguard::controller::reports::ReportWriter;
 use mrguard_policy::model::Action;
 use mrguard_policy::reports::{Flavor, PassInput, ReportFinding, Subject};
 
+/// Held by each test whose release writes policy reports: every release
+/// audits every namespace, so two at once would rewrite each other's
+/// reports with their own configurations. Taken first, dropped last.
+static REPORT_WRITERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Installs the vendored report CRDs once per API server.
 async fn ensure_report_crds(client: &kube::Client) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -97,6 +102,7 @@ fn count(log: &str, needle: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_reports_appear_change_and_disappear_and_an_unchanged_pass_writes_nothing() {
     let test = "policy_reports_appear_change_and_disappear_and_an_unchanged_pass_writes_nothing";
+    let _writer = REPORT_WRITERS.lock().await;
     let Some(cluster) = support::require_cluster(test).await else {
         return;
     };
@@ -333,6 +339,7 @@ fn finding(ns: &str, i: usize) -> ReportFinding {
         action: Action::Deny,
         message: "managementPolicies lists \"Observe\" more than once".into(),
         fix: Some("use one of the supported sets".into()),
+        exception: None,
     }
 }
 
@@ -394,4 +401,89 @@ async fn openreports_split_into_numbered_reports_the_api_server_accepts() {
     assert_eq!((stats.applied, stats.deleted), (1, names.len() - 1));
     let left = reports.list(&ListParams::default()).await.unwrap();
     assert_eq!(left.items.len(), 1);
+}
+
+/// Issue 20 against a real API server with the chart's RBAC: with an
+/// exception and an Audit action in the chart's `config`, the audit
+/// reports the waived finding as `skip` naming the exception, and the
+/// Audit finding as `fail` with action Audit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_reports_show_audit_findings_and_skip_waived_ones() {
+    let test = "policy_reports_show_audit_findings_and_skip_waived_ones";
+    let _writer = REPORT_WRITERS.lock().await;
+    let Some(cluster) = support::require_cluster(test).await else {
+        return;
+    };
+    let admin = cluster.admin().await.unwrap();
+    ensure_report_crds(&admin).await;
+    let release = support::install(
+        cluster,
+        "e2e-reports-ops",
+        Options {
+            values: Some(
+                "controller:\n  policyReports: wgpolicyk8s\nconfig:\n  rules:\n    paused-value: Audit\n  exceptions:\n    - name: legacy-policies\n      rules: [management-policies]\n      match: {names: [\"legacy-*\"]}\n      reason: migrating (ticket NET-7)\n"
+                    .into(),
+            ),
+            ..Options::default()
+        },
+    )
+    .await;
+    let ns = release.workload_ns.clone();
+    kubectl_apply_create(
+        &vpcs(&admin, &ns),
+        &vpc(&ns, "legacy-vpc", json!({}), json!(["Observe", "Observe"])),
+    )
+    .await;
+    kubectl_apply_create(
+        &vpcs(&admin, &ns),
+        &vpc(
+            &ns,
+            "paused-vpc",
+            json!({"crossplane.io/paused": "True"}),
+            json!(["*"]),
+        ),
+    )
+    .await;
+    let reports = policy_reports(&admin, &ns);
+    let r = wait_for("the PolicyReport with both results", WAIT, || async {
+        let r = report(&reports).await?;
+        (results(&r).len() == 2).then_some(r)
+    })
+    .await
+    .map_err(|e| release.with_logs(e))
+    .unwrap();
+    assert_eq!(
+        results(&r),
+        vec![
+            (
+                "legacy-vpc".into(),
+                "management-policies".into(),
+                "skip".into()
+            ),
+            ("paused-vpc".into(), "paused-value".into(), "fail".into()),
+        ]
+    );
+    let props = |name: &str| {
+        r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["resources"][0]["name"] == name)
+            .unwrap()["properties"]
+            .clone()
+    };
+    assert_eq!(
+        props("legacy-vpc"),
+        json!({"action": "Skip", "exception": "legacy-policies"})
+    );
+    assert_eq!(props("paused-vpc"), json!({"action": "Audit"}));
+    assert_eq!(
+        r["summary"],
+        json!({"pass": 0, "fail": 1, "warn": 0, "error": 0, "skip": 1})
+    );
+    eprintln!(
+        "--- PolicyReport {ns}/mrguard ---\n{}",
+        serde_saphyr::to_string(&r).unwrap()
+    );
+    release.check_alive().unwrap();
 }

@@ -279,6 +279,11 @@ fn every_configuration_key_is_documented() {
             "resources[].celRules[].",
             "resources: [{apiGroups: [a], kinds: [b], celRules: [{zzProbe: 1}]}]\n",
         ),
+        ("exceptions[].", "exceptions: [{zzProbe: 1}]\n"),
+        (
+            "exceptions[].match.",
+            "exceptions: [{name: a, match: {zzProbe: 1}}]\n",
+        ),
     ];
     let doc = std::fs::read_to_string(root().join("docs/configuration.md")).unwrap();
     let mut missing = Vec::new();

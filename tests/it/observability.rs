@@ -147,20 +147,38 @@ fn registered_metrics() -> &'static str {
     TEXT.get_or_init(|| {
         let registry = mrguard::metrics::registry();
         let admission = AdmissionMetrics::register(&registry).expect("admission metrics");
-        mrguard::config::ConfigMetrics::register(&registry).expect("config metrics");
+        // A configuration with an expired exception, as a reload sets it.
+        let _store = mrguard::config::ConfigStore::new(
+            mrguard_policy::config::Config::from_yaml(
+                "exceptions:\n  - {name: old, rules: [immutable-field], reason: r, expires: '2020-01-01T00:00:00Z'}\n",
+            )
+            .expect("config with an exception"),
+            Some(mrguard::config::ConfigMetrics::register(&registry).expect("config metrics")),
+        );
         mrguard::tls::TlsMetrics::register(&registry).expect("TLS metrics");
         let controller =
             Arc::new(ControllerMetrics::register(&registry).expect("controller metrics"));
 
-        let findings: Vec<Finding> = [Action::Deny, Action::Warn]
+        let mut findings: Vec<Finding> = [Action::Deny, Action::Warn, Action::Audit]
             .into_iter()
             .map(|action| Finding {
                 rule: "immutable-field".into(),
                 action,
                 message: "m".into(),
                 fix: None,
+                note: None,
             })
             .collect();
+        findings.push(Finding {
+            rule: "immutable-field".into(),
+            action: Action::Warn,
+            message: "m".into(),
+            fix: None,
+            note: Some(mrguard_policy::model::Note::Waived {
+                exception: "vpc-migration".into(),
+                expires: None,
+            }),
+        });
         for webhook in [Webhook::Mutate, Webhook::Validate] {
             for outcome in every_outcome() {
                 admission.observe(

@@ -91,6 +91,8 @@ pub struct Explanation {
     /// What the validation rules find on the object as it is (as the audit
     /// judges it: a CREATE of this shape).
     pub findings: Vec<FindingSummary>,
+    /// The configured exceptions that match this object.
+    pub exceptions: Vec<ExceptionSummary>,
     /// Every value under `spec.forProvider` and `spec.initProvider`.
     pub fields: Vec<FieldExplanation>,
     /// Whether the object carried `managedFields` (without them nobody can
@@ -181,10 +183,33 @@ pub struct Deletion {
 pub struct FindingSummary {
     /// The rule.
     pub rule: String,
-    /// Deny or Warn.
+    /// Audit, Warn or Deny: the action in force now.
     pub action: String,
     /// The message, with the fix when the rule has one.
     pub message: String,
+    /// Why the action is not the configured one: the exception that waived
+    /// it, or the date a staged rule starts denying.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A configured exception whose `match` covers the object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExceptionSummary {
+    /// Its name.
+    pub name: String,
+    /// The rules it waives.
+    pub rules: Vec<String>,
+    /// Why it was granted.
+    pub reason: String,
+    /// When it expires (RFC 3339), if it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
+    /// Whether it has expired (and so no longer applies).
+    pub expired: bool,
+    /// Whether it applies only to requests by some users.
+    pub only_some_users: bool,
 }
 
 impl From<&Finding> for FindingSummary {
@@ -195,6 +220,16 @@ impl From<&Finding> for FindingSummary {
             message: match &f.fix {
                 Some(fix) => format!("{}. Fix: {fix}", f.message),
                 None => f.message.clone(),
+            },
+            note: match &f.note {
+                None => None,
+                Some(crate::model::Note::Waived { exception, expires }) => Some(match expires {
+                    Some(t) => format!("waived by exception {exception} (expires {t})"),
+                    None => format!("waived by exception {exception}"),
+                }),
+                Some(crate::model::Note::Staged { deny_from }) => {
+                    Some(format!("staged: Deny from {deny_from}"))
+                }
             },
         }
     }
@@ -328,6 +363,30 @@ pub fn explain(
         );
     }
     hints.extend(fields.iter().filter_map(|f| f.hint.clone()));
+    let now = jiff::Timestamp::now();
+    let subject = crate::config::Subject {
+        group: &group,
+        kind: &kind,
+        name: m.name(),
+        namespace: object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or(""),
+        user: "",
+    };
+    let exceptions = config
+        .exceptions
+        .iter()
+        .filter(|x| x.matches_object(&subject))
+        .map(|x| ExceptionSummary {
+            name: x.name.clone(),
+            rules: x.rules.clone(),
+            reason: x.reason.clone(),
+            expires: x.expires.map(|t| t.to_string()),
+            expired: x.expired(now),
+            only_some_users: x.has_users(),
+        })
+        .collect();
 
     Ok(Explanation {
         api_version: text("/apiVersion"),
@@ -341,6 +400,7 @@ pub fn explain(
         deletion,
         every_update_denied_by,
         findings,
+        exceptions,
         fields,
         has_managed_fields: !entries.is_empty(),
         hints,
@@ -724,7 +784,7 @@ pub fn render_text(e: &Explanation) -> String {
             format!("denied by {}", denied.join(", "))
         }
     };
-    let rows: [(&str, String); 9] = [
+    let rows: [(&str, String); 10] = [
         (
             "created",
             format!("{} ({})", yes_no(e.created.value), e.created.because),
@@ -768,7 +828,36 @@ pub fn render_text(e: &Explanation) -> String {
             } else {
                 e.findings
                     .iter()
-                    .map(|f| format!("{} {}: {}", f.action, f.rule, f.message))
+                    .map(|f| match &f.note {
+                        Some(n) => format!("{} {} [{n}]: {}", f.action, f.rule, f.message),
+                        None => format!("{} {}: {}", f.action, f.rule, f.message),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n              ")
+            },
+        ),
+        (
+            "exceptions",
+            if e.exceptions.is_empty() {
+                "none".to_string()
+            } else {
+                e.exceptions
+                    .iter()
+                    .map(|x| {
+                        let mut s = format!("{} waives {}", x.name, x.rules.join(", "));
+                        match (&x.expires, x.expired) {
+                            (Some(t), true) => {
+                                s.push_str(&format!(" (EXPIRED at {t}: no longer applies)"))
+                            }
+                            (Some(t), false) => s.push_str(&format!(" until {t}")),
+                            _ => {}
+                        }
+                        if x.only_some_users {
+                            s.push_str(" for some users");
+                        }
+                        s.push_str(&format!(": {}", x.reason));
+                        s
+                    })
                     .collect::<Vec<_>>()
                     .join("\n              ")
             },

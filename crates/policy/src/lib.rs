@@ -34,7 +34,9 @@
 //! (`mrguard check --live`), [`managed_fields`] decodes who owns which field
 //! and [`explain`] reads one MR with it (`mrguard explain`), and [`reports`]
 //! plans the audit's policy reports. [`merge`], [`managed_fields`] and
-//! [`reports`] stand alone next to [`model`].
+//! [`reports`] stand alone next to [`model`]. [`vap`] exports rules of a
+//! [`config::Config`] as ValidatingAdmissionPolicies and evaluates them
+//! with [`cel`] as the API server would (`mrguard export vap`).
 // missing_docs is denied once every public item is documented (in progress).
 #![deny(missing_docs)]
 
@@ -55,3 +57,4 @@ pub mod providers;
 pub mod reports;
 pub mod review;
 pub mod rules;
+pub mod vap;

@@ -67,11 +67,14 @@ pub const RULE_NAMES: [&str; 15] = [
     "composition-immutable-patch",
 ];
 
-/// What a rule does when it finds something; ordered `Off < Warn < Deny`.
+/// What a rule does when it finds something; ordered `Off < Audit < Warn < Deny`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 pub enum Action {
     /// The rule is not evaluated.
     Off,
+    /// Findings are only counted (metrics, audit, policy reports); the
+    /// request is allowed with no warning.
+    Audit,
     /// Findings become warnings; the request is allowed.
     Warn,
     /// Findings deny the request.
@@ -83,6 +86,7 @@ impl Action {
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Off => "Off",
+            Action::Audit => "Audit",
             Action::Warn => "Warn",
             Action::Deny => "Deny",
         }
@@ -123,15 +127,66 @@ impl Violation {
     }
 }
 
-/// A violation with its rule name and effective action (Warn or Deny).
+/// A violation with its rule name and effective action (Audit, Warn or Deny).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finding {
     /// The rule's stable name, e.g. `immutable-field` or `cel:team-label`.
     pub rule: Cow<'static, str>,
-    /// Warn or Deny, never Off.
+    /// What admission does with it: Audit, Warn or Deny, never Off. A
+    /// waived finding is a Warn (the user is told of the waiver).
     pub action: Action,
     /// What is wrong.
     pub message: String,
     /// How to fix it.
     pub fix: Option<String>,
+    /// Why the action is not simply the configured one.
+    pub note: Option<Note>,
+}
+
+/// Why a finding's action differs from the configured one.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Note {
+    /// An exception of the configuration waived the finding.
+    Waived {
+        /// The exception's name.
+        exception: String,
+        /// When it expires (RFC 3339), if it does.
+        expires: Option<String>,
+    },
+    /// Staged enforcement: the rule warns until it denies.
+    Staged {
+        /// From when the rule denies (RFC 3339).
+        deny_from: String,
+    },
+}
+
+impl Finding {
+    /// The exception that waived this finding, if one did.
+    pub fn exception(&self) -> Option<&str> {
+        match &self.note {
+            Some(Note::Waived { exception, .. }) => Some(exception),
+            _ => None,
+        }
+    }
+
+    /// The finding as the one-line warning admission sends: `rule: text`,
+    /// with the waiver or the date enforcement starts.
+    pub fn warning(&self) -> String {
+        match &self.note {
+            None => format!("{}: {}", self.rule, self.message),
+            Some(Note::Waived { exception, expires }) => format!(
+                "{}: waived by exception {exception} ({}): {}",
+                self.rule,
+                match expires {
+                    Some(t) => format!("expires {t}"),
+                    None => "no expiry".to_string(),
+                },
+                self.message
+            ),
+            Some(Note::Staged { deny_from }) => format!(
+                "{}: {} (staged: this will be denied from {deny_from})",
+                self.rule, self.message
+            ),
+        }
+    }
 }

@@ -322,6 +322,15 @@ impl PolicySet {
         self.has(PolicyAction::All) || self.has(PolicyAction::LateInitialize)
     }
 
+    /// The actions the set lists, `*` included, in the documented order.
+    pub fn names(self) -> Vec<&'static str> {
+        PolicyAction::ALL
+            .iter()
+            .filter(|a| self.has(**a))
+            .map(|a| a.as_str())
+            .collect()
+    }
+
     /// The supported sets, one per line, for error messages.
     pub fn supported_list() -> String {
         Self::SUPPORTED

@@ -107,12 +107,14 @@ pub struct ReportFinding {
     pub subject: Subject,
     /// The rule's name.
     pub rule: String,
-    /// Deny or Warn.
+    /// Audit, Warn or Deny.
     pub action: Action,
     /// What is wrong.
     pub message: String,
     /// How to fix it.
     pub fix: Option<String>,
+    /// The exception that waived the finding: the result is `skip`.
+    pub exception: Option<String>,
 }
 
 /// What one audit pass saw.
@@ -159,9 +161,13 @@ pub fn severity(action: Action) -> &'static str {
 
 /// One report result, without its timestamp.
 pub fn result(f: &ReportFinding) -> Value {
-    let (outcome, action) = match f.action {
-        Action::Deny => ("fail", "Deny"),
-        _ => ("warn", "Warn"),
+    // Audit findings fail like Deny ones (the MR breaks the rule), with
+    // the action saying nothing was enforced; waived ones are skipped.
+    let (outcome, action) = match (&f.exception, f.action) {
+        (Some(_), _) => ("skip", "Skip"),
+        (None, Action::Deny) => ("fail", "Deny"),
+        (None, Action::Audit) => ("fail", "Audit"),
+        (None, _) => ("warn", "Warn"),
     };
     let message = match &f.fix {
         Some(fix) => format!("{}. Fix: {fix}", f.message),
@@ -187,7 +193,10 @@ pub fn result(f: &ReportFinding) -> Value {
         "severity": severity(f.action),
         "scored": true,
         "message": message,
-        "properties": {"action": action},
+        "properties": match &f.exception {
+            Some(e) => json!({"action": action, "exception": e}),
+            None => json!({"action": action}),
+        },
         "resources": [Value::Object(resource)],
     })
 }
@@ -405,6 +414,7 @@ mod tests {
             action,
             message: format!("{rule} is unhappy"),
             fix: Some("do the thing".into()),
+            exception: None,
         }
     }
 
@@ -440,6 +450,25 @@ mod tests {
         assert_eq!(w["result"], "warn");
         assert_eq!(w["severity"], "medium");
         assert!(w["resources"][0].get("namespace").is_none());
+    }
+
+    /// Issue 20: Audit findings fail without enforcing; waived ones are
+    /// `skip` results naming the exception.
+    #[test]
+    fn audit_findings_fail_and_waived_ones_skip_with_the_exception() {
+        let a = result(&finding("team-a", "b", "immutable-field", Action::Audit));
+        assert_eq!(a["result"], "fail");
+        assert_eq!(a["severity"], "medium");
+        assert_eq!(a["properties"], json!({"action": "Audit"}));
+        let mut f = finding("team-a", "b", "immutable-field", Action::Warn);
+        f.exception = Some("vpc-migration".into());
+        let s = result(&f);
+        assert_eq!(s["result"], "skip");
+        assert_eq!(
+            s["properties"],
+            json!({"action": "Skip", "exception": "vpc-migration"})
+        );
+        assert_eq!(summary(&[s, a])["skip"], 1);
     }
 
     #[test]

@@ -347,7 +347,8 @@ fn validate_composition(req: &Request, config: &Config, cluster: &Cluster) -> De
 }
 
 /// Turns findings into the response: one denial listing every Deny finding,
-/// and every Warn finding as a `rule: text` warning.
+/// and every Warn finding as a `rule: text` warning ([`Finding::warning`]);
+/// Audit findings are left to the metrics, the audit and the reports.
 pub fn respond(
     mut response: AdmissionResponse,
     ctx: &RuleContext<'_>,
@@ -356,7 +357,7 @@ pub fn respond(
     let warnings: Vec<String> = findings
         .iter()
         .filter(|f| f.action == Action::Warn)
-        .map(|f| format!("{}: {}", f.rule, f.message))
+        .map(Finding::warning)
         .collect();
     if !warnings.is_empty() {
         response.warnings = Some(warnings);

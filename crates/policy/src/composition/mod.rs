@@ -415,12 +415,19 @@ pub fn judge(analysis: &Analysis, config: &Config) -> Vec<Finding> {
         .filter(|f| !f.informational)
         .filter_map(|f| {
             let entry = config.resource(&f.group, &f.kind);
-            let action = config.action(entry, RULE, Action::Warn);
+            // The same staging as every rule (rules::decide); exceptions
+            // match MRs, not Compositions, so none applies here.
+            let (action, deny_from) = config
+                .rule_action(entry, RULE, Action::Warn)
+                .at(jiff::Timestamp::now());
             (action != Action::Off).then(|| Finding {
                 rule: RULE.into(),
                 action,
                 message: f.message(),
                 fix: Some(f.fix()),
+                note: deny_from.map(|t| crate::model::Note::Staged {
+                    deny_from: t.to_string(),
+                }),
             })
         })
         .collect()

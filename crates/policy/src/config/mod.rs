@@ -11,6 +11,12 @@ use crate::cel::{CelProgram, CelRule, CelRules};
 use crate::fieldpath::FieldPath;
 use crate::model::{Action, Operation, RULE_NAMES};
 
+mod exceptions;
+mod rule_action;
+
+pub use exceptions::{Exception, Subject};
+pub use rule_action::RuleAction;
+
 /// The built-in configuration, used when `--config` is not given.
 pub const BUILTIN_YAML: &str = include_str!("builtin.yaml");
 
@@ -48,9 +54,11 @@ struct RawConfig {
     #[serde(default)]
     exempt_usernames: Vec<String>,
     #[serde(default)]
-    rules: BTreeMap<String, Action>,
+    rules: BTreeMap<String, RuleAction>,
     #[serde(default)]
     resources: Vec<RawResource>,
+    #[serde(default)]
+    exceptions: Vec<exceptions::RawException>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -74,7 +82,7 @@ struct RawResource {
     #[serde(default)]
     deletion_protection: bool,
     #[serde(default)]
-    rules: BTreeMap<String, Action>,
+    rules: BTreeMap<String, RuleAction>,
     #[serde(default)]
     cel_rules: Vec<RawCelRule>,
 }
@@ -115,6 +123,8 @@ pub enum CelAction {
     Deny,
     /// Warn and allow.
     Warn,
+    /// Allow with no warning; only counted.
+    Audit,
 }
 
 impl From<CelAction> for Action {
@@ -122,6 +132,7 @@ impl From<CelAction> for Action {
         match a {
             CelAction::Deny => Action::Deny,
             CelAction::Warn => Action::Warn,
+            CelAction::Audit => Action::Audit,
         }
     }
 }
@@ -159,13 +170,21 @@ pub struct ResourceConfig {
     /// `deletionProtection`: deleting these kinds with outcome Delete is denied.
     pub deletion_protection: bool,
     /// `rules`: per-kind action overrides, by rule name.
-    pub rules: BTreeMap<String, Action>,
+    pub rules: BTreeMap<String, RuleAction>,
     /// `celRules`: the compiled CEL rules for these kinds, with what
     /// they read together.
     pub cel_rules: CelRules,
 }
 
 impl ResourceConfig {
+    /// `apiGroups` and `kinds` as written (globs).
+    pub fn globs(&self) -> (Vec<String>, Vec<String>) {
+        (
+            self.api_groups.iter().map(|g| g.to_string()).collect(),
+            self.kinds.iter().map(|k| k.to_string()).collect(),
+        )
+    }
+
     /// Whether this entry's `apiGroups` and `kinds` globs match.
     pub fn matches(&self, group: &str, kind: &str) -> bool {
         self.api_groups.iter().any(|g| g.matches(group))
@@ -180,9 +199,11 @@ pub struct Config {
     pub provider_config: ProviderConfigDefaults,
     exempt_usernames: Vec<WildMatch>,
     /// `rules`: global action overrides, by rule name.
-    pub rules: BTreeMap<String, Action>,
+    pub rules: BTreeMap<String, RuleAction>,
     /// `resources`: the entries, first match wins.
     pub resources: Vec<ResourceConfig>,
+    /// `exceptions`: waivers of named rules, in order.
+    pub exceptions: Vec<Exception>,
     /// What applies to kinds that no entry matches.
     fallback: ResourceConfig,
     /// Whether a CEL rule reads `metadata.managedFields`; found once when
@@ -253,6 +274,8 @@ impl Config {
         for name in raw.rules.keys() {
             check_rule_key("rules", name, &cel_names)?;
         }
+        let known_rule = |r: &str| check_rule_key("", r, &cel_names).is_ok();
+        let exceptions = exceptions::validate(raw.exceptions, &known_rule, &resources)?;
         const MANAGED_FIELDS: &[&str] = &["metadata", "managedFields"];
         let reads_managed_fields = resources.iter().any(|r| {
             let reads = r.cel_rules.reads();
@@ -267,6 +290,7 @@ impl Config {
             exempt_usernames,
             rules: raw.rules,
             resources,
+            exceptions,
             fallback: ResourceConfig::default(),
             reads_managed_fields,
         })
@@ -388,20 +412,52 @@ impl Config {
         out
     }
 
+    /// `exemptUsernames` as written (globs).
+    pub fn exempt_username_globs(&self) -> Vec<String> {
+        self.exempt_usernames
+            .iter()
+            .map(|g| g.to_string())
+            .collect()
+    }
+
     /// Whether `username` matches an `exemptUsernames` glob.
     pub fn is_exempt(&self, username: &str) -> bool {
         !username.is_empty() && self.exempt_usernames.iter().any(|g| g.matches(username))
     }
 
-    /// A rule's action: the kind's override, else the global one, else the
-    /// rule's default.
-    pub fn action(&self, entry: &ResourceConfig, rule: &str, default: Action) -> Action {
+    /// A rule's configured action: the kind's override, else the global
+    /// one, else the rule's default.
+    pub fn rule_action(&self, entry: &ResourceConfig, rule: &str, default: Action) -> RuleAction {
         entry
             .rules
             .get(rule)
             .or_else(|| self.rules.get(rule))
             .copied()
-            .unwrap_or(default)
+            .unwrap_or(default.into())
+    }
+
+    /// A rule's action in force now (a staged `Deny` is `Warn` until its date).
+    pub fn action(&self, entry: &ResourceConfig, rule: &str, default: Action) -> Action {
+        self.rule_action(entry, rule, default)
+            .at(jiff::Timestamp::now())
+            .0
+    }
+
+    /// The first exception that waives `rule` for `subject` at `now`.
+    pub fn exception_for(
+        &self,
+        rule: &str,
+        subject: &Subject<'_>,
+        now: jiff::Timestamp,
+    ) -> Option<&Exception> {
+        self.exceptions
+            .iter()
+            .find(|e| e.waives(rule, subject, now))
+    }
+
+    /// The exceptions that have expired at `now`.
+    pub fn expired_exceptions(&self, now: jiff::Timestamp) -> Vec<&Exception> {
+        self.exceptions.iter().filter(|e| e.expired(now)).collect()
     }
 }
 
@@ -761,7 +817,10 @@ resources:
     fn cel_overrides_must_name_a_defined_rule() {
         let ok = "rules: {\"cel:team\": Warn}\nresources:\n  - apiGroups: [a]\n    kinds: [b]\n    rules: {\"cel:team\": Off}\n    celRules:\n      - {name: team, expression: 'true'}\n";
         let c = Config::from_yaml(ok).unwrap();
-        assert_eq!(c.rules.get("cel:team"), Some(&Action::Warn));
+        assert_eq!(
+            c.rules.get("cel:team"),
+            Some(&RuleAction::from(Action::Warn))
+        );
     }
 
     #[test]
@@ -848,5 +907,90 @@ resources:
         let c = Config::from_yaml("").unwrap();
         assert_eq!(c.provider_config.default_name, "default");
         assert!(c.resources.is_empty());
+    }
+}
+
+/// Issue 20: what `config check` refuses in `exceptions` and staged actions.
+#[cfg(test)]
+mod exception_tests {
+    use super::*;
+
+    const VPC: &str = "resources:\n  - apiGroups: ['ec2.aws.upbound.io']\n    kinds: [VPC]\n    immutableFields: [spec.forProvider.region]\n    celRules:\n      - {name: team, expression: 'true'}\n";
+
+    fn with(exception: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml(&format!("{VPC}exceptions:\n  - {exception}\n"))
+    }
+
+    #[test]
+    fn a_complete_exception_parses() {
+        let c = with("{name: vpc-migration, rules: [immutable-field, 'cel:team'], match: {names: ['sample-*'], namespaces: [legacy], kinds: [ec2.aws.upbound.io/VPC], users: [alice@example.com]}, reason: NET-42, expires: '2027-01-31T00:00:00Z'}").unwrap();
+        let e = &c.exceptions[0];
+        assert_eq!(e.name, "vpc-migration");
+        assert_eq!(e.expires.unwrap().to_string(), "2027-01-31T00:00:00Z");
+        assert_eq!(
+            c.expired_exceptions("2027-02-01T00:00:00Z".parse().unwrap())
+                .len(),
+            1
+        );
+        assert!(c
+            .expired_exceptions("2027-01-01T00:00:00Z".parse().unwrap())
+            .is_empty());
+    }
+
+    #[test]
+    fn bad_exceptions_are_refused_naming_the_field() {
+        let cases = [
+            ("{name: x, rules: [immutable-field]}", "exceptions[0].reason"),
+            ("{name: x, rules: [immutable-field], reason: '  '}", "has no reason"),
+            ("{name: x, rules: [immutable-feld], reason: r}", "exceptions[0].rules[0]: unknown rule \"immutable-feld\""),
+            ("{name: x, rules: ['cel:nope'], reason: r}", "unknown rule \"cel:nope\""),
+            ("{name: x, rules: [], reason: r}", "exceptions[0].rules"),
+            ("{name: x, rules: [reference], reason: r, match: {kinds: [s3.aws.upbound.io/Bucket]}}", "matches nothing the configuration covers"),
+            ("{name: x, rules: ['cel:team'], reason: r, match: {kinds: ['ec2.aws.upbound.io/Sub*']}}", "no kind it matches has the CEL rule"),
+            ("{name: x, rules: [reference], reason: r, match: {kinds: [VPC]}}", "must be group/Kind"),
+            ("{name: x, rules: [reference], reason: r, expires: tomorrow}", "exceptions[0].expires"),
+            ("{name: X_1, rules: [reference], reason: r}", "exceptions[0].name"),
+            ("{name: x, rules: [reference], reason: r, match: {labels: [a]}}", "labels"),
+        ];
+        for (e, needle) in cases {
+            let err = with(e).unwrap_err().to_string();
+            assert!(err.contains(needle), "{e}: {err}");
+        }
+        let twice = Config::from_yaml("exceptions:\n  - {name: x, rules: [reference], reason: r}\n  - {name: x, rules: [reference], reason: r}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(twice.contains("defined twice"), "{twice}");
+    }
+
+    #[test]
+    fn staged_actions_parse_and_bad_ones_are_refused() {
+        let c = Config::from_yaml("rules:\n  immutable-field: {action: Deny, warnUntil: '2027-01-31T00:00:00Z'}\n  reference: Audit\n").unwrap();
+        assert_eq!(
+            c.rules["immutable-field"].warn_until.unwrap().to_string(),
+            "2027-01-31T00:00:00Z"
+        );
+        assert_eq!(c.rules["reference"], RuleAction::from(Action::Audit));
+        for (yaml, needle) in [
+            (
+                "rules: {immutable-field: {action: Warn, warnUntil: '2027-01-31T00:00:00Z'}}\n",
+                "warnUntil stages a Deny",
+            ),
+            (
+                "rules: {immutable-field: {action: Deny, warnUntil: soon}}\n",
+                "not an RFC 3339 time",
+            ),
+            (
+                "rules: {immutable-field: {action: Deny, until: '2027-01-31T00:00:00Z'}}\n",
+                "until",
+            ),
+            (
+                "rules: {immutable-field: {warnUntil: '2027-01-31T00:00:00Z'}}\n",
+                "action",
+            ),
+            ("rules: {immutable-field: Enforce}\n", "Enforce"),
+        ] {
+            let err = Config::from_yaml(yaml).unwrap_err().to_string();
+            assert!(err.contains(needle), "{yaml}: {err}");
+        }
     }
 }

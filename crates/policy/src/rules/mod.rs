@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use crate::cluster::Cluster;
 use crate::config::{Config, ResourceConfig};
-use crate::model::{Action, Finding, Operation, Violation};
+use crate::config::{RuleAction, Subject};
+use crate::model::{Action, Finding, Note, Operation, Violation};
 use crate::review::Request;
 
 mod composition_immutable_patch;
@@ -61,6 +62,8 @@ pub struct RuleContext<'a> {
     pub(crate) config: &'a Config,
     pub(crate) resource: &'a ResourceConfig,
     pub(crate) cluster: &'a Cluster,
+    /// When the request is judged: staged actions and exceptions expire.
+    pub(crate) now: jiff::Timestamp,
 }
 
 impl<'a> RuleContext<'a> {
@@ -103,7 +106,29 @@ impl<'a> RuleContext<'a> {
             config,
             resource: config.resource(&req.kind.group, &req.kind.kind),
             cluster,
+            now: jiff::Timestamp::now(),
         })
+    }
+
+    /// The same context judged at `now` (tests, and what-if tools).
+    pub fn at(mut self, now: jiff::Timestamp) -> Self {
+        self.now = now;
+        self
+    }
+
+    /// What exceptions are matched against.
+    fn subject(&self) -> Subject<'_> {
+        Subject {
+            group: &self.request.kind.group,
+            kind: self.kind,
+            name: if self.name.is_empty() {
+                crate::mr::Mr(self.object).name()
+            } else {
+                self.name
+            },
+            namespace: self.namespace,
+            user: self.username,
+        }
     }
 
     /// Whether the MR is namespaced (Crossplane v2 style).
@@ -148,12 +173,45 @@ pub(crate) const CU: &[Operation] = &[Operation::Create, Operation::Update];
 pub(crate) const U: &[Operation] = &[Operation::Update];
 pub(crate) const D: &[Operation] = &[Operation::Delete];
 
-fn effective(configured: Action, v: &Violation) -> Action {
+/// The one place that decides what a violation does: the configured
+/// action as of `ctx.now` (Off, Audit, Warn, Deny, or a staged Deny that
+/// warns until its date), capped for warn-only violations, then waived by
+/// the first exception that matches. `None` when the rule is Off.
+fn decide(
+    ctx: &RuleContext<'_>,
+    rule: Cow<'static, str>,
+    configured: RuleAction,
+    v: Violation,
+) -> Option<Finding> {
+    let (mut action, deny_from) = configured.at(ctx.now);
     if v.warn_only {
-        configured.min(Action::Warn)
-    } else {
-        configured
+        action = action.min(Action::Warn);
     }
+    if action == Action::Off {
+        return None;
+    }
+    let mut note = match deny_from {
+        // A warn-only violation never denies, so nothing is staged for it.
+        Some(t) if !v.warn_only => Some(Note::Staged {
+            deny_from: t.to_string(),
+        }),
+        _ => None,
+    };
+    if let Some(e) = ctx.config.exception_for(&rule, &ctx.subject(), ctx.now) {
+        // Waived: allowed, and the user is told which exception waived it.
+        action = Action::Warn;
+        note = Some(Note::Waived {
+            exception: e.name.clone(),
+            expires: e.expires.map(|t| t.to_string()),
+        });
+    }
+    Some(Finding {
+        rule,
+        action,
+        message: v.message,
+        fix: v.fix,
+        note,
+    })
 }
 
 /// Runs every built-in rule and every configured CEL rule; returns all
@@ -170,20 +228,12 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
         }
         let configured = ctx
             .config
-            .action(ctx.resource, rule.name(), rule.default_action());
-        if configured == Action::Off {
+            .rule_action(ctx.resource, rule.name(), rule.default_action());
+        if configured.action == Action::Off {
             continue;
         }
         for v in rule.check(ctx) {
-            let action = effective(configured, &v);
-            if action != Action::Off {
-                findings.push(Finding {
-                    rule: Cow::Borrowed(rule.name()),
-                    action,
-                    message: v.message,
-                    fix: v.fix,
-                });
-            }
+            findings.extend(decide(ctx, Cow::Borrowed(rule.name()), configured, v));
         }
     }
     // Built once per request, only when a CEL rule applies.
@@ -193,8 +243,8 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
             continue;
         }
         let name = format!("cel:{}", cel.name);
-        let action = ctx.config.action(ctx.resource, &name, cel.action);
-        if action == Action::Off {
+        let configured = ctx.config.rule_action(ctx.resource, &name, cel.action);
+        if configured.action == Action::Off {
             continue;
         }
         let scope = scope.get_or_insert_with(|| {
@@ -206,12 +256,7 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
             )
         });
         if let Some(v) = crate::cel::check_rule(cel, scope) {
-            findings.push(Finding {
-                rule: Cow::Owned(name),
-                action,
-                message: v.message,
-                fix: v.fix,
-            });
+            findings.extend(decide(ctx, Cow::Owned(name), configured, v));
         }
     }
     findings
@@ -576,5 +621,120 @@ mod warning_length {
             "paused-value",
         ];
         assert_eq!(seen.into_iter().collect::<Vec<_>>(), want);
+    }
+}
+
+/// Issue 20: the effective action of a finding (Audit, staged Deny,
+/// exceptions), decided in one place.
+#[cfg(test)]
+mod policy_operations {
+    use super::testing::*;
+    use super::*;
+    use serde_json::json;
+
+    fn region_change() -> (Value, Value) {
+        let created = json!({"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"});
+        let old = with_annotations(
+            mr(json!({"forProvider": {"region": "us-east-1"}})),
+            created.clone(),
+        );
+        let mut new =
+            with_annotations(mr(json!({"forProvider": {"region": "eu-west-1"}})), created);
+        new["metadata"]["name"] = json!("sample-vpc");
+        let mut old = old;
+        old["metadata"]["name"] = json!("sample-vpc");
+        (old, new)
+    }
+
+    fn at(case: &Case, now: &str) -> Vec<Finding> {
+        case.run(|ctx| {
+            let req = ctx.request;
+            let ctx = RuleContext::new(req, ctx.config, ctx.cluster)
+                .unwrap()
+                .at(now.parse().unwrap());
+            evaluate(&ctx)
+        })
+    }
+
+    fn immutable(f: &[Finding]) -> &Finding {
+        f.iter()
+            .find(|f| f.rule == "immutable-field")
+            .expect("immutable-field finding")
+    }
+
+    #[test]
+    fn audit_findings_are_kept_but_neither_warn_nor_deny() {
+        let (old, new) = region_change();
+        let f = Case::update(old, new)
+            .config("rules: {immutable-field: Audit}\nresources:\n  - {apiGroups: ['*'], kinds: ['*'], immutableFields: [spec.forProvider.region]}\n")
+            .evaluate();
+        assert_eq!(immutable(&f).action, Action::Audit);
+        assert_eq!(immutable(&f).note, None);
+    }
+
+    #[test]
+    fn a_staged_deny_warns_with_its_date_until_then_denies() {
+        let (old, new) = region_change();
+        let case = Case::update(old, new).config(
+            "rules: {immutable-field: {action: Deny, warnUntil: '2027-01-31T00:00:00Z'}}\nresources:\n  - {apiGroups: ['*'], kinds: ['*'], immutableFields: [spec.forProvider.region]}\n",
+        );
+        let before = at(&case, "2027-01-30T00:00:00Z");
+        let f = immutable(&before);
+        assert_eq!(f.action, Action::Warn);
+        assert!(
+            f.warning().contains("denied from 2027-01-31T00:00:00Z"),
+            "{}",
+            f.warning()
+        );
+        let after = at(&case, "2027-01-31T00:00:00Z");
+        assert_eq!(immutable(&after).action, Action::Deny);
+        assert_eq!(immutable(&after).note, None);
+    }
+
+    #[test]
+    fn warn_only_violations_are_not_staged() {
+        let obj = mr(json!({"deletionPolicy": "Delete"}));
+        let f = Case::create(obj)
+            .namespaced("team-a")
+            .config("rules: {deletion-policy: {action: Deny, warnUntil: '2999-01-01T00:00:00Z'}}\n")
+            .evaluate();
+        assert_eq!(f[0].action, Action::Warn);
+        assert_eq!(f[0].note, None);
+    }
+
+    const EXCEPTION: &str = "resources:\n  - {apiGroups: ['*'], kinds: ['*'], immutableFields: [spec.forProvider.region]}\nexceptions:\n  - name: vpc-migration\n    rules: [immutable-field]\n    match: {names: ['sample-*']USERS}\n    reason: NET-42\n    expires: '2027-01-31T00:00:00Z'\n";
+
+    #[test]
+    fn an_exception_waives_its_rule_for_what_it_matches_until_it_expires() {
+        let (old, new) = region_change();
+        let case = Case::update(old.clone(), new.clone()).config(&EXCEPTION.replace("USERS", ""));
+        let f = at(&case, "2027-01-30T00:00:00Z");
+        let w = immutable(&f);
+        assert_eq!(w.action, Action::Warn);
+        assert_eq!(w.exception(), Some("vpc-migration"));
+        assert!(
+            w.warning().starts_with("immutable-field: waived by exception vpc-migration (expires 2027-01-31T00:00:00Z): "),
+            "{}",
+            w.warning()
+        );
+        // Expired: denied again.
+        let f = at(&case, "2027-02-01T00:00:00Z");
+        assert_eq!(immutable(&f).action, Action::Deny);
+        assert_eq!(immutable(&f).exception(), None);
+        // Another name: not matched.
+        let (mut old2, mut new2) = (old.clone(), new.clone());
+        old2["metadata"]["name"] = json!("prod-vpc");
+        new2["metadata"]["name"] = json!("prod-vpc");
+        let other = Case::update(old2, new2).config(&EXCEPTION.replace("USERS", ""));
+        assert_eq!(
+            immutable(&at(&other, "2027-01-30T00:00:00Z")).action,
+            Action::Deny
+        );
+        // Every given key must match: a user list that leaves alice out.
+        let bob = Case::update(old, new).config(&EXCEPTION.replace("USERS", ", users: [bob]"));
+        assert_eq!(
+            immutable(&at(&bob, "2027-01-30T00:00:00Z")).action,
+            Action::Deny
+        );
     }
 }
