@@ -29,10 +29,13 @@ pub(crate) enum CheckOperation {
 
 #[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
-    /// Manifest file (multi-document YAML); "-" reads standard input. With
-    /// --live: repeatable, and folders are read recursively.
-    #[arg(short = 'f', long = "file", required = true)]
+    /// Manifest file (multi-document YAML), or folder (read recursively);
+    /// "-" reads standard input. Repeatable.
+    #[arg(short = 'f', long = "file", required_unless_present = "files")]
     pub(crate) file: Vec<PathBuf>,
+    /// More manifest files or folders, as -f (how pre-commit passes them).
+    #[arg(value_name = "FILE")]
+    pub(crate) files: Vec<PathBuf>,
     /// The previous version of the objects, for UPDATE (matched by kind, namespace and name).
     #[arg(long)]
     pub(crate) old: Option<PathBuf>,
@@ -83,8 +86,6 @@ pub(crate) enum CheckError {
     Crd(#[from] CrdError),
     #[error("failed to find a CustomResourceDefinition in {0}")]
     NoCrd(String),
-    #[error("failed to read manifests: an offline check reads one -f file; several files and folders need --live")]
-    OneFile,
     #[error("failed to match {what} ({at} of {path}) in {old}: no object with that kind, namespace and name")]
     NoOld {
         what: String,
@@ -146,10 +147,6 @@ fn crd_groups(docs: &[Manifest]) -> BTreeSet<String> {
 }
 
 fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<bool, CheckError> {
-    let file = match args.file.as_slice() {
-        [one] => one,
-        _ => return Err(CheckError::OneFile),
-    };
     let config = match &args.config {
         Some(p) => crate::config::load_file(p)?.0,
         None => Config::builtin(),
@@ -159,7 +156,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         None => Default::default(),
     };
     let read = |p: &PathBuf| manifests::read(std::slice::from_ref(p), args.max_documents);
-    let docs = read(file)?;
+    let docs = manifests::read(&args.file, args.max_documents)?;
     let olds = match &args.old {
         Some(p) => Some((p, read(p)?)),
         None => None,
@@ -198,7 +195,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
                         .ok_or_else(|| CheckError::NoOld {
                             what: label(doc),
                             at: at.clone(),
-                            path: file.display().to_string(),
+                            path: m.file.clone(),
                             old: path.display().to_string(),
                         })?
                         .object,
@@ -254,7 +251,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         };
         let mut judged = offline::judge(op.into(), doc, old, &args.username, &config, crd)
             .map_err(|reason| CheckError::Document {
-                path: file.display().to_string(),
+                path: m.file.clone(),
                 at: at.clone(),
                 reason,
             })?;
@@ -369,7 +366,9 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
 
 /// Runs the check; 0 allowed, 1 denied or invalid, 2 unreadable input
 /// (or a CRD rule mrguard cannot evaluate).
-pub(crate) fn run(args: CheckArgs) -> i32 {
+pub(crate) fn run(mut args: CheckArgs) -> i32 {
+    let positional = std::mem::take(&mut args.files);
+    args.file.extend(positional);
     if args.live.live {
         return super::live::run(&super::live::LiveCheck {
             files: &args.file,

@@ -11,6 +11,7 @@ mod chart;
 mod check_cli;
 mod check_crd;
 mod check_gate;
+mod ci_hooks;
 mod compositions;
 mod controller;
 mod docs;
