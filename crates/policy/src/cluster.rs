@@ -15,7 +15,10 @@
 /// nothing, which every rule must treat as "no extra finding": an empty view
 /// never denies more than the configuration alone would.
 #[derive(Debug, Default)]
-pub struct Cluster {}
+pub struct Cluster {
+    /// Immutable fields the installed CRDs document (issue 25).
+    documented: crate::documented::Documented,
+}
 
 impl Cluster {
     /// A view that knows nothing, for callers without a cluster.
@@ -29,5 +32,11 @@ impl Cluster {
     /// Knows no provider yet, so exempts no one.
     pub fn is_provider_of(&self, _group: &str, _kind: &str, _username: &str) -> bool {
         false
+    }
+
+    /// The immutable fields the installed CRDs document, per kind
+    /// (docs/documented-immutables.md); the CRD watch or `check --crd` fills it.
+    pub fn documented(&self) -> &crate::documented::Documented {
+        &self.documented
     }
 }

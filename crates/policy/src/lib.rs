@@ -43,6 +43,7 @@ pub mod cel;
 pub mod cluster;
 pub mod config;
 pub mod crd;
+pub mod documented;
 pub mod explain;
 pub mod fieldpath;
 pub mod managed_fields;
