@@ -147,6 +147,8 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         CheckOperation::Create
     });
     let crd_path = args.crd.as_deref().map(Path::display);
+    // What a cluster with these CRDs would know (documented immutable fields).
+    let cluster = crds.as_ref().map(Crds::cluster).unwrap_or_default();
     let mut any_denied = false;
     for Manifest {
         at, object: doc, ..
@@ -215,12 +217,13 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             }
             _ => (None, None),
         };
-        let mut judged = offline::judge(op.into(), doc, old, &args.username, &config, crd)
-            .map_err(|reason| CheckError::Document {
-                path: file.display().to_string(),
-                at: at.clone(),
-                reason,
-            })?;
+        let mut judged =
+            offline::judge_in(op.into(), doc, old, &args.username, &config, crd, &cluster)
+                .map_err(|reason| CheckError::Document {
+                    path: file.display().to_string(),
+                    at: at.clone(),
+                    reason,
+                })?;
         if args.patch {
             let p = judged.patch.clone().unwrap_or_else(|| json!([]));
             let _ = writeln!(

@@ -6,6 +6,7 @@ mod certs;
 mod check;
 mod cluster;
 mod controller_args;
+mod crd;
 mod explain;
 mod lines;
 mod live;
@@ -61,6 +62,9 @@ pub enum Command {
     /// Development certificates for local TLS.
     #[command(subcommand)]
     Certs(certs::CertsCommand),
+    /// What mrguard derives from CRD files.
+    #[command(subcommand)]
+    Crd(crd::CrdCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -124,6 +128,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Audit(args) => audit::run(*args),
         Command::Explain(args) => explain::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
+        Command::Crd(cmd) => crd::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::load_file(&file) {
             Ok((config, bytes)) => {
                 for w in config_warnings(&config, &bytes) {

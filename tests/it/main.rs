@@ -13,6 +13,7 @@ mod check_crd;
 mod check_gate;
 mod controller;
 mod docs;
+mod documented;
 mod explain;
 mod faults;
 mod limits;

@@ -73,7 +73,8 @@ pub const PATTERNS: &[Pattern] = &[
 const CONDITION: &str = r"\b(?:when|if|unless|except|only for|for|from|between|while|decreas\w*|increas\w*|lower\w*|disabl\w*|enabl\w*|unsett\w*|remov\w*|adding|add|other)\b";
 
 /// Phrases with a condition word that are not a condition.
-const NOT_A_CONDITION: &str = r"\bwhen (?:mutated|changed|modified|updated)\b|\bfor this\b|\bfor (?:the|a) new\b";
+const NOT_A_CONDITION: &str =
+    r"\bwhen (?:mutated|changed|modified|updated)\b|\bfor this\b|\bfor (?:the|a) new\b";
 
 /// Wordings that say a change does NOT replace the resource; a sentence
 /// with one of these is conditional as a whole.
@@ -387,7 +388,10 @@ impl Documented {
     /// Forgets the kind that `crd` defines (the CRD was deleted).
     pub fn remove(&self, crd: &Value) {
         let s = |p: &str| crd.pointer(p).and_then(Value::as_str).unwrap_or("");
-        let key = (s("/spec/group").to_string(), s("/spec/names/kind").to_string());
+        let key = (
+            s("/spec/group").to_string(),
+            s("/spec/names/kind").to_string(),
+        );
         self.kinds
             .write()
             .unwrap_or_else(|e| e.into_inner())

@@ -58,9 +58,7 @@ const TABLE: &[(&str, Option<(&str, Option<&str>)>)] = &[
 fn the_table_of_real_sentences() {
     for (text, want) in TABLE {
         let got = match_description(text);
-        let got = got
-            .as_ref()
-            .map(|s| (s.pattern, s.condition.as_deref()));
+        let got = got.as_ref().map(|s| (s.pattern, s.condition.as_deref()));
         assert_eq!(got, *want, "{text}");
     }
 }
@@ -77,7 +75,12 @@ fn every_pattern_matches_its_example_and_compiles() {
 fn sentences_split_on_stops_and_leading_parentheticals() {
     assert_eq!(
         sentences("(Forces new resource) Name of\n the service. Valid values: A. B"),
-        ["(Forces new resource)", "Name of the service.", "Valid values: A.", "B"]
+        [
+            "(Forces new resource)",
+            "Name of the service.",
+            "Valid values: A.",
+            "B"
+        ]
     );
     assert_eq!(sentences("e.g. foo.bar is fine"), ["e.g. foo.bar is fine"]);
 }
@@ -125,13 +128,26 @@ fn crd() -> Value {
 #[test]
 fn derive_walks_for_provider_of_served_versions_only() {
     let k = derive(&crd()).unwrap();
-    assert_eq!((k.group.as_str(), k.kind.as_str()), ("storage.azure.upbound.io", "Account"));
-    let paths: Vec<_> = k.fields.iter().map(|f| (f.path.as_str(), f.versions.clone())).collect();
+    assert_eq!(
+        (k.group.as_str(), k.kind.as_str()),
+        ("storage.azure.upbound.io", "Account")
+    );
+    let paths: Vec<_> = k
+        .fields
+        .iter()
+        .map(|f| (f.path.as_str(), f.versions.clone()))
+        .collect();
     assert_eq!(
         paths,
         [
-            ("spec.forProvider.accountTier", vec!["v1beta1".to_string(), "v1beta2".to_string()]),
-            ("spec.forProvider.network[*].subnetId", vec!["v1beta1".to_string()]),
+            (
+                "spec.forProvider.accountTier",
+                vec!["v1beta1".to_string(), "v1beta2".to_string()]
+            ),
+            (
+                "spec.forProvider.network[*].subnetId",
+                vec!["v1beta1".to_string()]
+            ),
         ]
     );
     assert_eq!(k.in_version("v1beta2").count(), 1);
@@ -165,5 +181,8 @@ fn hostile_nesting_stops() {
     c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
         ["forProvider"] = s;
     let k = derive(&c).unwrap();
-    assert!(k.fields.iter().all(|f| f.path.segments().len() <= MAX_DEPTH + 3));
+    assert!(k
+        .fields
+        .iter()
+        .all(|f| f.path.segments().len() <= MAX_DEPTH + 3));
 }
