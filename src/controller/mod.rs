@@ -3,7 +3,9 @@
 //! Every replica:
 //! - watches the TLS Secret and swaps the server's certificate
 //!   (`secret::run_loader`); `/readyz` turns true once one is loaded;
-//! - competes for a `coordination.k8s.io` Lease (`leader`).
+//! - competes for a `coordination.k8s.io` Lease (`leader`);
+//! - derives the documented immutable fields of the MR CRDs into the shared
+//!   `Cluster` (`documented`), for the `documented-immutable-field` rule.
 //!
 //! Only the Lease holder writes to the cluster. While it leads it runs:
 //! - `certs::CertReconciler`: the CA and serving certificate in the Secret,
@@ -26,6 +28,7 @@ pub(crate) mod audit;
 pub(crate) mod certs;
 pub(crate) mod connections;
 pub mod coverage;
+mod documented;
 mod leader;
 pub(crate) mod metrics;
 pub mod reports;
@@ -133,7 +136,7 @@ impl Controller {
             ready,
             metrics,
             clock,
-            cluster: _cluster,
+            cluster,
         } = self;
         let settings = Arc::new(settings);
         tracing::info!(
@@ -154,6 +157,12 @@ impl Controller {
                 shutdown.clone(),
             )
             .instrument(tracing::info_span!("secret_loader")),
+        );
+
+        // Every replica answers admission, so every replica keeps the facts.
+        let documented = tokio::spawn(
+            documented::run(client.clone(), cluster, metrics.clone())
+                .instrument(tracing::info_span!("documented_immutables")),
         );
 
         let (leader_tx, mut leader_rx) = channel::channel(false);
@@ -214,6 +223,8 @@ impl Controller {
         }
         loader.abort();
         let _ = loader.await;
+        documented.abort();
+        let _ = documented.await;
     }
 }
 

@@ -13,6 +13,7 @@ mod availability;
 mod chart_args;
 mod connections;
 mod controller;
+mod documented;
 mod explain;
 mod observability;
 mod policy_reports;

@@ -400,12 +400,16 @@ impl Documented {
 
     /// Replaces everything with what `crds` give (a full relist).
     pub fn replace_all<'a>(&self, crds: impl IntoIterator<Item = &'a Value>) {
-        let mut fresh = HashMap::new();
-        for k in crds.into_iter().filter_map(derive) {
-            if !k.fields.is_empty() {
-                fresh.insert((k.group.clone(), k.kind.clone()), Arc::new(k));
-            }
-        }
+        self.replace_with(crds.into_iter().filter_map(derive));
+    }
+
+    /// Replaces everything with `kinds`, derived already.
+    pub fn replace_with(&self, kinds: impl IntoIterator<Item = KindFields>) {
+        let fresh: HashMap<_, _> = kinds
+            .into_iter()
+            .filter(|k| !k.fields.is_empty())
+            .map(|k| ((k.group.clone(), k.kind.clone()), Arc::new(k)))
+            .collect();
         *self.kinds.write().unwrap_or_else(|e| e.into_inner()) = fresh;
     }
 
