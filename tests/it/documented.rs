@@ -138,3 +138,50 @@ fn crd_immutables_lists_account_tier_and_not_tags() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("/nonexistent"), "{}", stderr(&out));
 }
+
+#[test]
+fn explain_marks_documented_fields_with_their_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "a.yaml", &account(|_| {}));
+    let out = mrguard(&["explain", "-f", &f, "--crd", &crds()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let row = |field: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{field} ")))
+            .unwrap_or_else(|| panic!("{field} in {text}"))
+            .to_string()
+    };
+    assert!(
+        row("spec.forProvider.accountTier").contains(" documented "),
+        "{text}"
+    );
+    assert!(
+        row("spec.forProvider.accountReplicationType").contains(" documented, if "),
+        "{text}"
+    );
+    // The curated list wins: location is immutable by configuration.
+    assert!(row("spec.forProvider.location").contains(" yes "), "{text}");
+    assert!(
+        row("spec.forProvider.tags.environment").contains(" no "),
+        "{text}"
+    );
+    assert!(text.contains(
+        "  spec.forProvider.accountTier: \"Changing this forces a new resource to be created.\" (accounts.storage.azure.upbound.io)"
+    ), "{text}");
+    let out = mrguard(&["explain", "-f", &f, "--crd", &crds(), "-o", "json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tier = v["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["path"] == "spec.forProvider.accountTier")
+        .unwrap();
+    assert_eq!(
+        tier["documented"]["crd"],
+        "accounts.storage.azure.upbound.io"
+    );
+    // Without CRDs, nothing is marked.
+    let out = mrguard(&["explain", "-f", &f]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("documented"));
+}
