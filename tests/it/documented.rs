@@ -185,3 +185,22 @@ fn explain_marks_documented_fields_with_their_source() {
     let out = mrguard(&["explain", "-f", &f]);
     assert!(!String::from_utf8_lossy(&out.stdout).contains("documented"));
 }
+
+/// docs/documented-immutables.md shows every pattern as the code has it.
+#[test]
+fn the_documented_patterns_are_the_codes() {
+    let doc = std::fs::read_to_string(crate::support::root().join("docs/documented-immutables.md"))
+        .unwrap();
+    for p in mrguard_policy::documented::PATTERNS {
+        let row = format!(
+            "| `{}` | `{}` | {} |",
+            p.name,
+            p.regex.replace('|', "\\|"),
+            p.example
+        );
+        assert!(
+            doc.contains(&row),
+            "docs/documented-immutables.md lacks the row {row}"
+        );
+    }
+}

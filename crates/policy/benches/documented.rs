@@ -14,6 +14,9 @@
 //!   documented field and finds nothing), with every CRD's facts loaded; off
 //!   is the same configuration with the rule set to `Off`.
 //!
+//! - `decode_and_validate/{on,off}`: the same from the AdmissionReview
+//!   body, as `/validate` does short of HTTP.
+//!
 //! After the table, the run prints the heap the facts take and the ratio
 //! on/off from alternating rounds (so a busy machine slows both alike).
 //!
@@ -24,7 +27,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use divan::{black_box, Bencher};
-use mrguard_policy::admission::validate_in;
+use mrguard_policy::admission::{decode, validate_in};
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::{Config, BUILTIN_YAML};
 use mrguard_policy::documented::derive;
@@ -154,6 +157,38 @@ fn derive_all(b: Bencher<'_, '_>) {
     });
 }
 
+/// The AdmissionReview body the API server POSTs for [`request`].
+fn body() -> Vec<u8> {
+    let r = request();
+    let old = r.old_object.as_ref().map(|o| o.value.clone());
+    let new = r.object.as_ref().map(|o| o.value.clone());
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "5d6b4c3a-0000-4000-8000-000000000001",
+            "kind": {"group": "storage.azure.upbound.io", "version": "v1beta1", "kind": "Account"},
+            "resource": {"group": "storage.azure.upbound.io", "version": "v1beta1", "resource": "accounts"},
+            "requestKind": {"group": "storage.azure.upbound.io", "version": "v1beta1", "kind": "Account"},
+            "requestResource": {"group": "storage.azure.upbound.io", "version": "v1beta1", "resource": "accounts"},
+            "name": "example", "operation": "UPDATE",
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": new, "oldObject": old, "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"},
+        },
+    }))
+    .expect("JSON")
+}
+
+/// What `/validate` does with a body, short of HTTP: decode, then judge.
+#[divan::bench(args = [true, false])]
+fn decode_and_validate(b: Bencher<'_, '_>, on: bool) {
+    let (body, cfg, cluster) = (body(), config(on), cluster());
+    b.bench(|| {
+        let req = decode(black_box(&body), &cfg).expect("a valid review");
+        black_box(validate_in(&req, &cfg, cluster))
+    });
+}
+
 #[divan::bench(args = [true, false])]
 fn validate(b: Bencher<'_, '_>, on: bool) {
     let (req, cfg, cluster) = (request(), config(on), cluster());
@@ -214,6 +249,30 @@ fn summary() {
                 * 1e6,
         );
     }
+    let body = body();
+    let (mut d_on, mut d_off) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        for (cfg, out) in [(&on, &mut d_on), (&off, &mut d_off)] {
+            out.push(
+                time(2_000, || {
+                    let req = decode(black_box(&body), cfg).expect("a valid review");
+                    black_box(validate_in(&req, cfg, cluster));
+                })
+                .as_secs_f64()
+                    * 1e6,
+            );
+        }
+    }
+    let ds: Vec<f64> = d_on.iter().zip(&d_off).map(|(a, b)| a / b).collect();
+    println!(
+        "decode + validate (the /validate work short of HTTP), median of {ROUNDS} alternating rounds: \
+         on {:.2} µs, off {:.2} µs, ratio {:.3} (rounds {:.3}–{:.3})",
+        median(d_on.clone()),
+        median(d_off.clone()),
+        median(ds.clone()),
+        ds.iter().copied().fold(f64::INFINITY, f64::min),
+        ds.iter().copied().fold(0.0, f64::max),
+    );
     let rs: Vec<f64> = t_on.iter().zip(&t_off).map(|(a, b)| a / b).collect();
     println!(
         "validate (Account UPDATE, tags only), median of {ROUNDS} alternating rounds: \

@@ -70,15 +70,19 @@ pub const PATTERNS: &[Pattern] = &[
 
 /// Words that make a matched sentence conditional: the change replaces the
 /// resource only in some cases. The condition is quoted from here on.
-const CONDITION: &str = r"\b(?:when|if|unless|except|only for|for|from|between|while|decreas\w*|increas\w*|lower\w*|disabl\w*|enabl\w*|unsett\w*|remov\w*|adding|add|other)\b";
+const CONDITION: &str = r"\b(?:when|if|unless|except|only for|for|from|between|while|decreas\w*|increas\w*|lower\w*|downgrad\w*|upgrad\w*|disabl\w*|enabl\w*|unsett\w*|remov\w*|adding|add|other)\b|\bwith an? [\w.]+ ?[<>]";
 
 /// Phrases with a condition word that are not a condition.
-const NOT_A_CONDITION: &str =
-    r"\bwhen (?:mutated|changed|modified|updated)\b|\bfor this\b|\bfor (?:the|a) new\b";
+const NOT_A_CONDITION: &str = r"\bwhen (?:mutated|changed|modified|updated)\b|\bfor this\b|\bfor (?:the|a) new\b|\bif (?:it is|it's|this is) (?:changed|modified|updated)\b|\bexcept this one\b";
 
 /// Wordings that say a change does NOT replace the resource; a sentence
 /// with one of these is conditional as a whole.
 const NEGATED: &str = r"\b(?:does not|do not|doesn't|will not|without) (?:\w+ ){0,2}(?:force|forces|replace|recreat\w*)\b";
+
+/// Sentences that match a pattern but do not say that changing the field
+/// replaces the resource: a flag that makes OTHER changes replace it, a
+/// "new deployment" that is not a new resource, a hint about tainting.
+const NOT_REPLACEMENT: &str = r"\bwhen used in combination with\b|\bnew (?:task )?deployment of\b|\bto force (?:a |the )?(?:resource )?recreation\b";
 
 /// The standard `apiVersion`/`kind` boilerplate says "Cannot be updated." of
 /// the object's own kind; it is never a field rule.
@@ -89,6 +93,7 @@ struct Compiled {
     condition: Regex,
     not_a_condition: Regex,
     negated: Regex,
+    not_replacement: Regex,
     boilerplate: Regex,
 }
 
@@ -106,6 +111,7 @@ fn compiled() -> &'static Compiled {
             condition: re(CONDITION),
             not_a_condition: re(NOT_A_CONDITION),
             negated: re(NEGATED),
+            not_replacement: re(NOT_REPLACEMENT),
             boilerplate: re(BOILERPLATE),
         }
     })
@@ -135,7 +141,7 @@ pub fn sentences(description: &str) -> Vec<String> {
             && bytes.get(i + 1) == Some(&b' ')
             && bytes
                 .get(i + 2)
-                .is_some_and(|c| c.is_ascii_uppercase() || *c == b'(');
+                .is_some_and(|c| c.is_ascii_uppercase() || matches!(c, b'(' | b'~' | b'*'));
         if ends {
             out.push(text[start..=i].trim().to_string());
             start = i + 2;
@@ -166,6 +172,9 @@ pub fn match_description(description: &str) -> Option<Source> {
         return None;
     }
     for sentence in sentences(description) {
+        if c.not_replacement.is_match(&sentence) {
+            continue;
+        }
         let Some((name, m)) = c
             .patterns
             .iter()
@@ -186,39 +195,46 @@ pub fn match_description(description: &str) -> Option<Source> {
 fn condition_of(sentence: &str, match_start: usize) -> Option<String> {
     let c = compiled();
     let trim = |s: &str| {
-        s.trim()
-            .trim_end_matches(['.', ')'])
-            .trim_start_matches('(')
-            .trim()
-            .to_string()
+        let s = s.trim().trim_end_matches(['.', ')', ',']).trim();
+        let s = s
+            .strip_suffix(" will")
+            .or_else(|| s.strip_suffix(" would"))
+            .unwrap_or(s);
+        s.trim_start_matches('(').trim().to_string()
     };
     if c.negated.is_match(sentence) {
         return Some(trim(sentence));
     }
-    let found = c.condition.find_iter(sentence).find(|m| {
-        // A condition word inside the match itself ("forces new for") counts,
-        // one inside an excluded phrase does not.
+    let real = |m: &regex::Match<'_>| {
         !c.not_a_condition
             .find_iter(sentence)
             .any(|n| n.start() <= m.start() && m.end() <= n.end())
-    })?;
-    if found.start() < match_start {
-        // "If …, changing this forces …" or "Disabling … forces …": the
-        // condition is the clause before the match.
-        let prefix = &sentence[..match_start];
-        let from = prefix[..found.start()].rfind(',').map_or(0, |i| i + 1);
-        let to = prefix[found.start()..]
-            .find(',')
-            .map_or(prefix.len(), |i| found.start() + i);
-        let clause = prefix[from..to].trim();
-        let clause = clause
-            .strip_suffix(" will")
-            .or_else(|| clause.strip_suffix(" would"))
-            .unwrap_or(clause);
-        Some(trim(clause))
-    } else {
-        Some(trim(&sentence[found.start()..]))
+    };
+    let words: Vec<regex::Match<'_>> = c.condition.find_iter(sentence).filter(real).collect();
+    let prefix = &sentence[..match_start];
+    // "If …, changing this forces …", "Disabling … forces …": a sentence
+    // that opens with the condition; it runs to the first comma.
+    if words
+        .first()
+        .is_some_and(|w| w.start() == 0 && w.start() < match_start)
+    {
+        let end = prefix.find(',').unwrap_or(prefix.len());
+        return Some(trim(&prefix[..end]));
     }
+    // "Changing to a lower version forces …": a condition in the clause of
+    // the match (earlier clauses say other things).
+    let clause_start = prefix.rfind([',', ';']).map_or(0, |i| i + 1);
+    if words
+        .iter()
+        .any(|w| w.start() >= clause_start && w.start() < match_start)
+    {
+        return Some(trim(&prefix[clause_start..]));
+    }
+    // "… forces a new resource to be created when types … change".
+    words
+        .iter()
+        .find(|w| w.start() >= match_start)
+        .map(|w| trim(&sentence[w.start()..]))
 }
 
 /// One field that the documentation says cannot change in place.
@@ -351,17 +367,21 @@ fn walk(schema: &Value, path: String, out: &mut Vec<(String, Source)>, depth: us
 }
 
 /// The documented-immutable fields of every kind the cluster serves, kept
-/// current by a CRD watch. Reads take a read lock and clone an `Arc`.
+/// current by a CRD watch. A read takes the read lock, finds the kind
+/// without allocating (group, then kind) and clones an `Arc`.
 #[derive(Debug, Default)]
 pub struct Documented {
-    kinds: RwLock<HashMap<(String, String), Arc<KindFields>>>,
+    kinds: RwLock<Kinds>,
 }
+
+/// Group → kind → fields.
+type Kinds = HashMap<String, HashMap<String, Arc<KindFields>>>;
 
 impl Documented {
     /// The fields of `group`/`kind`, if any were derived.
     pub fn get(&self, group: &str, kind: &str) -> Option<Arc<KindFields>> {
         let kinds = self.kinds.read().unwrap_or_else(|e| e.into_inner());
-        kinds.get(&(group.to_string(), kind.to_string())).cloned()
+        kinds.get(group)?.get(kind).cloned()
     }
 
     /// Derives from `crd` and stores the result (replacing the kind's
@@ -376,11 +396,13 @@ impl Documented {
     pub fn set(&self, k: KindFields) -> usize {
         let n = k.fields.len();
         let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
-        let key = (k.group.clone(), k.kind.clone());
         if n == 0 {
-            kinds.remove(&key);
+            forget(&mut kinds, &k.group, &k.kind);
         } else {
-            kinds.insert(key, Arc::new(k));
+            kinds
+                .entry(k.group.clone())
+                .or_default()
+                .insert(k.kind.clone(), Arc::new(k));
         }
         n
     }
@@ -388,14 +410,8 @@ impl Documented {
     /// Forgets the kind that `crd` defines (the CRD was deleted).
     pub fn remove(&self, crd: &Value) {
         let s = |p: &str| crd.pointer(p).and_then(Value::as_str).unwrap_or("");
-        let key = (
-            s("/spec/group").to_string(),
-            s("/spec/names/kind").to_string(),
-        );
-        self.kinds
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key);
+        let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
+        forget(&mut kinds, s("/spec/group"), s("/spec/names/kind"));
     }
 
     /// Replaces everything with what `crds` give (a full relist).
@@ -405,18 +421,30 @@ impl Documented {
 
     /// Replaces everything with `kinds`, derived already.
     pub fn replace_with(&self, kinds: impl IntoIterator<Item = KindFields>) {
-        let fresh: HashMap<_, _> = kinds
-            .into_iter()
-            .filter(|k| !k.fields.is_empty())
-            .map(|k| ((k.group.clone(), k.kind.clone()), Arc::new(k)))
-            .collect();
+        let mut fresh = Kinds::new();
+        for k in kinds.into_iter().filter(|k| !k.fields.is_empty()) {
+            fresh
+                .entry(k.group.clone())
+                .or_default()
+                .insert(k.kind.clone(), Arc::new(k));
+        }
         *self.kinds.write().unwrap_or_else(|e| e.into_inner()) = fresh;
     }
 
     /// How many kinds and fields are known.
     pub fn counts(&self) -> (usize, usize) {
         let kinds = self.kinds.read().unwrap_or_else(|e| e.into_inner());
-        (kinds.len(), kinds.values().map(|k| k.fields.len()).sum())
+        let all = || kinds.values().flat_map(HashMap::values);
+        (all().count(), all().map(|k| k.fields.len()).sum())
+    }
+}
+
+fn forget(kinds: &mut Kinds, group: &str, kind: &str) {
+    if let Some(g) = kinds.get_mut(group) {
+        g.remove(kind);
+        if g.is_empty() {
+            kinds.remove(group);
+        }
     }
 }
 

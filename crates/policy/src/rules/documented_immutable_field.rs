@@ -1,6 +1,7 @@
 use std::collections::HashMap;
 
 use super::{show, Rule, RuleContext, U};
+use crate::documented::DocumentedField;
 use crate::model::{Action, Violation};
 
 /// Fields that the kind's CRD documents as replacing the resource when
@@ -53,35 +54,59 @@ impl Rule for DocumentedImmutableField {
             {
                 continue;
             }
+            if field.path.is_concrete() {
+                // The common case, without allocating: one value each side.
+                let Some(before) = field.path.get(old) else {
+                    continue;
+                };
+                let after = field.path.get(ctx.object);
+                if after != Some(before) {
+                    out.push(violation(field, path, before, after));
+                }
+                continue;
+            }
             let new: HashMap<String, &serde_json::Value> =
                 field.path.select(ctx.object).into_iter().collect();
             for (at, before) in field.path.select(old) {
-                let what = match new.get(&at) {
-                    Some(after) if *after == before => continue,
-                    Some(after) => format!("changed from {} to {}", show(before), show(after)),
-                    None => format!("was removed (it was {})", show(before)),
-                };
-                let src = &field.source;
-                let mut message = format!("{at} {what}; the CRD documents: \"{}\"", src.sentence);
-                let fix = format!(
-                    "restore {at} to {}, or create a new resource for the new value; \
-                     to deny such changes, add {path} to immutableFields",
-                    show(before)
-                );
-                let v = match &src.condition {
-                    Some(cond) => {
-                        message.push_str(&format!(
-                            " (a warning only: the documentation replaces the resource only in a case \
-                             mrguard cannot check: \"{cond}\")"
-                        ));
-                        Violation::new(message).fix(fix).warn_only()
-                    }
-                    None => Violation::new(message).fix(fix),
-                };
-                out.push(v);
+                match new.get(&at) {
+                    Some(after) if *after == before => {}
+                    after => out.push(violation(field, &at, before, after.copied())),
+                }
             }
         }
         out
+    }
+}
+
+/// The finding for `at` (a concrete location of `field`): changed, or
+/// removed when `after` is `None`.
+fn violation(
+    field: &DocumentedField,
+    at: &str,
+    before: &serde_json::Value,
+    after: Option<&serde_json::Value>,
+) -> Violation {
+    let what = match after {
+        Some(after) => format!("changed from {} to {}", show(before), show(after)),
+        None => format!("was removed (it was {})", show(before)),
+    };
+    let src = &field.source;
+    let mut message = format!("{at} {what}; the CRD documents: \"{}\"", src.sentence);
+    let fix = format!(
+        "restore {at} to {}, or create a new resource for the new value; \
+         to deny such changes, add {} to immutableFields",
+        show(before),
+        field.path.as_str()
+    );
+    match &src.condition {
+        Some(cond) => {
+            message.push_str(&format!(
+                " (a warning only: the documentation replaces the resource only in a case \
+                 mrguard cannot check: \"{cond}\")"
+            ));
+            Violation::new(message).fix(fix).warn_only()
+        }
+        None => Violation::new(message).fix(fix),
     }
 }
 
