@@ -2,6 +2,7 @@ use std::collections::HashMap;
 
 use super::{show, Rule, RuleContext, U};
 use crate::documented::DocumentedField;
+use crate::fieldpath::Segment;
 use crate::model::{Action, Violation};
 
 /// Fields that the kind's CRD documents as replacing the resource when
@@ -43,8 +44,29 @@ impl Rule for DocumentedImmutableField {
             return vec![];
         };
         let version = ctx.request.kind.version.as_str();
+        // The top-level keys of forProvider whose values differ: a field
+        // under any other key is unchanged, and is skipped without a walk.
+        let Some(old_fp) = for_provider(old) else {
+            return vec![];
+        };
+        let new_fp = for_provider(ctx.object);
+        let changed: Vec<&str> = old_fp
+            .iter()
+            .filter(|(k, v)| new_fp.and_then(|n| n.get(k.as_str())) != Some(*v))
+            .map(|(k, _)| k.as_str())
+            .collect();
+        if changed.is_empty() {
+            return vec![];
+        }
         let mut out = Vec::new();
         for field in kind.in_version(version) {
+            let top = match field.path.segments().get(2) {
+                Some(Segment::Field(k) | Segment::Key(k)) => k.as_str(),
+                _ => continue,
+            };
+            if !changed.contains(&top) {
+                continue;
+            }
             let path = field.path.as_str();
             if ctx
                 .resource
@@ -76,6 +98,10 @@ impl Rule for DocumentedImmutableField {
         }
         out
     }
+}
+
+fn for_provider(o: &serde_json::Value) -> Option<&serde_json::Map<String, serde_json::Value>> {
+    o.pointer("/spec/forProvider")?.as_object()
 }
 
 /// The finding for `at` (a concrete location of `field`): changed, or
