@@ -33,9 +33,6 @@ impl Rule for DocumentedImmutableField {
         let Some(old) = ctx.old_object else {
             return vec![];
         };
-        if !ctx.state().is_created() {
-            return vec![];
-        }
         let Some(kind) = ctx
             .cluster
             .documented()
@@ -58,15 +55,20 @@ impl Rule for DocumentedImmutableField {
         if changed.is_empty() {
             return vec![];
         }
+        let candidates: Vec<&DocumentedField> = kind
+            .in_version(version)
+            .filter(|f| match f.path.segments().get(2) {
+                Some(Segment::Field(k) | Segment::Key(k)) => changed.contains(&k.as_str()),
+                _ => false,
+            })
+            .collect();
+        // Last, as it reads annotations and conditions: most updates change
+        // no documented field at all.
+        if candidates.is_empty() || !ctx.state().is_created() {
+            return vec![];
+        }
         let mut out = Vec::new();
-        for field in kind.in_version(version) {
-            let top = match field.path.segments().get(2) {
-                Some(Segment::Field(k) | Segment::Key(k)) => k.as_str(),
-                _ => continue,
-            };
-            if !changed.contains(&top) {
-                continue;
-            }
+        for field in candidates {
             let path = field.path.as_str();
             if ctx
                 .resource
