@@ -17,9 +17,14 @@ use mrguard_policy::documented::{derive, KindFields};
 use serde_json::{json, Value};
 
 use super::api::{watcher_source, ControllerError};
-use super::coverage::{CRD_PAGE_SIZE, MANAGED_CATEGORY};
+use super::coverage::MANAGED_CATEGORY;
 use super::metrics::ControllerMetrics;
 use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
+
+/// Whole CRDs (schemas included, tens of KB each) decoded per list page:
+/// a small page bounds what a relist holds at once (coverage's summaries
+/// skip the schemas and use bigger pages).
+const PAGE_SIZE: u32 = 10;
 
 /// The CRD as the derivation reads it, when it is an MR CRD.
 fn managed_crd(obj: &DynamicObject) -> Option<Value> {
@@ -52,7 +57,7 @@ pub(crate) async fn run(
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let mut stream = backoff_watcher(watcher(
         api,
-        watcher::Config::default().page_size(CRD_PAGE_SIZE),
+        watcher::Config::default().page_size(PAGE_SIZE),
     ))
     .boxed();
     let store = cluster.documented();
