@@ -176,6 +176,8 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         CheckOperation::Create
     });
     let crd_path = args.crd.as_deref().map(Path::display);
+    // What a cluster with these CRDs would know (documented immutable fields).
+    let cluster = crds.as_ref().map(Crds::cluster).unwrap_or_default();
     for d in &docs {
         xrs.add(&d.object);
     }
@@ -249,12 +251,13 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             }
             _ => (None, None),
         };
-        let mut judged = offline::judge(op.into(), doc, old, &args.username, &config, crd)
-            .map_err(|reason| CheckError::Document {
-                path: m.file.clone(),
-                at: at.clone(),
-                reason,
-            })?;
+        let mut judged =
+            offline::judge_in(op.into(), doc, old, &args.username, &config, crd, &cluster)
+                .map_err(|reason| CheckError::Document {
+                    path: m.file.clone(),
+                    at: at.clone(),
+                    reason,
+                })?;
         let composition = super::compositions::report(m, &config, &xrs);
         if let Some(c) = &composition {
             // The report replaces the webhook's view: it knows the lines

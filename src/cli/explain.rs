@@ -8,8 +8,11 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::cluster::{self, api_error, ConfigSource};
+use super::cluster::{self, api_error, ConfigSource, Resource};
 use super::manifests;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use mrguard_policy::cluster::Cluster;
+use mrguard_policy::crd::Crds;
 use mrguard_policy::explain::{self, Options, DEFAULT_PROVIDER_MANAGERS};
 
 /// Output formats of `explain`.
@@ -55,6 +58,11 @@ pub struct ExplainArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub(crate) output: ExplainOutput,
+    /// CRD file or folder whose descriptions mark documented immutable
+    /// fields (docs/documented-immutables.md); from the cluster, the MR's
+    /// own CRD is read when this is absent.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) crd: Option<PathBuf>,
 }
 
 /// One explained object: an MR, or an XR (only its Composition's patches).
@@ -99,6 +107,10 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
         None
     };
     let config = source.load(client.as_ref()).await?;
+    let mut facts = match &args.crd {
+        Some(p) => Some(load_crds(p)?.cluster()),
+        None => None,
+    };
     let objects = match (&args.file, &args.target, &client) {
         (Some(path), _, _) => {
             manifests::read(std::slice::from_ref(path), manifests::MAX_DOCUMENTS)?
@@ -119,6 +131,9 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
                 .get(&name)
                 .await
                 .map_err(|e| api_error("get", what, e))?;
+            if facts.is_none() {
+                facts = Some(crd_facts(client, &resource).await);
+            }
             vec![serde_json::to_value(obj)?]
         }
         _ => anyhow::bail!("name an MR as KIND/NAME, or a file with -f"),
@@ -147,14 +162,15 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
             },
             (None, None) => None,
         };
+        let cluster = facts.as_ref().unwrap_or(Cluster::empty());
         let is_mr = mrguard_policy::mr::is_managed(o);
         if !is_mr && composition.is_none() {
             // Neither an MR nor an XR whose Composition is known.
-            explain::explain(o, &config, &options)?;
+            explain::explain_in(o, &config, &options, cluster)?;
         }
         out.push(Explained {
             mr: if is_mr {
-                Some(explain::explain(o, &config, &options)?)
+                Some(explain::explain_in(o, &config, &options, cluster)?)
             } else {
                 None
             },
@@ -163,6 +179,39 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
         });
     }
     Ok(out)
+}
+
+/// Every CRD under `path` (a file or folder), for their documented fields.
+fn load_crds(path: &std::path::Path) -> anyhow::Result<Crds> {
+    let mut crds = Crds::default();
+    for f in manifests::files(path)? {
+        crds.add_yaml(&f.display().to_string(), &manifests::read_text(&f)?)?;
+    }
+    if crds.is_empty() {
+        anyhow::bail!(
+            "failed to find a CustomResourceDefinition in {}",
+            path.display()
+        );
+    }
+    Ok(crds)
+}
+
+/// What the MR's own CRD documents; nothing when it cannot be read (a
+/// user may not be allowed to read CRDs, and explain works without).
+async fn crd_facts(client: &kube::Client, resource: &Resource) -> Cluster {
+    let facts = Cluster::default();
+    let ar = kube::core::ApiResource::erase::<CustomResourceDefinition>(&());
+    let api: kube::Api<kube::core::DynamicObject> = kube::Api::all_with(client.clone(), &ar);
+    match api.get(&resource.display()).await {
+        Ok(crd) => {
+            if let Ok(mut v) = serde_json::to_value(&crd) {
+                v["kind"] = "CustomResourceDefinition".into();
+                facts.documented().apply(&v);
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "no CRD read for documented immutable fields"),
+    }
+    facts
 }
 
 /// Runs `explain`; 0 when explained, 2 when the MR or the cluster could not

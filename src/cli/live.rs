@@ -220,7 +220,11 @@ pub(crate) fn judge_manifest(
         }
         _ => None,
     };
-    let judged = offline::judge(op, &new, live, username, config, crd)
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let cluster = crds
+        .map(|c| c.cluster_for(group, &kind))
+        .unwrap_or_default();
+    let judged = offline::judge_in(op, &new, live, username, config, crd, &cluster)
         .map_err(|e| LiveError::Other(format!("{label}: {e}")))?;
     let findings: Vec<LiveFinding> = judged
         .findings

@@ -8,6 +8,7 @@ mod cluster;
 mod completion;
 mod compositions;
 mod controller_args;
+mod crd;
 mod explain;
 mod explain_composition;
 mod lines;
@@ -77,6 +78,9 @@ pub enum Command {
     Completion(completion::CompletionArgs),
     /// Print the man page, mrguard(1), in roff.
     Man,
+    /// What mrguard derives from CRD files.
+    #[command(subcommand)]
+    Crd(crd::CrdCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -193,6 +197,7 @@ pub fn run(cli: Cli) -> i32 {
             completion::completion(&args, <Cli as clap::CommandFactory>::command())
         }
         Command::Man => completion::man(<Cli as clap::CommandFactory>::command()),
+        Command::Crd(cmd) => crd::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::load_file(&file) {
             Ok((config, bytes)) => {
                 for w in config_warnings(&config, &bytes) {

@@ -5,6 +5,8 @@
 //!   (`secret::run_loader`); `/readyz` turns true once one is loaded;
 //! - derives which provider's service account serves which MR kind, for
 //!   the exemptions (`replica`); `/readyz` waits for that too;
+//! - derives the documented immutable fields of the MR CRDs into the shared
+//!   `Cluster` (`documented`), for the `documented-immutable-field` rule;
 //! - competes for a `coordination.k8s.io` Lease (`leader`).
 //!
 //! Only the Lease holder writes to the cluster. While it leads it runs:
@@ -31,6 +33,7 @@ pub(crate) mod audit;
 pub(crate) mod certs;
 pub(crate) mod connections;
 pub mod coverage;
+mod documented;
 mod leader;
 pub(crate) mod metrics;
 pub(crate) mod replica;
@@ -182,7 +185,13 @@ impl Controller {
 
         // Every replica answers admission, so every replica watches.
         let xrd_watch = tokio::spawn(
-            xrds::run(client.clone(), cluster).instrument(tracing::info_span!("xrd_watch")),
+            xrds::run(client.clone(), cluster.clone()).instrument(tracing::info_span!("xrd_watch")),
+        );
+
+        // Every replica answers admission, so every replica keeps the facts.
+        let documented = tokio::spawn(
+            documented::run(client.clone(), cluster, metrics.clone())
+                .instrument(tracing::info_span!("documented_immutables")),
         );
 
         let (leader_tx, mut leader_rx) = channel::channel(false);
@@ -290,6 +299,8 @@ impl Controller {
         let _ = providers.await;
         xrd_watch.abort();
         let _ = xrd_watch.await;
+        documented.abort();
+        let _ = documented.await;
     }
 }
 

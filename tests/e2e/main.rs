@@ -15,6 +15,7 @@ mod compositions;
 mod connections;
 mod controller;
 mod differential;
+mod documented;
 mod exemptions;
 mod explain;
 mod observability;

@@ -15,6 +15,7 @@ mod ci_hooks;
 mod compositions;
 mod controller;
 mod docs;
+mod documented;
 mod explain;
 mod faults;
 mod limits;

@@ -20,6 +20,8 @@ pub struct Cluster {
     providers: crate::providers::ProviderIndex,
     /// XR schemas from the CompositeResourceDefinitions (docs/compositions.md).
     composites: crate::composition::XrIndex,
+    /// Immutable fields the installed CRDs document (issue 25).
+    documented: crate::documented::Documented,
 }
 
 impl Cluster {
@@ -45,5 +47,11 @@ impl Cluster {
     /// finding informational when they freeze its source.
     pub fn composites(&self) -> &crate::composition::XrIndex {
         &self.composites
+    }
+
+    /// The immutable fields the installed CRDs document, per kind
+    /// (docs/documented-immutables.md); the CRD watch or `check --crd` fills it.
+    pub fn documented(&self) -> &crate::documented::Documented {
+        &self.documented
     }
 }

@@ -18,6 +18,7 @@ use serde_json::Value;
 use wildmatch::WildMatch;
 
 use crate::admission;
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::fieldpath::{FieldPath, Segment};
 use crate::managed_fields::{self, ManagedEntry, ManagedFieldsError, Step};
@@ -268,6 +269,24 @@ pub struct FieldExplanation {
     pub change_denied_by: Vec<String>,
     /// What to do about it, when something needs doing.
     pub hint: Option<String>,
+    /// The CRD's documentation says a change replaces the resource
+    /// (docs/documented-immutables.md); absent when the CRD is not known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub documented: Option<DocumentedMark>,
+}
+
+/// Where a field's documented immutability comes from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DocumentedMark {
+    /// The documented path, e.g. `spec.forProvider.network[*].subnetId`.
+    pub path: String,
+    /// The CRD it was derived from.
+    pub crd: String,
+    /// The sentence of the field's description.
+    pub sentence: String,
+    /// The case in which a change replaces the resource, if only some.
+    pub condition: Option<String>,
 }
 
 /// Explains one MR under `config`.
@@ -275,6 +294,18 @@ pub fn explain(
     object: &Value,
     config: &Config,
     options: &Options,
+) -> Result<Explanation, ExplainError> {
+    explain_in(object, config, options, Cluster::empty())
+}
+
+/// [`explain`] in a cluster: fields that the kind's CRD documents as
+/// immutable are marked with their source, and rules that read the
+/// cluster judge the changes.
+pub fn explain_in(
+    object: &Value,
+    config: &Config,
+    options: &Options,
+    cluster: &Cluster,
 ) -> Result<Explanation, ExplainError> {
     let text = |p: &str| {
         object
@@ -297,12 +328,16 @@ pub fn explain(
 
     let policies = policies(&m);
     let deletion = deletion(object, config);
-    let every_update_denied_by = denials(config, object, object);
-    let findings = admission::validate(&RequestBuilder::create(object.clone()).build(), config)
-        .findings
-        .iter()
-        .map(FindingSummary::from)
-        .collect();
+    let every_update_denied_by = denials(config, cluster, object, object);
+    let findings = admission::validate_in(
+        &RequestBuilder::create(object.clone()).build(),
+        config,
+        cluster,
+    )
+    .findings
+    .iter()
+    .map(FindingSummary::from)
+    .collect();
 
     let (group, kind) = {
         let api_version = text("/apiVersion");
@@ -321,21 +356,29 @@ pub fn explain(
         .map(|p| keys_of(&p))
         .collect();
 
+    let documented = cluster.documented().get(&group, &kind);
+    let api_version = text("/apiVersion");
+    let version = api_version.rsplit_once('/').map_or("", |(_, v)| v);
     let mut fields = Vec::new();
     for root in ["forProvider", "initProvider"] {
         if let Some(v) = object.pointer(&format!("/spec/{root}")) {
             let mut keys = vec!["spec".to_string(), root.to_string()];
             collect_rows(v, &mut keys, &mut |keys, value| {
-                fields.push(field_row(
+                let mut row = field_row(
                     object,
                     config,
+                    cluster,
                     &entries,
                     &is_provider,
                     &immutable_paths,
                     &every_update_denied_by,
                     keys,
                     value,
-                ));
+                );
+                row.documented = documented
+                    .as_ref()
+                    .and_then(|k| documented_mark(k, version, keys, row.list));
+                fields.push(row);
             });
         }
     }
@@ -465,6 +508,7 @@ fn shorten(v: &Value) -> String {
 fn field_row(
     object: &Value,
     config: &Config,
+    cluster: &Cluster,
     entries: &[ManagedEntry],
     is_provider: &dyn Fn(&ManagedEntry) -> bool,
     immutable_paths: &[Vec<String>],
@@ -499,7 +543,7 @@ fn field_row(
     if let Some(slot) = pointer_mut(&mut changed, keys) {
         *slot = perturb(slot);
     }
-    let change_denied_by = denials(config, object, &changed)
+    let change_denied_by = denials(config, cluster, object, &changed)
         .into_iter()
         .filter(|r| !baseline.contains(r))
         .collect();
@@ -520,7 +564,49 @@ fn field_row(
         immutable,
         change_denied_by,
         hint,
+        documented: None,
     }
+}
+
+/// The documented mark of a row at `keys`: the field itself, a documented
+/// block that holds it, or (for a list row) documented fields inside it.
+fn documented_mark(
+    kind: &crate::documented::KindFields,
+    version: &str,
+    keys: &[String],
+    list: bool,
+) -> Option<DocumentedMark> {
+    kind.in_version(version).find_map(|f| {
+        let segs = f.path.segments();
+        let names: Vec<Option<&str>> = segs
+            .iter()
+            .map(|s| match s {
+                Segment::Field(n) | Segment::Key(n) => Some(n.as_str()),
+                Segment::Wildcard => None,
+            })
+            .collect();
+        let same_prefix = |n: usize| {
+            names.len() >= n
+                && keys.len() >= n
+                && names[..n]
+                    .iter()
+                    .zip(&keys[..n])
+                    .all(|(a, b)| *a == Some(b.as_str()))
+        };
+        // The field itself or a documented ancestor block.
+        let holds = names.len() <= keys.len() && same_prefix(names.len());
+        // A list row whose items hold documented fields.
+        let inside = list
+            && names.len() > keys.len()
+            && same_prefix(keys.len())
+            && names[keys.len()].is_none();
+        (holds || inside).then(|| DocumentedMark {
+            path: f.path.as_str().to_string(),
+            crd: kind.crd.clone(),
+            sentence: f.source.sentence.clone(),
+            condition: f.source.condition.clone(),
+        })
+    })
 }
 
 fn pointer_mut<'a>(v: &'a mut Value, keys: &[String]) -> Option<&'a mut Value> {
@@ -548,9 +634,9 @@ fn perturb(v: &Value) -> Value {
 }
 
 /// The rules that deny the UPDATE from `old` to `new`, by nobody exempt.
-fn denials(config: &Config, old: &Value, new: &Value) -> Vec<String> {
+fn denials(config: &Config, cluster: &Cluster, old: &Value, new: &Value) -> Vec<String> {
     let req = RequestBuilder::update(old.clone(), new.clone()).build();
-    let mut rules: Vec<String> = admission::validate(&req, config)
+    let mut rules: Vec<String> = admission::validate_in(&req, config, cluster)
         .findings
         .iter()
         .filter(|f| f.action == Action::Deny)
@@ -885,7 +971,12 @@ pub fn render_text(e: &Explanation) -> String {
                     f.path.clone(),
                     f.value.clone(),
                     by,
-                    yes_no(f.immutable).to_string(),
+                    match (&f.documented, f.immutable) {
+                        (_, true) => "yes".to_string(),
+                        (Some(d), false) if d.condition.is_some() => "documented, if".to_string(),
+                        (Some(_), false) => "documented".to_string(),
+                        (None, false) => "no".to_string(),
+                    },
                     verdict(&f.change_denied_by),
                 ]
             })
@@ -911,6 +1002,23 @@ pub fn render_text(e: &Explanation) -> String {
         out.push_str(&line(header));
         for r in &rows {
             out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+        }
+    }
+    let documented: Vec<&FieldExplanation> = e
+        .fields
+        .iter()
+        .filter(|f| f.documented.is_some() && !f.immutable)
+        .collect();
+    if !documented.is_empty() {
+        out.push_str(
+            "\ndocumented immutable (the CRD's descriptions; rule documented-immutable-field):\n",
+        );
+        for f in documented {
+            let Some(d) = &f.documented else { continue };
+            out.push_str(&format!("  {}: {:?} ({})\n", f.path, d.sentence, d.crd));
+            if let Some(c) = &d.condition {
+                out.push_str(&format!("    condition: {c:?}\n"));
+            }
         }
     }
     if !e.hints.is_empty() {

@@ -46,6 +46,7 @@ pub mod cluster;
 pub mod composition;
 pub mod config;
 pub mod crd;
+pub mod documented;
 pub mod explain;
 pub mod fieldpath;
 pub mod managed_fields;

@@ -49,13 +49,14 @@ impl From<&kube_core::admission::Operation> for Operation {
 /// configuration, which checks its `rules` keys against this list below
 /// the rules themselves; `rules::RULES` implements one rule per name, in
 /// this order, and a test keeps the two equal.
-pub const RULE_NAMES: [&str; 15] = [
+pub const RULE_NAMES: [&str; 16] = [
     "deletion-policy",
     "management-policies",
     "deletion-policy-conflict",
     "init-provider-late-init",
     "init-provider-change",
     "immutable-field",
+    "documented-immutable-field",
     "external-name-change",
     "observe-only-external-name",
     "paused-value",

@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use crate::admission;
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::crd::CrdVersion;
 use crate::model::Operation;
@@ -36,8 +37,9 @@ pub struct Judged {
 
 /// Rules that judge only MRs that exist: on an old object that was never
 /// created they allow what they would deny on a live MR.
-const ONCE_CREATED: [&str; 3] = [
+const ONCE_CREATED: [&str; 4] = [
     "immutable-field",
+    "documented-immutable-field",
     "external-name-change",
     "init-provider-change",
 ];
@@ -50,6 +52,7 @@ fn not_created_notes(
     old: Option<&Value>,
     username: &str,
     config: &Config,
+    cluster: &Cluster,
     found: &[crate::model::Finding],
 ) -> Vec<String> {
     let Some(old) = old else { return vec![] };
@@ -70,9 +73,10 @@ fn not_created_notes(
         crate::mr::CREATE_SUCCEEDED.into(),
         Value::from("1970-01-01T00:00:00Z"),
     );
-    let d = admission::validate(
+    let d = admission::validate_in(
         &request(Operation::Update, Some(new), Some(&created), username),
         config,
+        cluster,
     );
     d.findings
         .iter()
@@ -148,6 +152,20 @@ pub fn judge(
     config: &Config,
     crd: Option<&CrdVersion>,
 ) -> Result<Judged, String> {
+    judge_in(op, object, old, username, config, crd, Cluster::empty())
+}
+
+/// [`judge`] in a cluster that knows `cluster`, e.g. the documented
+/// immutable fields of the CRDs given ([`crate::crd::Crds::cluster`]).
+pub fn judge_in(
+    op: Operation,
+    object: &Value,
+    old: Option<&Value>,
+    username: &str,
+    config: &Config,
+    crd: Option<&CrdVersion>,
+    cluster: &Cluster,
+) -> Result<Judged, String> {
     let label = label(object);
     // The API server does not validate objects being deleted.
     let crd = crd.filter(|_| op != Operation::Delete);
@@ -162,7 +180,7 @@ pub fn judge(
     let old = old.as_ref();
     let (mut current, mut patch, mut warnings) = (object.clone(), None, Vec::new());
     if op != Operation::Delete {
-        let d = admission::mutate(&request(op, Some(object), old, username), config);
+        let d = admission::mutate_in(&request(op, Some(object), old, username), config, cluster);
         warnings.extend(d.response.warnings.clone().unwrap_or_default());
         if let Some(m) = d.mutated {
             patch = Some(
@@ -179,11 +197,13 @@ pub fn judge(
         Operation::Delete => request(op, None, Some(object), username),
         _ => request(op, Some(&current), old, username),
     };
-    let d = admission::validate(&req, config);
+    let d = admission::validate_in(&req, config, cluster);
     warnings.extend(d.response.warnings.clone().unwrap_or_default());
     let denial = (!d.response.allowed).then(|| d.response.result.message.clone());
     let notes = match op {
-        Operation::Update => not_created_notes(&current, old, username, config, &d.findings),
+        Operation::Update => {
+            not_created_notes(&current, old, username, config, cluster, &d.findings)
+        }
         _ => vec![],
     };
     let findings = d.findings;

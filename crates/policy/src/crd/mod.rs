@@ -113,6 +113,8 @@ pub enum Lookup<'a> {
 pub struct Crds {
     /// The CRDs, in the order read.
     pub crds: Vec<Crd>,
+    /// What their descriptions document as immutable (docs/documented-immutables.md).
+    documented: Vec<crate::documented::KindFields>,
 }
 
 impl Crds {
@@ -167,8 +169,36 @@ impl Crds {
                 });
             }
             self.crds.push(crd);
+            self.documented.extend(crate::documented::derive(doc));
         }
         Ok(())
+    }
+
+    /// The documented-immutable fields of every CRD read, per kind.
+    pub fn documented(&self) -> &[crate::documented::KindFields] {
+        &self.documented
+    }
+
+    /// What admission would know of a cluster with these CRDs installed.
+    pub fn cluster(&self) -> crate::cluster::Cluster {
+        let c = crate::cluster::Cluster::default();
+        for k in &self.documented {
+            c.documented().set(k.clone());
+        }
+        c
+    }
+
+    /// [`Crds::cluster`] for one kind only: cheap enough per object.
+    pub fn cluster_for(&self, group: &str, kind: &str) -> crate::cluster::Cluster {
+        let c = crate::cluster::Cluster::default();
+        for k in self
+            .documented
+            .iter()
+            .filter(|k| k.group == group && k.kind == kind)
+        {
+            c.documented().set(k.clone());
+        }
+        c
     }
 
     /// True when no CRD was added.

@@ -18,6 +18,7 @@ mod creation_incomplete;
 mod deletion_policy;
 mod deletion_policy_conflict;
 mod deletion_protection;
+mod documented_immutable_field;
 mod external_name_change;
 mod immutable_field;
 mod init_provider_change;
@@ -36,6 +37,7 @@ pub static RULES: &[&dyn Rule] = &[
     &init_provider_late_init::InitProviderLateInit,
     &init_provider_change::InitProviderChange,
     &immutable_field::ImmutableField,
+    &documented_immutable_field::DocumentedImmutableField,
     &external_name_change::ExternalNameChange,
     &observe_only_external_name::ObserveOnlyExternalName,
     &paused_value::PausedValue,
