@@ -118,7 +118,10 @@ impl From<CheckOperation> for Operation {
 /// whose text names none of them is not parsed: a CRD of group G holds the
 /// text G, so nothing the manifests need is skipped, and checking a few
 /// kinds against a provider family's 2,000 CRDs parses only their files.
-fn load_crds(path: &Path, groups: Option<&BTreeSet<String>>) -> Result<Crds, CheckError> {
+pub(crate) fn load_crds(
+    path: &Path,
+    groups: Option<&BTreeSet<String>>,
+) -> Result<Crds, CheckError> {
     let mut crds = Crds::default();
     let mut any = false;
     for f in manifests::files(path)? {

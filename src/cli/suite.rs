@@ -76,6 +76,10 @@ struct RawSuite {
     config: Option<Value>,
     /// Or a configuration file, relative to the suite.
     config_file: Option<String>,
+    /// A CRD file or folder, relative to the suite: their schemas are
+    /// applied as `check --crd` does, and the immutable fields their
+    /// documentation names are known, as in a cluster with them.
+    crds: Option<String>,
     cases: Vec<RawCase>,
 }
 
@@ -225,6 +229,20 @@ pub(crate) fn run_suite(path: &Path) -> Result<SuiteResult, SuiteError> {
         path: file.clone(),
         source,
     })?;
+    let crds =
+        match &raw.crds {
+            Some(p) => Some(super::check::load_crds(&base.join(p), None).map_err(|e| {
+                SuiteError::Parse {
+                    path: file.clone(),
+                    reason: format!("crds: {e}"),
+                }
+            })?),
+            None => None,
+        };
+    let cluster = crds
+        .as_ref()
+        .map(mrguard_policy::crd::Crds::cluster)
+        .unwrap_or_default();
     let mut cases = Vec::new();
     for (i, c) in raw.cases.into_iter().enumerate() {
         let at = format!("cases[{i}] ({})", c.name);
@@ -259,7 +277,13 @@ pub(crate) fn run_suite(path: &Path) -> Result<SuiteResult, SuiteError> {
             });
         }
         let user = c.user.as_deref().unwrap_or("mrguard-test");
-        let failures = match offline::judge(op, &object, old.as_ref(), user, &config, None) {
+        let s = |k: &str| object.get(k).and_then(Value::as_str).unwrap_or_default();
+        let crd = match crds.as_ref().map(|c| c.lookup(s("apiVersion"), s("kind"))) {
+            Some(mrguard_policy::crd::Lookup::Found(v)) => Some(v),
+            _ => None,
+        };
+        let judged = offline::judge_in(op, &object, old.as_ref(), user, &config, crd, &cluster);
+        let failures = match judged {
             Ok(j) => compare(&c.expect, &j),
             Err(e) => vec![format!("the request could not be judged: {e}")],
         };
