@@ -29,7 +29,7 @@ fn the_shipped_suites_pass_with_junit_output() {
         junit.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(out.contains(" passed, 0 failed (2 suites)"), "{out}");
+    assert!(out.contains(" passed, 0 failed (3 suites)"), "{out}");
     let xml = std::fs::read_to_string(&junit).unwrap();
     let cases = xml.matches("<testcase ").count();
     assert!(cases >= 5, "{cases} test cases:\n{xml}");
