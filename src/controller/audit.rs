@@ -101,6 +101,8 @@ pub(crate) struct KindReport {
     /// Namespaces holding MRs of the kind (`""` for cluster scope), for
     /// one policy report per namespace.
     pub(crate) namespaces: BTreeSet<String>,
+    /// Per namespace: MRs with no finding at all (`summary.pass`).
+    pub(crate) passed: std::collections::BTreeMap<String, usize>,
 }
 
 /// Lists every object of `kind` page by page and judges each.
@@ -136,7 +138,14 @@ pub(crate) async fn audit_kind(
                     report.paused_by_policy.insert(uid);
                 }
             }
-            report.findings.extend(audit_object(kind, &value, config));
+            let found = audit_object(kind, &value, config);
+            if mrguard_policy::mr::is_managed(&value) && found.is_empty() {
+                *report
+                    .passed
+                    .entry(obj.metadata.namespace.clone().unwrap_or_default())
+                    .or_default() += 1;
+            }
+            report.findings.extend(found);
         }
     }
     Ok(report)
@@ -166,13 +175,12 @@ pub(crate) struct PassCollector {
 
 impl PassCollector {
     /// Records one kind's findings and the namespaces its MRs live in.
-    pub(crate) fn kind(
-        &mut self,
-        kind: &MrKind,
-        findings: &[AuditFinding],
-        namespaces: &BTreeSet<String>,
-    ) {
+    pub(crate) fn kind(&mut self, kind: &MrKind, report: &KindReport) {
+        let (findings, namespaces) = (&report.findings, &report.namespaces);
         self.input.scopes.extend(namespaces.iter().cloned());
+        for (ns, n) in &report.passed {
+            *self.input.passed.entry(ns.clone()).or_default() += n;
+        }
         let api_version = format!("{}/{}", kind.group, kind.read_version);
         for f in findings {
             self.input.findings.push(ReportFinding {
@@ -327,7 +335,7 @@ pub(crate) async fn run(
                     findings += report.findings.len();
                     state.record(kind, &report.findings);
                     states.set_paused_by_policy(kind, &report.paused_by_policy);
-                    pass.kind(kind, &report.findings, &report.namespaces);
+                    pass.kind(kind, &report);
                     states.set_forbidden(kind, false);
                 }
                 // RBAC does not let mrguard read this kind (the chart lists

@@ -223,7 +223,7 @@ fn object(ns: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::audit::{AuditFinding, PassCollector};
+    use crate::controller::audit::{AuditFinding, KindReport, PassCollector};
     use crate::controller::coverage::tests::{fixture_crds, summaries};
     use crate::controller::coverage::Coverage;
     use crate::controller::coverage::MrKind;
@@ -321,8 +321,11 @@ mod tests {
             let mut c = PassCollector::default();
             c.kind(
                 &kind,
-                &findings,
-                &ns.iter().map(|s| s.to_string()).collect(),
+                &KindReport {
+                    findings,
+                    namespaces: ns.iter().map(|s| s.to_string()).collect(),
+                    ..Default::default()
+                },
             );
             c.finish()
         };
@@ -383,8 +386,11 @@ mod tests {
         let mut c = PassCollector::default();
         c.kind(
             &bucket_kind(),
-            &[finding("team-a", "b1")],
-            &["".to_string(), "team-a".to_string()].into(),
+            &KindReport {
+                findings: vec![finding("team-a", "b1")],
+                namespaces: ["".to_string(), "team-a".to_string()].into(),
+                ..Default::default()
+            },
         );
         let e = ReportWriter::new(client, Flavor::WgPolicyK8s)
             .sync(&c.finish())

@@ -3,7 +3,7 @@
 //! for `controller.policyReports`: reports appear, change, disappear, and a
 //! pass that finds the same writes nothing.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
@@ -362,6 +362,8 @@ async fn openreports_split_into_numbered_reports_the_api_server_accepts() {
         findings: (0..n).map(|i| finding(ns, i)).collect(),
         scopes: BTreeSet::from([ns.to_string()]),
         incomplete_kinds: BTreeSet::new(),
+        // MRs that passed: counted in the first report, never listed.
+        passed: BTreeMap::from([(ns.to_string(), 7)]),
     };
     let reports: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
@@ -373,9 +375,17 @@ async fn openreports_split_into_numbered_reports_the_api_server_accepts() {
     let list = reports.list(&ListParams::default()).await.unwrap();
     let mut names = Vec::new();
     let mut total = 0;
+    let mut passes = 0;
     for r in &list.items {
         let v = serde_json::to_value(r).unwrap();
         names.push(v["metadata"]["name"].as_str().unwrap().to_string());
+        passes += v["summary"]["pass"].as_u64().unwrap();
+        if v["metadata"]["name"] == "mrguard" {
+            assert_eq!(
+                v["summary"]["pass"], 7,
+                "the first report counts the passes"
+            );
+        }
         let n = v["results"].as_array().unwrap().len();
         assert_eq!(v["summary"]["fail"], n);
         assert_eq!(v["source"], "mrguard");
@@ -393,6 +403,7 @@ async fn openreports_split_into_numbered_reports_the_api_server_accepts() {
     }
     names.sort();
     assert_eq!(total, 200);
+    assert_eq!(passes, 7, "counted once over the numbered reports");
     assert_eq!(names.len(), stats.applied);
     assert!(names.contains(&"mrguard".to_string()) && names.contains(&"mrguard-2".to_string()));
     // The same pass again: nothing to write.

@@ -129,6 +129,10 @@ pub struct PassInput {
     /// A kind that can never be listed (RBAC) has no results to keep, so it
     /// holds nothing else back.
     pub incomplete_kinds: BTreeSet<(String, String)>,
+    /// Per scope: MRs judged with no finding at all. They are counted in
+    /// the first report's `summary.pass` but not listed as results, which
+    /// at tens of thousands of MRs would make the reports mostly passes.
+    pub passed: BTreeMap<String, usize>,
 }
 
 /// A report by scope and name.
@@ -274,8 +278,15 @@ fn split(results: Vec<Value>, max_bytes: usize) -> Vec<Vec<Value>> {
     chunks
 }
 
-/// The report object for one chunk of one scope.
-pub fn report(flavor: Flavor, namespace: &str, name: &str, results: Vec<Value>) -> Value {
+/// The report object for one chunk of one scope; `passed` MRs that are
+/// not listed are added to `summary.pass`.
+pub fn report(
+    flavor: Flavor,
+    namespace: &str,
+    name: &str,
+    results: Vec<Value>,
+    passed: usize,
+) -> Value {
     let namespaced = !namespace.is_empty();
     let mut metadata = json!({"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}});
     if namespaced {
@@ -288,6 +299,9 @@ pub fn report(flavor: Flavor, namespace: &str, name: &str, results: Vec<Value>) 
         "summary": summary(&results),
         "results": results,
     });
+    if let Some(pass) = r["summary"]["pass"].as_u64() {
+        r["summary"]["pass"] = json!(pass + passed as u64);
+    }
     if flavor == Flavor::OpenReports {
         r["source"] = json!(POLICY);
     }
@@ -378,7 +392,13 @@ pub fn plan(
                 namespace: ns.clone(),
                 name: report_name(i),
             };
-            let desired = report(flavor, ns, &at.name, chunk);
+            // The unlisted passes count once per scope, in its first report.
+            let passed = if i == 0 {
+                input.passed.get(ns).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            let desired = report(flavor, ns, &at.name, chunk, passed);
             match existing_by_ref.get(&at) {
                 Some(e) if same(e, &desired) => plan.unchanged += 1,
                 _ => plan.apply.push(desired),
@@ -423,7 +443,54 @@ mod tests {
             findings,
             scopes: scopes.iter().map(|s| s.to_string()).collect(),
             incomplete_kinds: BTreeSet::new(),
+            passed: BTreeMap::new(),
         }
+    }
+
+    /// The MRs that passed are counted in the first report of their scope
+    /// (they were always 0 before), not listed, and a change of the count
+    /// alone is a write.
+    #[test]
+    fn passing_mrs_are_counted_in_the_first_report_of_their_scope() {
+        let mut i = input(
+            vec![finding("team-a", "b1", "deletion-policy", Action::Deny)],
+            &["team-a", "team-b"],
+        );
+        i.passed = BTreeMap::from([("team-a".to_string(), 4), ("team-b".to_string(), 2)]);
+        // Small reports: team-a's two results split over two reports.
+        i.findings
+            .push(finding("team-a", "b2", "paused-value", Action::Warn));
+        let p = plan(Flavor::WgPolicyK8s, &i, &[], t(100), REPORT_OVERHEAD + 10);
+        let by_name = |ns: &str, name: &str| {
+            p.apply
+                .iter()
+                .find(|r| r["metadata"]["namespace"] == ns && r["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("no report {ns}/{name}"))
+        };
+        assert_eq!(by_name("team-a", "mrguard")["summary"]["pass"], 4);
+        assert_eq!(by_name("team-a", "mrguard-2")["summary"]["pass"], 0);
+        let b = by_name("team-b", "mrguard");
+        assert_eq!(b["summary"]["pass"], 2);
+        assert_eq!(b["results"], json!([]), "passes are not listed");
+        // The same pass again writes nothing; one more passing MR does.
+        let again = plan(
+            Flavor::WgPolicyK8s,
+            &i,
+            &p.apply,
+            t(200),
+            REPORT_OVERHEAD + 10,
+        );
+        assert!(again.apply.is_empty(), "{:?}", again.apply);
+        i.passed.insert("team-b".to_string(), 3);
+        let more = plan(
+            Flavor::WgPolicyK8s,
+            &i,
+            &p.apply,
+            t(300),
+            REPORT_OVERHEAD + 10,
+        );
+        assert_eq!(more.apply.len(), 1);
+        assert_eq!(more.apply[0]["summary"]["pass"], 3);
     }
 
     fn t(s: i64) -> jiff::Timestamp {
