@@ -15,13 +15,20 @@
 /// nothing, which every rule must treat as "no extra finding": an empty view
 /// never denies more than the configuration alone would.
 #[derive(Debug, Default)]
-pub struct Cluster {}
+pub struct Cluster {
+    identities: crate::identity::IdentityIndex,
+}
 
 impl Cluster {
     /// A view that knows nothing, for callers without a cluster.
     pub fn empty() -> &'static Cluster {
         static EMPTY: std::sync::OnceLock<Cluster> = std::sync::OnceLock::new();
         EMPTY.get_or_init(Cluster::default)
+    }
+
+    /// The external identities live MRs claim (`external-identity`).
+    pub fn identities(&self) -> &crate::identity::IdentityIndex {
+        &self.identities
     }
 
     /// Whether `username` is the service account of the provider that

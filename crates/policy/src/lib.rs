@@ -45,6 +45,7 @@ pub mod config;
 pub mod crd;
 pub mod explain;
 pub mod fieldpath;
+pub mod identity;
 pub mod managed_fields;
 pub mod merge;
 pub mod model;

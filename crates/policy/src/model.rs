@@ -49,7 +49,7 @@ impl From<&kube_core::admission::Operation> for Operation {
 /// configuration, which checks its `rules` keys against this list below
 /// the rules themselves; `rules::RULES` implements one rule per name, in
 /// this order, and a test keeps the two equal.
-pub const RULE_NAMES: [&str; 14] = [
+pub const RULE_NAMES: [&str; 16] = [
     "deletion-policy",
     "management-policies",
     "deletion-policy-conflict",
@@ -64,6 +64,8 @@ pub const RULE_NAMES: [&str; 14] = [
     "creation-incomplete",
     "connection-secret-ref",
     "reference",
+    "external-identity",
+    "adoption",
 ];
 
 /// What a rule does when it finds something; ordered `Off < Warn < Deny`.

@@ -11,11 +11,13 @@ use crate::config::{Config, ResourceConfig};
 use crate::model::{Action, Finding, Operation, Violation};
 use crate::review::Request;
 
+mod adoption;
 mod connection_secret_ref;
 mod creation_incomplete;
 mod deletion_policy;
 mod deletion_policy_conflict;
 mod deletion_protection;
+mod external_identity;
 mod external_name_change;
 mod immutable_field;
 mod init_provider_change;
@@ -42,7 +44,11 @@ pub static RULES: &[&dyn Rule] = &[
     &creation_incomplete::CreationIncomplete,
     &connection_secret_ref::ConnectionSecretRef,
     &reference::Reference,
+    &external_identity::ExternalIdentity,
+    &adoption::Adoption,
 ];
+
+pub use adoption::ADOPT;
 
 /// Everything a rule may read. The object under judgment is the new object
 /// on CREATE and UPDATE and the old one on DELETE; derived states come from
@@ -240,6 +246,7 @@ pub(crate) mod testing {
         pub config: Config,
         pub group: String,
         pub kind: String,
+        pub cluster: Option<std::sync::Arc<Cluster>>,
     }
 
     impl Case {
@@ -253,6 +260,7 @@ pub(crate) mod testing {
                 config: Config::builtin(),
                 group: "s3.aws.upbound.io".into(),
                 kind: "Bucket".into(),
+                cluster: None,
             }
         }
 
@@ -285,6 +293,11 @@ pub(crate) mod testing {
         pub(crate) fn kind(mut self, group: &str, kind: &str) -> Self {
             self.group = group.into();
             self.kind = kind.into();
+            self
+        }
+
+        pub(crate) fn cluster(mut self, c: std::sync::Arc<Cluster>) -> Self {
+            self.cluster = Some(c);
             self
         }
 
@@ -323,7 +336,8 @@ pub(crate) mod testing {
 
         pub(crate) fn run<R>(&self, f: impl FnOnce(&RuleContext<'_>) -> R) -> R {
             let req = self.request();
-            let ctx = RuleContext::new(&req, &self.config, Cluster::empty())
+            let cluster = self.cluster.as_deref().unwrap_or(Cluster::empty());
+            let ctx = RuleContext::new(&req, &self.config, cluster)
                 .expect("the case judges a managed resource");
             f(&ctx)
         }

@@ -1,0 +1,568 @@
+//! External identities: which external resource an MR points at
+//! (docs/rules.md, `external-identity`), and an index of the identities
+//! live MRs claim.
+//!
+//! An identity is the group with `.m.` folded (so a legacy
+//! `s3.aws.upbound.io` Bucket and a namespaced `s3.aws.m.upbound.io` Bucket
+//! meet), the kind, the effective external name, `spec.forProvider.region`
+//! when present and the resolved provider config. Two MRs with one identity
+//! manage one external resource.
+//!
+//! The index keeps no objects: per MR its key (`group/Kind/namespace/name`)
+//! and two 128-bit digests, one of the whole identity and one without the
+//! provider config. Two different identities share a digest with a
+//! probability around 2^-100 at 20,000 MRs, which is accepted.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::RwLock;
+
+use serde_json::Value;
+
+use crate::config::{ExternalNameStrategy, ProviderConfigDefaults, ResourceConfig};
+use crate::mr::Mr;
+
+/// The group with its `m` segment removed: `s3.aws.m.upbound.io` becomes
+/// `s3.aws.upbound.io`, so legacy and namespaced kinds of one provider meet.
+pub fn fold_group(group: &str) -> String {
+    let mut parts: Vec<&str> = group.split('.').collect();
+    if let Some(i) = parts.iter().skip(1).position(|p| *p == "m") {
+        parts.remove(i + 1);
+    }
+    parts.join(".")
+}
+
+/// The provider config an MR uses, with defaults resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProviderConfigRef {
+    /// `ProviderConfig` or `ClusterProviderConfig`.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// Its namespace: the MR's for a namespaced `ProviderConfig`, else empty.
+    pub namespace: String,
+}
+
+impl ProviderConfigRef {
+    /// `spec.providerConfigRef` of `obj`, defaults filled in as Crossplane
+    /// and mrguard's mutation fill them: the configured default name, and
+    /// `ClusterProviderConfig` for a namespaced MR without a kind.
+    pub fn of(obj: &Value, namespace: &str, defaults: &ProviderConfigDefaults) -> Self {
+        let r = Mr(obj).spec("providerConfigRef");
+        let (name, kind) = match r {
+            Some(Value::String(s)) => (s.as_str(), None),
+            Some(Value::Object(o)) => (
+                o.get("name").and_then(Value::as_str).unwrap_or(""),
+                o.get("kind").and_then(Value::as_str).filter(|k| !k.is_empty()),
+            ),
+            _ => ("", None),
+        };
+        let name = if name.is_empty() {
+            defaults.name_for(namespace)
+        } else {
+            name
+        };
+        let kind = kind.unwrap_or(if namespace.is_empty() {
+            "ProviderConfig"
+        } else {
+            "ClusterProviderConfig"
+        });
+        let namespace = if !namespace.is_empty() && kind == "ProviderConfig" {
+            namespace
+        } else {
+            ""
+        };
+        Self {
+            kind: kind.into(),
+            name: name.into(),
+            namespace: namespace.into(),
+        }
+    }
+}
+
+impl fmt::Display for ProviderConfigRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// Which external resource an MR points at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The group with `.m.` folded ([`fold_group`]).
+    pub group: String,
+    /// The kind.
+    pub kind: String,
+    /// The effective external name.
+    pub external_name: String,
+    /// `spec.forProvider.region`, when it is a string.
+    pub region: Option<String>,
+    /// The resolved provider config.
+    pub provider_config: ProviderConfigRef,
+}
+
+impl Identity {
+    /// The identity of `obj`, an MR of `group`/`kind` in `namespace` (empty
+    /// for cluster scope). `None` when it has none yet: an
+    /// `IdentifierFromProvider` kind without `crossplane.io/external-name`,
+    /// or no name at all.
+    pub fn of(
+        obj: &Value,
+        group: &str,
+        kind: &str,
+        namespace: &str,
+        resource: &ResourceConfig,
+        defaults: &ProviderConfigDefaults,
+    ) -> Option<Self> {
+        let mr = Mr(obj);
+        let external_name = match (mr.external_name(), resource.external_name) {
+            (Some(n), _) => n,
+            (None, ExternalNameStrategy::NameAsIdentifier) => mr.name(),
+            (None, ExternalNameStrategy::IdentifierFromProvider) => return None,
+        };
+        if external_name.is_empty() {
+            return None;
+        }
+        let region = mr
+            .spec("forProvider")
+            .and_then(|f| f.get("region"))
+            .and_then(Value::as_str)
+            .map(String::from);
+        Some(Self {
+            group: fold_group(group),
+            kind: kind.into(),
+            external_name: external_name.into(),
+            region,
+            provider_config: ProviderConfigRef::of(obj, namespace, defaults),
+        })
+    }
+
+    fn digest(&self, with_provider_config: bool) -> u128 {
+        let half = |seed: u8| {
+            let mut h = DefaultHasher::new();
+            seed.hash(&mut h);
+            self.group.hash(&mut h);
+            self.kind.hash(&mut h);
+            self.external_name.hash(&mut h);
+            self.region.hash(&mut h);
+            if with_provider_config {
+                self.provider_config.hash(&mut h);
+            }
+            h.finish() as u128
+        };
+        (half(0) << 64) | half(1)
+    }
+
+    /// What the index keeps of this identity for one MR.
+    pub fn claim(&self, deleting: bool) -> Claim {
+        Claim {
+            full: self.digest(true),
+            loose: self.digest(false),
+            deleting,
+        }
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{} {:?}", self.kind, self.group, self.external_name)?;
+        if let Some(r) = &self.region {
+            write!(f, " in {r}")?;
+        }
+        write!(f, " via {}", self.provider_config)
+    }
+}
+
+/// One MR, as `group/Kind/namespace/name` in one allocation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MrKey(Box<str>);
+
+impl MrKey {
+    /// The key of an MR (`namespace` empty for cluster scope).
+    pub fn new(group: &str, kind: &str, namespace: &str, name: &str) -> Self {
+        Self(format!("{group}/{kind}/{namespace}/{name}").into_boxed_str())
+    }
+
+    fn parts(&self) -> [&str; 4] {
+        let mut it = self.0.splitn(4, '/');
+        let mut next = || it.next().unwrap_or("");
+        [next(), next(), next(), next()]
+    }
+
+    /// The MR's API group.
+    pub fn group(&self) -> &str {
+        self.parts()[0]
+    }
+
+    /// The MR's kind.
+    pub fn kind(&self) -> &str {
+        self.parts()[1]
+    }
+
+    /// The MR's namespace, empty for cluster scope.
+    pub fn namespace(&self) -> &str {
+        self.parts()[2]
+    }
+
+    /// The MR's name.
+    pub fn name(&self) -> &str {
+        self.parts()[3]
+    }
+}
+
+impl fmt::Display for MrKey {
+    /// `Kind.group namespace/name`, or `Kind.group name` for cluster scope.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [group, kind, namespace, name] = self.parts();
+        if namespace.is_empty() {
+            write!(f, "{kind}.{group} {name}")
+        } else {
+            write!(f, "{kind}.{group} {namespace}/{name}")
+        }
+    }
+}
+
+/// What the index keeps per MR: digests of its identity with and without
+/// the provider config, and whether the MR is being deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    full: u128,
+    loose: u128,
+    deleting: bool,
+}
+
+/// Another MR holding an identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimant {
+    /// The other MR.
+    pub key: MrKey,
+    /// Whether it also uses the same provider config: then it is certainly
+    /// the same external resource; otherwise only when both configs reach
+    /// the same account.
+    pub same_provider_config: bool,
+    /// Whether it is being deleted (it keeps its claim until it is gone).
+    pub deleting: bool,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    by_mr: HashMap<MrKey, Claim>,
+    /// Loose digest to the MRs claiming it; almost always one.
+    by_identity: HashMap<u128, Vec<MrKey>>,
+}
+
+impl Inner {
+    fn remove(&mut self, key: &MrKey) {
+        let Some(old) = self.by_mr.remove(key) else {
+            return;
+        };
+        if let Some(v) = self.by_identity.get_mut(&old.loose) {
+            v.retain(|k| k != key);
+            if v.is_empty() {
+                self.by_identity.remove(&old.loose);
+            }
+        }
+    }
+
+    fn insert(&mut self, key: MrKey, claim: Claim) {
+        self.remove(&key);
+        self.by_identity
+            .entry(claim.loose)
+            .or_default()
+            .push(key.clone());
+        self.by_mr.insert(key, claim);
+    }
+}
+
+/// The identities live MRs claim, kept by every replica's watches. An
+/// empty index finds no claimant, so offline decisions never differ.
+#[derive(Debug)]
+pub struct IdentityIndex {
+    inner: RwLock<Inner>,
+    synced: AtomicBool,
+}
+
+impl Default for IdentityIndex {
+    fn default() -> Self {
+        Self {
+            inner: RwLock::default(),
+            synced: AtomicBool::new(true),
+        }
+    }
+}
+
+impl IdentityIndex {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        // A panic while holding the lock leaves the maps consistent (every
+        // write is a few map operations), so poisoning is ignored.
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records `key`'s claim, or forgets it when it has no identity.
+    pub fn upsert(&self, key: MrKey, claim: Option<Claim>) {
+        let mut inner = self.write();
+        match claim {
+            Some(c) => inner.insert(key, c),
+            None => inner.remove(&key),
+        }
+    }
+
+    /// Forgets an MR that is gone.
+    pub fn remove(&self, key: &MrKey) {
+        self.write().remove(key);
+    }
+
+    /// Replaces every claim of `group`/`kind` with `claims` (a fresh list).
+    pub fn replace_kind(&self, group: &str, kind: &str, claims: Vec<(MrKey, Claim)>) {
+        let mut inner = self.write();
+        let stale: Vec<MrKey> = inner
+            .by_mr
+            .keys()
+            .filter(|k| k.group() == group && k.kind() == kind)
+            .cloned()
+            .collect();
+        for k in &stale {
+            inner.remove(k);
+        }
+        for (k, c) in claims {
+            inner.insert(k, c);
+        }
+    }
+
+    /// Forgets every claim of `group`/`kind` (its CRD is gone).
+    pub fn drop_kind(&self, group: &str, kind: &str) {
+        self.replace_kind(group, kind, Vec::new());
+    }
+
+    /// The other MRs claiming `identity`, or the same identity but for the
+    /// provider config; `except` (the MR asking) is left out. Sorted.
+    pub fn claimants(&self, identity: &Identity, except: &MrKey) -> Vec<Claimant> {
+        let claim = identity.claim(false);
+        let inner = self.read();
+        let Some(keys) = inner.by_identity.get(&claim.loose) else {
+            return Vec::new();
+        };
+        let mut out: Vec<Claimant> = keys
+            .iter()
+            .filter(|k| *k != except)
+            .filter_map(|k| {
+                let c = inner.by_mr.get(k)?;
+                Some(Claimant {
+                    key: k.clone(),
+                    same_provider_config: c.full == claim.full,
+                    deleting: c.deleting,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.same_provider_config
+                .cmp(&a.same_provider_config)
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        out
+    }
+
+    /// Groups of two or more MRs that claim one identity, provider config
+    /// included (for the audit). Each group is sorted; groups by first key.
+    pub fn duplicates(&self) -> Vec<Vec<MrKey>> {
+        let inner = self.read();
+        let mut out = Vec::new();
+        for keys in inner.by_identity.values().filter(|v| v.len() > 1) {
+            let mut by_full: HashMap<u128, Vec<MrKey>> = HashMap::new();
+            for k in keys {
+                if let Some(c) = inner.by_mr.get(k) {
+                    by_full.entry(c.full).or_default().push(k.clone());
+                }
+            }
+            for mut g in by_full.into_values().filter(|g| g.len() > 1) {
+                g.sort();
+                out.push(g);
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// How many MRs hold a claim.
+    pub fn len(&self) -> usize {
+        self.read().by_mr.len()
+    }
+
+    /// Whether no MR holds a claim.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the index has listed every covered kind once (always true
+    /// where no watch fills it).
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Set by the watches that fill the index: false until their first
+    /// full list, so a replica is not ready with a partial index.
+    pub fn set_synced(&self, synced: bool) {
+        self.synced.store(synced, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use serde_json::json;
+
+    fn identity(obj: &Value, group: &str, kind: &str, ns: &str) -> Option<Identity> {
+        let c = Config::builtin();
+        Identity::of(
+            obj,
+            group,
+            kind,
+            ns,
+            c.resource(group, kind),
+            &c.provider_config,
+        )
+    }
+
+    fn bucket(name: &str, annotations: Value, spec: Value) -> Value {
+        json!({"metadata": {"name": name, "annotations": annotations}, "spec": spec})
+    }
+
+    #[test]
+    fn folds_the_m_segment_only() {
+        assert_eq!(fold_group("s3.aws.m.upbound.io"), "s3.aws.upbound.io");
+        assert_eq!(fold_group("azure.m.upbound.io"), "azure.upbound.io");
+        assert_eq!(fold_group("s3.aws.upbound.io"), "s3.aws.upbound.io");
+        assert_eq!(fold_group("m.example.org"), "m.example.org");
+        assert_eq!(fold_group("nop.crossplane.io"), "nop.crossplane.io");
+    }
+
+    #[test]
+    fn name_as_identifier_kinds_default_to_their_name() {
+        let b = bucket("data", json!({}), json!({"forProvider": {"region": "eu-west-1"}}));
+        let i = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
+        assert_eq!(i.external_name, "data");
+        assert_eq!(i.group, "s3.aws.upbound.io");
+        assert_eq!(i.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(
+            i.provider_config,
+            ProviderConfigRef {
+                kind: "ClusterProviderConfig".into(),
+                name: "default".into(),
+                namespace: "".into()
+            }
+        );
+        // The annotation wins.
+        let b = bucket(
+            "data",
+            json!({"crossplane.io/external-name": "other"}),
+            json!({"forProvider": {}}),
+        );
+        let i = identity(&b, "s3.aws.upbound.io", "Bucket", "").unwrap();
+        assert_eq!(i.external_name, "other");
+        assert_eq!(i.region, None);
+        assert_eq!(i.provider_config.kind, "ProviderConfig");
+    }
+
+    #[test]
+    fn provider_assigned_identifiers_need_the_annotation() {
+        let v = bucket("net", json!({}), json!({"forProvider": {}}));
+        assert!(identity(&v, "ec2.aws.upbound.io", "VPC", "").is_none());
+        let v = bucket(
+            "net",
+            json!({"crossplane.io/external-name": "vpc-1"}),
+            json!({"forProvider": {}}),
+        );
+        let i = identity(&v, "ec2.aws.upbound.io", "VPC", "").unwrap();
+        assert_eq!(i.external_name, "vpc-1");
+        // An empty annotation counts as none.
+        let v = bucket(
+            "net",
+            json!({"crossplane.io/external-name": ""}),
+            json!({"forProvider": {}}),
+        );
+        assert!(identity(&v, "ec2.aws.upbound.io", "VPC", "").is_none());
+    }
+
+    #[test]
+    fn a_namespaced_provider_config_lives_in_the_mr_namespace() {
+        let b = bucket(
+            "data",
+            json!({}),
+            json!({"forProvider": {}, "providerConfigRef": {"kind": "ProviderConfig", "name": "pc"}}),
+        );
+        let i = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
+        assert_eq!(i.provider_config.namespace, "team-a");
+        assert_eq!(i.to_string(), "Bucket.s3.aws.upbound.io \"data\" via ProviderConfig team-a/pc");
+        let j = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-b").unwrap();
+        assert_ne!(i.claim(false).full, j.claim(false).full);
+        assert_eq!(i.claim(false).loose, j.claim(false).loose);
+    }
+
+    #[test]
+    fn the_index_finds_other_claimants_and_forgets_the_gone() {
+        let idx = IdentityIndex::default();
+        let b = bucket("data", json!({}), json!({"forProvider": {}}));
+        let a_key = MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-a", "data");
+        let b_key = MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-b", "data");
+        let ia = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
+        assert!(idx.claimants(&ia, &b_key).is_empty());
+        idx.upsert(a_key.clone(), Some(ia.claim(true)));
+        let ib = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-b").unwrap();
+        let c = idx.claimants(&ib, &b_key);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].key, a_key);
+        assert!(c[0].same_provider_config && c[0].deleting);
+        assert_eq!(a_key.to_string(), "Bucket.s3.aws.m.upbound.io team-a/data");
+        // The MR itself is never its own claimant.
+        assert!(idx.claimants(&ia, &a_key).is_empty());
+        // A legacy Bucket meets the namespaced one, with another config.
+        let legacy = identity(&b, "s3.aws.upbound.io", "Bucket", "").unwrap();
+        let c = idx.claimants(&legacy, &MrKey::new("s3.aws.upbound.io", "Bucket", "", "data"));
+        assert_eq!(c.len(), 1);
+        assert!(!c[0].same_provider_config);
+        // Changing the external name moves the claim.
+        let moved = bucket("data", json!({"crossplane.io/external-name": "x"}), json!({"forProvider": {}}));
+        let im = identity(&moved, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
+        idx.upsert(a_key.clone(), Some(im.claim(false)));
+        assert!(idx.claimants(&ib, &b_key).is_empty());
+        assert_eq!(idx.claimants(&im, &b_key).len(), 1);
+        idx.remove(&a_key);
+        assert!(idx.claimants(&im, &b_key).is_empty());
+        assert!(idx.is_empty());
+    }
+
+    #[test]
+    fn a_relist_replaces_one_kind_and_duplicates_are_found() {
+        let idx = IdentityIndex::default();
+        let b = bucket("data", json!({}), json!({"forProvider": {}}));
+        let v = bucket("n", json!({"crossplane.io/external-name": "data"}), json!({"forProvider": {}}));
+        let ib = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
+        let iv = identity(&v, "ec2.aws.upbound.io", "VPC", "").unwrap();
+        let k = |ns: &str| MrKey::new("s3.aws.m.upbound.io", "Bucket", ns, "data");
+        let vk = MrKey::new("ec2.aws.upbound.io", "VPC", "", "n");
+        idx.upsert(k("old"), Some(ib.claim(false)));
+        idx.upsert(vk.clone(), Some(iv.claim(false)));
+        idx.replace_kind(
+            "s3.aws.m.upbound.io",
+            "Bucket",
+            vec![(k("team-a"), ib.claim(false)), (k("team-b"), ib.claim(false))],
+        );
+        assert_eq!(idx.len(), 3);
+        assert_eq!(idx.duplicates(), vec![vec![k("team-a"), k("team-b")]]);
+        idx.drop_kind("s3.aws.m.upbound.io", "Bucket");
+        assert_eq!(idx.len(), 1);
+        assert!(idx.duplicates().is_empty());
+    }
+}
