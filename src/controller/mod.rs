@@ -3,6 +3,8 @@
 //! Every replica:
 //! - watches the TLS Secret and swaps the server's certificate
 //!   (`secret::run_loader`); `/readyz` turns true once one is loaded;
+//! - keeps the external-identity index admission reads (`identity`);
+//!   `/readyz` waits for its first full list;
 //! - competes for a `coordination.k8s.io` Lease (`leader`).
 //!
 //! Only the Lease holder writes to the cluster. While it leads it runs:
@@ -25,6 +27,7 @@ pub(crate) mod api;
 pub(crate) mod audit;
 pub(crate) mod certs;
 pub(crate) mod connections;
+pub(crate) mod identity;
 pub mod coverage;
 mod leader;
 pub(crate) mod metrics;
@@ -133,7 +136,7 @@ impl Controller {
             ready,
             metrics,
             clock,
-            cluster: _cluster,
+            cluster,
         } = self;
         let settings = Arc::new(settings);
         tracing::info!(
@@ -154,6 +157,13 @@ impl Controller {
                 shutdown.clone(),
             )
             .instrument(tracing::info_span!("secret_loader")),
+        );
+
+        // Not ready until the identity watches have listed once.
+        cluster.identities().set_synced(false);
+        let identities = tokio::spawn(
+            identity::run(client.clone(), config.clone(), cluster, metrics.clone())
+                .instrument(tracing::info_span!("identity_index")),
         );
 
         let (leader_tx, mut leader_rx) = channel::channel(false);
@@ -214,6 +224,8 @@ impl Controller {
         }
         loader.abort();
         let _ = loader.await;
+        identities.abort();
+        let _ = identities.await;
     }
 }
 

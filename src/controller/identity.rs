@@ -1,0 +1,371 @@
+//! Every replica's external-identity index (`external-identity`,
+//! docs/controller.md): a watch over CRDs finds the MR kinds, and one watch
+//! per kind feeds `Cluster::identities` with the identity of each MR.
+//!
+//! Every replica answers admission, so every replica runs these watches,
+//! leader or not. The objects are decoded into a small view (name,
+//! annotations, deletion time, `spec.forProvider.region`,
+//! `spec.providerConfigRef`); the rest of each object is skipped while
+//! decoding, and the index keeps only keys and digests.
+//!
+//! The index is not synced, and `/readyz` fails, until the CRD list and
+//! every MR kind it found have been listed once (a kind whose list is
+//! forbidden or not served counts, so RBAC cannot keep a replica unready).
+//! A configuration change (another external-name strategy or default
+//! provider config) relists every kind.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::ApiResource;
+use kube::runtime::watcher;
+use kube::{Api, Resource};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::api::{watcher_source, ControllerError};
+use super::coverage::{Coverage, CrdSummary, MrKind, CRD_PAGE_SIZE};
+use super::metrics::ControllerMetrics;
+use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
+use crate::config::ConfigStore;
+use mrguard_policy::cluster::Cluster;
+use mrguard_policy::config::Config;
+use mrguard_policy::identity::{Claim, Identity, MrKey};
+use mrguard_policy::mr::EXTERNAL_NAME;
+
+/// How often the configuration is compared with the one the claims were
+/// computed with.
+const CONFIG_POLL: Duration = Duration::from_secs(2);
+
+/// What the index needs of one MR; everything else is skipped.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct IdentityView {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: ViewSpec,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ViewSpec {
+    #[serde(default)]
+    for_provider: ViewForProvider,
+    #[serde(default)]
+    provider_config_ref: Option<Value>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct ViewForProvider {
+    #[serde(default)]
+    region: Option<Value>,
+}
+
+impl Resource for IdentityView {
+    type DynamicType = ApiResource;
+    type Scope = kube::core::DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl IdentityView {
+    /// The index key and claim of this MR of `kind` (no claim when it has
+    /// no identity yet).
+    pub(crate) fn claim(&self, kind: &MrKind, config: &Config) -> Option<(MrKey, Option<Claim>)> {
+        let name = self.metadata.name.as_deref()?;
+        let namespace = self.metadata.namespace.as_deref().unwrap_or("");
+        let external = self
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(EXTERNAL_NAME));
+        let mut obj = json!({"metadata": {"name": name}, "spec": {"forProvider": {}}});
+        if let Some(e) = external {
+            obj["metadata"]["annotations"] = json!({ EXTERNAL_NAME: e });
+        }
+        if let Some(r) = &self.spec.for_provider.region {
+            obj["spec"]["forProvider"]["region"] = r.clone();
+        }
+        if let Some(r) = &self.spec.provider_config_ref {
+            obj["spec"]["providerConfigRef"] = r.clone();
+        }
+        let identity = Identity::of(
+            &obj,
+            &kind.group,
+            &kind.kind,
+            namespace,
+            config.resource(&kind.group, &kind.kind),
+            &config.provider_config,
+        );
+        let deleting = self.metadata.deletion_timestamp.is_some();
+        Some((
+            MrKey::new(&kind.group, &kind.kind, namespace, name),
+            identity.map(|i| i.claim(deleting)),
+        ))
+    }
+}
+
+/// Keeps `cluster`'s identity index from watches; runs on every replica
+/// until the task is aborted.
+pub(crate) async fn run(
+    client: kube::Client,
+    config: Arc<ConfigStore>,
+    cluster: Arc<Cluster>,
+    metrics: Arc<ControllerMetrics>,
+) {
+    let index = cluster.identities();
+    let crds: Api<CrdSummary> = Api::all(client.clone());
+    let mut crd_stream = backoff_watcher(watcher(
+        crds,
+        watcher::Config::default().page_size(CRD_PAGE_SIZE),
+    ))
+    .boxed();
+    let mut current = Coverage::default();
+    let mut listing: Option<Coverage> = None;
+    let mut crds_synced = false;
+    let mut crd_error = ErrorOnce::default();
+    // Kinds whose first list is still outstanding, while not yet synced.
+    let mut waiting: Option<HashSet<String>> = None;
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut running: HashMap<String, (MrKind, tokio::task::AbortHandle)> = HashMap::new();
+    let mut applied = config.load();
+    let mut poll = tokio::time::interval(CONFIG_POLL);
+    loop {
+        let mut changed = false;
+        tokio::select! {
+            ev = crd_stream.next() => {
+                let Some(ev) = ev else { return };
+                if watcher_progress(&ev) {
+                    crd_error.ok("CRD watch (identities)");
+                }
+                match ev {
+                    Ok(watcher::Event::Init) => listing = Some(Coverage::default()),
+                    Ok(watcher::Event::InitApply(crd)) => {
+                        if let Some(l) = listing.as_mut() {
+                            l.upsert(&crd);
+                        }
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(l) = listing.take() {
+                            current = l;
+                        }
+                        crds_synced = true;
+                        changed = true;
+                    }
+                    Ok(watcher::Event::Apply(crd)) => { current.upsert(&crd); changed = crds_synced; }
+                    Ok(watcher::Event::Delete(crd)) => { current.remove(&crd); changed = crds_synced; }
+                    Err(e) => {
+                        let e = ControllerError::Api {
+                            verb: "watch",
+                            resource: "customresourcedefinitions.apiextensions.k8s.io",
+                            object: String::new(),
+                            source: watcher_source(e),
+                        };
+                        crd_error.failed(&e, Some(&metrics), "failed to watch CRDs for the identity index; retrying with backoff");
+                    }
+                }
+            }
+            Some(key) = done_rx.recv() => {
+                if let Some(w) = waiting.as_mut() {
+                    w.remove(&key);
+                }
+            }
+            _ = poll.tick() => {
+                let now = config.load();
+                if !Arc::ptr_eq(&now, &applied) {
+                    applied = now;
+                    // Claims depend on the configuration: relist everything.
+                    for (_, (_, handle)) in running.drain() {
+                        handle.abort();
+                    }
+                    changed = crds_synced;
+                }
+            }
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+        if changed {
+            let wanted: BTreeMap<String, &MrKind> =
+                current.kinds().map(|k| (k.key(), k)).collect();
+            running.retain(|key, (kind, handle)| {
+                let keep = wanted.get(key).is_some_and(|w| *w == kind);
+                if !keep {
+                    handle.abort();
+                    index.drop_kind(&kind.group, &kind.kind);
+                }
+                keep
+            });
+            for (key, kind) in wanted {
+                if running.contains_key(&key) {
+                    continue;
+                }
+                let handle = tasks.spawn(watch_kind(
+                    client.clone(),
+                    kind.clone(),
+                    applied.clone(),
+                    cluster.clone(),
+                    done_tx.clone(),
+                    metrics.clone(),
+                ));
+                running.insert(key, (kind.clone(), handle));
+            }
+            if !index.is_synced() && waiting.is_none() {
+                waiting = Some(running.keys().cloned().collect());
+            }
+        }
+        if let Some(w) = &waiting {
+            if w.is_empty() {
+                waiting = None;
+                index.set_synced(true);
+                tracing::info!(
+                    kinds = running.len(),
+                    claims = index.len(),
+                    "identity index synced"
+                );
+            }
+        }
+    }
+}
+
+/// One kind's watch: a fresh list replaces the kind's claims, events
+/// update them.
+async fn watch_kind(
+    client: kube::Client,
+    kind: MrKind,
+    config: Arc<Config>,
+    cluster: Arc<Cluster>,
+    done: mpsc::UnboundedSender<String>,
+    metrics: Arc<ControllerMetrics>,
+) {
+    let index = cluster.identities();
+    let api: Api<IdentityView> = Api::all_with(client, &kind.api_resource());
+    let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
+    let mut listing: Option<Vec<(MrKey, Claim)>> = None;
+    let mut watch_error = ErrorOnce::default();
+    let what = format!("identity watch of {}", kind.key());
+    let key = kind.key();
+    while let Some(ev) = stream.next().await {
+        if watcher_progress(&ev) {
+            watch_error.ok(&what);
+        }
+        match ev {
+            Ok(watcher::Event::Init) => listing = Some(Vec::new()),
+            Ok(watcher::Event::InitApply(o)) => {
+                if let (Some(l), Some((k, Some(c)))) = (listing.as_mut(), o.claim(&kind, &config)) {
+                    l.push((k, c));
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                index.replace_kind(&kind.group, &kind.kind, listing.take().unwrap_or_default());
+                let _ = done.send(key.clone());
+            }
+            Ok(watcher::Event::Apply(o)) => {
+                if let Some((k, c)) = o.claim(&kind, &config) {
+                    index.upsert(k, c);
+                }
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                if let Some((k, _)) = o.claim(&kind, &config) {
+                    index.remove(&k);
+                }
+            }
+            Err(e) => {
+                let e = ControllerError::Api {
+                    verb: "watch",
+                    resource: "managed resources",
+                    object: kind.key(),
+                    source: watcher_source(e),
+                };
+                // A kind this replica may not list, or not yet served, must
+                // not keep the replica unready: it counts as listed (with
+                // nothing) and is retried.
+                if matches!(e.status_code(), Some(403 | 404)) {
+                    let _ = done.send(key.clone());
+                }
+                watch_error.failed(
+                    &e,
+                    Some(&metrics),
+                    "failed to watch MRs for the identity index; retrying with backoff",
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(group: &str, k: &str, namespaced: bool) -> MrKind {
+        MrKind {
+            group: group.into(),
+            kind: k.into(),
+            plural: format!("{}s", k.to_lowercase()),
+            versions: vec!["v1beta1".into()],
+            read_version: "v1beta1".into(),
+            namespaced,
+        }
+    }
+
+    #[test]
+    fn the_view_reads_only_what_the_identity_needs() {
+        let obj = json!({
+            "apiVersion": "s3.aws.m.upbound.io/v1beta1", "kind": "Bucket",
+            "metadata": {"name": "data", "namespace": "team-a",
+                         "annotations": {"crossplane.io/external-name": "data", "other": "x"},
+                         "deletionTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"forProvider": {"region": "eu-west-1", "tags": {"a": "b"}},
+                     "providerConfigRef": {"kind": "ClusterProviderConfig", "name": "default"}},
+            "status": {"atProvider": {"arn": "arn:aws:s3:::data"}}
+        });
+        let view: IdentityView = serde_json::from_value(obj.clone()).unwrap();
+        let k = kind("s3.aws.m.upbound.io", "Bucket", true);
+        let cfg = Config::builtin();
+        let (key, claim) = view.claim(&k, &cfg).unwrap();
+        assert_eq!(key, MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-a", "data"));
+        let id = Identity::of(
+            &obj,
+            &k.group,
+            &k.kind,
+            "team-a",
+            cfg.resource(&k.group, &k.kind),
+            &cfg.provider_config,
+        )
+        .unwrap();
+        assert_eq!(claim, Some(id.claim(true)));
+        // A VPC without an external name has no identity yet.
+        let vpc: IdentityView = serde_json::from_value(
+            json!({"metadata": {"name": "net"}, "spec": {"forProvider": {}}}),
+        )
+        .unwrap();
+        let (_, claim) = vpc
+            .claim(&kind("ec2.aws.upbound.io", "VPC", false), &cfg)
+            .unwrap();
+        assert_eq!(claim, None);
+    }
+}
