@@ -14,6 +14,7 @@ mod chart_args;
 mod connections;
 mod controller;
 mod explain;
+mod identity;
 mod observability;
 mod policy_reports;
 mod preflight;

@@ -1,0 +1,178 @@
+//! The external-identity index and the identity and adoption rules
+//! (docs/rules.md) through a real API server: the index is filled by the
+//! replica's own watches under the chart's RBAC, and the denials reach
+//! `kubectl` as the API server returns them.
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{json, Value};
+
+use crate::support::{self, api, wait_for, Options, WAIT};
+
+/// Crossplane v2's namespaced Bucket (tests/fixtures/PROVENANCE.md); kept
+/// out of `crds/` so the coverage tests' counts stay those of the shared
+/// fixtures.
+async fn install_namespaced_bucket_crd(client: &kube::Client) {
+    let path = support::fixtures_dir().join("crds-identity/s3.aws.m.upbound.io_buckets.yaml");
+    let v: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let crd: CustomResourceDefinition = serde_json::from_value(v).unwrap();
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    if api.get_opt("buckets.s3.aws.m.upbound.io").await.unwrap().is_none() {
+        support::cluster::create_crd(client, &crd).await.unwrap();
+    }
+}
+
+fn namespaced_bucket(name: &str, namespace: &str) -> Value {
+    json!({
+        "apiVersion": "s3.aws.m.upbound.io/v1beta1",
+        "kind": "Bucket",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"forProvider": {"region": "eu-west-1"}},
+    })
+}
+
+/// Creates `obj` at `path` until the answer is not an allowance that only
+/// the index's lag explains; returns the last answer.
+async fn create_until(
+    client: &kube::Client,
+    path: &str,
+    obj: &Value,
+    what: &str,
+    done: impl Fn(&api::Response) -> bool,
+) -> api::Response {
+    wait_for(what, WAIT, || async {
+        let r = api::create(client, path, obj, true).await.ok()?;
+        done(&r).then_some(r)
+    })
+    .await
+    .unwrap();
+    api::create(client, path, obj, false).await.unwrap()
+}
+
+fn denied_by(r: &api::Response, rule: &str) -> bool {
+    r.status >= 400 && r.message().contains(&format!("[{rule}]"))
+}
+
+/// Two namespaces' Buckets named alike are one S3 bucket under the same
+/// ClusterProviderConfig: the second is denied, naming the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_namespaces_buckets_named_alike_the_second_is_denied() {
+    let Some(cluster) =
+        support::require_cluster("two_namespaces_buckets_named_alike_the_second_is_denied").await
+    else {
+        return;
+    };
+    let admin = cluster.admin().await.unwrap();
+    install_namespaced_bucket_crd(&admin).await;
+    let r = support::install(cluster, "e2e-identity-ns", Options::default()).await;
+    wait_for("admission of namespaced Buckets", WAIT, || async {
+        r.webhooks_ready("s3.aws.m.upbound.io", "buckets")
+            .await
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    let team_b = format!("{}-b", r.workload_ns);
+    let ns: kube::Api<Namespace> = kube::Api::all(r.client.clone());
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": team_b}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let a = serde_json::to_value(r.object(namespaced_bucket("data", &r.workload_ns))).unwrap();
+    let path_a = format!("/apis/s3.aws.m.upbound.io/v1beta1/namespaces/{}/buckets", r.workload_ns);
+    let created = api::create(&r.client, &path_a, &a, false).await.unwrap();
+    assert_eq!(created.status, 201, "{}", created.body);
+
+    let b = serde_json::to_value(r.object(namespaced_bucket("data", &team_b))).unwrap();
+    let path_b = format!("/apis/s3.aws.m.upbound.io/v1beta1/namespaces/{team_b}/buckets");
+    let resp = create_until(&r.client, &path_b, &b, "the second Bucket denied", |r| {
+        denied_by(r, "external-identity")
+    })
+    .await;
+    assert!(denied_by(&resp, "external-identity"), "{}", resp.body);
+    let m = resp.message();
+    assert!(
+        m.contains(&format!("Bucket.s3.aws.m.upbound.io {}/data", r.workload_ns)),
+        "{m}"
+    );
+    assert!(m.contains("another crossplane.io/external-name"), "{m}");
+
+    // Another name in team-b is another bucket.
+    let c = serde_json::to_value(r.object(namespaced_bucket("data-b", &team_b))).unwrap();
+    let resp = api::create(&r.client, &path_b, &c, false).await.unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    let _ = ns.delete(&team_b, &DeleteParams::default()).await;
+}
+
+/// A VPC claiming another VPC's external name is denied while the first
+/// exists, also while it is being deleted, and allowed once it is gone.
+/// Creating with an explicit external name and the default policies
+/// (Delete) warns that a delete would delete the adopted VPC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vpc_claiming_another_s_external_name_is_denied_until_the_first_is_gone() {
+    let Some(cluster) = support::require_cluster(
+        "a_vpc_claiming_another_s_external_name_is_denied_until_the_first_is_gone",
+    )
+    .await
+    else {
+        return;
+    };
+    let r = support::install(cluster, "e2e-identity-vpc", Options::default()).await;
+    let path = "/apis/ec2.aws.upbound.io/v1beta1/vpcs";
+    let ext = json!({"crossplane.io/external-name": "vpc-e2e-identity-0abc"});
+    let mut first = support::vpc("e2e-identity-first", json!({}));
+    first["metadata"]["annotations"] = ext.clone();
+    first["metadata"]["finalizers"] = json!(["e2e.mrguard.io/hold"]);
+    let first = serde_json::to_value(r.object(first)).unwrap();
+    let resp = api::create(&r.client, path, &first, false).await.unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    // Adoption with Delete in the (default) policies warns.
+    assert!(
+        resp.warnings
+            .iter()
+            .any(|w| w.starts_with("adoption: ") && w.contains("deleting this MR will delete it")),
+        "{:?}",
+        resp.warnings
+    );
+
+    let mut second = support::vpc("e2e-identity-second", json!({}));
+    second["metadata"]["annotations"] = ext;
+    let second = serde_json::to_value(r.object(second)).unwrap();
+    let resp = create_until(&r.client, path, &second, "the second VPC denied", |r| {
+        denied_by(r, "external-identity")
+    })
+    .await;
+    assert!(denied_by(&resp, "external-identity"), "{}", resp.body);
+    assert!(
+        resp.message().contains("VPC.ec2.aws.upbound.io e2e-identity-first"),
+        "{}",
+        resp.message()
+    );
+
+    // Being deleted, the first keeps its claim until it is gone.
+    let vpcs = r.cluster_api(&support::vpc_resource());
+    vpcs.delete("e2e-identity-first", &DeleteParams::default())
+        .await
+        .unwrap();
+    let resp = create_until(&r.client, path, &second, "the deleting VPC's claim seen", |r| {
+        denied_by(r, "external-identity") && r.message().contains("being deleted")
+    })
+    .await;
+    assert!(denied_by(&resp, "external-identity"), "{}", resp.body);
+
+    vpcs.patch(
+        "e2e-identity-first",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    let resp = create_until(&r.client, path, &second, "the second VPC allowed", |r| {
+        r.status == 201
+    })
+    .await;
+    assert_eq!(resp.status, 201, "{}", resp.body);
+}
