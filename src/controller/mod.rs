@@ -162,7 +162,7 @@ impl Controller {
         // Not ready until the identity watches have listed once.
         cluster.identities().set_synced(false);
         let identities = tokio::spawn(
-            identity::run(client.clone(), config.clone(), cluster, metrics.clone())
+            identity::run(client.clone(), config.clone(), cluster.clone(), metrics.clone())
                 .instrument(tracing::info_span!("identity_index")),
         );
 
@@ -198,6 +198,7 @@ impl Controller {
                 clock: clock.clone(),
                 secret: secret_rx.clone(),
                 dedup: dedup.clone(),
+                cluster: cluster.clone(),
             };
             shared.spawn_all(&mut tasks);
             tokio::select! {
@@ -240,6 +241,8 @@ pub(crate) struct LeaderContext {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) secret: channel::Receiver<secret::SecretView>,
     pub(crate) dedup: watch::EventDedup,
+    /// Shared with admission; the audit reads the identity index.
+    pub(crate) cluster: Arc<mrguard_policy::cluster::Cluster>,
 }
 
 impl LeaderContext {
@@ -304,6 +307,7 @@ impl LeaderContext {
                 s.audit_interval,
                 s.policy_reports
                     .map(|f| reports::ReportWriter::new(self.client.clone(), f)),
+                self.cluster.clone(),
             )
             .instrument(tracing::info_span!("audit")),
         );

@@ -176,3 +176,50 @@ async fn a_vpc_claiming_another_s_external_name_is_denied_until_the_first_is_gon
     .await;
     assert_eq!(resp.status, 201, "{}", resp.body);
 }
+
+/// Admission cannot see two creates racing in two replicas, nor creates
+/// while mrguard is down: two VPCs with one external name, created before
+/// any mrguard runs, are found by the leader's audit (finding in the log
+/// and `mrguard_audit_violations{rule="external-identity"}`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
+    let Some(cluster) = support::require_cluster(
+        "duplicates_created_while_mrguard_was_down_are_found_by_the_audit",
+    )
+    .await
+    else {
+        return;
+    };
+    // No release yet, and no label any release's objectSelector matches:
+    // no webhook judges these creates.
+    let admin = cluster.admin().await.unwrap();
+    let vpcs: kube::Api<kube::api::DynamicObject> =
+        kube::Api::all_with(admin.clone(), &support::vpc_resource());
+    for name in ["e2e-identity-dup-a", "e2e-identity-dup-b"] {
+        let mut v = support::vpc(name, json!({}));
+        v["metadata"]["annotations"] = json!({"crossplane.io/external-name": "vpc-e2e-identity-dup"});
+        vpcs.create(&PostParams::default(), &serde_json::from_value(v).unwrap())
+            .await
+            .unwrap();
+    }
+    let r = support::install(cluster, "e2e-identity-audit", Options::default()).await;
+    let replica = &r.replicas[0];
+    wait_for("the audit to report both claimants", WAIT, || async {
+        let m = replica.metrics().await.ok()?;
+        let n = m.get(
+            "mrguard_audit_violations",
+            &[("rule", "external-identity"), ("group", "ec2.aws.upbound.io"), ("kind", "VPC")],
+        );
+        let log = replica.log();
+        (n >= 2.0
+            && log.contains("VPC.ec2.aws.upbound.io e2e-identity-dup-a")
+            && log.contains("VPC.ec2.aws.upbound.io e2e-identity-dup-b"))
+        .then_some(())
+    })
+    .await
+    .map_err(|e| r.with_logs(e))
+    .unwrap();
+    for name in ["e2e-identity-dup-a", "e2e-identity-dup-b"] {
+        let _ = vpcs.delete(name, &DeleteParams::default()).await;
+    }
+}

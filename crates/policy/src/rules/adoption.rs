@@ -39,7 +39,10 @@ impl Rule for Adoption {
             ExternalNameStrategy::IdentifierFromProvider => true,
             ExternalNameStrategy::NameAsIdentifier => external != mr.name(),
         };
+        // The audit judges live MRs as CREATEs; once a create was attempted
+        // the provider recorded the name, which is no adoption.
         if !adopts
+            || mr.creation_attempted()
             || mr.annotation(ADOPT) == Some("true")
             || mr.deletion_outcome() != DeletionOutcome::Delete
         {
@@ -104,6 +107,16 @@ mod tests {
             json!({"crossplane.io/external-name": "vpc-1", "mrguard.io/adopt": "true"}),
         );
         assert!(Case::create(acked)
+            .kind("ec2.aws.upbound.io", "VPC")
+            .check(&Adoption)
+            .is_empty());
+        // A live VPC whose ID the provider recorded, as the audit sees it.
+        let recorded = with_annotations(
+            mr(json!({})),
+            json!({"crossplane.io/external-name": "vpc-1",
+                   "crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"}),
+        );
+        assert!(Case::create(recorded)
             .kind("ec2.aws.upbound.io", "VPC")
             .check(&Adoption)
             .is_empty());
