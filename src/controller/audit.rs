@@ -140,7 +140,9 @@ pub(crate) async fn audit_kind(
                     report.paused_by_policy.insert(uid);
                 }
             }
-            report.findings.extend(audit_object(kind, &value, config, cluster));
+            report
+                .findings
+                .extend(audit_object(kind, &value, config, cluster));
         }
     }
     Ok(report)
@@ -288,6 +290,8 @@ impl AuditState {
 
 /// Audits every MR kind on `interval`, starting once coverage is known.
 /// Runs only on the Lease holder.
+// The task's inputs, each from a different owner; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     client: kube::Client,
     mut coverage: channel::Receiver<Option<Arc<Coverage>>>,
@@ -446,9 +450,14 @@ mod tests {
                 ),
             )
         });
-        let r = audit_kind(&client, &bucket_kind(), &Config::builtin(), Cluster::empty())
-            .await
-            .unwrap();
+        let r = audit_kind(
+            &client,
+            &bucket_kind(),
+            &Config::builtin(),
+            Cluster::empty(),
+        )
+        .await
+        .unwrap();
         assert_eq!(r.objects, 4);
         let rules: Vec<(&str, &str)> = r
             .findings
@@ -630,9 +639,14 @@ mod tests {
                 status(403, "Forbidden", "buckets.s3.aws.upbound.io is forbidden"),
             )
         });
-        let e = audit_kind(&client, &bucket_kind(), &Config::builtin(), Cluster::empty())
-            .await
-            .unwrap_err();
+        let e = audit_kind(
+            &client,
+            &bucket_kind(),
+            &Config::builtin(),
+            Cluster::empty(),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(e.status_code(), Some(403));
         assert!(
             e.to_string()

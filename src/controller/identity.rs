@@ -210,8 +210,7 @@ pub(crate) async fn run(
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
         if changed {
-            let wanted: BTreeMap<String, &MrKind> =
-                current.kinds().map(|k| (k.key(), k)).collect();
+            let wanted: BTreeMap<String, &MrKind> = current.kinds().map(|k| (k.key(), k)).collect();
             running.retain(|key, (kind, handle)| {
                 let keep = wanted.get(key).is_some_and(|w| *w == kind);
                 if !keep {
@@ -347,7 +346,10 @@ mod tests {
         let k = kind("s3.aws.m.upbound.io", "Bucket", true);
         let cfg = Config::builtin();
         let (key, claim) = view.claim(&k, &cfg).unwrap();
-        assert_eq!(key, MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-a", "data"));
+        assert_eq!(
+            key,
+            MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-a", "data")
+        );
         let id = Identity::of(
             &obj,
             &k.group,

@@ -27,8 +27,8 @@ pub(crate) mod api;
 pub(crate) mod audit;
 pub(crate) mod certs;
 pub(crate) mod connections;
-pub(crate) mod identity;
 pub mod coverage;
+pub(crate) mod identity;
 mod leader;
 pub(crate) mod metrics;
 pub mod reports;
@@ -162,8 +162,13 @@ impl Controller {
         // Not ready until the identity watches have listed once.
         cluster.identities().set_synced(false);
         let identities = tokio::spawn(
-            identity::run(client.clone(), config.clone(), cluster.clone(), metrics.clone())
-                .instrument(tracing::info_span!("identity_index")),
+            identity::run(
+                client.clone(),
+                config.clone(),
+                cluster.clone(),
+                metrics.clone(),
+            )
+            .instrument(tracing::info_span!("identity_index")),
         );
 
         let (leader_tx, mut leader_rx) = channel::channel(false);

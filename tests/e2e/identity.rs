@@ -18,7 +18,12 @@ async fn install_namespaced_bucket_crd(client: &kube::Client) {
     let v: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let crd: CustomResourceDefinition = serde_json::from_value(v).unwrap();
     let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    if api.get_opt("buckets.s3.aws.m.upbound.io").await.unwrap().is_none() {
+    if api
+        .get_opt("buckets.s3.aws.m.upbound.io")
+        .await
+        .unwrap()
+        .is_none()
+    {
         support::cluster::create_crd(client, &crd).await.unwrap();
     }
 }
@@ -82,7 +87,10 @@ async fn two_namespaces_buckets_named_alike_the_second_is_denied() {
     .await
     .unwrap();
     let a = serde_json::to_value(r.object(namespaced_bucket("data", &r.workload_ns))).unwrap();
-    let path_a = format!("/apis/s3.aws.m.upbound.io/v1beta1/namespaces/{}/buckets", r.workload_ns);
+    let path_a = format!(
+        "/apis/s3.aws.m.upbound.io/v1beta1/namespaces/{}/buckets",
+        r.workload_ns
+    );
     let created = api::create(&r.client, &path_a, &a, false).await.unwrap();
     assert_eq!(created.status, 201, "{}", created.body);
 
@@ -95,7 +103,10 @@ async fn two_namespaces_buckets_named_alike_the_second_is_denied() {
     assert!(denied_by(&resp, "external-identity"), "{}", resp.body);
     let m = resp.message();
     assert!(
-        m.contains(&format!("Bucket.s3.aws.m.upbound.io {}/data", r.workload_ns)),
+        m.contains(&format!(
+            "Bucket.s3.aws.m.upbound.io {}/data",
+            r.workload_ns
+        )),
         "{m}"
     );
     assert!(m.contains("another crossplane.io/external-name"), "{m}");
@@ -147,7 +158,8 @@ async fn a_vpc_claiming_another_s_external_name_is_denied_until_the_first_is_gon
     .await;
     assert!(denied_by(&resp, "external-identity"), "{}", resp.body);
     assert!(
-        resp.message().contains("VPC.ec2.aws.upbound.io e2e-identity-first"),
+        resp.message()
+            .contains("VPC.ec2.aws.upbound.io e2e-identity-first"),
         "{}",
         resp.message()
     );
@@ -157,9 +169,13 @@ async fn a_vpc_claiming_another_s_external_name_is_denied_until_the_first_is_gon
     vpcs.delete("e2e-identity-first", &DeleteParams::default())
         .await
         .unwrap();
-    let resp = create_until(&r.client, path, &second, "the deleting VPC's claim seen", |r| {
-        denied_by(r, "external-identity") && r.message().contains("being deleted")
-    })
+    let resp = create_until(
+        &r.client,
+        path,
+        &second,
+        "the deleting VPC's claim seen",
+        |r| denied_by(r, "external-identity") && r.message().contains("being deleted"),
+    )
     .await;
     assert!(denied_by(&resp, "external-identity"), "{}", resp.body);
 
@@ -197,7 +213,8 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
         kube::Api::all_with(admin.clone(), &support::vpc_resource());
     for name in ["e2e-identity-dup-a", "e2e-identity-dup-b"] {
         let mut v = support::vpc(name, json!({}));
-        v["metadata"]["annotations"] = json!({"crossplane.io/external-name": "vpc-e2e-identity-dup"});
+        v["metadata"]["annotations"] =
+            json!({"crossplane.io/external-name": "vpc-e2e-identity-dup"});
         vpcs.create(&PostParams::default(), &serde_json::from_value(v).unwrap())
             .await
             .unwrap();
@@ -208,7 +225,11 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
         let m = replica.metrics().await.ok()?;
         let n = m.get(
             "mrguard_audit_violations",
-            &[("rule", "external-identity"), ("group", "ec2.aws.upbound.io"), ("kind", "VPC")],
+            &[
+                ("rule", "external-identity"),
+                ("group", "ec2.aws.upbound.io"),
+                ("kind", "VPC"),
+            ],
         );
         let log = replica.log();
         (n >= 2.0

@@ -9,16 +9,17 @@
 //! manage one external resource.
 //!
 //! The index keeps no objects: per MR its key (`group/Kind/namespace/name`)
-//! and two 128-bit digests, one of the whole identity and one without the
-//! provider config. Two different identities share a digest with a
-//! probability around 2^-100 at 20,000 MRs, which is accepted.
+//! and two 64-bit digests, one of the whole identity and one without the
+//! provider config. Two different identities among 20,000 MRs share a
+//! digest with a probability around 10^-11 (a false finding naming an
+//! unrelated MR), which is accepted for half the memory of 128 bits.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
@@ -56,7 +57,9 @@ impl ProviderConfigRef {
             Some(Value::String(s)) => (s.as_str(), None),
             Some(Value::Object(o)) => (
                 o.get("name").and_then(Value::as_str).unwrap_or(""),
-                o.get("kind").and_then(Value::as_str).filter(|k| !k.is_empty()),
+                o.get("kind")
+                    .and_then(Value::as_str)
+                    .filter(|k| !k.is_empty()),
             ),
             _ => ("", None),
         };
@@ -144,20 +147,18 @@ impl Identity {
         })
     }
 
-    fn digest(&self, with_provider_config: bool) -> u128 {
-        let half = |seed: u8| {
-            let mut h = DefaultHasher::new();
-            seed.hash(&mut h);
-            self.group.hash(&mut h);
-            self.kind.hash(&mut h);
-            self.external_name.hash(&mut h);
-            self.region.hash(&mut h);
-            if with_provider_config {
-                self.provider_config.hash(&mut h);
-            }
-            h.finish() as u128
-        };
-        (half(0) << 64) | half(1)
+    fn digest(&self, with_provider_config: bool) -> u64 {
+        // SipHash with fixed keys: the same digest for the same identity
+        // within one process, which is all the index needs.
+        let mut h = DefaultHasher::new();
+        self.group.hash(&mut h);
+        self.kind.hash(&mut h);
+        self.external_name.hash(&mut h);
+        self.region.hash(&mut h);
+        if with_provider_config {
+            self.provider_config.hash(&mut h);
+        }
+        h.finish()
     }
 
     /// What the index keeps of this identity for one MR.
@@ -180,14 +181,15 @@ impl fmt::Display for Identity {
     }
 }
 
-/// One MR, as `group/Kind/namespace/name` in one allocation.
+/// One MR, as `group/Kind/namespace/name` in one allocation, shared by
+/// both tables of the index.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MrKey(Box<str>);
+pub struct MrKey(Arc<str>);
 
 impl MrKey {
     /// The key of an MR (`namespace` empty for cluster scope).
     pub fn new(group: &str, kind: &str, namespace: &str, name: &str) -> Self {
-        Self(format!("{group}/{kind}/{namespace}/{name}").into_boxed_str())
+        Self(Arc::from(format!("{group}/{kind}/{namespace}/{name}")))
     }
 
     fn parts(&self) -> [&str; 4] {
@@ -233,8 +235,8 @@ impl fmt::Display for MrKey {
 /// the provider config, and whether the MR is being deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Claim {
-    full: u128,
-    loose: u128,
+    full: u64,
+    loose: u64,
     deleting: bool,
 }
 
@@ -255,7 +257,7 @@ pub struct Claimant {
 struct Inner {
     by_mr: HashMap<MrKey, Claim>,
     /// Loose digest to the MRs claiming it; almost always one.
-    by_identity: HashMap<u128, Vec<MrKey>>,
+    by_identity: HashMap<u64, Vec<MrKey>>,
 }
 
 impl Inner {
@@ -275,7 +277,8 @@ impl Inner {
         self.remove(&key);
         self.by_identity
             .entry(claim.loose)
-            .or_default()
+            // Almost always one claimant: no room for four.
+            .or_insert_with(|| Vec::with_capacity(1))
             .push(key.clone());
         self.by_mr.insert(key, claim);
     }
@@ -379,7 +382,7 @@ impl IdentityIndex {
         let inner = self.read();
         let mut out = Vec::new();
         for keys in inner.by_identity.values().filter(|v| v.len() > 1) {
-            let mut by_full: HashMap<u128, Vec<MrKey>> = HashMap::new();
+            let mut by_full: HashMap<u64, Vec<MrKey>> = HashMap::new();
             for k in keys {
                 if let Some(c) = inner.by_mr.get(k) {
                     by_full.entry(c.full).or_default().push(k.clone());
@@ -392,6 +395,29 @@ impl IdentityIndex {
         }
         out.sort();
         out
+    }
+
+    /// The heap bytes the index holds, from its tables' capacities and the
+    /// keys' lengths (hashbrown's layout: one slot and one control byte per
+    /// bucket). An estimate within allocator rounding.
+    pub fn heap_bytes(&self) -> usize {
+        fn table<K, V>(m: &HashMap<K, V>) -> usize {
+            let buckets = if m.capacity() == 0 {
+                0
+            } else {
+                (m.capacity() * 8 / 7).next_power_of_two()
+            };
+            buckets * (std::mem::size_of::<(K, V)>() + 1)
+        }
+        let inner = self.read();
+        // Each key once, with the Arc's two counters.
+        let keys: usize = inner.by_mr.keys().map(|k| k.0.len() + 16).sum();
+        let lists: usize = inner
+            .by_identity
+            .values()
+            .map(|v| v.capacity() * std::mem::size_of::<MrKey>())
+            .sum();
+        table(&inner.by_mr) + table(&inner.by_identity) + keys + lists
     }
 
     /// How many MRs hold a claim.
@@ -450,7 +476,11 @@ mod tests {
 
     #[test]
     fn name_as_identifier_kinds_default_to_their_name() {
-        let b = bucket("data", json!({}), json!({"forProvider": {"region": "eu-west-1"}}));
+        let b = bucket(
+            "data",
+            json!({}),
+            json!({"forProvider": {"region": "eu-west-1"}}),
+        );
         let i = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
         assert_eq!(i.external_name, "data");
         assert_eq!(i.group, "s3.aws.upbound.io");
@@ -504,7 +534,10 @@ mod tests {
         );
         let i = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
         assert_eq!(i.provider_config.namespace, "team-a");
-        assert_eq!(i.to_string(), "Bucket.s3.aws.upbound.io \"data\" via ProviderConfig team-a/pc");
+        assert_eq!(
+            i.to_string(),
+            "Bucket.s3.aws.upbound.io \"data\" via ProviderConfig team-a/pc"
+        );
         let j = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-b").unwrap();
         assert_ne!(i.claim(false).full, j.claim(false).full);
         assert_eq!(i.claim(false).loose, j.claim(false).loose);
@@ -529,11 +562,18 @@ mod tests {
         assert!(idx.claimants(&ia, &a_key).is_empty());
         // A legacy Bucket meets the namespaced one, with another config.
         let legacy = identity(&b, "s3.aws.upbound.io", "Bucket", "").unwrap();
-        let c = idx.claimants(&legacy, &MrKey::new("s3.aws.upbound.io", "Bucket", "", "data"));
+        let c = idx.claimants(
+            &legacy,
+            &MrKey::new("s3.aws.upbound.io", "Bucket", "", "data"),
+        );
         assert_eq!(c.len(), 1);
         assert!(!c[0].same_provider_config);
         // Changing the external name moves the claim.
-        let moved = bucket("data", json!({"crossplane.io/external-name": "x"}), json!({"forProvider": {}}));
+        let moved = bucket(
+            "data",
+            json!({"crossplane.io/external-name": "x"}),
+            json!({"forProvider": {}}),
+        );
         let im = identity(&moved, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
         idx.upsert(a_key.clone(), Some(im.claim(false)));
         assert!(idx.claimants(&ib, &b_key).is_empty());
@@ -547,7 +587,11 @@ mod tests {
     fn a_relist_replaces_one_kind_and_duplicates_are_found() {
         let idx = IdentityIndex::default();
         let b = bucket("data", json!({}), json!({"forProvider": {}}));
-        let v = bucket("n", json!({"crossplane.io/external-name": "data"}), json!({"forProvider": {}}));
+        let v = bucket(
+            "n",
+            json!({"crossplane.io/external-name": "data"}),
+            json!({"forProvider": {}}),
+        );
         let ib = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
         let iv = identity(&v, "ec2.aws.upbound.io", "VPC", "").unwrap();
         let k = |ns: &str| MrKey::new("s3.aws.m.upbound.io", "Bucket", ns, "data");
@@ -557,7 +601,10 @@ mod tests {
         idx.replace_kind(
             "s3.aws.m.upbound.io",
             "Bucket",
-            vec![(k("team-a"), ib.claim(false)), (k("team-b"), ib.claim(false))],
+            vec![
+                (k("team-a"), ib.claim(false)),
+                (k("team-b"), ib.claim(false)),
+            ],
         );
         assert_eq!(idx.len(), 3);
         assert_eq!(idx.duplicates(), vec![vec![k("team-a"), k("team-b")]]);

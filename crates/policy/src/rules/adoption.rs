@@ -76,7 +76,11 @@ mod tests {
         let f: Vec<_> = f.into_iter().filter(|f| f.rule == "adoption").collect();
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].action, Action::Warn);
-        assert!(f[0].message.contains("deleting this MR will delete it"), "{}", f[0].message);
+        assert!(
+            f[0].message.contains("deleting this MR will delete it"),
+            "{}",
+            f[0].message
+        );
         assert!(format!("adoption: {}", f[0].message).len() <= 120);
         // A Bucket whose external name is not its own name adopts too.
         let v = Case::create(named("legacy-bucket", json!({}))).check(&Adoption);
@@ -86,7 +90,9 @@ mod tests {
     #[test]
     fn no_finding_without_adoption_or_without_delete_or_when_acknowledged() {
         // The Bucket's external name is its name: it creates, not adopts.
-        assert!(Case::create(named("b", json!({}))).check(&Adoption).is_empty());
+        assert!(Case::create(named("b", json!({})))
+            .check(&Adoption)
+            .is_empty());
         // No external name on a provider-assigned kind: it creates.
         assert!(Case::create(mr(json!({})))
             .kind("ec2.aws.upbound.io", "VPC")
@@ -128,6 +134,8 @@ mod tests {
             .kind("ec2.aws.upbound.io", "VPC")
             .config("rules: {adoption: Deny}\n")
             .evaluate();
-        assert!(f.iter().any(|f| f.rule == "adoption" && f.action == Action::Deny));
+        assert!(f
+            .iter()
+            .any(|f| f.rule == "adoption" && f.action == Action::Deny));
     }
 }

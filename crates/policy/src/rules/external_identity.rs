@@ -105,7 +105,8 @@ mod tests {
     use std::sync::Arc;
 
     fn bucket(name: &str, extra: Value) -> Value {
-        let mut b = json!({"metadata": {"name": name}, "spec": {"forProvider": {"region": "eu-west-1"}}});
+        let mut b =
+            json!({"metadata": {"name": name}, "spec": {"forProvider": {"region": "eu-west-1"}}});
         if let Some(a) = extra.get("annotations") {
             b["metadata"]["annotations"] = a.clone();
         }
@@ -116,11 +117,24 @@ mod tests {
     }
 
     /// A cluster where team-a's Bucket `data` (namespaced) exists.
-    fn cluster_with(group: &str, kind: &str, ns: &str, obj: &Value, deleting: bool) -> Arc<Cluster> {
+    fn cluster_with(
+        group: &str,
+        kind: &str,
+        ns: &str,
+        obj: &Value,
+        deleting: bool,
+    ) -> Arc<Cluster> {
         let c = Arc::new(Cluster::default());
         let cfg = Config::builtin();
-        let id = Identity::of(obj, group, kind, ns, cfg.resource(group, kind), &cfg.provider_config)
-            .unwrap();
+        let id = Identity::of(
+            obj,
+            group,
+            kind,
+            ns,
+            cfg.resource(group, kind),
+            &cfg.provider_config,
+        )
+        .unwrap();
         c.identities().upsert(
             MrKey::new(group, kind, ns, crate::mr::Mr(obj).name()),
             Some(id.claim(deleting)),
@@ -141,7 +155,12 @@ mod tests {
             .check(&ExternalIdentity);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(!v[0].warn_only);
-        assert!(v[0].message.contains("already claimed by Bucket.s3.aws.m.upbound.io team-a/data"), "{}", v[0].message);
+        assert!(
+            v[0].message
+                .contains("already claimed by Bucket.s3.aws.m.upbound.io team-a/data"),
+            "{}",
+            v[0].message
+        );
         assert!(v[0].fix.as_deref().unwrap().contains("team-a/data"));
         // Another name is another bucket.
         let v = Case::create(bucket("logs", json!({})))
@@ -192,9 +211,17 @@ mod tests {
             .cluster(c.clone())
             .check(&ExternalIdentity);
         assert_eq!(v.len(), 1);
-        assert!(v[0].message.contains("VPC.ec2.aws.upbound.io first (being deleted"), "{}", v[0].message);
+        assert!(
+            v[0].message
+                .contains("VPC.ec2.aws.upbound.io first (being deleted"),
+            "{}",
+            v[0].message
+        );
         // Changing the external name to another's on UPDATE is denied too.
-        let old = bucket("second", json!({"annotations": {"crossplane.io/external-name": "vpc-2"}}));
+        let old = bucket(
+            "second",
+            json!({"annotations": {"crossplane.io/external-name": "vpc-2"}}),
+        );
         let v = Case::update(old, bucket("second", ext.clone()))
             .kind("ec2.aws.upbound.io", "VPC")
             .cluster(c.clone())
@@ -213,7 +240,8 @@ mod tests {
             .check(&ExternalIdentity);
         assert!(v.is_empty());
         // Once the first is gone, the claim is free.
-        c.identities().remove(&MrKey::new("ec2.aws.upbound.io", "VPC", "", "first"));
+        c.identities()
+            .remove(&MrKey::new("ec2.aws.upbound.io", "VPC", "", "first"));
         let v = Case::create(bucket("second", ext))
             .kind("ec2.aws.upbound.io", "VPC")
             .cluster(c)
