@@ -503,8 +503,8 @@ mod tests {
         for name in ["a", "b"] {
             let view: crate::controller::identity::IdentityView =
                 serde_json::from_value(vpc(name)).unwrap();
-            let (k, c) = view.claim(&kind, &config).unwrap();
-            cluster.identities().upsert(k, c);
+            let (k, c, deletes) = view.claim(&kind, &config).unwrap();
+            cluster.identities().upsert(k, c, deletes);
         }
         let rules = |name: &str, cluster: &Cluster| {
             audit_object(&kind, &vpc(name), &config, cluster)

@@ -36,7 +36,7 @@ use crate::config::ConfigStore;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
 use mrguard_policy::identity::{Claim, Identity, MrKey};
-use mrguard_policy::mr::EXTERNAL_NAME;
+use mrguard_policy::mr::{DeletionOutcome, Mr, EXTERNAL_NAME};
 
 /// How often the configuration is compared with the one the claims were
 /// computed with.
@@ -58,6 +58,11 @@ struct ViewSpec {
     for_provider: ViewForProvider,
     #[serde(default)]
     provider_config_ref: Option<Value>,
+    // The deletion outcome, for the teardown guard.
+    #[serde(default)]
+    management_policies: Option<Value>,
+    #[serde(default)]
+    deletion_policy: Option<Value>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -95,8 +100,12 @@ impl Resource for IdentityView {
 
 impl IdentityView {
     /// The index key and claim of this MR of `kind` (no claim when it has
-    /// no identity yet).
-    pub(crate) fn claim(&self, kind: &MrKind, config: &Config) -> Option<(MrKey, Option<Claim>)> {
+    /// no identity yet), and whether deleting it deletes its resource.
+    pub(crate) fn claim(
+        &self,
+        kind: &MrKind,
+        config: &Config,
+    ) -> Option<(MrKey, Option<Claim>, bool)> {
         let name = self.metadata.name.as_deref()?;
         let namespace = self.metadata.namespace.as_deref().unwrap_or("");
         let external = self
@@ -114,6 +123,13 @@ impl IdentityView {
         if let Some(r) = &self.spec.provider_config_ref {
             obj["spec"]["providerConfigRef"] = r.clone();
         }
+        if let Some(p) = &self.spec.management_policies {
+            obj["spec"]["managementPolicies"] = p.clone();
+        }
+        if let Some(p) = &self.spec.deletion_policy {
+            obj["spec"]["deletionPolicy"] = p.clone();
+        }
+        let deletes = Mr(&obj).deletion_outcome() == DeletionOutcome::Delete;
         let identity = Identity::of(
             &obj,
             &kind.group,
@@ -126,6 +142,7 @@ impl IdentityView {
         Some((
             MrKey::new(&kind.group, &kind.kind, namespace, name),
             identity.map(|i| i.claim(deleting)),
+            deletes,
         ))
     }
 }
@@ -264,7 +281,7 @@ async fn watch_kind(
     let index = cluster.identities();
     let api: Api<IdentityView> = Api::all_with(client, &kind.api_resource());
     let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
-    let mut listing: Option<Vec<(MrKey, Claim)>> = None;
+    let mut listing: Option<Vec<(MrKey, Option<Claim>, bool)>> = None;
     let mut watch_error = ErrorOnce::default();
     let what = format!("identity watch of {}", kind.key());
     let key = kind.key();
@@ -275,8 +292,8 @@ async fn watch_kind(
         match ev {
             Ok(watcher::Event::Init) => listing = Some(Vec::new()),
             Ok(watcher::Event::InitApply(o)) => {
-                if let (Some(l), Some((k, Some(c)))) = (listing.as_mut(), o.claim(&kind, &config)) {
-                    l.push((k, c));
+                if let (Some(l), Some(entry)) = (listing.as_mut(), o.claim(&kind, &config)) {
+                    l.push(entry);
                 }
             }
             Ok(watcher::Event::InitDone) => {
@@ -284,12 +301,12 @@ async fn watch_kind(
                 let _ = done.send(key.clone());
             }
             Ok(watcher::Event::Apply(o)) => {
-                if let Some((k, c)) = o.claim(&kind, &config) {
-                    index.upsert(k, c);
+                if let Some((k, c, deletes)) = o.claim(&kind, &config) {
+                    index.upsert(k, c, deletes);
                 }
             }
             Ok(watcher::Event::Delete(o)) => {
-                if let Some((k, _)) = o.claim(&kind, &config) {
+                if let Some((k, _, _)) = o.claim(&kind, &config) {
                     index.remove(&k);
                 }
             }
@@ -345,7 +362,8 @@ mod tests {
         let view: IdentityView = serde_json::from_value(obj.clone()).unwrap();
         let k = kind("s3.aws.m.upbound.io", "Bucket", true);
         let cfg = Config::builtin();
-        let (key, claim) = view.claim(&k, &cfg).unwrap();
+        let (key, claim, deletes) = view.claim(&k, &cfg).unwrap();
+        assert!(deletes, "the default policies delete");
         assert_eq!(
             key,
             MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-a", "data")
@@ -365,9 +383,18 @@ mod tests {
             json!({"metadata": {"name": "net"}, "spec": {"forProvider": {}}}),
         )
         .unwrap();
-        let (_, claim) = vpc
+        let (_, claim, _) = vpc
             .claim(&kind("ec2.aws.upbound.io", "VPC", false), &cfg)
             .unwrap();
         assert_eq!(claim, None);
+        // Observe-only orphans.
+        let observed: IdentityView = serde_json::from_value(
+            json!({"metadata": {"name": "net"}, "spec": {"forProvider": {}, "managementPolicies": ["Observe"]}}),
+        )
+        .unwrap();
+        let (_, _, deletes) = observed
+            .claim(&kind("ec2.aws.upbound.io", "VPC", false), &cfg)
+            .unwrap();
+        assert!(!deletes);
     }
 }

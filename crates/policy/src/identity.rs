@@ -253,16 +253,27 @@ pub struct Claimant {
     pub deleting: bool,
 }
 
+/// Per MR: its claim, if it has an identity yet, and whether deleting it
+/// deletes the external resource (for the teardown guard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    claim: Option<Claim>,
+    deletes: bool,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
-    by_mr: HashMap<MrKey, Claim>,
+    by_mr: HashMap<MrKey, Entry>,
     /// Loose digest to the MRs claiming it; almost always one.
     by_identity: HashMap<u64, Vec<MrKey>>,
 }
 
 impl Inner {
     fn remove(&mut self, key: &MrKey) {
-        let Some(old) = self.by_mr.remove(key) else {
+        let Some(Entry {
+            claim: Some(old), ..
+        }) = self.by_mr.remove(key)
+        else {
             return;
         };
         if let Some(v) = self.by_identity.get_mut(&old.loose) {
@@ -273,14 +284,16 @@ impl Inner {
         }
     }
 
-    fn insert(&mut self, key: MrKey, claim: Claim) {
+    fn insert(&mut self, key: MrKey, entry: Entry) {
         self.remove(&key);
-        self.by_identity
-            .entry(claim.loose)
-            // Almost always one claimant: no room for four.
-            .or_insert_with(|| Vec::with_capacity(1))
-            .push(key.clone());
-        self.by_mr.insert(key, claim);
+        if let Some(claim) = entry.claim {
+            self.by_identity
+                .entry(claim.loose)
+                // Almost always one claimant: no room for four.
+                .or_insert_with(|| Vec::with_capacity(1))
+                .push(key.clone());
+        }
+        self.by_mr.insert(key, entry);
     }
 }
 
@@ -312,13 +325,10 @@ impl IdentityIndex {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records `key`'s claim, or forgets it when it has no identity.
-    pub fn upsert(&self, key: MrKey, claim: Option<Claim>) {
-        let mut inner = self.write();
-        match claim {
-            Some(c) => inner.insert(key, c),
-            None => inner.remove(&key),
-        }
+    /// Records a live MR: its claim (`None` while it has no identity) and
+    /// whether deleting it deletes its external resource.
+    pub fn upsert(&self, key: MrKey, claim: Option<Claim>, deletes: bool) {
+        self.write().insert(key, Entry { claim, deletes });
     }
 
     /// Forgets an MR that is gone.
@@ -327,7 +337,12 @@ impl IdentityIndex {
     }
 
     /// Replaces every claim of `group`/`kind` with `claims` (a fresh list).
-    pub fn replace_kind(&self, group: &str, kind: &str, claims: Vec<(MrKey, Claim)>) {
+    pub fn replace_kind(
+        &self,
+        group: &str,
+        kind: &str,
+        claims: Vec<(MrKey, Option<Claim>, bool)>,
+    ) {
         let mut inner = self.write();
         let stale: Vec<MrKey> = inner
             .by_mr
@@ -338,8 +353,8 @@ impl IdentityIndex {
         for k in &stale {
             inner.remove(k);
         }
-        for (k, c) in claims {
-            inner.insert(k, c);
+        for (k, claim, deletes) in claims {
+            inner.insert(k, Entry { claim, deletes });
         }
     }
 
@@ -360,7 +375,7 @@ impl IdentityIndex {
             .iter()
             .filter(|k| *k != except)
             .filter_map(|k| {
-                let c = inner.by_mr.get(k)?;
+                let c = inner.by_mr.get(k)?.claim?;
                 Some(Claimant {
                     key: k.clone(),
                     same_provider_config: c.full == claim.full,
@@ -384,7 +399,7 @@ impl IdentityIndex {
         for keys in inner.by_identity.values().filter(|v| v.len() > 1) {
             let mut by_full: HashMap<u64, Vec<MrKey>> = HashMap::new();
             for k in keys {
-                if let Some(c) = inner.by_mr.get(k) {
+                if let Some(c) = inner.by_mr.get(k).and_then(|e| e.claim) {
                     by_full.entry(c.full).or_default().push(k.clone());
                 }
             }
@@ -420,12 +435,30 @@ impl IdentityIndex {
         table(&inner.by_mr) + table(&inner.by_identity) + keys + lists
     }
 
-    /// How many MRs hold a claim.
+    /// The MRs in `namespace` whose deletion deletes their external
+    /// resource, sorted (the teardown guard). A scan: namespace deletions
+    /// are rare, and a second table would cost memory on every MR.
+    pub fn deleting_in_namespace(&self, namespace: &str) -> Vec<MrKey> {
+        if namespace.is_empty() {
+            return Vec::new();
+        }
+        let inner = self.read();
+        let mut out: Vec<MrKey> = inner
+            .by_mr
+            .iter()
+            .filter(|(k, e)| e.deletes && k.namespace() == namespace)
+            .map(|(k, _)| k.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// How many live MRs the index knows.
     pub fn len(&self) -> usize {
         self.read().by_mr.len()
     }
 
-    /// Whether no MR holds a claim.
+    /// Whether the index knows no MR.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -551,7 +584,7 @@ mod tests {
         let b_key = MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-b", "data");
         let ia = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
         assert!(idx.claimants(&ia, &b_key).is_empty());
-        idx.upsert(a_key.clone(), Some(ia.claim(true)));
+        idx.upsert(a_key.clone(), Some(ia.claim(true)), true);
         let ib = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-b").unwrap();
         let c = idx.claimants(&ib, &b_key);
         assert_eq!(c.len(), 1);
@@ -575,7 +608,7 @@ mod tests {
             json!({"forProvider": {}}),
         );
         let im = identity(&moved, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
-        idx.upsert(a_key.clone(), Some(im.claim(false)));
+        idx.upsert(a_key.clone(), Some(im.claim(false)), true);
         assert!(idx.claimants(&ib, &b_key).is_empty());
         assert_eq!(idx.claimants(&im, &b_key).len(), 1);
         idx.remove(&a_key);
@@ -596,20 +629,26 @@ mod tests {
         let iv = identity(&v, "ec2.aws.upbound.io", "VPC", "").unwrap();
         let k = |ns: &str| MrKey::new("s3.aws.m.upbound.io", "Bucket", ns, "data");
         let vk = MrKey::new("ec2.aws.upbound.io", "VPC", "", "n");
-        idx.upsert(k("old"), Some(ib.claim(false)));
-        idx.upsert(vk.clone(), Some(iv.claim(false)));
+        idx.upsert(k("old"), Some(ib.claim(false)), true);
+        idx.upsert(vk.clone(), Some(iv.claim(false)), true);
         idx.replace_kind(
             "s3.aws.m.upbound.io",
             "Bucket",
             vec![
-                (k("team-a"), ib.claim(false)),
-                (k("team-b"), ib.claim(false)),
+                (k("team-a"), Some(ib.claim(false)), true),
+                (k("team-b"), Some(ib.claim(false)), false),
+                (k("team-b2"), None, true),
             ],
         );
-        assert_eq!(idx.len(), 3);
+        assert_eq!(idx.len(), 4);
+        assert_eq!(idx.deleting_in_namespace("team-a"), vec![k("team-a")]);
+        assert!(idx.deleting_in_namespace("team-b").is_empty());
+        assert_eq!(idx.deleting_in_namespace("team-b2"), vec![k("team-b2")]);
+        assert!(idx.deleting_in_namespace("").is_empty());
         assert_eq!(idx.duplicates(), vec![vec![k("team-a"), k("team-b")]]);
         idx.drop_kind("s3.aws.m.upbound.io", "Bucket");
         assert_eq!(idx.len(), 1);
+        assert!(idx.deleting_in_namespace("team-a").is_empty());
         assert!(idx.duplicates().is_empty());
     }
 }

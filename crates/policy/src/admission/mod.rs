@@ -10,6 +10,9 @@
 
 mod mutation;
 pub mod patch;
+mod teardown;
+
+pub use teardown::{ALLOW_TEARDOWN, TEARDOWN};
 
 use kube_core::admission::AdmissionResponse;
 use kube_core::Status;
@@ -266,6 +269,9 @@ pub fn validate(req: &Request, config: &Config) -> Decision {
 /// As [`validate`], with what the runtime knows of the cluster
 /// ([`Cluster`]): the rules that need it judge only what it knows.
 pub fn validate_in(req: &Request, config: &Config, cluster: &Cluster) -> Decision {
+    if let Some(d) = teardown::judge(req, cluster) {
+        return d;
+    }
     let Some(ctx) = RuleContext::new(req, config, cluster) else {
         return allow(req);
     };

@@ -138,6 +138,7 @@ mod tests {
         c.identities().upsert(
             MrKey::new(group, kind, ns, crate::mr::Mr(obj).name()),
             Some(id.claim(deleting)),
+            true,
         );
         c
     }
