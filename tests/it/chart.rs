@@ -359,7 +359,8 @@ fn service_exposes_443_to_9443_and_metrics_with_scrape_annotations() {
 fn webhook<'a>(m: &'a Manifests, kind: &str, name: &str) -> &'a Value {
     let cfg = m.only(kind);
     let hooks = cfg["webhooks"].as_array().unwrap();
-    assert_eq!(hooks.len(), 1, "{kind} has one webhook");
+    // The admission webhook comes first: the controller and the harness
+    // look for it by name, and the teardown guard follows it.
     assert_eq!(hooks[0]["name"], name);
     &hooks[0]
 }
@@ -419,6 +420,35 @@ fn webhook_configurations_have_the_agreed_shape_and_policies() {
     );
     assert!(excluded_namespaces(hook).contains("platform"));
     assert!(!excluded_namespaces(hook).contains(NS));
+}
+
+/// The teardown guard's entry must never hurt the cluster: it fails open
+/// whatever the validating webhook's policy, matches only DELETE of
+/// namespaces, and follows the same selectors (the release namespace and
+/// kube-system are never judged).
+#[test]
+fn the_teardown_entry_fails_open_and_matches_only_namespace_deletes() {
+    for m in [render(&[]), render_ha_off()] {
+        let cfg = m.only("ValidatingWebhookConfiguration");
+        let hooks = cfg["webhooks"].as_array().unwrap();
+        assert_eq!(hooks.len(), 2);
+        let t = &hooks[1];
+        assert_eq!(t["name"], "teardown.mrguard.io");
+        assert_eq!(t["failurePolicy"], "Ignore");
+        assert_eq!(t["timeoutSeconds"], 2);
+        assert_eq!(t["sideEffects"], "None");
+        assert_eq!(t["clientConfig"]["service"]["path"], "/validate");
+        assert_eq!(
+            t["rules"],
+            json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"],
+                    "resources": ["namespaces"], "scope": "Cluster"}])
+        );
+        assert_eq!(t["namespaceSelector"], hooks[0]["namespaceSelector"]);
+        assert_eq!(t.get("objectSelector"), hooks[0].get("objectSelector"));
+    }
+    let off = render(&["--set", "webhooks.teardown.enabled=false"]);
+    let cfg = off.only("ValidatingWebhookConfiguration");
+    assert_eq!(cfg["webhooks"].as_array().unwrap().len(), 1);
 }
 
 #[test]
