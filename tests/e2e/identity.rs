@@ -244,3 +244,105 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
         let _ = vpcs.delete(name, &DeleteParams::default()).await;
     }
 }
+
+/// A namespace with the release label (the harness's objectSelector) and
+/// one namespaced VPC whose deletion would delete its external resource.
+async fn namespace_with_vpc(r: &support::Release, name: &str) {
+    let ns: kube::Api<Namespace> = kube::Api::all(r.client.clone());
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": name,
+            "labels": {support::release::TEST_LABEL: r.name}}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut vpc = support::namespaced_vpc("net", json!({}));
+    vpc["metadata"]["namespace"] = json!(name);
+    kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        r.client.clone(),
+        name,
+        &support::namespaced_vpc_resource(),
+    )
+    .create(&PostParams::default(), &r.object(vpc))
+    .await
+    .unwrap();
+}
+
+/// The teardown guard: a namespace that still holds an MR whose deletion
+/// deletes its external resource cannot be deleted (the denial names the
+/// MR), and can be once annotated. With mrguard stopped the entry fails
+/// open: the deletion succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_holding_mrs_cannot_be_deleted_until_annotated_or_mrguard_is_down() {
+    let Some(cluster) = support::require_cluster(
+        "a_namespace_holding_mrs_cannot_be_deleted_until_annotated_or_mrguard_is_down",
+    )
+    .await
+    else {
+        return;
+    };
+    let mut r = support::install(cluster, "e2e-teardown", Options::default()).await;
+    let guarded = format!("{}-guarded", r.workload_ns);
+    namespace_with_vpc(&r, &guarded).await;
+    let ns: kube::Api<Namespace> = kube::Api::all(r.client.clone());
+    let dry = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    wait_for("the namespace deletion denied", WAIT, || async {
+        match ns.delete(&guarded, &dry).await {
+            Err(kube::Error::Api(s)) if s.message.contains("[teardown]") => Some(()),
+            _ => None,
+        }
+    })
+    .await
+    .map_err(|e| r.with_logs(e))
+    .unwrap();
+    let e = ns
+        .delete(&guarded, &DeleteParams::default())
+        .await
+        .unwrap_err();
+    let kube::Error::Api(s) = e else {
+        panic!("expected a denial, got {e}")
+    };
+    assert_eq!(s.code, 403, "{}", s.message);
+    assert!(
+        s.message
+            .contains(&format!("VPC.ec2.aws.m.upbound.io {guarded}/net")),
+        "{}",
+        s.message
+    );
+    assert!(
+        s.message.contains("mrguard.io/allow-teardown=true"),
+        "{}",
+        s.message
+    );
+
+    ns.patch(
+        &guarded,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"mrguard.io/allow-teardown": "true"}}})),
+    )
+    .await
+    .unwrap();
+    ns.delete(&guarded, &DeleteParams::default())
+        .await
+        .expect("an annotated namespace is deleted");
+
+    // mrguard down: the entry fails open.
+    let unguarded = format!("{}-down", r.workload_ns);
+    namespace_with_vpc(&r, &unguarded).await;
+    wait_for("the second namespace's deletion denied", WAIT, || async {
+        match ns.delete(&unguarded, &dry).await {
+            Err(kube::Error::Api(s)) if s.message.contains("[teardown]") => Some(()),
+            _ => None,
+        }
+    })
+    .await
+    .unwrap();
+    r.kill_replica(0);
+    ns.delete(&unguarded, &DeleteParams::default())
+        .await
+        .expect("with mrguard down the deletion succeeds");
+}

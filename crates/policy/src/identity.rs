@@ -337,12 +337,7 @@ impl IdentityIndex {
     }
 
     /// Replaces every claim of `group`/`kind` with `claims` (a fresh list).
-    pub fn replace_kind(
-        &self,
-        group: &str,
-        kind: &str,
-        claims: Vec<(MrKey, Option<Claim>, bool)>,
-    ) {
+    pub fn replace_kind(&self, group: &str, kind: &str, claims: Vec<(MrKey, Option<Claim>, bool)>) {
         let mut inner = self.write();
         let stale: Vec<MrKey> = inner
             .by_mr

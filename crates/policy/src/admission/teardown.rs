@@ -76,7 +76,10 @@ pub(super) fn judge(req: &Request, cluster: &Cluster) -> Option<Decision> {
     let mut response = AdmissionResponse::from(req);
     response.allowed = false;
     response.result = Status::failure(
-        &format!("mrguard denied DELETE of Namespace {:?}: [{TEARDOWN}] {message}. Fix: {fix}.", req.name),
+        &format!(
+            "mrguard denied DELETE of Namespace {:?}: [{TEARDOWN}] {message}. Fix: {fix}.",
+            req.name
+        ),
         "Forbidden",
     )
     .with_code(403);
@@ -103,7 +106,9 @@ mod tests {
     fn delete_namespace(annotations: serde_json::Value) -> Request {
         let ns = json!({"apiVersion": "v1", "kind": "Namespace",
                         "metadata": {"name": "team-a", "annotations": annotations}});
-        RequestBuilder::new(Operation::Delete).old_object(ns).build()
+        RequestBuilder::new(Operation::Delete)
+            .old_object(ns)
+            .build()
     }
 
     fn cluster() -> Cluster {
@@ -138,12 +143,19 @@ mod tests {
         let mut other = delete_namespace(json!({}));
         other.name = "team-c".into();
         assert!(judge(&other, &c).unwrap().response.allowed);
-        assert!(judge(&delete_namespace(json!({})), Cluster::empty())
-            .unwrap()
-            .response
-            .allowed);
+        assert!(
+            judge(&delete_namespace(json!({})), Cluster::empty())
+                .unwrap()
+                .response
+                .allowed
+        );
         c.identities().set_synced(false);
-        assert!(judge(&delete_namespace(json!({})), &c).unwrap().response.allowed);
+        assert!(
+            judge(&delete_namespace(json!({})), &c)
+                .unwrap()
+                .response
+                .allowed
+        );
     }
 
     #[test]
@@ -157,7 +169,9 @@ mod tests {
         assert!(judge(&update, &c).is_none());
         let vpc = json!({"apiVersion": "ec2.aws.m.upbound.io/v1beta1", "kind": "VPC",
                          "metadata": {"name": "net", "namespace": "team-a"}, "spec": {"forProvider": {}}});
-        let del = RequestBuilder::new(Operation::Delete).old_object(vpc).build();
+        let del = RequestBuilder::new(Operation::Delete)
+            .old_object(vpc)
+            .build();
         assert!(judge(&del, &c).is_none());
     }
 }
