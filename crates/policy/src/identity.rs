@@ -297,11 +297,43 @@ impl Inner {
     }
 }
 
-/// The identities live MRs claim, kept by every replica's watches. An
-/// empty index finds no claimant, so offline decisions never differ.
+/// What one ProviderConfig (or ClusterProviderConfig) object tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderConfigFacts {
+    /// `spec.credentials.secretRef` as `(namespace, name)`, when its
+    /// credentials come from a Secret.
+    pub secret: Option<(String, String)>,
+    /// Whether MRs use it (`status.users` > 0, kept by Crossplane).
+    pub in_use: bool,
+}
+
+/// Whether the provider config an MR references exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderConfigStatus {
+    /// Nothing is known of the MR's provider family: no finding.
+    Unknown,
+    /// The family's group (named) serves no such kind.
+    KindNotServed(String),
+    /// The kind is served in the group (named) but no such object exists.
+    Missing(String),
+    /// It exists.
+    Exists,
+}
+
+#[derive(Debug, Default)]
+struct ProviderConfigs {
+    /// `(group, kind)` of every served ProviderConfig kind.
+    kinds: std::collections::BTreeSet<(String, String)>,
+    objects: HashMap<MrKey, ProviderConfigFacts>,
+}
+
+/// The identities live MRs claim, kept by every replica's watches, and the
+/// provider configs that exist. An empty index finds nothing, so offline
+/// decisions never differ.
 #[derive(Debug)]
 pub struct IdentityIndex {
     inner: RwLock<Inner>,
+    provider_configs: RwLock<ProviderConfigs>,
     synced: AtomicBool,
 }
 
@@ -309,6 +341,7 @@ impl Default for IdentityIndex {
     fn default() -> Self {
         Self {
             inner: RwLock::default(),
+            provider_configs: RwLock::default(),
             synced: AtomicBool::new(true),
         }
     }
@@ -323,6 +356,98 @@ impl IdentityIndex {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pcs(&self) -> std::sync::RwLockReadGuard<'_, ProviderConfigs> {
+        self.provider_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pcs_mut(&self) -> std::sync::RwLockWriteGuard<'_, ProviderConfigs> {
+        self.provider_configs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the served ProviderConfig kinds, `(group, kind)`; objects of
+    /// kinds no longer served are forgotten.
+    pub fn set_provider_config_kinds(&self, kinds: Vec<(String, String)>) {
+        let mut pcs = self.pcs_mut();
+        pcs.kinds = kinds.into_iter().collect();
+        let ProviderConfigs { kinds, objects } = &mut *pcs;
+        objects.retain(|k, _| kinds.contains(&(k.group().to_string(), k.kind().to_string())));
+    }
+
+    /// Replaces every object of one ProviderConfig kind (a fresh list).
+    pub fn replace_provider_configs(
+        &self,
+        group: &str,
+        kind: &str,
+        objects: Vec<(MrKey, ProviderConfigFacts)>,
+    ) {
+        let mut pcs = self.pcs_mut();
+        pcs.objects
+            .retain(|k, _| !(k.group() == group && k.kind() == kind));
+        pcs.objects.extend(objects);
+    }
+
+    /// Records one provider config object (key: group, kind, namespace, name).
+    pub fn upsert_provider_config(&self, key: MrKey, facts: ProviderConfigFacts) {
+        self.pcs_mut().objects.insert(key, facts);
+    }
+
+    /// Forgets a provider config object that is gone.
+    pub fn remove_provider_config(&self, key: &MrKey) {
+        self.pcs_mut().objects.remove(key);
+    }
+
+    /// Whether `r`, referenced by an MR of `mr_group`, exists. The MR's
+    /// family group is the longest served ProviderConfig group that
+    /// `mr_group` ends with (`s3.aws.m.upbound.io` → `aws.m.upbound.io`).
+    pub fn provider_config_status(
+        &self,
+        mr_group: &str,
+        r: &ProviderConfigRef,
+    ) -> ProviderConfigStatus {
+        let pcs = self.pcs();
+        let family = pcs
+            .kinds
+            .iter()
+            .map(|(g, _)| g.as_str())
+            .filter(|g| mr_group == *g || mr_group.ends_with(&format!(".{g}")))
+            .max_by_key(|g| g.len());
+        let Some(group) = family else {
+            return ProviderConfigStatus::Unknown;
+        };
+        if !pcs.kinds.contains(&(group.to_string(), r.kind.clone())) {
+            return ProviderConfigStatus::KindNotServed(group.to_string());
+        }
+        let key = MrKey::new(group, &r.kind, &r.namespace, &r.name);
+        if pcs.objects.contains_key(&key) {
+            ProviderConfigStatus::Exists
+        } else {
+            ProviderConfigStatus::Missing(group.to_string())
+        }
+    }
+
+    /// The provider configs in use whose credentials are the Secret
+    /// `namespace/name`, sorted (the teardown guard).
+    pub fn secret_users(&self, namespace: &str, name: &str) -> Vec<MrKey> {
+        let pcs = self.pcs();
+        let mut out: Vec<MrKey> = pcs
+            .objects
+            .iter()
+            .filter(|(_, f)| {
+                f.in_use
+                    && f.secret
+                        .as_ref()
+                        .is_some_and(|(ns, n)| ns == namespace && n == name)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        out.sort();
+        out
     }
 
     /// Records a live MR: its claim (`None` while it has no identity) and
@@ -609,6 +734,107 @@ mod tests {
         idx.remove(&a_key);
         assert!(idx.claimants(&im, &b_key).is_empty());
         assert!(idx.is_empty());
+    }
+
+    #[test]
+    fn provider_configs_are_found_by_family_kind_and_name() {
+        let idx = IdentityIndex::default();
+        let pc = |kind: &str, ns: &str, name: &str| ProviderConfigRef {
+            kind: kind.into(),
+            name: name.into(),
+            namespace: ns.into(),
+        };
+        // Nothing known: no finding.
+        assert_eq!(
+            idx.provider_config_status(
+                "s3.aws.m.upbound.io",
+                &pc("ClusterProviderConfig", "", "default")
+            ),
+            ProviderConfigStatus::Unknown
+        );
+        idx.set_provider_config_kinds(vec![
+            ("aws.upbound.io".into(), "ProviderConfig".into()),
+            ("aws.m.upbound.io".into(), "ProviderConfig".into()),
+            ("aws.m.upbound.io".into(), "ClusterProviderConfig".into()),
+        ]);
+        let facts = |secret: Option<(&str, &str)>, in_use| ProviderConfigFacts {
+            secret: secret.map(|(a, b)| (a.into(), b.into())),
+            in_use,
+        };
+        idx.replace_provider_configs(
+            "aws.m.upbound.io",
+            "ClusterProviderConfig",
+            vec![(
+                MrKey::new("aws.m.upbound.io", "ClusterProviderConfig", "", "default"),
+                facts(Some(("crossplane-system", "aws-secret")), true),
+            )],
+        );
+        idx.upsert_provider_config(
+            MrKey::new("aws.m.upbound.io", "ProviderConfig", "team-a", "mine"),
+            facts(Some(("team-a", "creds")), false),
+        );
+        let s = |g: &str, r: ProviderConfigRef| idx.provider_config_status(g, &r);
+        assert_eq!(
+            s(
+                "s3.aws.m.upbound.io",
+                pc("ClusterProviderConfig", "", "default")
+            ),
+            ProviderConfigStatus::Exists
+        );
+        assert_eq!(
+            s(
+                "s3.aws.m.upbound.io",
+                pc("ProviderConfig", "team-a", "mine")
+            ),
+            ProviderConfigStatus::Exists
+        );
+        assert_eq!(
+            s(
+                "s3.aws.m.upbound.io",
+                pc("ProviderConfig", "team-b", "mine")
+            ),
+            ProviderConfigStatus::Missing("aws.m.upbound.io".into())
+        );
+        // The legacy group serves no ClusterProviderConfig.
+        assert_eq!(
+            s(
+                "s3.aws.upbound.io",
+                pc("ClusterProviderConfig", "", "default")
+            ),
+            ProviderConfigStatus::KindNotServed("aws.upbound.io".into())
+        );
+        assert_eq!(
+            s("nop.crossplane.io", pc("ProviderConfig", "", "default")),
+            ProviderConfigStatus::Unknown
+        );
+        // Only configs in use hold their Secret.
+        assert_eq!(
+            idx.secret_users("crossplane-system", "aws-secret"),
+            vec![MrKey::new(
+                "aws.m.upbound.io",
+                "ClusterProviderConfig",
+                "",
+                "default"
+            )]
+        );
+        assert!(idx.secret_users("team-a", "creds").is_empty());
+        idx.remove_provider_config(&MrKey::new(
+            "aws.m.upbound.io",
+            "ClusterProviderConfig",
+            "",
+            "default",
+        ));
+        assert!(idx
+            .secret_users("crossplane-system", "aws-secret")
+            .is_empty());
+        idx.set_provider_config_kinds(vec![]);
+        assert_eq!(
+            s(
+                "s3.aws.m.upbound.io",
+                pc("ProviderConfig", "team-a", "mine")
+            ),
+            ProviderConfigStatus::Unknown
+        );
     }
 
     #[test]

@@ -49,7 +49,7 @@ impl From<&kube_core::admission::Operation> for Operation {
 /// configuration, which checks its `rules` keys against this list below
 /// the rules themselves; `rules::RULES` implements one rule per name, in
 /// this order, and a test keeps the two equal.
-pub const RULE_NAMES: [&str; 16] = [
+pub const RULE_NAMES: [&str; 17] = [
     "deletion-policy",
     "management-policies",
     "deletion-policy-conflict",
@@ -66,6 +66,7 @@ pub const RULE_NAMES: [&str; 16] = [
     "reference",
     "external-identity",
     "adoption",
+    "provider-config-exists",
 ];
 
 /// What a rule does when it finds something; ordered `Off < Warn < Deny`.

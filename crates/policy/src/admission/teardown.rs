@@ -29,61 +29,38 @@ const NAMED: usize = 5;
 /// The decision for a request the teardown guard judges, or `None` for
 /// every other request (which the MR rules judge).
 pub(super) fn judge(req: &Request, cluster: &Cluster) -> Option<Decision> {
-    if !req.kind.group.is_empty()
-        || req.kind.kind != "Namespace"
-        || Operation::from(&req.operation) != Operation::Delete
-    {
+    if !req.kind.group.is_empty() || Operation::from(&req.operation) != Operation::Delete {
         return None;
     }
-    let allow = || Decision {
+    match req.kind.kind.as_str() {
+        "Namespace" => Some(namespace(req, cluster)),
+        "Secret" => Some(secret(req, cluster)),
+        _ => None,
+    }
+}
+
+fn allow(req: &Request) -> Decision {
+    Decision {
         response: AdmissionResponse::from(req),
         outcome: Outcome::Allowed,
         findings: vec![],
         mutated: None,
-    };
-    let index = cluster.identities();
-    if !index.is_synced() {
-        return Some(allow());
     }
-    let acknowledged = req
-        .old_object
-        .as_ref()
-        .and_then(|o| o.value.pointer("/metadata/annotations"))
-        .and_then(|a| a.get(ALLOW_TEARDOWN))
-        .and_then(|v| v.as_str())
-        == Some("true");
-    if acknowledged {
-        return Some(allow());
+}
+
+fn deny(req: &Request, kind: &str, message: String, fix: String) -> Decision {
+    let mut what = format!("{kind} {:?}", req.name);
+    if let Some(ns) = req.namespace.as_deref().filter(|n| !n.is_empty()) {
+        what.push_str(&format!(" in namespace {ns:?}"));
     }
-    let held = index.deleting_in_namespace(&req.name);
-    if held.is_empty() {
-        return Some(allow());
-    }
-    let mut names: Vec<String> = held.iter().take(NAMED).map(|k| k.to_string()).collect();
-    if held.len() > NAMED {
-        names.push(format!("and {} more", held.len() - NAMED));
-    }
-    let message = format!(
-        "namespace {:?} holds {} MR{} whose deletion deletes the external resource ({}); deleting the namespace removes their credentials and provider configs too, so they may hang or leak",
-        req.name,
-        held.len(),
-        if held.len() == 1 { "" } else { "s" },
-        names.join(", ")
-    );
-    let fix = format!(
-        "delete those MRs first and wait until they are gone, or annotate the namespace {ALLOW_TEARDOWN}=true to delete it anyway"
-    );
     let mut response = AdmissionResponse::from(req);
     response.allowed = false;
     response.result = Status::failure(
-        &format!(
-            "mrguard denied DELETE of Namespace {:?}: [{TEARDOWN}] {message}. Fix: {fix}.",
-            req.name
-        ),
+        &format!("mrguard denied DELETE of {what}: [{TEARDOWN}] {message}. Fix: {fix}."),
         "Forbidden",
     )
     .with_code(403);
-    Some(Decision {
+    Decision {
         response,
         outcome: Outcome::Denied,
         findings: vec![Finding {
@@ -93,7 +70,71 @@ pub(super) fn judge(req: &Request, cluster: &Cluster) -> Option<Decision> {
             fix: Some(fix),
         }],
         mutated: None,
-    })
+    }
+}
+
+/// Names up to [`NAMED`] keys, then how many more.
+fn list(keys: &[crate::identity::MrKey]) -> String {
+    let mut names: Vec<String> = keys.iter().take(NAMED).map(|k| k.to_string()).collect();
+    if keys.len() > NAMED {
+        names.push(format!("and {} more", keys.len() - NAMED));
+    }
+    names.join(", ")
+}
+
+/// A credentials Secret that a provider config in use references.
+fn secret(req: &Request, cluster: &Cluster) -> Decision {
+    let index = cluster.identities();
+    let namespace = req.namespace.as_deref().unwrap_or("");
+    if !index.is_synced() {
+        return allow(req);
+    }
+    let users = index.secret_users(namespace, &req.name);
+    if users.is_empty() {
+        return allow(req);
+    }
+    let message = format!(
+        "the provider config{} {} in use read{} credentials from this Secret; every MR behind {} would fail",
+        if users.len() == 1 { "" } else { "s" },
+        list(&users),
+        if users.len() == 1 { "s its" } else { " their" },
+        if users.len() == 1 { "it" } else { "them" },
+    );
+    let fix =
+        "point those provider configs at other credentials, or delete their MRs first".to_string();
+    deny(req, "Secret", message, fix)
+}
+
+fn namespace(req: &Request, cluster: &Cluster) -> Decision {
+    let index = cluster.identities();
+    if !index.is_synced() {
+        return allow(req);
+    }
+    let acknowledged = req
+        .old_object
+        .as_ref()
+        .and_then(|o| o.value.pointer("/metadata/annotations"))
+        .and_then(|a| a.get(ALLOW_TEARDOWN))
+        .and_then(|v| v.as_str())
+        == Some("true");
+    if acknowledged {
+        return allow(req);
+    }
+    let held = index.deleting_in_namespace(&req.name);
+    if held.is_empty() {
+        return allow(req);
+    }
+    let message = format!(
+        "namespace {:?} holds {} MR{} whose deletion deletes the external resource ({}); deleting the namespace removes their credentials and provider configs too, so they may hang or leak",
+        req.name,
+        held.len(),
+        if held.len() == 1 { "" } else { "s" },
+        list(&held)
+    );
+    let fix = format!(
+        "delete those MRs first and wait until they are gone, or annotate the namespace {ALLOW_TEARDOWN}=true to delete it anyway"
+    );
+    deny(req, "Namespace", message, fix)
 }
 
 #[cfg(test)]
@@ -117,7 +158,46 @@ mod tests {
         c.identities().upsert(k("team-a", "net"), None, true);
         c.identities().upsert(k("team-a", "observed"), None, false);
         c.identities().upsert(k("team-b", "other"), None, true);
+        c.identities().upsert_provider_config(
+            MrKey::new("aws.m.upbound.io", "ClusterProviderConfig", "", "default"),
+            crate::identity::ProviderConfigFacts {
+                secret: Some(("crossplane-system".into(), "aws-secret".into())),
+                in_use: true,
+            },
+        );
         c
+    }
+
+    fn delete_secret(name: &str) -> Request {
+        let s = json!({"apiVersion": "v1", "kind": "Secret",
+                       "metadata": {"name": name, "namespace": "crossplane-system"}});
+        RequestBuilder::new(Operation::Delete).old_object(s).build()
+    }
+
+    #[test]
+    fn a_credentials_secret_in_use_is_denied_naming_its_config() {
+        let d = judge(&delete_secret("aws-secret"), &cluster()).unwrap();
+        assert!(!d.response.allowed);
+        let m = &d.response.result.message;
+        assert!(m.starts_with("mrguard denied DELETE of Secret \"aws-secret\" in namespace \"crossplane-system\": [teardown]"), "{m}");
+        assert!(
+            m.contains(
+                "ClusterProviderConfig.aws.m.upbound.io default in use reads its credentials"
+            ),
+            "{m}"
+        );
+        assert!(
+            judge(&delete_secret("other"), &cluster())
+                .unwrap()
+                .response
+                .allowed
+        );
+        assert!(
+            judge(&delete_secret("aws-secret"), Cluster::empty())
+                .unwrap()
+                .response
+                .allowed
+        );
     }
 
     #[test]

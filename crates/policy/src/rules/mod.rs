@@ -26,6 +26,7 @@ mod management_policies;
 mod observe_only_external_name;
 mod paused_delete;
 mod paused_value;
+mod provider_config_exists;
 mod reference;
 
 /// Every built-in rule, in the order findings are reported.
@@ -46,6 +47,7 @@ pub static RULES: &[&dyn Rule] = &[
     &reference::Reference,
     &external_identity::ExternalIdentity,
     &adoption::Adoption,
+    &provider_config_exists::ProviderConfigExists,
 ];
 
 pub use adoption::ADOPT;
