@@ -35,7 +35,7 @@ use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
 use crate::config::ConfigStore;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
-use mrguard_policy::identity::{Claim, Identity, MrKey};
+use mrguard_policy::identity::{Claim, Identity, MrKey, ProviderConfigFacts};
 use mrguard_policy::mr::{DeletionOutcome, Mr, EXTERNAL_NAME};
 
 /// How often the configuration is compared with the one the claims were
@@ -71,30 +71,146 @@ struct ViewForProvider {
     region: Option<Value>,
 }
 
-impl Resource for IdentityView {
-    type DynamicType = ApiResource;
-    type Scope = kube::core::DynamicResourceScope;
+/// A partial view of objects of any kind, named by an [`ApiResource`].
+macro_rules! dynamic_view {
+    ($t:ty) => {
+        impl Resource for $t {
+            type DynamicType = ApiResource;
+            type Scope = kube::core::DynamicResourceScope;
 
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        dt.kind.as_str().into()
+            fn kind(dt: &ApiResource) -> Cow<'_, str> {
+                dt.kind.as_str().into()
+            }
+            fn group(dt: &ApiResource) -> Cow<'_, str> {
+                dt.group.as_str().into()
+            }
+            fn version(dt: &ApiResource) -> Cow<'_, str> {
+                dt.version.as_str().into()
+            }
+            fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+                dt.api_version.as_str().into()
+            }
+            fn plural(dt: &ApiResource) -> Cow<'_, str> {
+                dt.plural.as_str().into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+dynamic_view!(IdentityView);
+dynamic_view!(ProviderConfigView);
+
+/// What the index needs of a ProviderConfig: its credentials Secret and
+/// whether MRs use it.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct ProviderConfigView {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: PcSpec,
+    #[serde(default)]
+    status: PcStatus,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct PcSpec {
+    #[serde(default)]
+    credentials: Option<PcCredentials>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PcCredentials {
+    #[serde(default)]
+    source: Option<String>,
+    #[serde(default)]
+    secret_ref: Option<PcSecretRef>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct PcSecretRef {
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct PcStatus {
+    #[serde(default)]
+    users: Option<i64>,
+}
+
+impl ProviderConfigView {
+    pub(crate) fn facts(&self, kind: &MrKind) -> Option<(MrKey, ProviderConfigFacts)> {
+        let name = self.metadata.name.as_deref()?;
+        let namespace = self.metadata.namespace.as_deref().unwrap_or("");
+        let secret = self.spec.credentials.as_ref().and_then(|c| {
+            if c.source.as_deref().is_some_and(|s| s != "Secret") {
+                return None;
+            }
+            let r = c.secret_ref.as_ref()?;
+            // A namespaced ProviderConfig's Secret defaults to its own namespace.
+            let ns = r
+                .namespace
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .unwrap_or(namespace);
+            Some((ns.to_string(), r.name.clone()?))
+        });
+        Some((
+            MrKey::new(&kind.group, &kind.kind, namespace, name),
+            ProviderConfigFacts {
+                secret,
+                in_use: self.status.users.unwrap_or(0) > 0,
+            },
+        ))
     }
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        dt.group.as_str().into()
+}
+
+/// The Crossplane category of ProviderConfig CRDs.
+const PROVIDER_CONFIG_CATEGORY: &str = "providerconfig";
+
+/// A ProviderConfig or ClusterProviderConfig kind (not the Usage kinds).
+fn provider_config_kind(crd: &CrdSummary) -> Option<MrKind> {
+    let names = &crd.spec.names;
+    if !names
+        .categories
+        .iter()
+        .any(|c| c == PROVIDER_CONFIG_CATEGORY)
+        || names.kind.ends_with("Usage")
+    {
+        return None;
     }
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.version.as_str().into()
+    // MrKind's parsing, without its category check.
+    let mut c = crd.clone();
+    c.spec.names.categories = vec![super::coverage::MANAGED_CATEGORY.into()];
+    MrKind::from_crd(&c)
+}
+
+/// The provider config kinds, keyed by CRD name.
+#[derive(Default)]
+struct ProviderConfigKinds(BTreeMap<String, MrKind>);
+
+impl ProviderConfigKinds {
+    fn upsert(&mut self, crd: &CrdSummary) {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        match provider_config_kind(crd) {
+            Some(k) => self.0.insert(name, k),
+            None => self.0.remove(&name),
+        };
     }
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.api_version.as_str().into()
-    }
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        dt.plural.as_str().into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
+
+    fn remove(&mut self, crd: &CrdSummary) {
+        if let Some(n) = &crd.metadata.name {
+            self.0.remove(n);
+        }
     }
 }
 
@@ -164,6 +280,8 @@ pub(crate) async fn run(
     .boxed();
     let mut current = Coverage::default();
     let mut listing: Option<Coverage> = None;
+    let mut configs = ProviderConfigKinds::default();
+    let mut config_listing: Option<ProviderConfigKinds> = None;
     let mut crds_synced = false;
     let mut crd_error = ErrorOnce::default();
     // Kinds whose first list is still outstanding, while not yet synced.
@@ -182,9 +300,15 @@ pub(crate) async fn run(
                     crd_error.ok("CRD watch (identities)");
                 }
                 match ev {
-                    Ok(watcher::Event::Init) => listing = Some(Coverage::default()),
+                    Ok(watcher::Event::Init) => {
+                        listing = Some(Coverage::default());
+                        config_listing = Some(ProviderConfigKinds::default());
+                    }
                     Ok(watcher::Event::InitApply(crd)) => {
                         if let Some(l) = listing.as_mut() {
+                            l.upsert(&crd);
+                        }
+                        if let Some(l) = config_listing.as_mut() {
                             l.upsert(&crd);
                         }
                     }
@@ -192,11 +316,22 @@ pub(crate) async fn run(
                         if let Some(l) = listing.take() {
                             current = l;
                         }
+                        if let Some(l) = config_listing.take() {
+                            configs = l;
+                        }
                         crds_synced = true;
                         changed = true;
                     }
-                    Ok(watcher::Event::Apply(crd)) => { current.upsert(&crd); changed = crds_synced; }
-                    Ok(watcher::Event::Delete(crd)) => { current.remove(&crd); changed = crds_synced; }
+                    Ok(watcher::Event::Apply(crd)) => {
+                        current.upsert(&crd);
+                        configs.upsert(&crd);
+                        changed = crds_synced;
+                    }
+                    Ok(watcher::Event::Delete(crd)) => {
+                        current.remove(&crd);
+                        configs.remove(&crd);
+                        changed = crds_synced;
+                    }
                     Err(e) => {
                         let e = ControllerError::Api {
                             verb: "watch",
@@ -227,27 +362,55 @@ pub(crate) async fn run(
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
         if changed {
-            let wanted: BTreeMap<String, &MrKind> = current.kinds().map(|k| (k.key(), k)).collect();
+            index.set_provider_config_kinds(
+                configs
+                    .0
+                    .values()
+                    .map(|k| (k.group.clone(), k.kind.clone()))
+                    .collect(),
+            );
+            // MR kinds by CRD name; provider config kinds as "pc:" + name.
+            let mut wanted: BTreeMap<String, (&MrKind, bool)> =
+                current.kinds().map(|k| (k.key(), (k, false))).collect();
+            wanted.extend(
+                configs
+                    .0
+                    .values()
+                    .map(|k| (format!("pc:{}", k.key()), (k, true))),
+            );
             running.retain(|key, (kind, handle)| {
-                let keep = wanted.get(key).is_some_and(|w| *w == kind);
+                let keep = wanted.get(key).is_some_and(|(w, _)| *w == kind);
                 if !keep {
                     handle.abort();
-                    index.drop_kind(&kind.group, &kind.kind);
+                    if !key.starts_with("pc:") {
+                        index.drop_kind(&kind.group, &kind.kind);
+                    }
                 }
                 keep
             });
-            for (key, kind) in wanted {
+            for (key, (kind, is_config)) in wanted {
                 if running.contains_key(&key) {
                     continue;
                 }
-                let handle = tasks.spawn(watch_kind(
-                    client.clone(),
-                    kind.clone(),
-                    applied.clone(),
-                    cluster.clone(),
-                    done_tx.clone(),
-                    metrics.clone(),
-                ));
+                let handle = if is_config {
+                    tasks.spawn(watch_provider_configs(
+                        client.clone(),
+                        kind.clone(),
+                        key.clone(),
+                        cluster.clone(),
+                        done_tx.clone(),
+                        metrics.clone(),
+                    ))
+                } else {
+                    tasks.spawn(watch_kind(
+                        client.clone(),
+                        kind.clone(),
+                        applied.clone(),
+                        cluster.clone(),
+                        done_tx.clone(),
+                        metrics.clone(),
+                    ))
+                };
                 running.insert(key, (kind.clone(), handle));
             }
             if !index.is_synced() && waiting.is_none() {
@@ -260,6 +423,7 @@ pub(crate) async fn run(
                 index.set_synced(true);
                 tracing::info!(
                     kinds = running.len(),
+                    provider_config_kinds = configs.0.len(),
                     claims = index.len(),
                     "identity index synced"
                 );
@@ -333,6 +497,71 @@ async fn watch_kind(
     }
 }
 
+/// One provider config kind's watch, like [`watch_kind`]; `key` is what
+/// it reports when listed.
+async fn watch_provider_configs(
+    client: kube::Client,
+    kind: MrKind,
+    key: String,
+    cluster: Arc<Cluster>,
+    done: mpsc::UnboundedSender<String>,
+    metrics: Arc<ControllerMetrics>,
+) {
+    let index = cluster.identities();
+    let api: Api<ProviderConfigView> = Api::all_with(client, &kind.api_resource());
+    let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
+    let mut listing: Option<Vec<(MrKey, ProviderConfigFacts)>> = None;
+    let mut watch_error = ErrorOnce::default();
+    let what = format!("provider config watch of {}", kind.key());
+    while let Some(ev) = stream.next().await {
+        if watcher_progress(&ev) {
+            watch_error.ok(&what);
+        }
+        match ev {
+            Ok(watcher::Event::Init) => listing = Some(Vec::new()),
+            Ok(watcher::Event::InitApply(o)) => {
+                if let (Some(l), Some(f)) = (listing.as_mut(), o.facts(&kind)) {
+                    l.push(f);
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                index.replace_provider_configs(
+                    &kind.group,
+                    &kind.kind,
+                    listing.take().unwrap_or_default(),
+                );
+                let _ = done.send(key.clone());
+            }
+            Ok(watcher::Event::Apply(o)) => {
+                if let Some((k, f)) = o.facts(&kind) {
+                    index.upsert_provider_config(k, f);
+                }
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                if let Some((k, _)) = o.facts(&kind) {
+                    index.remove_provider_config(&k);
+                }
+            }
+            Err(e) => {
+                let e = ControllerError::Api {
+                    verb: "watch",
+                    resource: "provider configs",
+                    object: kind.key(),
+                    source: watcher_source(e),
+                };
+                if matches!(e.status_code(), Some(403 | 404)) {
+                    let _ = done.send(key.clone());
+                }
+                watch_error.failed(
+                    &e,
+                    Some(&metrics),
+                    "failed to watch provider configs; retrying with backoff",
+                );
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,6 +575,52 @@ mod tests {
             read_version: "v1beta1".into(),
             namespaced,
         }
+    }
+
+    #[test]
+    fn provider_config_crds_and_their_credentials() {
+        let crd = |kind: &str, scope: &str, categories: Value| -> CrdSummary {
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("{}s.aws.m.upbound.io", kind.to_lowercase())},
+                "spec": {"group": "aws.m.upbound.io", "scope": scope,
+                         "names": {"kind": kind, "plural": format!("{}s", kind.to_lowercase()),
+                                   "categories": categories},
+                         "versions": [{"name": "v1beta1", "served": true, "storage": true}]}
+            }))
+            .unwrap()
+        };
+        let cats = json!(["crossplane", "providerconfig", "aws"]);
+        let k = provider_config_kind(&crd("ProviderConfig", "Namespaced", cats.clone())).unwrap();
+        assert!(k.namespaced);
+        assert!(
+            provider_config_kind(&crd("ClusterProviderConfig", "Cluster", cats.clone())).is_some()
+        );
+        assert!(provider_config_kind(&crd("ProviderConfigUsage", "Namespaced", cats)).is_none());
+        assert!(
+            provider_config_kind(&crd("ProviderConfig", "Namespaced", json!(["managed"])))
+                .is_none()
+        );
+
+        let view: ProviderConfigView = serde_json::from_value(json!({
+            "metadata": {"name": "team", "namespace": "team-a"},
+            "spec": {"credentials": {"source": "Secret", "secretRef": {"name": "creds", "key": "k"}}},
+            "status": {"users": 2}
+        }))
+        .unwrap();
+        let (key, facts) = view.facts(&k).unwrap();
+        assert_eq!(
+            key,
+            MrKey::new("aws.m.upbound.io", "ProviderConfig", "team-a", "team")
+        );
+        assert_eq!(facts.secret, Some(("team-a".into(), "creds".into())));
+        assert!(facts.in_use);
+        let irsa: ProviderConfigView = serde_json::from_value(json!({
+            "metadata": {"name": "irsa"}, "spec": {"credentials": {"source": "IRSA"}}
+        }))
+        .unwrap();
+        let (_, facts) = irsa.facts(&k).unwrap();
+        assert_eq!(facts.secret, None);
+        assert!(!facts.in_use);
     }
 
     #[test]

@@ -346,3 +346,218 @@ async fn a_namespace_holding_mrs_cannot_be_deleted_until_annotated_or_mrguard_is
         .await
         .expect("with mrguard down the deletion succeeds");
 }
+
+/// A provider family of the test's own (an MR kind and a ProviderConfig
+/// kind no other test uses), so that its provider configs change no other
+/// test's findings. Written here, not copied: the smallest CRDs with
+/// Crossplane's categories.
+const PC_GROUP: &str = "e2epc.example.org";
+const THING_GROUP: &str = "things.e2epc.example.org";
+
+fn provider_config_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("providerconfigs.{PC_GROUP}")},
+        "spec": {
+            "group": PC_GROUP,
+            "scope": "Cluster",
+            "names": {"kind": "ProviderConfig", "listKind": "ProviderConfigList",
+                      "plural": "providerconfigs", "singular": "providerconfig",
+                      "categories": ["crossplane", "providerconfig", "e2epc"]},
+            "versions": [{
+                "name": "v1beta1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                }}},
+                "subresources": {"status": {}},
+            }],
+        },
+    })
+}
+
+async fn ensure_crd(admin: &kube::Client, crd: Value) {
+    let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(admin.clone());
+    if api
+        .get_opt(crd.metadata.name.as_deref().unwrap())
+        .await
+        .unwrap()
+        .is_none()
+    {
+        support::cluster::create_crd(admin, &crd).await.unwrap();
+    }
+}
+
+/// The reference check and the credentials half of the teardown guard: an
+/// MR naming a ProviderConfig that does not exist is admitted with a
+/// warning; a Secret that a ProviderConfig in use reads cannot be deleted
+/// (the denial names the config), and can once mrguard is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_provider_config_warns_and_a_credentials_secret_in_use_cannot_be_deleted() {
+    let Some(cluster) = support::require_cluster(
+        "a_missing_provider_config_warns_and_a_credentials_secret_in_use_cannot_be_deleted",
+    )
+    .await
+    else {
+        return;
+    };
+    let admin = cluster.admin().await.unwrap();
+    ensure_crd(&admin, provider_config_crd()).await;
+    ensure_crd(
+        &admin,
+        support::managed_crd(THING_GROUP, "v1alpha1", "Thing", "things", "Cluster"),
+    )
+    .await;
+    // The chart's RBAC for this family: its MR group and, through
+    // providerFamilies, read on its provider configs.
+    let values = format!(
+        "rbac:\n  audit:\n    apiGroups: []\n    providerFamilies:\n      - group: {PC_GROUP}\n        services: [things]\n"
+    );
+    let mut r = support::install(
+        cluster,
+        "e2e-provider-configs",
+        Options {
+            values: Some(values),
+            ..Options::default()
+        },
+    )
+    .await;
+    wait_for("admission of Things", WAIT, || async {
+        r.webhooks_ready(THING_GROUP, "things").await.then_some(())
+    })
+    .await
+    .unwrap();
+
+    let pcs = kube::Api::<kube::api::DynamicObject>::all_with(
+        r.client.clone(),
+        &support::resource(PC_GROUP, "v1beta1", "ProviderConfig", "providerconfigs"),
+    );
+    let pc_name = format!("{}-used", r.name);
+    let pc: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{PC_GROUP}/v1beta1"), "kind": "ProviderConfig",
+        "metadata": {"name": pc_name},
+        "spec": {"credentials": {"source": "Secret",
+                 "secretRef": {"namespace": r.workload_ns, "name": "creds", "key": "creds"}}},
+    }))
+    .unwrap();
+    pcs.create(&PostParams::default(), &pc).await.unwrap();
+    // Crossplane counts the MRs using a config in status.users.
+    pcs.patch_status(
+        &pc_name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"users": 1}})),
+    )
+    .await
+    .unwrap();
+
+    // An MR naming a config that does not exist: admitted, with a warning.
+    let path = format!("/apis/{THING_GROUP}/v1alpha1/things");
+    let thing = serde_json::to_value(r.object(json!({
+        "apiVersion": format!("{THING_GROUP}/v1alpha1"), "kind": "Thing",
+        "metadata": {"name": format!("{}-thing", r.name)},
+        "spec": {"forProvider": {}, "providerConfigRef": {"name": "nowhere"}},
+    })))
+    .unwrap();
+    wait_for("the missing config warned", WAIT, || async {
+        let resp = api::create(&r.client, &path, &thing, true).await.ok()?;
+        resp.warnings
+            .iter()
+            .any(|w| w.starts_with("provider-config-exists: "))
+            .then_some(())
+    })
+    .await
+    .map_err(|e| r.with_logs(e))
+    .unwrap();
+    let resp = api::create(&r.client, &path, &thing, false).await.unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    let w: Vec<_> = resp
+        .warnings
+        .iter()
+        .filter(|w| w.starts_with("provider-config-exists: "))
+        .collect();
+    assert!(
+        w[0].contains(&format!(
+            "ProviderConfig \"nowhere\" ({PC_GROUP}) does not exist"
+        )),
+        "{w:?}"
+    );
+    // Naming the config that exists: no warning.
+    let mut ok = thing.clone();
+    ok["metadata"]["name"] = json!(format!("{}-thing-ok", r.name));
+    ok["spec"]["providerConfigRef"] = json!({"name": pc_name});
+    let resp = api::create(&r.client, &path, &ok, false).await.unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    assert!(
+        !resp
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("provider-config-exists")),
+        "{:?}",
+        resp.warnings
+    );
+
+    // The credentials Secret of a config in use.
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(r.client.clone(), &r.workload_ns);
+    let secret = json!({"metadata": {"name": "creds",
+        "labels": {support::release::TEST_LABEL: r.name}},
+        "stringData": {"creds": "[default]\n"}});
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(secret.clone()).unwrap(),
+        )
+        .await
+        .unwrap();
+    let dry = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    wait_for("the Secret deletion denied", WAIT, || async {
+        match secrets.delete("creds", &dry).await {
+            Err(kube::Error::Api(s)) if s.message.contains("[teardown]") => Some(()),
+            _ => None,
+        }
+    })
+    .await
+    .map_err(|e| r.with_logs(e))
+    .unwrap();
+    let e = secrets
+        .delete("creds", &DeleteParams::default())
+        .await
+        .unwrap_err();
+    let kube::Error::Api(s) = e else {
+        panic!("expected a denial, got {e}")
+    };
+    assert!(
+        s.message.contains(&format!(
+            "ProviderConfig.{PC_GROUP} {pc_name} in use reads its credentials"
+        )),
+        "{}",
+        s.message
+    );
+    // Another Secret in the namespace is not held.
+    let mut other = secret.clone();
+    other["metadata"]["name"] = json!("unrelated");
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(other).unwrap(),
+        )
+        .await
+        .unwrap();
+    secrets
+        .delete("unrelated", &DeleteParams::default())
+        .await
+        .expect("a Secret no config reads is deleted");
+
+    // mrguard down: the entry fails open.
+    r.kill_replica(0);
+    secrets
+        .delete("creds", &DeleteParams::default())
+        .await
+        .expect("with mrguard down the Secret is deleted");
+    let _ = pcs.delete(&pc_name, &DeleteParams::default()).await;
+}

@@ -431,7 +431,7 @@ fn the_teardown_entry_fails_open_and_matches_only_namespace_deletes() {
     for m in [render(&[]), render_ha_off()] {
         let cfg = m.only("ValidatingWebhookConfiguration");
         let hooks = cfg["webhooks"].as_array().unwrap();
-        assert_eq!(hooks.len(), 2);
+        assert_eq!(hooks.len(), 3);
         let t = &hooks[1];
         assert_eq!(t["name"], "teardown.mrguard.io");
         assert_eq!(t["failurePolicy"], "Ignore");
@@ -445,6 +445,20 @@ fn the_teardown_entry_fails_open_and_matches_only_namespace_deletes() {
         );
         assert_eq!(t["namespaceSelector"], hooks[0]["namespaceSelector"]);
         assert_eq!(t.get("objectSelector"), hooks[0].get("objectSelector"));
+        // Credentials Secrets: crossplane-system (the release namespace
+        // here) is judged; only kube-system is left out.
+        let s = &hooks[2];
+        assert_eq!(s["name"], "teardown-secrets.mrguard.io");
+        assert_eq!(s["failurePolicy"], "Ignore");
+        assert_eq!(
+            s["rules"],
+            json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"],
+                    "resources": ["secrets"], "scope": "Namespaced"}])
+        );
+        let excluded = excluded_namespaces(s);
+        assert!(excluded.contains("kube-system"));
+        assert!(!excluded.contains(NS), "{excluded:?}");
+        assert_eq!(s.get("objectSelector"), hooks[0].get("objectSelector"));
     }
     let off = render(&["--set", "webhooks.teardown.enabled=false"]);
     let cfg = off.only("ValidatingWebhookConfiguration");
@@ -737,10 +751,35 @@ fn rbac_is_exactly_the_least_privilege_listed() {
     let audit_role = m.one("ClusterRole", "mrguard-audit");
     assert!(audit_role.get("aggregationRule").is_none());
     let audit = rules_of(audit_role);
-    assert_eq!(audit.len(), 1);
+    assert_eq!(audit.len(), 2);
     let (groups, resources, names, verbs) = &audit[0];
     assert_eq!(groups, &audit_groups_from_values());
     assert_eq!(resources, &BTreeSet::from(["*".to_string()]));
+    assert!(names.is_empty());
+    assert_eq!(
+        verbs,
+        &BTreeSet::from(["list".to_string(), "watch".to_string()])
+    );
+    // The provider configs, in the families' own groups only.
+    let (groups, resources, names, verbs) = &audit[1];
+    assert_eq!(
+        groups,
+        &BTreeSet::from(
+            [
+                "aws.m.upbound.io",
+                "aws.upbound.io",
+                "azure.m.upbound.io",
+                "azure.upbound.io",
+                "gcp.m.upbound.io",
+                "gcp.upbound.io",
+            ]
+            .map(String::from)
+        )
+    );
+    assert_eq!(
+        resources,
+        &BTreeSet::from(["providerconfigs", "clusterproviderconfigs"].map(String::from))
+    );
     assert!(names.is_empty());
     assert_eq!(
         verbs,

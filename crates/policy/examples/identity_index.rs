@@ -63,6 +63,7 @@ fn main() {
         index.upsert(
             MrKey::new(group, kind, ns, name),
             id.map(|i| i.claim(false)),
+            true,
         );
     }
     let fill = started.elapsed();
