@@ -339,7 +339,7 @@ pub(crate) async fn run(
                             object: String::new(),
                             source: watcher_source(e),
                         };
-                        crd_error.failed(&e, Some(&metrics), "failed to watch CRDs for the identity index; retrying with backoff");
+                        crd_error.failed(&e, Some(&metrics), "identity index: failed to watch CRDs; retrying with backoff");
                     }
                 }
             }
@@ -477,7 +477,8 @@ async fn watch_kind(
             Err(e) => {
                 let e = ControllerError::Api {
                     verb: "watch",
-                    resource: "managed resources",
+                    // Apart from the leader's MR watch, whose retries are counted alone.
+                    resource: "managed resources (identity index)",
                     object: kind.key(),
                     source: watcher_source(e),
                 };
@@ -490,7 +491,7 @@ async fn watch_kind(
                 watch_error.failed(
                     &e,
                     Some(&metrics),
-                    "failed to watch MRs for the identity index; retrying with backoff",
+                    "identity index: failed to watch an MR kind; retrying with backoff",
                 );
             }
         }
