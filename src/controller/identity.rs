@@ -35,7 +35,7 @@ use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
 use crate::config::ConfigStore;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
-use mrguard_policy::identity::{Claim, Identity, MrKey, ProviderConfigFacts};
+use mrguard_policy::identity::{Claim, MrKey, ProviderConfigFacts};
 use mrguard_policy::mr::{DeletionOutcome, Mr, EXTERNAL_NAME};
 
 /// How often the configuration is compared with the one the claims were
@@ -246,18 +246,18 @@ impl IdentityView {
             obj["spec"]["deletionPolicy"] = p.clone();
         }
         let deletes = Mr(&obj).deletion_outcome() == DeletionOutcome::Delete;
-        let identity = Identity::of(
+        let claim = Claim::of(
             &obj,
             &kind.group,
             &kind.kind,
             namespace,
             config.resource(&kind.group, &kind.kind),
             &config.provider_config,
+            self.metadata.deletion_timestamp.is_some(),
         );
-        let deleting = self.metadata.deletion_timestamp.is_some();
         Some((
             MrKey::new(&kind.group, &kind.kind, namespace, name),
-            identity.map(|i| i.claim(deleting)),
+            claim,
             deletes,
         ))
     }

@@ -83,7 +83,7 @@ fn main() {
     let mut found = 0;
     for _ in 0..100 {
         for id in &probe {
-            found += index.claimants(id, &me).len();
+            found += index.claimants(&id.claim(false), &me).len();
         }
     }
     let lookup = started.elapsed() / (100 * probe.len() as u32);

@@ -52,32 +52,7 @@ impl ProviderConfigRef {
     /// and mrguard's mutation fill them: the configured default name, and
     /// `ClusterProviderConfig` for a namespaced MR without a kind.
     pub fn of(obj: &Value, namespace: &str, defaults: &ProviderConfigDefaults) -> Self {
-        let r = Mr(obj).spec("providerConfigRef");
-        let (name, kind) = match r {
-            Some(Value::String(s)) => (s.as_str(), None),
-            Some(Value::Object(o)) => (
-                o.get("name").and_then(Value::as_str).unwrap_or(""),
-                o.get("kind")
-                    .and_then(Value::as_str)
-                    .filter(|k| !k.is_empty()),
-            ),
-            _ => ("", None),
-        };
-        let name = if name.is_empty() {
-            defaults.name_for(namespace)
-        } else {
-            name
-        };
-        let kind = kind.unwrap_or(if namespace.is_empty() {
-            "ProviderConfig"
-        } else {
-            "ClusterProviderConfig"
-        });
-        let namespace = if !namespace.is_empty() && kind == "ProviderConfig" {
-            namespace
-        } else {
-            ""
-        };
+        let (kind, name, namespace) = provider_config_parts(obj, namespace, defaults);
         Self {
             kind: kind.into(),
             name: name.into(),
@@ -147,28 +122,154 @@ impl Identity {
         })
     }
 
-    fn digest(&self, with_provider_config: bool) -> u64 {
-        // SipHash with fixed keys: the same digest for the same identity
-        // within one process, which is all the index needs.
-        let mut h = DefaultHasher::new();
-        self.group.hash(&mut h);
-        self.kind.hash(&mut h);
-        self.external_name.hash(&mut h);
-        self.region.hash(&mut h);
-        if with_provider_config {
-            self.provider_config.hash(&mut h);
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            group: &self.group,
+            fold: false,
+            kind: &self.kind,
+            external_name: &self.external_name,
+            region: self.region.as_deref(),
+            pc_kind: &self.provider_config.kind,
+            pc_name: &self.provider_config.name,
+            pc_namespace: &self.provider_config.namespace,
         }
-        h.finish()
     }
 
     /// What the index keeps of this identity for one MR.
     pub fn claim(&self, deleting: bool) -> Claim {
+        self.parts().claim(deleting)
+    }
+}
+
+/// An identity's parts, borrowed from the object: digests without
+/// allocating, for admission's common case (nobody else claims it).
+struct Parts<'a> {
+    group: &'a str,
+    /// Whether `group` still has its `m` segment to drop.
+    fold: bool,
+    kind: &'a str,
+    external_name: &'a str,
+    region: Option<&'a str>,
+    pc_kind: &'a str,
+    pc_name: &'a str,
+    pc_namespace: &'a str,
+}
+
+impl Parts<'_> {
+    /// What the index keeps: the digest without the provider config, and
+    /// the same hasher continued over it (one pass over the common parts).
+    fn claim(&self, deleting: bool) -> Claim {
+        // SipHash with fixed keys: the same digest for the same identity
+        // within one process, which is all the index needs. The folded
+        // group is hashed segment by segment, so an owned (folded) and a
+        // borrowed (unfolded) identity hash alike.
+        let mut h = DefaultHasher::new();
+        let mut dropped = !self.fold;
+        for (i, seg) in self.group.split('.').enumerate() {
+            if !dropped && i >= 1 && seg == "m" {
+                dropped = true;
+                continue;
+            }
+            h.write(seg.as_bytes());
+            h.write_u8(b'.');
+        }
+        h.write_u8(0xff);
+        self.kind.hash(&mut h);
+        self.external_name.hash(&mut h);
+        self.region.hash(&mut h);
+        let loose = h.finish();
+        self.pc_kind.hash(&mut h);
+        self.pc_name.hash(&mut h);
+        self.pc_namespace.hash(&mut h);
         Claim {
-            full: self.digest(true),
-            loose: self.digest(false),
+            full: h.finish(),
+            loose,
             deleting,
         }
     }
+}
+
+impl Claim {
+    /// The claim of `obj` (see [`Identity::of`]) without building the
+    /// identity: no allocation.
+    pub fn of(
+        obj: &Value,
+        group: &str,
+        kind: &str,
+        namespace: &str,
+        resource: &ResourceConfig,
+        defaults: &ProviderConfigDefaults,
+        deleting: bool,
+    ) -> Option<Self> {
+        let mr = Mr(obj);
+        let external_name = match (mr.external_name(), resource.external_name) {
+            (Some(n), _) => n,
+            (None, ExternalNameStrategy::NameAsIdentifier) => mr.name(),
+            (None, ExternalNameStrategy::IdentifierFromProvider) => return None,
+        };
+        if external_name.is_empty() {
+            return None;
+        }
+        let region = mr
+            .spec("forProvider")
+            .and_then(|f| f.get("region"))
+            .and_then(Value::as_str);
+        let (pc_kind, pc_name, pc_namespace) = provider_config_parts(obj, namespace, defaults);
+        Some(
+            Parts {
+                group,
+                fold: true,
+                kind,
+                external_name,
+                region,
+                pc_kind,
+                pc_name,
+                pc_namespace,
+            }
+            .claim(deleting),
+        )
+    }
+
+    /// Whether both claim one identity, provider config included.
+    pub fn same_identity(&self, other: &Claim) -> bool {
+        self.full == other.full
+    }
+}
+
+/// `(kind, name, namespace)` of the provider config, defaults resolved
+/// ([`ProviderConfigRef::of`]), borrowed.
+fn provider_config_parts<'a>(
+    obj: &'a Value,
+    namespace: &'a str,
+    defaults: &'a ProviderConfigDefaults,
+) -> (&'a str, &'a str, &'a str) {
+    let r = Mr(obj).spec("providerConfigRef");
+    let (name, kind) = match r {
+        Some(Value::String(s)) => (s.as_str(), None),
+        Some(Value::Object(o)) => (
+            o.get("name").and_then(Value::as_str).unwrap_or(""),
+            o.get("kind")
+                .and_then(Value::as_str)
+                .filter(|k| !k.is_empty()),
+        ),
+        _ => ("", None),
+    };
+    let name = if name.is_empty() {
+        defaults.name_for(namespace)
+    } else {
+        name
+    };
+    let kind = kind.unwrap_or(if namespace.is_empty() {
+        "ProviderConfig"
+    } else {
+        "ClusterProviderConfig"
+    });
+    let namespace = if !namespace.is_empty() && kind == "ProviderConfig" {
+        namespace
+    } else {
+        ""
+    };
+    (kind, name, namespace)
 }
 
 impl fmt::Display for Identity {
@@ -485,8 +586,7 @@ impl IdentityIndex {
 
     /// The other MRs claiming `identity`, or the same identity but for the
     /// provider config; `except` (the MR asking) is left out. Sorted.
-    pub fn claimants(&self, identity: &Identity, except: &MrKey) -> Vec<Claimant> {
-        let claim = identity.claim(false);
+    pub fn claimants(&self, claim: &Claim, except: &MrKey) -> Vec<Claimant> {
         let inner = self.read();
         let Some(keys) = inner.by_identity.get(&claim.loose) else {
             return Vec::new();
@@ -573,6 +673,17 @@ impl IdentityIndex {
         out
     }
 
+    /// Whether any MR claims `claim`'s identity, provider config aside:
+    /// the cheap test before naming anyone.
+    pub fn is_claimed(&self, claim: &Claim) -> bool {
+        self.read().by_identity.contains_key(&claim.loose)
+    }
+
+    /// Whether any provider config kind is watched.
+    pub fn knows_provider_configs(&self) -> bool {
+        !self.pcs().kinds.is_empty()
+    }
+
     /// How many live MRs the index knows.
     pub fn len(&self) -> usize {
         self.read().by_mr.len()
@@ -616,6 +727,75 @@ mod tests {
 
     fn bucket(name: &str, annotations: Value, spec: Value) -> Value {
         json!({"metadata": {"name": name, "annotations": annotations}, "spec": spec})
+    }
+
+    /// Admission's allocation-free claim is the claim of the identity the
+    /// messages name, folded group and provider config defaults included.
+    #[test]
+    fn the_borrowed_claim_equals_the_owned_one() {
+        let c = Config::builtin();
+        for (obj, group, kind, ns) in [
+            (
+                bucket(
+                    "data",
+                    json!({}),
+                    json!({"forProvider": {"region": "eu-west-1"}}),
+                ),
+                "s3.aws.m.upbound.io",
+                "Bucket",
+                "team-a",
+            ),
+            (
+                bucket(
+                    "data",
+                    json!({}),
+                    json!({"forProvider": {}, "providerConfigRef": "x"}),
+                ),
+                "s3.aws.upbound.io",
+                "Bucket",
+                "",
+            ),
+            (
+                bucket(
+                    "n",
+                    json!({"crossplane.io/external-name": "vpc-1"}),
+                    json!({"forProvider": {}, "providerConfigRef": {"kind": "ProviderConfig", "name": "p"}}),
+                ),
+                "ec2.aws.m.upbound.io",
+                "VPC",
+                "team-b",
+            ),
+            (
+                bucket("odd", json!({}), json!({"forProvider": {}})),
+                "a.m.m.example.org",
+                "Thing",
+                "",
+            ),
+        ] {
+            let owned = identity(&obj, group, kind, ns).unwrap().claim(true);
+            let borrowed = Claim::of(
+                &obj,
+                group,
+                kind,
+                ns,
+                c.resource(group, kind),
+                &c.provider_config,
+                true,
+            )
+            .unwrap();
+            assert_eq!(owned, borrowed, "{group} {kind}");
+        }
+        let vpc = bucket("n", json!({}), json!({"forProvider": {}}));
+        assert!(Claim::of(
+            &vpc,
+            "ec2.aws.upbound.io",
+            "VPC",
+            "",
+            c.resource("ec2.aws.upbound.io", "VPC"),
+            &c.provider_config,
+            false
+        )
+        .is_none());
     }
 
     #[test]
@@ -703,20 +883,20 @@ mod tests {
         let a_key = MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-a", "data");
         let b_key = MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-b", "data");
         let ia = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
-        assert!(idx.claimants(&ia, &b_key).is_empty());
+        assert!(idx.claimants(&ia.claim(false), &b_key).is_empty());
         idx.upsert(a_key.clone(), Some(ia.claim(true)), true);
         let ib = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-b").unwrap();
-        let c = idx.claimants(&ib, &b_key);
+        let c = idx.claimants(&ib.claim(false), &b_key);
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].key, a_key);
         assert!(c[0].same_provider_config && c[0].deleting);
         assert_eq!(a_key.to_string(), "Bucket.s3.aws.m.upbound.io team-a/data");
         // The MR itself is never its own claimant.
-        assert!(idx.claimants(&ia, &a_key).is_empty());
+        assert!(idx.claimants(&ia.claim(false), &a_key).is_empty());
         // A legacy Bucket meets the namespaced one, with another config.
         let legacy = identity(&b, "s3.aws.upbound.io", "Bucket", "").unwrap();
         let c = idx.claimants(
-            &legacy,
+            &legacy.claim(false),
             &MrKey::new("s3.aws.upbound.io", "Bucket", "", "data"),
         );
         assert_eq!(c.len(), 1);
@@ -729,10 +909,10 @@ mod tests {
         );
         let im = identity(&moved, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
         idx.upsert(a_key.clone(), Some(im.claim(false)), true);
-        assert!(idx.claimants(&ib, &b_key).is_empty());
-        assert_eq!(idx.claimants(&im, &b_key).len(), 1);
+        assert!(idx.claimants(&ib.claim(false), &b_key).is_empty());
+        assert_eq!(idx.claimants(&im.claim(false), &b_key).len(), 1);
         idx.remove(&a_key);
-        assert!(idx.claimants(&im, &b_key).is_empty());
+        assert!(idx.claimants(&im.claim(false), &b_key).is_empty());
         assert!(idx.is_empty());
     }
 

@@ -1,5 +1,5 @@
 use super::{Rule, RuleContext, CU};
-use crate::identity::{Identity, MrKey};
+use crate::identity::{Claim, Identity, MrKey};
 use crate::model::{Action, Operation, Violation};
 
 /// Two live MRs with one external identity manage, and delete, one
@@ -46,22 +46,40 @@ impl Rule for ExternalIdentity {
         if index.is_empty() {
             return vec![];
         }
-        let Some(identity) = Self::identity(ctx, ctx.object) else {
+        let claim = |obj| {
+            Claim::of(
+                obj,
+                &ctx.request.kind.group,
+                ctx.kind,
+                ctx.namespace,
+                ctx.resource,
+                &ctx.config.provider_config,
+                false,
+            )
+        };
+        let Some(mine) = claim(ctx.object) else {
             return vec![];
         };
         if ctx.operation == Operation::Update
             && ctx
                 .old_object
-                .and_then(|o| Self::identity(ctx, o))
-                .is_some_and(|old| old == identity)
+                .and_then(claim)
+                .is_some_and(|old| old.same_identity(&mine))
         {
             return vec![];
         }
+        // The common case ends here, having allocated nothing.
+        if !index.is_claimed(&mine) {
+            return vec![];
+        }
+        let Some(identity) = Self::identity(ctx, ctx.object) else {
+            return vec![];
+        };
         let name = Some(ctx.mr().name())
             .filter(|n| !n.is_empty())
             .unwrap_or(ctx.name);
         let me = MrKey::new(&ctx.request.kind.group, ctx.kind, ctx.namespace, name);
-        let others = index.claimants(&identity, &me);
+        let others = index.claimants(&mine, &me);
         let Some(first) = others.first() else {
             return vec![];
         };

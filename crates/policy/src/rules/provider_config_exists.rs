@@ -25,7 +25,7 @@ impl Rule for ProviderConfigExists {
     }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let index = ctx.cluster.identities();
-        if !index.is_synced() {
+        if !index.is_synced() || !index.knows_provider_configs() {
             return vec![];
         }
         let r = ProviderConfigRef::of(ctx.object, ctx.namespace, &ctx.config.provider_config);
