@@ -644,7 +644,7 @@ mod tests {
             key,
             MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-a", "data")
         );
-        let id = Identity::of(
+        let id = mrguard_policy::identity::Identity::of(
             &obj,
             &k.group,
             &k.kind,
