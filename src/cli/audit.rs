@@ -116,14 +116,7 @@ pub(crate) fn run(args: AuditArgs) -> i32 {
         let mut findings = Vec::new();
         let (mut objects, mut failed) = (0, false);
         for kind in coverage.kinds() {
-            match audit_kind(
-                &client,
-                kind,
-                &config,
-                mrguard_policy::cluster::Cluster::empty(),
-            )
-            .await
-            {
+            match audit_kind(&client, kind, &config).await {
                 Ok(r) => {
                     objects += r.objects;
                     findings.extend(r.findings);

@@ -106,8 +106,18 @@ pub(crate) struct KindReport {
     pub(crate) namespaces: BTreeSet<String>,
 }
 
-/// Lists every object of `kind` page by page and judges each.
+/// Lists every object of `kind` page by page and judges each, knowing
+/// nothing of the cluster beyond (`mrguard audit`: no identity index).
 pub(crate) async fn audit_kind(
+    client: &kube::Client,
+    kind: &MrKind,
+    config: &Config,
+) -> Result<KindReport, ControllerError> {
+    audit_kind_in(client, kind, config, Cluster::empty()).await
+}
+
+/// As [`audit_kind`], with what the replica knows of the cluster.
+pub(crate) async fn audit_kind_in(
     client: &kube::Client,
     kind: &MrKind,
     config: &Config,
@@ -326,7 +336,7 @@ pub(crate) async fn run(
         let (mut objects, mut findings, mut forbidden) = (0, 0, Vec::new());
         let mut pass = PassCollector::default();
         for kind in cov.kinds() {
-            match audit_kind(&client, kind, &config, &cluster).await {
+            match audit_kind_in(&client, kind, &config, &cluster).await {
                 Ok(report) => {
                     objects += report.objects;
                     findings += report.findings.len();
@@ -450,14 +460,9 @@ mod tests {
                 ),
             )
         });
-        let r = audit_kind(
-            &client,
-            &bucket_kind(),
-            &Config::builtin(),
-            Cluster::empty(),
-        )
-        .await
-        .unwrap();
+        let r = audit_kind(&client, &bucket_kind(), &Config::builtin())
+            .await
+            .unwrap();
         assert_eq!(r.objects, 4);
         let rules: Vec<(&str, &str)> = r
             .findings
@@ -639,14 +644,9 @@ mod tests {
                 status(403, "Forbidden", "buckets.s3.aws.upbound.io is forbidden"),
             )
         });
-        let e = audit_kind(
-            &client,
-            &bucket_kind(),
-            &Config::builtin(),
-            Cluster::empty(),
-        )
-        .await
-        .unwrap_err();
+        let e = audit_kind(&client, &bucket_kind(), &Config::builtin())
+            .await
+            .unwrap_err();
         assert_eq!(e.status_code(), Some(403));
         assert!(
             e.to_string()
