@@ -194,23 +194,49 @@ fn provider_config_kind(crd: &CrdSummary) -> Option<MrKind> {
     MrKind::from_crd(&c)
 }
 
-/// The provider config kinds, keyed by CRD name.
+/// What the CRD watch keeps besides the MR coverage: the provider config
+/// kinds, and which Provider package owns each MR CRD; keyed by CRD name.
 #[derive(Default)]
-struct ProviderConfigKinds(BTreeMap<String, MrKind>);
+struct ProviderConfigKinds(BTreeMap<String, MrKind>, BTreeMap<String, (String, MrKind)>);
 
 impl ProviderConfigKinds {
     fn upsert(&mut self, crd: &CrdSummary) {
         let name = crd.metadata.name.clone().unwrap_or_default();
         match provider_config_kind(crd) {
-            Some(k) => self.0.insert(name, k),
+            Some(k) => self.0.insert(name.clone(), k),
             None => self.0.remove(&name),
+        };
+        // The package manager gives each MR CRD a (non-controller) owner
+        // reference to its Provider.
+        let owner = crd
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.kind == "Provider" && o.api_version.starts_with("pkg.crossplane.io/"))
+            .map(|o| o.name.clone());
+        match (owner, MrKind::from_crd(crd)) {
+            (Some(p), Some(k)) => self.1.insert(name, (p, k)),
+            _ => self.1.remove(&name),
         };
     }
 
     fn remove(&mut self, crd: &CrdSummary) {
         if let Some(n) = &crd.metadata.name {
             self.0.remove(n);
+            self.1.remove(n);
         }
+    }
+
+    /// Provider name to the `(group, kind)` of its MR kinds.
+    fn providers(&self) -> HashMap<String, Vec<(String, String)>> {
+        let mut out: HashMap<String, Vec<(String, String)>> = HashMap::new();
+        for (p, k) in self.1.values() {
+            out.entry(p.clone())
+                .or_default()
+                .push((k.group.clone(), k.kind.clone()));
+        }
+        out
     }
 }
 
@@ -362,6 +388,7 @@ pub(crate) async fn run(
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
         if changed {
+            index.set_provider_kinds(configs.providers());
             index.set_provider_config_kinds(
                 configs
                     .0
@@ -576,6 +603,29 @@ mod tests {
             read_version: "v1beta1".into(),
             namespaced,
         }
+    }
+
+    #[test]
+    fn mr_crds_are_mapped_to_their_provider_package() {
+        let crd: CrdSummary = serde_json::from_value(json!({
+            "metadata": {"name": "vpcs.ec2.aws.upbound.io", "ownerReferences": [
+                {"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
+                 "name": "provider-aws-ec2-abc", "uid": "1", "controller": true},
+                {"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider",
+                 "name": "provider-aws-ec2", "uid": "2", "controller": false}]},
+            "spec": {"group": "ec2.aws.upbound.io", "scope": "Cluster",
+                     "names": {"kind": "VPC", "plural": "vpcs", "categories": ["crossplane", "managed"]},
+                     "versions": [{"name": "v1beta1", "served": true, "storage": true}]}
+        }))
+        .unwrap();
+        let mut k = ProviderConfigKinds::default();
+        k.upsert(&crd);
+        assert_eq!(
+            k.providers()["provider-aws-ec2"],
+            vec![("ec2.aws.upbound.io".to_string(), "VPC".to_string())]
+        );
+        k.remove(&crd);
+        assert!(k.providers().is_empty());
     }
 
     #[test]

@@ -426,6 +426,9 @@ struct ProviderConfigs {
     /// `(group, kind)` of every served ProviderConfig kind.
     kinds: std::collections::BTreeSet<(String, String)>,
     objects: HashMap<MrKey, ProviderConfigFacts>,
+    /// Provider package name to the `(group, kind)` of its MR CRDs (their
+    /// owner references), for the teardown guard.
+    providers: HashMap<String, Vec<(String, String)>>,
 }
 
 /// The identities live MRs claim, kept by every replica's watches, and the
@@ -476,7 +479,7 @@ impl IdentityIndex {
     pub fn set_provider_config_kinds(&self, kinds: Vec<(String, String)>) {
         let mut pcs = self.pcs_mut();
         pcs.kinds = kinds.into_iter().collect();
-        let ProviderConfigs { kinds, objects } = &mut *pcs;
+        let ProviderConfigs { kinds, objects, .. } = &mut *pcs;
         objects.retain(|k, _| kinds.contains(&(k.group().to_string(), k.kind().to_string())));
     }
 
@@ -530,6 +533,29 @@ impl IdentityIndex {
         } else {
             ProviderConfigStatus::Missing(group.to_string())
         }
+    }
+
+    /// Sets which MR kinds each Provider package serves.
+    pub fn set_provider_kinds(&self, providers: HashMap<String, Vec<(String, String)>>) {
+        self.pcs_mut().providers = providers;
+    }
+
+    /// The live MRs of the kinds Provider `name` serves, sorted (the
+    /// teardown guard). A scan, like [`Self::deleting_in_namespace`].
+    pub fn mrs_of_provider(&self, name: &str) -> Vec<MrKey> {
+        let kinds = match self.pcs().providers.get(name) {
+            Some(k) if !k.is_empty() => k.clone(),
+            _ => return Vec::new(),
+        };
+        let inner = self.read();
+        let mut out: Vec<MrKey> = inner
+            .by_mr
+            .keys()
+            .filter(|k| kinds.iter().any(|(g, kd)| k.group() == g && k.kind() == kd))
+            .cloned()
+            .collect();
+        out.sort();
+        out
     }
 
     /// The provider configs in use whose credentials are the Secret

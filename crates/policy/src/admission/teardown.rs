@@ -29,14 +29,48 @@ const NAMED: usize = 5;
 /// The decision for a request the teardown guard judges, or `None` for
 /// every other request (which the MR rules judge).
 pub(super) fn judge(req: &Request, cluster: &Cluster) -> Option<Decision> {
-    if !req.kind.group.is_empty() || Operation::from(&req.operation) != Operation::Delete {
+    if Operation::from(&req.operation) != Operation::Delete {
         return None;
     }
-    match req.kind.kind.as_str() {
-        "Namespace" => Some(namespace(req, cluster)),
-        "Secret" => Some(secret(req, cluster)),
+    match (req.kind.group.as_str(), req.kind.kind.as_str()) {
+        ("", "Namespace") => Some(namespace(req, cluster)),
+        ("", "Secret") => Some(secret(req, cluster)),
+        ("pkg.crossplane.io", "Provider") => Some(provider(req, cluster)),
         _ => None,
     }
+}
+
+fn acknowledged(req: &Request) -> bool {
+    req.old_object
+        .as_ref()
+        .and_then(|o| o.value.pointer("/metadata/annotations"))
+        .and_then(|a| a.get(ALLOW_TEARDOWN))
+        .and_then(|v| v.as_str())
+        == Some("true")
+}
+
+/// A Provider package whose kinds still have MRs (crossplane#6001):
+/// without the provider nothing reconciles or deletes them.
+fn provider(req: &Request, cluster: &Cluster) -> Decision {
+    let index = cluster.identities();
+    if !index.is_synced() || acknowledged(req) {
+        return allow(req);
+    }
+    let mrs = index.mrs_of_provider(&req.name);
+    if mrs.is_empty() {
+        return allow(req);
+    }
+    let message = format!(
+        "{} MR{} of its kinds still exist{} ({}); without the provider nothing reconciles or deletes them, and their finalizers block their deletion",
+        mrs.len(),
+        if mrs.len() == 1 { "" } else { "s" },
+        if mrs.len() == 1 { "s" } else { "" },
+        list(&mrs)
+    );
+    let fix = format!(
+        "delete those MRs first and wait until they are gone, or annotate the Provider {ALLOW_TEARDOWN}=true to delete it anyway"
+    );
+    deny(req, "Provider", message, fix)
 }
 
 fn allow(req: &Request) -> Decision {
@@ -232,6 +266,55 @@ mod tests {
         c.identities().set_synced(false);
         assert!(
             judge(&delete_namespace(json!({})), &c)
+                .unwrap()
+                .response
+                .allowed
+        );
+    }
+
+    #[test]
+    fn a_provider_whose_kinds_have_mrs_is_denied_until_they_are_gone() {
+        let c = cluster();
+        c.identities().set_provider_kinds(
+            [(
+                "provider-aws-ec2".to_string(),
+                vec![("ec2.aws.m.upbound.io".to_string(), "VPC".to_string())],
+            )]
+            .into(),
+        );
+        let provider = |annotations: serde_json::Value| {
+            let p = json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider",
+                           "metadata": {"name": "provider-aws-ec2", "annotations": annotations}});
+            RequestBuilder::new(Operation::Delete).old_object(p).build()
+        };
+        let d = judge(&provider(json!({})), &c).unwrap();
+        assert!(!d.response.allowed);
+        let m = &d.response.result.message;
+        assert!(
+            m.starts_with(
+                "mrguard denied DELETE of Provider \"provider-aws-ec2\": [teardown] 3 MRs"
+            ),
+            "{m}"
+        );
+        assert!(m.contains("VPC.ec2.aws.m.upbound.io team-a/net"), "{m}");
+        assert!(
+            judge(&provider(json!({"mrguard.io/allow-teardown": "true"})), &c)
+                .unwrap()
+                .response
+                .allowed
+        );
+        for k in [
+            ("team-a", "net"),
+            ("team-a", "observed"),
+            ("team-b", "other"),
+        ] {
+            c.identities()
+                .remove(&MrKey::new("ec2.aws.m.upbound.io", "VPC", k.0, k.1));
+        }
+        assert!(judge(&provider(json!({})), &c).unwrap().response.allowed);
+        // A provider with no known kinds, and no index at all.
+        assert!(
+            judge(&provider(json!({})), Cluster::empty())
                 .unwrap()
                 .response
                 .allowed
