@@ -561,3 +561,127 @@ async fn a_missing_provider_config_warns_and_a_credentials_secret_in_use_cannot_
         .expect("with mrguard down the Secret is deleted");
     let _ = pcs.delete(&pc_name, &DeleteParams::default()).await;
 }
+
+/// A stand-in for Crossplane's Provider CRD (pkg.crossplane.io/v1), written
+/// here: the guard reads only the Provider's name, and the MR CRDs' owner
+/// references to it. Objects made for it carry `spec.package`, so they are
+/// valid under the real CRD too.
+fn provider_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "providers.pkg.crossplane.io"},
+        "spec": {
+            "group": "pkg.crossplane.io",
+            "scope": "Cluster",
+            "names": {"kind": "Provider", "listKind": "ProviderList", "plural": "providers",
+                      "singular": "provider", "categories": ["crossplane", "pkg"]},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                }}},
+            }],
+        },
+    })
+}
+
+/// The teardown guard's Provider entry (crossplane#6001): a Provider
+/// package whose MR kinds (CRDs owned by it, as the package manager makes
+/// them) still have MRs cannot be deleted, naming them, and can once they
+/// are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_whose_kinds_have_mrs_cannot_be_deleted_until_they_are_gone() {
+    let Some(cluster) = support::require_cluster(
+        "a_provider_whose_kinds_have_mrs_cannot_be_deleted_until_they_are_gone",
+    )
+    .await
+    else {
+        return;
+    };
+    let admin = cluster.admin().await.unwrap();
+    ensure_crd(&admin, provider_crd()).await;
+    let r = support::install(cluster, "e2e-teardown-provider", Options::default()).await;
+    let providers = kube::Api::<kube::api::DynamicObject>::all_with(
+        r.client.clone(),
+        &support::resource("pkg.crossplane.io", "v1", "Provider", "providers"),
+    );
+    let name = "e2e-provider-widgets";
+    let provider: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "pkg.crossplane.io/v1", "kind": "Provider",
+        "metadata": {"name": name, "labels": {support::release::TEST_LABEL: r.name}},
+        "spec": {"package": "xpkg.example.org/e2e/provider-widgets:v0.1.0"},
+    }))
+    .unwrap();
+    let created = providers
+        .create(&PostParams::default(), &provider)
+        .await
+        .unwrap();
+    // An MR kind of the chart's default RBAC groups, owned by the Provider.
+    let mut crd = support::managed_crd(
+        "azure.m.upbound.io",
+        "v1alpha1",
+        "E2eWidget",
+        "e2ewidgets",
+        "Cluster",
+    );
+    crd["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "pkg.crossplane.io/v1", "kind": "Provider", "name": name,
+        "uid": created.metadata.uid.clone().unwrap(), "controller": false}]);
+    ensure_crd(&admin, crd).await;
+    let widgets = kube::Api::<kube::api::DynamicObject>::all_with(
+        r.client.clone(),
+        &support::resource("azure.m.upbound.io", "v1alpha1", "E2eWidget", "e2ewidgets"),
+    );
+    widgets
+        .create(
+            &PostParams::default(),
+            &r.object(
+                json!({"apiVersion": "azure.m.upbound.io/v1alpha1", "kind": "E2eWidget",
+                "metadata": {"name": "w1"}, "spec": {"forProvider": {}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let dry = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    wait_for("the Provider deletion denied", WAIT, || async {
+        match providers.delete(name, &dry).await {
+            Err(kube::Error::Api(s)) if s.message.contains("[teardown]") => Some(()),
+            _ => None,
+        }
+    })
+    .await
+    .map_err(|e| r.with_logs(e))
+    .unwrap();
+    let e = providers
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap_err();
+    let kube::Error::Api(s) = e else {
+        panic!("expected a denial, got {e}")
+    };
+    assert!(
+        s.message
+            .contains("1 MR of its kinds still exists (E2eWidget.azure.m.upbound.io w1)"),
+        "{}",
+        s.message
+    );
+
+    widgets
+        .delete("w1", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the Provider deletion allowed", WAIT, || async {
+        providers.delete(name, &dry).await.ok().map(|_| ())
+    })
+    .await
+    .unwrap();
+    providers
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("a Provider without MRs is deleted");
+}

@@ -431,7 +431,7 @@ fn the_teardown_entry_fails_open_and_matches_only_namespace_deletes() {
     for m in [render(&[]), render_ha_off()] {
         let cfg = m.only("ValidatingWebhookConfiguration");
         let hooks = cfg["webhooks"].as_array().unwrap();
-        assert_eq!(hooks.len(), 3);
+        assert_eq!(hooks.len(), 4);
         let t = &hooks[1];
         assert_eq!(t["name"], "teardown.mrguard.io");
         assert_eq!(t["failurePolicy"], "Ignore");
@@ -459,6 +459,14 @@ fn the_teardown_entry_fails_open_and_matches_only_namespace_deletes() {
         assert!(excluded.contains("kube-system"));
         assert!(!excluded.contains(NS), "{excluded:?}");
         assert_eq!(s.get("objectSelector"), hooks[0].get("objectSelector"));
+        let p = &hooks[3];
+        assert_eq!(p["name"], "teardown-providers.mrguard.io");
+        assert_eq!(p["failurePolicy"], "Ignore");
+        assert_eq!(
+            p["rules"],
+            json!([{"apiGroups": ["pkg.crossplane.io"], "apiVersions": ["v1"], "operations": ["DELETE"],
+                    "resources": ["providers"], "scope": "Cluster"}])
+        );
     }
     let off = render(&["--set", "webhooks.teardown.enabled=false"]);
     let cfg = off.only("ValidatingWebhookConfiguration");
