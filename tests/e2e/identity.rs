@@ -115,7 +115,6 @@ async fn two_namespaces_buckets_named_alike_the_second_is_denied() {
     let c = serde_json::to_value(r.object(namespaced_bucket("data-b", &team_b))).unwrap();
     let resp = api::create(&r.client, &path_b, &c, false).await.unwrap();
     assert_eq!(resp.status, 201, "{}", resp.body);
-    let _ = ns.delete(&team_b, &DeleteParams::default()).await;
 }
 
 /// A VPC claiming another VPC's external name is denied while the first
@@ -341,18 +340,49 @@ async fn a_namespace_holding_mrs_cannot_be_deleted_until_annotated_or_mrguard_is
     })
     .await
     .unwrap();
+    // envtest runs no namespace controller: the namespaces stay
+    // Terminating, and an MR left in one would fail other releases' policy
+    // report writes there. The VPCs go; the second one leaves this
+    // release's webhooks first (its label), since with mrguard down its
+    // validating webhook fails closed.
+    let client = r.client.clone();
+    let vpcs = |n: &str| {
+        kube::Api::<kube::api::DynamicObject>::namespaced_with(
+            client.clone(),
+            n,
+            &support::namespaced_vpc_resource(),
+        )
+    };
+    vpcs(&guarded)
+        .delete("net", &DeleteParams::default())
+        .await
+        .unwrap();
+    vpcs(&unguarded)
+        .patch(
+            "net",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {support::release::TEST_LABEL: null}}})),
+        )
+        .await
+        .unwrap();
     r.kill_replica(0);
     ns.delete(&unguarded, &DeleteParams::default())
         .await
         .expect("with mrguard down the deletion succeeds");
+    vpcs(&unguarded)
+        .delete("net", &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
-/// A provider family of the test's own (an MR kind and a ProviderConfig
-/// kind no other test uses), so that its provider configs change no other
-/// test's findings. Written here, not copied: the smallest CRDs with
-/// Crossplane's categories.
-const PC_GROUP: &str = "e2epc.example.org";
-const THING_GROUP: &str = "things.e2epc.example.org";
+/// A provider family of the test's own, so that its provider configs
+/// change no other test's findings: a ProviderConfig kind in `upbound.io`,
+/// which only this release may list (other releases' index leaves a kind
+/// it cannot list out), and an MR kind in a group every release may list
+/// (`azure.m.upbound.io`, so it is no forbidden kind for the others).
+/// Written here, not copied: the smallest CRDs with Crossplane's categories.
+const PC_GROUP: &str = "upbound.io";
+const THING_GROUP: &str = "azure.m.upbound.io";
 
 fn provider_config_crd() -> Value {
     json!({
@@ -407,13 +437,13 @@ async fn a_missing_provider_config_warns_and_a_credentials_secret_in_use_cannot_
     ensure_crd(&admin, provider_config_crd()).await;
     ensure_crd(
         &admin,
-        support::managed_crd(THING_GROUP, "v1alpha1", "Thing", "things", "Cluster"),
+        support::managed_crd(THING_GROUP, "v1alpha1", "E2eThing", "e2ethings", "Cluster"),
     )
     .await;
     // The chart's RBAC for this family: its MR group and, through
     // providerFamilies, read on its provider configs.
     let values = format!(
-        "rbac:\n  audit:\n    apiGroups: []\n    providerFamilies:\n      - group: {PC_GROUP}\n        services: [things]\n"
+"rbac:\n  audit:\n    apiGroups: [{THING_GROUP}]\n    providerFamilies:\n      - group: {PC_GROUP}\n        services: []\n"
     );
     let mut r = support::install(
         cluster,
@@ -425,7 +455,9 @@ async fn a_missing_provider_config_warns_and_a_credentials_secret_in_use_cannot_
     )
     .await;
     wait_for("admission of Things", WAIT, || async {
-        r.webhooks_ready(THING_GROUP, "things").await.then_some(())
+        r.webhooks_ready(THING_GROUP, "e2ethings")
+            .await
+            .then_some(())
     })
     .await
     .unwrap();
@@ -453,9 +485,9 @@ async fn a_missing_provider_config_warns_and_a_credentials_secret_in_use_cannot_
     .unwrap();
 
     // An MR naming a config that does not exist: admitted, with a warning.
-    let path = format!("/apis/{THING_GROUP}/v1alpha1/things");
+    let path = format!("/apis/{THING_GROUP}/v1alpha1/e2ethings");
     let thing = serde_json::to_value(r.object(json!({
-        "apiVersion": format!("{THING_GROUP}/v1alpha1"), "kind": "Thing",
+        "apiVersion": format!("{THING_GROUP}/v1alpha1"), "kind": "E2eThing",
         "metadata": {"name": format!("{}-thing", r.name)},
         "spec": {"forProvider": {}, "providerConfigRef": {"name": "nowhere"}},
     })))

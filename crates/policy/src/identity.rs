@@ -425,6 +425,9 @@ pub enum ProviderConfigStatus {
 struct ProviderConfigs {
     /// `(group, kind)` of every served ProviderConfig kind.
     kinds: std::collections::BTreeSet<(String, String)>,
+    /// The served kinds whose objects were listed: only these are known
+    /// (a kind RBAC forbids must not make every reference "missing").
+    listed: std::collections::BTreeSet<(String, String)>,
     objects: HashMap<MrKey, ProviderConfigFacts>,
     /// Provider package name to the `(group, kind)` of its MR CRDs (their
     /// owner references), for the teardown guard.
@@ -479,7 +482,13 @@ impl IdentityIndex {
     pub fn set_provider_config_kinds(&self, kinds: Vec<(String, String)>) {
         let mut pcs = self.pcs_mut();
         pcs.kinds = kinds.into_iter().collect();
-        let ProviderConfigs { kinds, objects, .. } = &mut *pcs;
+        let ProviderConfigs {
+            kinds,
+            objects,
+            listed,
+            ..
+        } = &mut *pcs;
+        listed.retain(|k| kinds.contains(k));
         objects.retain(|k, _| kinds.contains(&(k.group().to_string(), k.kind().to_string())));
     }
 
@@ -494,6 +503,7 @@ impl IdentityIndex {
         pcs.objects
             .retain(|k, _| !(k.group() == group && k.kind() == kind));
         pcs.objects.extend(objects);
+        pcs.listed.insert((group.to_string(), kind.to_string()));
     }
 
     /// Records one provider config object (key: group, kind, namespace, name).
@@ -515,8 +525,9 @@ impl IdentityIndex {
         r: &ProviderConfigRef,
     ) -> ProviderConfigStatus {
         let pcs = self.pcs();
+        // Only families whose configs could be listed are judged.
         let family = pcs
-            .kinds
+            .listed
             .iter()
             .map(|(g, _)| g.as_str())
             .filter(|g| mr_group == *g || mr_group.ends_with(&format!(".{g}")))
@@ -707,7 +718,7 @@ impl IdentityIndex {
 
     /// Whether any provider config kind is watched.
     pub fn knows_provider_configs(&self) -> bool {
-        !self.pcs().kinds.is_empty()
+        !self.pcs().listed.is_empty()
     }
 
     /// How many live MRs the index knows.
@@ -979,6 +990,13 @@ mod tests {
             MrKey::new("aws.m.upbound.io", "ProviderConfig", "team-a", "mine"),
             facts(Some(("team-a", "creds")), false),
         );
+        // The legacy family is served but not listed yet (say RBAC forbids
+        // it): nothing is known of it.
+        assert_eq!(
+            idx.provider_config_status("s3.aws.upbound.io", &pc("ProviderConfig", "", "default")),
+            ProviderConfigStatus::Unknown
+        );
+        idx.replace_provider_configs("aws.upbound.io", "ProviderConfig", vec![]);
         let s = |g: &str, r: ProviderConfigRef| idx.provider_config_status(g, &r);
         assert_eq!(
             s(

@@ -66,13 +66,18 @@ mod tests {
             ("aws.m.upbound.io".into(), "ProviderConfig".into()),
             ("aws.m.upbound.io".into(), "ClusterProviderConfig".into()),
         ]);
-        i.upsert_provider_config(
-            MrKey::new("aws.upbound.io", "ProviderConfig", "", "default"),
-            ProviderConfigFacts {
-                secret: None,
-                in_use: false,
-            },
+        i.replace_provider_configs(
+            "aws.upbound.io",
+            "ProviderConfig",
+            vec![(
+                MrKey::new("aws.upbound.io", "ProviderConfig", "", "default"),
+                ProviderConfigFacts {
+                    secret: None,
+                    in_use: false,
+                },
+            )],
         );
+        i.replace_provider_configs("aws.m.upbound.io", "ProviderConfig", vec![]);
         c
     }
 
