@@ -21,7 +21,8 @@ use super::coverage::{Coverage, CrdSummary, MrKind, CRD_PAGE_SIZE};
 use super::metrics::ControllerMetrics;
 use super::watch::MrStates;
 use crate::config::ConfigStore;
-use mrguard_policy::admission::validate;
+use mrguard_policy::admission::validate_in;
+use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
 use mrguard_policy::model::Action;
 use mrguard_policy::mr::Mr;
@@ -58,7 +59,12 @@ impl AuditFinding {
 }
 
 /// Judges one object as a CREATE by nobody in particular.
-pub(crate) fn audit_object(kind: &MrKind, object: &Value, config: &Config) -> Vec<AuditFinding> {
+pub(crate) fn audit_object(
+    kind: &MrKind,
+    object: &Value,
+    config: &Config,
+    cluster: &Cluster,
+) -> Vec<AuditFinding> {
     if !mrguard_policy::mr::is_managed(object) {
         return Vec::new();
     }
@@ -72,8 +78,10 @@ pub(crate) fn audit_object(kind: &MrKind, object: &Value, config: &Config) -> Ve
     let (name, namespace, uid) = (meta("name"), meta("namespace"), meta("uid"));
     // Judged as a CREATE by nobody in particular: what a new object of
     // this shape would meet today.
+    // With the replica's identity index, an MR claiming what another
+    // holds (both created while mrguard was down) is a finding.
     let req = RequestBuilder::create(object.clone()).build();
-    validate(&req, config)
+    validate_in(&req, config, cluster)
         .findings
         .into_iter()
         .map(|f| AuditFinding {
@@ -105,11 +113,22 @@ pub(crate) struct KindReport {
     pub(crate) passed: std::collections::BTreeMap<String, usize>,
 }
 
-/// Lists every object of `kind` page by page and judges each.
+/// Lists every object of `kind` page by page and judges each, knowing
+/// nothing of the cluster beyond (`mrguard audit`: no identity index).
 pub(crate) async fn audit_kind(
     client: &kube::Client,
     kind: &MrKind,
     config: &Config,
+) -> Result<KindReport, ControllerError> {
+    audit_kind_in(client, kind, config, Cluster::empty()).await
+}
+
+/// As [`audit_kind`], with what the replica knows of the cluster.
+pub(crate) async fn audit_kind_in(
+    client: &kube::Client,
+    kind: &MrKind,
+    config: &Config,
+    cluster: &Cluster,
 ) -> Result<KindReport, ControllerError> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
     let mut report = KindReport::default();
@@ -138,7 +157,7 @@ pub(crate) async fn audit_kind(
                     report.paused_by_policy.insert(uid);
                 }
             }
-            let found = audit_object(kind, &value, config);
+            let found = audit_object(kind, &value, config, cluster);
             if mrguard_policy::mr::is_managed(&value) && found.is_empty() {
                 *report
                     .passed
@@ -296,6 +315,8 @@ impl AuditState {
 
 /// Audits every MR kind on `interval`, starting once coverage is known.
 /// Runs only on the Lease holder.
+// The task's inputs, each from a different owner; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     client: kube::Client,
     mut coverage: channel::Receiver<Option<Arc<Coverage>>>,
@@ -304,6 +325,7 @@ pub(crate) async fn run(
     metrics: Arc<ControllerMetrics>,
     interval: Duration,
     reports: Option<super::reports::ReportWriter>,
+    cluster: Arc<Cluster>,
 ) {
     if coverage.wait_for(Option::is_some).await.is_err() {
         return;
@@ -329,7 +351,7 @@ pub(crate) async fn run(
         let (mut objects, mut findings, mut forbidden) = (0, 0, Vec::new());
         let mut pass = PassCollector::default();
         for kind in cov.kinds() {
-            match audit_kind(&client, kind, &config).await {
+            match audit_kind_in(&client, kind, &config, &cluster).await {
                 Ok(report) => {
                     objects += report.objects;
                     findings += report.findings.len();
@@ -485,13 +507,54 @@ mod tests {
         assert!(reqs[0].query.contains("limit=250"));
     }
 
+    /// Two MRs claiming one external resource, created while no webhook
+    /// ran: with the replica's identity index each is a finding naming the
+    /// other.
+    #[test]
+    fn duplicate_claimants_are_findings() {
+        let kind = MrKind {
+            group: "ec2.aws.upbound.io".into(),
+            kind: "VPC".into(),
+            plural: "vpcs".into(),
+            versions: vec!["v1beta1".into()],
+            read_version: "v1beta1".into(),
+            namespaced: false,
+        };
+        let vpc = |name: &str| {
+            json!({"apiVersion": "ec2.aws.upbound.io/v1beta1", "kind": "VPC",
+                   "metadata": {"name": name, "uid": name,
+                                "annotations": {"crossplane.io/external-name": "vpc-1"}},
+                   "spec": {"forProvider": {"region": "us-east-1"}}})
+        };
+        let config = Config::builtin();
+        let cluster = Cluster::default();
+        for name in ["a", "b"] {
+            let view: crate::controller::identity::IdentityView =
+                serde_json::from_value(vpc(name)).unwrap();
+            let (k, c, deletes) = view.claim(&kind, &config).unwrap();
+            cluster.identities().upsert(k, c, deletes);
+        }
+        let rules = |name: &str, cluster: &Cluster| {
+            audit_object(&kind, &vpc(name), &config, cluster)
+                .into_iter()
+                .filter(|f| f.rule == "external-identity")
+                .map(|f| f.message)
+                .collect::<Vec<_>>()
+        };
+        let a = rules("a", &cluster);
+        assert_eq!(a.len(), 1);
+        assert!(a[0].contains("VPC.ec2.aws.upbound.io b"), "{a:?}");
+        assert!(rules("b", &cluster)[0].contains("VPC.ec2.aws.upbound.io a"));
+        assert!(rules("a", Cluster::empty()).is_empty());
+    }
+
     #[test]
     fn transition_rules_are_skipped() {
         // A region change can only be seen on UPDATE; the audit judges a
         // CREATE, so even a created MR with configured immutable fields
         // yields nothing from immutable-field or external-name-change.
         let obj = bucket("b", "u", json!({"forProvider": {"region": "eu-west-1"}}));
-        let f = audit_object(&bucket_kind(), &obj, &Config::builtin());
+        let f = audit_object(&bucket_kind(), &obj, &Config::builtin(), Cluster::empty());
         assert!(
             f.iter()
                 .all(|f| f.rule != "immutable-field" && f.rule != "external-name-change"),
@@ -510,7 +573,7 @@ mod tests {
             "u1",
             json!({"forProvider": {}, "deletionPolicy": "delete"}),
         );
-        let findings = audit_object(&kind, &bad, &Config::builtin());
+        let findings = audit_object(&kind, &bad, &Config::builtin(), Cluster::empty());
         assert_eq!(findings.len(), 1);
         assert_eq!(s.record(&kind, &findings), 1);
         let g = || {
@@ -574,6 +637,7 @@ mod tests {
             metrics.clone(),
             Duration::from_secs(600),
             None,
+            Default::default(),
         ));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while metrics.audit_last_success.get() == 0 {

@@ -7,6 +7,8 @@
 //!   the exemptions (`replica`); `/readyz` waits for that too;
 //! - derives the documented immutable fields of the MR CRDs into the shared
 //!   `Cluster` (`documented`), for the `documented-immutable-field` rule;
+//! - keeps the external-identity index admission reads (`identity`);
+//!   `/readyz` waits for its first full list;
 //! - competes for a `coordination.k8s.io` Lease (`leader`).
 //!
 //! Only the Lease holder writes to the cluster. While it leads it runs:
@@ -34,6 +36,7 @@ pub(crate) mod certs;
 pub(crate) mod connections;
 pub mod coverage;
 mod documented;
+pub(crate) mod identity;
 mod leader;
 pub(crate) mod metrics;
 pub(crate) mod replica;
@@ -190,8 +193,20 @@ impl Controller {
 
         // Every replica answers admission, so every replica keeps the facts.
         let documented = tokio::spawn(
-            documented::run(client.clone(), cluster, metrics.clone())
+            documented::run(client.clone(), cluster.clone(), metrics.clone())
                 .instrument(tracing::info_span!("documented_immutables")),
+        );
+
+        // Not ready until the identity watches have listed once.
+        cluster.identities().set_synced(false);
+        let identities = tokio::spawn(
+            identity::run(
+                client.clone(),
+                config.clone(),
+                cluster.clone(),
+                metrics.clone(),
+            )
+            .instrument(tracing::info_span!("identity_index")),
         );
 
         let (leader_tx, mut leader_rx) = channel::channel(false);
@@ -233,6 +248,7 @@ impl Controller {
                 clock: clock.clone(),
                 secret: secret_rx.clone(),
                 dedup: dedup.clone(),
+                cluster: cluster.clone(),
             };
             let names = shared.spawn_all(&mut tasks, &hook);
             let started = tokio::time::Instant::now();
@@ -301,6 +317,8 @@ impl Controller {
         let _ = xrd_watch.await;
         documented.abort();
         let _ = documented.await;
+        identities.abort();
+        let _ = identities.await;
     }
 }
 
@@ -359,6 +377,8 @@ pub(crate) struct LeaderContext {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) secret: channel::Receiver<secret::SecretView>,
     pub(crate) dedup: watch::EventDedup,
+    /// Shared with admission; the audit reads the identity index.
+    pub(crate) cluster: Arc<mrguard_policy::cluster::Cluster>,
 }
 
 impl LeaderContext {
@@ -442,6 +462,7 @@ impl LeaderContext {
                 s.audit_interval,
                 s.policy_reports
                     .map(|f| reports::ReportWriter::new(self.client.clone(), f)),
+                self.cluster.clone(),
             )
             .instrument(tracing::info_span!("audit"))
             .boxed(),

@@ -75,7 +75,8 @@ async fn not_found(req: Request) -> Response {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    if state.ready.load(Ordering::Acquire) {
+    // The identity index is synced unless the controller is filling it.
+    if state.ready.load(Ordering::Acquire) && state.cluster.identities().is_synced() {
         (StatusCode::OK, "ok").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()

@@ -135,7 +135,10 @@ pub(crate) fn rbac_tables() -> String {
             }
         );
         for rule in role["rules"].as_array().into_iter().flatten() {
-            let note = audit.then(|| {
+            // The services' groups are summarised; the provider config rule
+            // (families' own groups) is listed as it is.
+            let all = rule["resources"] == serde_json::json!(["*"]);
+            let note = (audit && all).then(|| {
                 let n = rule["apiGroups"].as_array().map_or(0, Vec::len);
                 format!(
                     "{n} groups: `rbac.audit.apiGroups` and every service of `rbac.audit.providerFamilies` \

@@ -18,6 +18,7 @@ mod differential;
 mod documented;
 mod exemptions;
 mod explain;
+mod identity;
 mod observability;
 mod policy_reports;
 mod preflight;

@@ -362,8 +362,9 @@ fn service_exposes_443_to_9443_and_metrics_with_scrape_annotations() {
 fn webhook<'a>(m: &'a Manifests, kind: &str, name: &str) -> &'a Value {
     let cfg = m.only(kind);
     let hooks = cfg["webhooks"].as_array().unwrap();
-    // The controller manages the first webhook's rules; a second one
-    // (Compositions) has fixed rules.
+    // The admission webhook comes first: the controller and the harness
+    // look for it by name and manage its rules; the others (Compositions,
+    // the teardown guard) have fixed rules.
     assert_eq!(hooks[0]["name"], name);
     &hooks[0]
 }
@@ -453,6 +454,57 @@ fn webhook_configurations_have_the_agreed_shape_and_policies() {
     );
     assert!(excluded_namespaces(hook).contains("platform"));
     assert!(!excluded_namespaces(hook).contains(NS));
+}
+
+/// The teardown guard's entry must never hurt the cluster: it fails open
+/// whatever the validating webhook's policy, matches only DELETE of
+/// namespaces, and follows the same selectors (the release namespace and
+/// kube-system are never judged).
+#[test]
+fn the_teardown_entry_fails_open_and_matches_only_namespace_deletes() {
+    for m in [render(&[]), render_ha_off()] {
+        let cfg = m.only("ValidatingWebhookConfiguration");
+        let hooks = cfg["webhooks"].as_array().unwrap();
+        assert_eq!(hooks.len(), 4);
+        let t = &hooks[1];
+        assert_eq!(t["name"], "teardown.mrguard.io");
+        assert_eq!(t["failurePolicy"], "Ignore");
+        assert_eq!(t["timeoutSeconds"], 2);
+        assert_eq!(t["sideEffects"], "None");
+        assert_eq!(t["clientConfig"]["service"]["path"], "/validate");
+        assert_eq!(
+            t["rules"],
+            json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"],
+                    "resources": ["namespaces"], "scope": "Cluster"}])
+        );
+        assert_eq!(t["namespaceSelector"], hooks[0]["namespaceSelector"]);
+        assert_eq!(t.get("objectSelector"), hooks[0].get("objectSelector"));
+        // Credentials Secrets: crossplane-system (the release namespace
+        // here) is judged; only kube-system is left out.
+        let s = &hooks[2];
+        assert_eq!(s["name"], "teardown-secrets.mrguard.io");
+        assert_eq!(s["failurePolicy"], "Ignore");
+        assert_eq!(
+            s["rules"],
+            json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"],
+                    "resources": ["secrets"], "scope": "Namespaced"}])
+        );
+        let excluded = excluded_namespaces(s);
+        assert!(excluded.contains("kube-system"));
+        assert!(!excluded.contains(NS), "{excluded:?}");
+        assert_eq!(s.get("objectSelector"), hooks[0].get("objectSelector"));
+        let p = &hooks[3];
+        assert_eq!(p["name"], "teardown-providers.mrguard.io");
+        assert_eq!(p["failurePolicy"], "Ignore");
+        assert_eq!(
+            p["rules"],
+            json!([{"apiGroups": ["pkg.crossplane.io"], "apiVersions": ["v1"], "operations": ["DELETE"],
+                    "resources": ["providers"], "scope": "Cluster"}])
+        );
+    }
+    let off = render(&["--set", "webhooks.teardown.enabled=false"]);
+    let cfg = off.only("ValidatingWebhookConfiguration");
+    assert_eq!(cfg["webhooks"].as_array().unwrap().len(), 1);
 }
 
 #[test]
@@ -752,10 +804,35 @@ fn rbac_is_exactly_the_least_privilege_listed() {
     let audit_role = m.one("ClusterRole", "mrguard-audit");
     assert!(audit_role.get("aggregationRule").is_none());
     let audit = rules_of(audit_role);
-    assert_eq!(audit.len(), 1);
+    assert_eq!(audit.len(), 2);
     let (groups, resources, names, verbs) = &audit[0];
     assert_eq!(groups, &audit_groups_from_values());
     assert_eq!(resources, &BTreeSet::from(["*".to_string()]));
+    assert!(names.is_empty());
+    assert_eq!(
+        verbs,
+        &BTreeSet::from(["list".to_string(), "watch".to_string()])
+    );
+    // The provider configs, in the families' own groups only.
+    let (groups, resources, names, verbs) = &audit[1];
+    assert_eq!(
+        groups,
+        &BTreeSet::from(
+            [
+                "aws.m.upbound.io",
+                "aws.upbound.io",
+                "azure.m.upbound.io",
+                "azure.upbound.io",
+                "gcp.m.upbound.io",
+                "gcp.upbound.io",
+            ]
+            .map(String::from)
+        )
+    );
+    assert_eq!(
+        resources,
+        &BTreeSet::from(["providerconfigs", "clusterproviderconfigs"].map(String::from))
+    );
     assert!(names.is_empty());
     assert_eq!(
         verbs,

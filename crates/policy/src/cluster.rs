@@ -22,6 +22,8 @@ pub struct Cluster {
     composites: crate::composition::XrIndex,
     /// Immutable fields the installed CRDs document (issue 25).
     documented: crate::documented::Documented,
+    /// Which external resources live MRs claim (docs/rules.md, external-identity).
+    identities: crate::identity::IdentityIndex,
 }
 
 impl Cluster {
@@ -29,6 +31,11 @@ impl Cluster {
     pub fn empty() -> &'static Cluster {
         static EMPTY: std::sync::OnceLock<Cluster> = std::sync::OnceLock::new();
         EMPTY.get_or_init(Cluster::default)
+    }
+
+    /// The external identities live MRs claim (`external-identity`).
+    pub fn identities(&self) -> &crate::identity::IdentityIndex {
+        &self.identities
     }
 
     /// Whether `username` is the service account of the provider that

@@ -49,6 +49,7 @@ pub mod crd;
 pub mod documented;
 pub mod explain;
 pub mod fieldpath;
+pub mod identity;
 pub mod managed_fields;
 pub mod merge;
 pub mod model;

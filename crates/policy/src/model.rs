@@ -49,7 +49,7 @@ impl From<&kube_core::admission::Operation> for Operation {
 /// configuration, which checks its `rules` keys against this list below
 /// the rules themselves; `rules::RULES` implements one rule per name, in
 /// this order, and a test keeps the two equal.
-pub const RULE_NAMES: [&str; 16] = [
+pub const RULE_NAMES: [&str; 19] = [
     "deletion-policy",
     "management-policies",
     "deletion-policy-conflict",
@@ -66,6 +66,9 @@ pub const RULE_NAMES: [&str; 16] = [
     "connection-secret-ref",
     "reference",
     "composition-immutable-patch",
+    "external-identity",
+    "adoption",
+    "provider-config-exists",
 ];
 
 /// What a rule does when it finds something; ordered `Off < Audit < Warn < Deny`.

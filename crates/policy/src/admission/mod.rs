@@ -10,6 +10,9 @@
 
 mod mutation;
 pub mod patch;
+mod teardown;
+
+pub use teardown::{ALLOW_TEARDOWN, TEARDOWN};
 
 use kube_core::admission::AdmissionResponse;
 use kube_core::Status;
@@ -268,6 +271,9 @@ pub fn validate(req: &Request, config: &Config) -> Decision {
 pub fn validate_in(req: &Request, config: &Config, cluster: &Cluster) -> Decision {
     if crate::composition::is_composition(&req.kind.group, &req.kind.kind) {
         return validate_composition(req, config, cluster);
+    }
+    if let Some(d) = teardown::judge(req, cluster) {
+        return d;
     }
     let Some(ctx) = RuleContext::new(req, config, cluster) else {
         return allow(req);

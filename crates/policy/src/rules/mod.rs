@@ -12,6 +12,7 @@ use crate::config::{RuleAction, Subject};
 use crate::model::{Action, Finding, Note, Operation, Violation};
 use crate::review::Request;
 
+mod adoption;
 mod composition_immutable_patch;
 mod connection_secret_ref;
 mod creation_incomplete;
@@ -19,6 +20,7 @@ mod deletion_policy;
 mod deletion_policy_conflict;
 mod deletion_protection;
 mod documented_immutable_field;
+mod external_identity;
 mod external_name_change;
 mod immutable_field;
 mod init_provider_change;
@@ -27,6 +29,7 @@ mod management_policies;
 mod observe_only_external_name;
 mod paused_delete;
 mod paused_value;
+mod provider_config_exists;
 mod reference;
 
 /// Every built-in rule, in the order findings are reported.
@@ -47,7 +50,12 @@ pub static RULES: &[&dyn Rule] = &[
     &connection_secret_ref::ConnectionSecretRef,
     &reference::Reference,
     &composition_immutable_patch::CompositionImmutablePatch,
+    &external_identity::ExternalIdentity,
+    &adoption::Adoption,
+    &provider_config_exists::ProviderConfigExists,
 ];
+
+pub use adoption::ADOPT;
 
 /// Everything a rule may read. The object under judgment is the new object
 /// on CREATE and UPDATE and the old one on DELETE; derived states come from
@@ -289,7 +297,7 @@ pub(crate) mod testing {
         pub config: Config,
         pub group: String,
         pub kind: String,
-        pub cluster: Option<Cluster>,
+        pub cluster: Option<std::sync::Arc<Cluster>>,
     }
 
     impl Case {
@@ -339,6 +347,11 @@ pub(crate) mod testing {
             self
         }
 
+        pub(crate) fn cluster(mut self, c: std::sync::Arc<Cluster>) -> Self {
+            self.cluster = Some(c);
+            self
+        }
+
         pub(crate) fn config(mut self, yaml: &str) -> Self {
             self.config = Config::from_yaml(yaml).unwrap();
             self
@@ -354,7 +367,7 @@ pub(crate) mod testing {
                 .or_default()
                 .insert(user.into());
             cluster.providers().replace(a);
-            self.cluster = Some(cluster);
+            self.cluster = Some(std::sync::Arc::new(cluster));
             self
         }
 
@@ -388,7 +401,7 @@ pub(crate) mod testing {
 
         pub(crate) fn run<R>(&self, f: impl FnOnce(&RuleContext<'_>) -> R) -> R {
             let req = self.request();
-            let cluster = self.cluster.as_ref().unwrap_or(Cluster::empty());
+            let cluster = self.cluster.as_deref().unwrap_or(Cluster::empty());
             let ctx = RuleContext::new(&req, &self.config, cluster)
                 .expect("the case judges a managed resource");
             f(&ctx)

@@ -1,0 +1,1099 @@
+//! External identities: which external resource an MR points at
+//! (docs/rules.md, `external-identity`), and an index of the identities
+//! live MRs claim.
+//!
+//! An identity is the group with `.m.` folded (so a legacy
+//! `s3.aws.upbound.io` Bucket and a namespaced `s3.aws.m.upbound.io` Bucket
+//! meet), the kind, the effective external name, `spec.forProvider.region`
+//! when present and the resolved provider config. Two MRs with one identity
+//! manage one external resource.
+//!
+//! The index keeps no objects: per MR its key (`group/Kind/namespace/name`)
+//! and two 64-bit digests, one of the whole identity and one without the
+//! provider config. Two different identities among 20,000 MRs share a
+//! digest with a probability around 10^-11 (a false finding naming an
+//! unrelated MR), which is accepted for half the memory of 128 bits.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use serde_json::Value;
+
+use crate::config::{ExternalNameStrategy, ProviderConfigDefaults, ResourceConfig};
+use crate::mr::Mr;
+
+/// The group with its `m` segment removed: `s3.aws.m.upbound.io` becomes
+/// `s3.aws.upbound.io`, so legacy and namespaced kinds of one provider meet.
+pub fn fold_group(group: &str) -> String {
+    let mut parts: Vec<&str> = group.split('.').collect();
+    if let Some(i) = parts.iter().skip(1).position(|p| *p == "m") {
+        parts.remove(i + 1);
+    }
+    parts.join(".")
+}
+
+/// The provider config an MR uses, with defaults resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProviderConfigRef {
+    /// `ProviderConfig` or `ClusterProviderConfig`.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// Its namespace: the MR's for a namespaced `ProviderConfig`, else empty.
+    pub namespace: String,
+}
+
+impl ProviderConfigRef {
+    /// `spec.providerConfigRef` of `obj`, defaults filled in as Crossplane
+    /// and mrguard's mutation fill them: the configured default name, and
+    /// `ClusterProviderConfig` for a namespaced MR without a kind.
+    pub fn of(obj: &Value, namespace: &str, defaults: &ProviderConfigDefaults) -> Self {
+        let (kind, name, namespace) = provider_config_parts(obj, namespace, defaults);
+        Self {
+            kind: kind.into(),
+            name: name.into(),
+            namespace: namespace.into(),
+        }
+    }
+}
+
+impl fmt::Display for ProviderConfigRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// Which external resource an MR points at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The group with `.m.` folded ([`fold_group`]).
+    pub group: String,
+    /// The kind.
+    pub kind: String,
+    /// The effective external name.
+    pub external_name: String,
+    /// `spec.forProvider.region`, when it is a string.
+    pub region: Option<String>,
+    /// The resolved provider config.
+    pub provider_config: ProviderConfigRef,
+}
+
+impl Identity {
+    /// The identity of `obj`, an MR of `group`/`kind` in `namespace` (empty
+    /// for cluster scope). `None` when it has none yet: an
+    /// `IdentifierFromProvider` kind without `crossplane.io/external-name`,
+    /// or no name at all.
+    pub fn of(
+        obj: &Value,
+        group: &str,
+        kind: &str,
+        namespace: &str,
+        resource: &ResourceConfig,
+        defaults: &ProviderConfigDefaults,
+    ) -> Option<Self> {
+        let mr = Mr(obj);
+        let external_name = match (mr.external_name(), resource.external_name) {
+            (Some(n), _) => n,
+            (None, ExternalNameStrategy::NameAsIdentifier) => mr.name(),
+            (None, ExternalNameStrategy::IdentifierFromProvider) => return None,
+        };
+        if external_name.is_empty() {
+            return None;
+        }
+        let region = mr
+            .spec("forProvider")
+            .and_then(|f| f.get("region"))
+            .and_then(Value::as_str)
+            .map(String::from);
+        Some(Self {
+            group: fold_group(group),
+            kind: kind.into(),
+            external_name: external_name.into(),
+            region,
+            provider_config: ProviderConfigRef::of(obj, namespace, defaults),
+        })
+    }
+
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            group: &self.group,
+            fold: false,
+            kind: &self.kind,
+            external_name: &self.external_name,
+            region: self.region.as_deref(),
+            pc_kind: &self.provider_config.kind,
+            pc_name: &self.provider_config.name,
+            pc_namespace: &self.provider_config.namespace,
+        }
+    }
+
+    /// What the index keeps of this identity for one MR.
+    pub fn claim(&self, deleting: bool) -> Claim {
+        self.parts().claim(deleting)
+    }
+}
+
+/// An identity's parts, borrowed from the object: digests without
+/// allocating, for admission's common case (nobody else claims it).
+struct Parts<'a> {
+    group: &'a str,
+    /// Whether `group` still has its `m` segment to drop.
+    fold: bool,
+    kind: &'a str,
+    external_name: &'a str,
+    region: Option<&'a str>,
+    pc_kind: &'a str,
+    pc_name: &'a str,
+    pc_namespace: &'a str,
+}
+
+impl Parts<'_> {
+    /// What the index keeps: the digest without the provider config, and
+    /// the same hasher continued over it (one pass over the common parts).
+    fn claim(&self, deleting: bool) -> Claim {
+        // SipHash with fixed keys: the same digest for the same identity
+        // within one process, which is all the index needs. The folded
+        // group is hashed segment by segment, so an owned (folded) and a
+        // borrowed (unfolded) identity hash alike.
+        let mut h = DefaultHasher::new();
+        let mut dropped = !self.fold;
+        for (i, seg) in self.group.split('.').enumerate() {
+            if !dropped && i >= 1 && seg == "m" {
+                dropped = true;
+                continue;
+            }
+            h.write(seg.as_bytes());
+            h.write_u8(b'.');
+        }
+        h.write_u8(0xff);
+        self.kind.hash(&mut h);
+        self.external_name.hash(&mut h);
+        self.region.hash(&mut h);
+        let loose = h.finish();
+        self.pc_kind.hash(&mut h);
+        self.pc_name.hash(&mut h);
+        self.pc_namespace.hash(&mut h);
+        Claim {
+            full: h.finish(),
+            loose,
+            deleting,
+        }
+    }
+}
+
+impl Claim {
+    /// The claim of `obj` (see [`Identity::of`]) without building the
+    /// identity: no allocation.
+    pub fn of(
+        obj: &Value,
+        group: &str,
+        kind: &str,
+        namespace: &str,
+        resource: &ResourceConfig,
+        defaults: &ProviderConfigDefaults,
+        deleting: bool,
+    ) -> Option<Self> {
+        let mr = Mr(obj);
+        let external_name = match (mr.external_name(), resource.external_name) {
+            (Some(n), _) => n,
+            (None, ExternalNameStrategy::NameAsIdentifier) => mr.name(),
+            (None, ExternalNameStrategy::IdentifierFromProvider) => return None,
+        };
+        if external_name.is_empty() {
+            return None;
+        }
+        let region = mr
+            .spec("forProvider")
+            .and_then(|f| f.get("region"))
+            .and_then(Value::as_str);
+        let (pc_kind, pc_name, pc_namespace) = provider_config_parts(obj, namespace, defaults);
+        Some(
+            Parts {
+                group,
+                fold: true,
+                kind,
+                external_name,
+                region,
+                pc_kind,
+                pc_name,
+                pc_namespace,
+            }
+            .claim(deleting),
+        )
+    }
+
+    /// Whether both claim one identity, provider config included.
+    pub fn same_identity(&self, other: &Claim) -> bool {
+        self.full == other.full
+    }
+}
+
+/// `(kind, name, namespace)` of the provider config, defaults resolved
+/// ([`ProviderConfigRef::of`]), borrowed.
+fn provider_config_parts<'a>(
+    obj: &'a Value,
+    namespace: &'a str,
+    defaults: &'a ProviderConfigDefaults,
+) -> (&'a str, &'a str, &'a str) {
+    let r = Mr(obj).spec("providerConfigRef");
+    let (name, kind) = match r {
+        Some(Value::String(s)) => (s.as_str(), None),
+        Some(Value::Object(o)) => (
+            o.get("name").and_then(Value::as_str).unwrap_or(""),
+            o.get("kind")
+                .and_then(Value::as_str)
+                .filter(|k| !k.is_empty()),
+        ),
+        _ => ("", None),
+    };
+    let name = if name.is_empty() {
+        defaults.name_for(namespace)
+    } else {
+        name
+    };
+    let kind = kind.unwrap_or(if namespace.is_empty() {
+        "ProviderConfig"
+    } else {
+        "ClusterProviderConfig"
+    });
+    let namespace = if !namespace.is_empty() && kind == "ProviderConfig" {
+        namespace
+    } else {
+        ""
+    };
+    (kind, name, namespace)
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{} {:?}", self.kind, self.group, self.external_name)?;
+        if let Some(r) = &self.region {
+            write!(f, " in {r}")?;
+        }
+        write!(f, " via {}", self.provider_config)
+    }
+}
+
+/// One MR, as `group/Kind/namespace/name` in one allocation, shared by
+/// both tables of the index.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MrKey(Arc<str>);
+
+impl MrKey {
+    /// The key of an MR (`namespace` empty for cluster scope).
+    pub fn new(group: &str, kind: &str, namespace: &str, name: &str) -> Self {
+        Self(Arc::from(format!("{group}/{kind}/{namespace}/{name}")))
+    }
+
+    fn parts(&self) -> [&str; 4] {
+        let mut it = self.0.splitn(4, '/');
+        let mut next = || it.next().unwrap_or("");
+        [next(), next(), next(), next()]
+    }
+
+    /// The MR's API group.
+    pub fn group(&self) -> &str {
+        self.parts()[0]
+    }
+
+    /// The MR's kind.
+    pub fn kind(&self) -> &str {
+        self.parts()[1]
+    }
+
+    /// The MR's namespace, empty for cluster scope.
+    pub fn namespace(&self) -> &str {
+        self.parts()[2]
+    }
+
+    /// The MR's name.
+    pub fn name(&self) -> &str {
+        self.parts()[3]
+    }
+}
+
+impl fmt::Display for MrKey {
+    /// `Kind.group namespace/name`, or `Kind.group name` for cluster scope.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [group, kind, namespace, name] = self.parts();
+        if namespace.is_empty() {
+            write!(f, "{kind}.{group} {name}")
+        } else {
+            write!(f, "{kind}.{group} {namespace}/{name}")
+        }
+    }
+}
+
+/// What the index keeps per MR: digests of its identity with and without
+/// the provider config, and whether the MR is being deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    full: u64,
+    loose: u64,
+    deleting: bool,
+}
+
+/// Another MR holding an identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimant {
+    /// The other MR.
+    pub key: MrKey,
+    /// Whether it also uses the same provider config: then it is certainly
+    /// the same external resource; otherwise only when both configs reach
+    /// the same account.
+    pub same_provider_config: bool,
+    /// Whether it is being deleted (it keeps its claim until it is gone).
+    pub deleting: bool,
+}
+
+/// Per MR: its claim, if it has an identity yet, and whether deleting it
+/// deletes the external resource (for the teardown guard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    claim: Option<Claim>,
+    deletes: bool,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    by_mr: HashMap<MrKey, Entry>,
+    /// Loose digest to the MRs claiming it; almost always one.
+    by_identity: HashMap<u64, Vec<MrKey>>,
+}
+
+impl Inner {
+    fn remove(&mut self, key: &MrKey) {
+        let Some(Entry {
+            claim: Some(old), ..
+        }) = self.by_mr.remove(key)
+        else {
+            return;
+        };
+        if let Some(v) = self.by_identity.get_mut(&old.loose) {
+            v.retain(|k| k != key);
+            if v.is_empty() {
+                self.by_identity.remove(&old.loose);
+            }
+        }
+    }
+
+    fn insert(&mut self, key: MrKey, entry: Entry) {
+        self.remove(&key);
+        if let Some(claim) = entry.claim {
+            self.by_identity
+                .entry(claim.loose)
+                // Almost always one claimant: no room for four.
+                .or_insert_with(|| Vec::with_capacity(1))
+                .push(key.clone());
+        }
+        self.by_mr.insert(key, entry);
+    }
+}
+
+/// What one ProviderConfig (or ClusterProviderConfig) object tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderConfigFacts {
+    /// `spec.credentials.secretRef` as `(namespace, name)`, when its
+    /// credentials come from a Secret.
+    pub secret: Option<(String, String)>,
+    /// Whether MRs use it (`status.users` > 0, kept by Crossplane).
+    pub in_use: bool,
+}
+
+/// Whether the provider config an MR references exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderConfigStatus {
+    /// Nothing is known of the MR's provider family: no finding.
+    Unknown,
+    /// The family's group (named) serves no such kind.
+    KindNotServed(String),
+    /// The kind is served in the group (named) but no such object exists.
+    Missing(String),
+    /// It exists.
+    Exists,
+}
+
+#[derive(Debug, Default)]
+struct ProviderConfigs {
+    /// `(group, kind)` of every served ProviderConfig kind.
+    kinds: std::collections::BTreeSet<(String, String)>,
+    /// The served kinds whose objects were listed: only these are known
+    /// (a kind RBAC forbids must not make every reference "missing").
+    listed: std::collections::BTreeSet<(String, String)>,
+    objects: HashMap<MrKey, ProviderConfigFacts>,
+    /// Provider package name to the `(group, kind)` of its MR CRDs (their
+    /// owner references), for the teardown guard.
+    providers: HashMap<String, Vec<(String, String)>>,
+}
+
+/// The identities live MRs claim, kept by every replica's watches, and the
+/// provider configs that exist. An empty index finds nothing, so offline
+/// decisions never differ.
+#[derive(Debug)]
+pub struct IdentityIndex {
+    inner: RwLock<Inner>,
+    provider_configs: RwLock<ProviderConfigs>,
+    synced: AtomicBool,
+}
+
+impl Default for IdentityIndex {
+    fn default() -> Self {
+        Self {
+            inner: RwLock::default(),
+            provider_configs: RwLock::default(),
+            synced: AtomicBool::new(true),
+        }
+    }
+}
+
+impl IdentityIndex {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        // A panic while holding the lock leaves the maps consistent (every
+        // write is a few map operations), so poisoning is ignored.
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pcs(&self) -> std::sync::RwLockReadGuard<'_, ProviderConfigs> {
+        self.provider_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pcs_mut(&self) -> std::sync::RwLockWriteGuard<'_, ProviderConfigs> {
+        self.provider_configs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the served ProviderConfig kinds, `(group, kind)`; objects of
+    /// kinds no longer served are forgotten.
+    pub fn set_provider_config_kinds(&self, kinds: Vec<(String, String)>) {
+        let mut pcs = self.pcs_mut();
+        pcs.kinds = kinds.into_iter().collect();
+        let ProviderConfigs {
+            kinds,
+            objects,
+            listed,
+            ..
+        } = &mut *pcs;
+        listed.retain(|k| kinds.contains(k));
+        objects.retain(|k, _| kinds.contains(&(k.group().to_string(), k.kind().to_string())));
+    }
+
+    /// Replaces every object of one ProviderConfig kind (a fresh list).
+    pub fn replace_provider_configs(
+        &self,
+        group: &str,
+        kind: &str,
+        objects: Vec<(MrKey, ProviderConfigFacts)>,
+    ) {
+        let mut pcs = self.pcs_mut();
+        pcs.objects
+            .retain(|k, _| !(k.group() == group && k.kind() == kind));
+        pcs.objects.extend(objects);
+        pcs.listed.insert((group.to_string(), kind.to_string()));
+    }
+
+    /// Records one provider config object (key: group, kind, namespace, name).
+    pub fn upsert_provider_config(&self, key: MrKey, facts: ProviderConfigFacts) {
+        self.pcs_mut().objects.insert(key, facts);
+    }
+
+    /// Forgets a provider config object that is gone.
+    pub fn remove_provider_config(&self, key: &MrKey) {
+        self.pcs_mut().objects.remove(key);
+    }
+
+    /// Whether `r`, referenced by an MR of `mr_group`, exists. The MR's
+    /// family group is the longest served ProviderConfig group that
+    /// `mr_group` ends with (`s3.aws.m.upbound.io` → `aws.m.upbound.io`).
+    pub fn provider_config_status(
+        &self,
+        mr_group: &str,
+        r: &ProviderConfigRef,
+    ) -> ProviderConfigStatus {
+        let pcs = self.pcs();
+        // Only families whose configs could be listed are judged.
+        let family = pcs
+            .listed
+            .iter()
+            .map(|(g, _)| g.as_str())
+            .filter(|g| mr_group == *g || mr_group.ends_with(&format!(".{g}")))
+            .max_by_key(|g| g.len());
+        let Some(group) = family else {
+            return ProviderConfigStatus::Unknown;
+        };
+        if !pcs.kinds.contains(&(group.to_string(), r.kind.clone())) {
+            return ProviderConfigStatus::KindNotServed(group.to_string());
+        }
+        let key = MrKey::new(group, &r.kind, &r.namespace, &r.name);
+        if pcs.objects.contains_key(&key) {
+            ProviderConfigStatus::Exists
+        } else {
+            ProviderConfigStatus::Missing(group.to_string())
+        }
+    }
+
+    /// Sets which MR kinds each Provider package serves.
+    pub fn set_provider_kinds(&self, providers: HashMap<String, Vec<(String, String)>>) {
+        self.pcs_mut().providers = providers;
+    }
+
+    /// The live MRs of the kinds Provider `name` serves, sorted (the
+    /// teardown guard). A scan, like [`Self::deleting_in_namespace`].
+    pub fn mrs_of_provider(&self, name: &str) -> Vec<MrKey> {
+        let kinds = match self.pcs().providers.get(name) {
+            Some(k) if !k.is_empty() => k.clone(),
+            _ => return Vec::new(),
+        };
+        let inner = self.read();
+        let mut out: Vec<MrKey> = inner
+            .by_mr
+            .keys()
+            .filter(|k| kinds.iter().any(|(g, kd)| k.group() == g && k.kind() == kd))
+            .cloned()
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The provider configs in use whose credentials are the Secret
+    /// `namespace/name`, sorted (the teardown guard).
+    pub fn secret_users(&self, namespace: &str, name: &str) -> Vec<MrKey> {
+        let pcs = self.pcs();
+        let mut out: Vec<MrKey> = pcs
+            .objects
+            .iter()
+            .filter(|(_, f)| {
+                f.in_use
+                    && f.secret
+                        .as_ref()
+                        .is_some_and(|(ns, n)| ns == namespace && n == name)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Records a live MR: its claim (`None` while it has no identity) and
+    /// whether deleting it deletes its external resource.
+    pub fn upsert(&self, key: MrKey, claim: Option<Claim>, deletes: bool) {
+        self.write().insert(key, Entry { claim, deletes });
+    }
+
+    /// Forgets an MR that is gone.
+    pub fn remove(&self, key: &MrKey) {
+        self.write().remove(key);
+    }
+
+    /// Replaces every claim of `group`/`kind` with `claims` (a fresh list).
+    pub fn replace_kind(&self, group: &str, kind: &str, claims: Vec<(MrKey, Option<Claim>, bool)>) {
+        let mut inner = self.write();
+        let stale: Vec<MrKey> = inner
+            .by_mr
+            .keys()
+            .filter(|k| k.group() == group && k.kind() == kind)
+            .cloned()
+            .collect();
+        for k in &stale {
+            inner.remove(k);
+        }
+        for (k, claim, deletes) in claims {
+            inner.insert(k, Entry { claim, deletes });
+        }
+    }
+
+    /// Forgets every claim of `group`/`kind` (its CRD is gone).
+    pub fn drop_kind(&self, group: &str, kind: &str) {
+        self.replace_kind(group, kind, Vec::new());
+    }
+
+    /// The other MRs claiming `identity`, or the same identity but for the
+    /// provider config; `except` (the MR asking) is left out. Sorted.
+    pub fn claimants(&self, claim: &Claim, except: &MrKey) -> Vec<Claimant> {
+        let inner = self.read();
+        let Some(keys) = inner.by_identity.get(&claim.loose) else {
+            return Vec::new();
+        };
+        let mut out: Vec<Claimant> = keys
+            .iter()
+            .filter(|k| *k != except)
+            .filter_map(|k| {
+                let c = inner.by_mr.get(k)?.claim?;
+                Some(Claimant {
+                    key: k.clone(),
+                    same_provider_config: c.full == claim.full,
+                    deleting: c.deleting,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.same_provider_config
+                .cmp(&a.same_provider_config)
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        out
+    }
+
+    /// Groups of two or more MRs that claim one identity, provider config
+    /// included (for the audit). Each group is sorted; groups by first key.
+    pub fn duplicates(&self) -> Vec<Vec<MrKey>> {
+        let inner = self.read();
+        let mut out = Vec::new();
+        for keys in inner.by_identity.values().filter(|v| v.len() > 1) {
+            let mut by_full: HashMap<u64, Vec<MrKey>> = HashMap::new();
+            for k in keys {
+                if let Some(c) = inner.by_mr.get(k).and_then(|e| e.claim) {
+                    by_full.entry(c.full).or_default().push(k.clone());
+                }
+            }
+            for mut g in by_full.into_values().filter(|g| g.len() > 1) {
+                g.sort();
+                out.push(g);
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// The heap bytes the index holds, from its tables' capacities and the
+    /// keys' lengths (hashbrown's layout: one slot and one control byte per
+    /// bucket). An estimate within allocator rounding.
+    pub fn heap_bytes(&self) -> usize {
+        fn table<K, V>(m: &HashMap<K, V>) -> usize {
+            let buckets = if m.capacity() == 0 {
+                0
+            } else {
+                (m.capacity() * 8 / 7).next_power_of_two()
+            };
+            buckets * (std::mem::size_of::<(K, V)>() + 1)
+        }
+        let inner = self.read();
+        // Each key once, with the Arc's two counters.
+        let keys: usize = inner.by_mr.keys().map(|k| k.0.len() + 16).sum();
+        let lists: usize = inner
+            .by_identity
+            .values()
+            .map(|v| v.capacity() * std::mem::size_of::<MrKey>())
+            .sum();
+        table(&inner.by_mr) + table(&inner.by_identity) + keys + lists
+    }
+
+    /// The MRs in `namespace` whose deletion deletes their external
+    /// resource, sorted (the teardown guard). A scan: namespace deletions
+    /// are rare, and a second table would cost memory on every MR.
+    pub fn deleting_in_namespace(&self, namespace: &str) -> Vec<MrKey> {
+        if namespace.is_empty() {
+            return Vec::new();
+        }
+        let inner = self.read();
+        let mut out: Vec<MrKey> = inner
+            .by_mr
+            .iter()
+            .filter(|(k, e)| e.deletes && k.namespace() == namespace)
+            .map(|(k, _)| k.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Whether any MR claims `claim`'s identity, provider config aside:
+    /// the cheap test before naming anyone.
+    pub fn is_claimed(&self, claim: &Claim) -> bool {
+        self.read().by_identity.contains_key(&claim.loose)
+    }
+
+    /// Whether any provider config kind is watched.
+    pub fn knows_provider_configs(&self) -> bool {
+        !self.pcs().listed.is_empty()
+    }
+
+    /// How many live MRs the index knows.
+    pub fn len(&self) -> usize {
+        self.read().by_mr.len()
+    }
+
+    /// Whether the index knows no MR.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the index has listed every covered kind once (always true
+    /// where no watch fills it).
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Set by the watches that fill the index: false until their first
+    /// full list, so a replica is not ready with a partial index.
+    pub fn set_synced(&self, synced: bool) {
+        self.synced.store(synced, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use serde_json::json;
+
+    fn identity(obj: &Value, group: &str, kind: &str, ns: &str) -> Option<Identity> {
+        let c = Config::builtin();
+        Identity::of(
+            obj,
+            group,
+            kind,
+            ns,
+            c.resource(group, kind),
+            &c.provider_config,
+        )
+    }
+
+    fn bucket(name: &str, annotations: Value, spec: Value) -> Value {
+        json!({"metadata": {"name": name, "annotations": annotations}, "spec": spec})
+    }
+
+    /// Admission's allocation-free claim is the claim of the identity the
+    /// messages name, folded group and provider config defaults included.
+    #[test]
+    fn the_borrowed_claim_equals_the_owned_one() {
+        let c = Config::builtin();
+        for (obj, group, kind, ns) in [
+            (
+                bucket(
+                    "data",
+                    json!({}),
+                    json!({"forProvider": {"region": "eu-west-1"}}),
+                ),
+                "s3.aws.m.upbound.io",
+                "Bucket",
+                "team-a",
+            ),
+            (
+                bucket(
+                    "data",
+                    json!({}),
+                    json!({"forProvider": {}, "providerConfigRef": "x"}),
+                ),
+                "s3.aws.upbound.io",
+                "Bucket",
+                "",
+            ),
+            (
+                bucket(
+                    "n",
+                    json!({"crossplane.io/external-name": "vpc-1"}),
+                    json!({"forProvider": {}, "providerConfigRef": {"kind": "ProviderConfig", "name": "p"}}),
+                ),
+                "ec2.aws.m.upbound.io",
+                "VPC",
+                "team-b",
+            ),
+            (
+                bucket("odd", json!({}), json!({"forProvider": {}})),
+                "a.m.m.example.org",
+                "Thing",
+                "",
+            ),
+        ] {
+            let owned = identity(&obj, group, kind, ns).unwrap().claim(true);
+            let borrowed = Claim::of(
+                &obj,
+                group,
+                kind,
+                ns,
+                c.resource(group, kind),
+                &c.provider_config,
+                true,
+            )
+            .unwrap();
+            assert_eq!(owned, borrowed, "{group} {kind}");
+        }
+        let vpc = bucket("n", json!({}), json!({"forProvider": {}}));
+        assert!(Claim::of(
+            &vpc,
+            "ec2.aws.upbound.io",
+            "VPC",
+            "",
+            c.resource("ec2.aws.upbound.io", "VPC"),
+            &c.provider_config,
+            false
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn folds_the_m_segment_only() {
+        assert_eq!(fold_group("s3.aws.m.upbound.io"), "s3.aws.upbound.io");
+        assert_eq!(fold_group("azure.m.upbound.io"), "azure.upbound.io");
+        assert_eq!(fold_group("s3.aws.upbound.io"), "s3.aws.upbound.io");
+        assert_eq!(fold_group("m.example.org"), "m.example.org");
+        assert_eq!(fold_group("nop.crossplane.io"), "nop.crossplane.io");
+    }
+
+    #[test]
+    fn name_as_identifier_kinds_default_to_their_name() {
+        let b = bucket(
+            "data",
+            json!({}),
+            json!({"forProvider": {"region": "eu-west-1"}}),
+        );
+        let i = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
+        assert_eq!(i.external_name, "data");
+        assert_eq!(i.group, "s3.aws.upbound.io");
+        assert_eq!(i.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(
+            i.provider_config,
+            ProviderConfigRef {
+                kind: "ClusterProviderConfig".into(),
+                name: "default".into(),
+                namespace: "".into()
+            }
+        );
+        // The annotation wins.
+        let b = bucket(
+            "data",
+            json!({"crossplane.io/external-name": "other"}),
+            json!({"forProvider": {}}),
+        );
+        let i = identity(&b, "s3.aws.upbound.io", "Bucket", "").unwrap();
+        assert_eq!(i.external_name, "other");
+        assert_eq!(i.region, None);
+        assert_eq!(i.provider_config.kind, "ProviderConfig");
+    }
+
+    #[test]
+    fn provider_assigned_identifiers_need_the_annotation() {
+        let v = bucket("net", json!({}), json!({"forProvider": {}}));
+        assert!(identity(&v, "ec2.aws.upbound.io", "VPC", "").is_none());
+        let v = bucket(
+            "net",
+            json!({"crossplane.io/external-name": "vpc-1"}),
+            json!({"forProvider": {}}),
+        );
+        let i = identity(&v, "ec2.aws.upbound.io", "VPC", "").unwrap();
+        assert_eq!(i.external_name, "vpc-1");
+        // An empty annotation counts as none.
+        let v = bucket(
+            "net",
+            json!({"crossplane.io/external-name": ""}),
+            json!({"forProvider": {}}),
+        );
+        assert!(identity(&v, "ec2.aws.upbound.io", "VPC", "").is_none());
+    }
+
+    #[test]
+    fn a_namespaced_provider_config_lives_in_the_mr_namespace() {
+        let b = bucket(
+            "data",
+            json!({}),
+            json!({"forProvider": {}, "providerConfigRef": {"kind": "ProviderConfig", "name": "pc"}}),
+        );
+        let i = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
+        assert_eq!(i.provider_config.namespace, "team-a");
+        assert_eq!(
+            i.to_string(),
+            "Bucket.s3.aws.upbound.io \"data\" via ProviderConfig team-a/pc"
+        );
+        let j = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-b").unwrap();
+        assert_ne!(i.claim(false).full, j.claim(false).full);
+        assert_eq!(i.claim(false).loose, j.claim(false).loose);
+    }
+
+    #[test]
+    fn the_index_finds_other_claimants_and_forgets_the_gone() {
+        let idx = IdentityIndex::default();
+        let b = bucket("data", json!({}), json!({"forProvider": {}}));
+        let a_key = MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-a", "data");
+        let b_key = MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-b", "data");
+        let ia = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
+        assert!(idx.claimants(&ia.claim(false), &b_key).is_empty());
+        idx.upsert(a_key.clone(), Some(ia.claim(true)), true);
+        let ib = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-b").unwrap();
+        let c = idx.claimants(&ib.claim(false), &b_key);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].key, a_key);
+        assert!(c[0].same_provider_config && c[0].deleting);
+        assert_eq!(a_key.to_string(), "Bucket.s3.aws.m.upbound.io team-a/data");
+        // The MR itself is never its own claimant.
+        assert!(idx.claimants(&ia.claim(false), &a_key).is_empty());
+        // A legacy Bucket meets the namespaced one, with another config.
+        let legacy = identity(&b, "s3.aws.upbound.io", "Bucket", "").unwrap();
+        let c = idx.claimants(
+            &legacy.claim(false),
+            &MrKey::new("s3.aws.upbound.io", "Bucket", "", "data"),
+        );
+        assert_eq!(c.len(), 1);
+        assert!(!c[0].same_provider_config);
+        // Changing the external name moves the claim.
+        let moved = bucket(
+            "data",
+            json!({"crossplane.io/external-name": "x"}),
+            json!({"forProvider": {}}),
+        );
+        let im = identity(&moved, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
+        idx.upsert(a_key.clone(), Some(im.claim(false)), true);
+        assert!(idx.claimants(&ib.claim(false), &b_key).is_empty());
+        assert_eq!(idx.claimants(&im.claim(false), &b_key).len(), 1);
+        idx.remove(&a_key);
+        assert!(idx.claimants(&im.claim(false), &b_key).is_empty());
+        assert!(idx.is_empty());
+    }
+
+    #[test]
+    fn provider_configs_are_found_by_family_kind_and_name() {
+        let idx = IdentityIndex::default();
+        let pc = |kind: &str, ns: &str, name: &str| ProviderConfigRef {
+            kind: kind.into(),
+            name: name.into(),
+            namespace: ns.into(),
+        };
+        // Nothing known: no finding.
+        assert_eq!(
+            idx.provider_config_status(
+                "s3.aws.m.upbound.io",
+                &pc("ClusterProviderConfig", "", "default")
+            ),
+            ProviderConfigStatus::Unknown
+        );
+        idx.set_provider_config_kinds(vec![
+            ("aws.upbound.io".into(), "ProviderConfig".into()),
+            ("aws.m.upbound.io".into(), "ProviderConfig".into()),
+            ("aws.m.upbound.io".into(), "ClusterProviderConfig".into()),
+        ]);
+        let facts = |secret: Option<(&str, &str)>, in_use| ProviderConfigFacts {
+            secret: secret.map(|(a, b)| (a.into(), b.into())),
+            in_use,
+        };
+        idx.replace_provider_configs(
+            "aws.m.upbound.io",
+            "ClusterProviderConfig",
+            vec![(
+                MrKey::new("aws.m.upbound.io", "ClusterProviderConfig", "", "default"),
+                facts(Some(("crossplane-system", "aws-secret")), true),
+            )],
+        );
+        idx.upsert_provider_config(
+            MrKey::new("aws.m.upbound.io", "ProviderConfig", "team-a", "mine"),
+            facts(Some(("team-a", "creds")), false),
+        );
+        // The legacy family is served but not listed yet (say RBAC forbids
+        // it): nothing is known of it.
+        assert_eq!(
+            idx.provider_config_status("s3.aws.upbound.io", &pc("ProviderConfig", "", "default")),
+            ProviderConfigStatus::Unknown
+        );
+        idx.replace_provider_configs("aws.upbound.io", "ProviderConfig", vec![]);
+        let s = |g: &str, r: ProviderConfigRef| idx.provider_config_status(g, &r);
+        assert_eq!(
+            s(
+                "s3.aws.m.upbound.io",
+                pc("ClusterProviderConfig", "", "default")
+            ),
+            ProviderConfigStatus::Exists
+        );
+        assert_eq!(
+            s(
+                "s3.aws.m.upbound.io",
+                pc("ProviderConfig", "team-a", "mine")
+            ),
+            ProviderConfigStatus::Exists
+        );
+        assert_eq!(
+            s(
+                "s3.aws.m.upbound.io",
+                pc("ProviderConfig", "team-b", "mine")
+            ),
+            ProviderConfigStatus::Missing("aws.m.upbound.io".into())
+        );
+        // The legacy group serves no ClusterProviderConfig.
+        assert_eq!(
+            s(
+                "s3.aws.upbound.io",
+                pc("ClusterProviderConfig", "", "default")
+            ),
+            ProviderConfigStatus::KindNotServed("aws.upbound.io".into())
+        );
+        assert_eq!(
+            s("nop.crossplane.io", pc("ProviderConfig", "", "default")),
+            ProviderConfigStatus::Unknown
+        );
+        // Only configs in use hold their Secret.
+        assert_eq!(
+            idx.secret_users("crossplane-system", "aws-secret"),
+            vec![MrKey::new(
+                "aws.m.upbound.io",
+                "ClusterProviderConfig",
+                "",
+                "default"
+            )]
+        );
+        assert!(idx.secret_users("team-a", "creds").is_empty());
+        idx.remove_provider_config(&MrKey::new(
+            "aws.m.upbound.io",
+            "ClusterProviderConfig",
+            "",
+            "default",
+        ));
+        assert!(idx
+            .secret_users("crossplane-system", "aws-secret")
+            .is_empty());
+        idx.set_provider_config_kinds(vec![]);
+        assert_eq!(
+            s(
+                "s3.aws.m.upbound.io",
+                pc("ProviderConfig", "team-a", "mine")
+            ),
+            ProviderConfigStatus::Unknown
+        );
+    }
+
+    #[test]
+    fn a_relist_replaces_one_kind_and_duplicates_are_found() {
+        let idx = IdentityIndex::default();
+        let b = bucket("data", json!({}), json!({"forProvider": {}}));
+        let v = bucket(
+            "n",
+            json!({"crossplane.io/external-name": "data"}),
+            json!({"forProvider": {}}),
+        );
+        let ib = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
+        let iv = identity(&v, "ec2.aws.upbound.io", "VPC", "").unwrap();
+        let k = |ns: &str| MrKey::new("s3.aws.m.upbound.io", "Bucket", ns, "data");
+        let vk = MrKey::new("ec2.aws.upbound.io", "VPC", "", "n");
+        idx.upsert(k("old"), Some(ib.claim(false)), true);
+        idx.upsert(vk.clone(), Some(iv.claim(false)), true);
+        idx.replace_kind(
+            "s3.aws.m.upbound.io",
+            "Bucket",
+            vec![
+                (k("team-a"), Some(ib.claim(false)), true),
+                (k("team-b"), Some(ib.claim(false)), false),
+                (k("team-b2"), None, true),
+            ],
+        );
+        assert_eq!(idx.len(), 4);
+        assert_eq!(idx.deleting_in_namespace("team-a"), vec![k("team-a")]);
+        assert!(idx.deleting_in_namespace("team-b").is_empty());
+        assert_eq!(idx.deleting_in_namespace("team-b2"), vec![k("team-b2")]);
+        assert!(idx.deleting_in_namespace("").is_empty());
+        assert_eq!(idx.duplicates(), vec![vec![k("team-a"), k("team-b")]]);
+        idx.drop_kind("s3.aws.m.upbound.io", "Bucket");
+        assert_eq!(idx.len(), 1);
+        assert!(idx.deleting_in_namespace("team-a").is_empty());
+        assert!(idx.duplicates().is_empty());
+    }
+}

@@ -1,0 +1,726 @@
+//! Every replica's external-identity index (`external-identity`,
+//! docs/controller.md): a watch over CRDs finds the MR kinds, and one watch
+//! per kind feeds `Cluster::identities` with the identity of each MR.
+//!
+//! Every replica answers admission, so every replica runs these watches,
+//! leader or not. The objects are decoded into a small view (name,
+//! annotations, deletion time, `spec.forProvider.region`,
+//! `spec.providerConfigRef`); the rest of each object is skipped while
+//! decoding, and the index keeps only keys and digests.
+//!
+//! The index is not synced, and `/readyz` fails, until the CRD list and
+//! every MR kind it found have been listed once (a kind whose list is
+//! forbidden or not served counts, so RBAC cannot keep a replica unready).
+//! A configuration change (another external-name strategy or default
+//! provider config) relists every kind.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::ApiResource;
+use kube::runtime::watcher;
+use kube::{Api, Resource};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::api::{watcher_source, ControllerError};
+use super::coverage::{Coverage, CrdSummary, MrKind, CRD_PAGE_SIZE};
+use super::metrics::ControllerMetrics;
+use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
+use crate::config::ConfigStore;
+use mrguard_policy::cluster::Cluster;
+use mrguard_policy::config::Config;
+use mrguard_policy::identity::{Claim, MrKey, ProviderConfigFacts};
+use mrguard_policy::mr::{DeletionOutcome, Mr, EXTERNAL_NAME};
+
+/// How often the configuration is compared with the one the claims were
+/// computed with.
+const CONFIG_POLL: Duration = Duration::from_secs(2);
+
+/// What the index needs of one MR; everything else is skipped.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct IdentityView {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: ViewSpec,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ViewSpec {
+    #[serde(default)]
+    for_provider: ViewForProvider,
+    #[serde(default)]
+    provider_config_ref: Option<Value>,
+    // The deletion outcome, for the teardown guard.
+    #[serde(default)]
+    management_policies: Option<Value>,
+    #[serde(default)]
+    deletion_policy: Option<Value>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct ViewForProvider {
+    #[serde(default)]
+    region: Option<Value>,
+}
+
+/// A partial view of objects of any kind, named by an [`ApiResource`].
+macro_rules! dynamic_view {
+    ($t:ty) => {
+        impl Resource for $t {
+            type DynamicType = ApiResource;
+            type Scope = kube::core::DynamicResourceScope;
+
+            fn kind(dt: &ApiResource) -> Cow<'_, str> {
+                dt.kind.as_str().into()
+            }
+            fn group(dt: &ApiResource) -> Cow<'_, str> {
+                dt.group.as_str().into()
+            }
+            fn version(dt: &ApiResource) -> Cow<'_, str> {
+                dt.version.as_str().into()
+            }
+            fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+                dt.api_version.as_str().into()
+            }
+            fn plural(dt: &ApiResource) -> Cow<'_, str> {
+                dt.plural.as_str().into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+dynamic_view!(IdentityView);
+dynamic_view!(ProviderConfigView);
+
+/// What the index needs of a ProviderConfig: its credentials Secret and
+/// whether MRs use it.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct ProviderConfigView {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: PcSpec,
+    #[serde(default)]
+    status: PcStatus,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct PcSpec {
+    #[serde(default)]
+    credentials: Option<PcCredentials>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PcCredentials {
+    #[serde(default)]
+    source: Option<String>,
+    #[serde(default)]
+    secret_ref: Option<PcSecretRef>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct PcSecretRef {
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct PcStatus {
+    #[serde(default)]
+    users: Option<i64>,
+}
+
+impl ProviderConfigView {
+    pub(crate) fn facts(&self, kind: &MrKind) -> Option<(MrKey, ProviderConfigFacts)> {
+        let name = self.metadata.name.as_deref()?;
+        let namespace = self.metadata.namespace.as_deref().unwrap_or("");
+        let secret = self.spec.credentials.as_ref().and_then(|c| {
+            if c.source.as_deref().is_some_and(|s| s != "Secret") {
+                return None;
+            }
+            let r = c.secret_ref.as_ref()?;
+            // A namespaced ProviderConfig's Secret defaults to its own namespace.
+            let ns = r
+                .namespace
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .unwrap_or(namespace);
+            Some((ns.to_string(), r.name.clone()?))
+        });
+        Some((
+            MrKey::new(&kind.group, &kind.kind, namespace, name),
+            ProviderConfigFacts {
+                secret,
+                in_use: self.status.users.unwrap_or(0) > 0,
+            },
+        ))
+    }
+}
+
+/// The Crossplane category of ProviderConfig CRDs.
+const PROVIDER_CONFIG_CATEGORY: &str = "providerconfig";
+
+/// A ProviderConfig or ClusterProviderConfig kind (not the Usage kinds).
+fn provider_config_kind(crd: &CrdSummary) -> Option<MrKind> {
+    let names = &crd.spec.names;
+    if !names
+        .categories
+        .iter()
+        .any(|c| c == PROVIDER_CONFIG_CATEGORY)
+        || names.kind.ends_with("Usage")
+    {
+        return None;
+    }
+    // MrKind's parsing, without its category check.
+    let mut c = crd.clone();
+    c.spec.names.categories = vec![super::coverage::MANAGED_CATEGORY.into()];
+    MrKind::from_crd(&c)
+}
+
+/// What the CRD watch keeps besides the MR coverage: the provider config
+/// kinds, and which Provider package owns each MR CRD; keyed by CRD name.
+#[derive(Default)]
+struct ProviderConfigKinds(BTreeMap<String, MrKind>, BTreeMap<String, (String, MrKind)>);
+
+impl ProviderConfigKinds {
+    fn upsert(&mut self, crd: &CrdSummary) {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        match provider_config_kind(crd) {
+            Some(k) => self.0.insert(name.clone(), k),
+            None => self.0.remove(&name),
+        };
+        // The package manager gives each MR CRD a (non-controller) owner
+        // reference to its Provider.
+        let owner = crd
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.kind == "Provider" && o.api_version.starts_with("pkg.crossplane.io/"))
+            .map(|o| o.name.clone());
+        match (owner, MrKind::from_crd(crd)) {
+            (Some(p), Some(k)) => self.1.insert(name, (p, k)),
+            _ => self.1.remove(&name),
+        };
+    }
+
+    fn remove(&mut self, crd: &CrdSummary) {
+        if let Some(n) = &crd.metadata.name {
+            self.0.remove(n);
+            self.1.remove(n);
+        }
+    }
+
+    /// Provider name to the `(group, kind)` of its MR kinds.
+    fn providers(&self) -> HashMap<String, Vec<(String, String)>> {
+        let mut out: HashMap<String, Vec<(String, String)>> = HashMap::new();
+        for (p, k) in self.1.values() {
+            out.entry(p.clone())
+                .or_default()
+                .push((k.group.clone(), k.kind.clone()));
+        }
+        out
+    }
+}
+
+impl IdentityView {
+    /// The index key and claim of this MR of `kind` (no claim when it has
+    /// no identity yet), and whether deleting it deletes its resource.
+    pub(crate) fn claim(
+        &self,
+        kind: &MrKind,
+        config: &Config,
+    ) -> Option<(MrKey, Option<Claim>, bool)> {
+        let name = self.metadata.name.as_deref()?;
+        let namespace = self.metadata.namespace.as_deref().unwrap_or("");
+        let external = self
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(EXTERNAL_NAME));
+        let mut obj = json!({"metadata": {"name": name}, "spec": {"forProvider": {}}});
+        if let Some(e) = external {
+            obj["metadata"]["annotations"] = json!({ EXTERNAL_NAME: e });
+        }
+        if let Some(r) = &self.spec.for_provider.region {
+            obj["spec"]["forProvider"]["region"] = r.clone();
+        }
+        if let Some(r) = &self.spec.provider_config_ref {
+            obj["spec"]["providerConfigRef"] = r.clone();
+        }
+        if let Some(p) = &self.spec.management_policies {
+            obj["spec"]["managementPolicies"] = p.clone();
+        }
+        if let Some(p) = &self.spec.deletion_policy {
+            obj["spec"]["deletionPolicy"] = p.clone();
+        }
+        let deletes = Mr(&obj).deletion_outcome() == DeletionOutcome::Delete;
+        let claim = Claim::of(
+            &obj,
+            &kind.group,
+            &kind.kind,
+            namespace,
+            config.resource(&kind.group, &kind.kind),
+            &config.provider_config,
+            self.metadata.deletion_timestamp.is_some(),
+        );
+        Some((
+            MrKey::new(&kind.group, &kind.kind, namespace, name),
+            claim,
+            deletes,
+        ))
+    }
+}
+
+/// Keeps `cluster`'s identity index from watches; runs on every replica
+/// until the task is aborted.
+pub(crate) async fn run(
+    client: kube::Client,
+    config: Arc<ConfigStore>,
+    cluster: Arc<Cluster>,
+    metrics: Arc<ControllerMetrics>,
+) {
+    let index = cluster.identities();
+    let crds: Api<CrdSummary> = Api::all(client.clone());
+    let mut crd_stream = backoff_watcher(watcher(
+        crds,
+        watcher::Config::default().page_size(CRD_PAGE_SIZE),
+    ))
+    .boxed();
+    let mut current = Coverage::default();
+    let mut listing: Option<Coverage> = None;
+    let mut configs = ProviderConfigKinds::default();
+    let mut config_listing: Option<ProviderConfigKinds> = None;
+    let mut crds_synced = false;
+    let mut crd_error = ErrorOnce::default();
+    // Kinds whose first list is still outstanding, while not yet synced.
+    let mut waiting: Option<HashSet<String>> = None;
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut running: HashMap<String, (MrKind, tokio::task::AbortHandle)> = HashMap::new();
+    let mut applied = config.load();
+    let mut poll = tokio::time::interval(CONFIG_POLL);
+    loop {
+        let mut changed = false;
+        tokio::select! {
+            ev = crd_stream.next() => {
+                let Some(ev) = ev else { return };
+                if watcher_progress(&ev) {
+                    crd_error.ok("CRD watch (identities)");
+                }
+                match ev {
+                    Ok(watcher::Event::Init) => {
+                        listing = Some(Coverage::default());
+                        config_listing = Some(ProviderConfigKinds::default());
+                    }
+                    Ok(watcher::Event::InitApply(crd)) => {
+                        if let Some(l) = listing.as_mut() {
+                            l.upsert(&crd);
+                        }
+                        if let Some(l) = config_listing.as_mut() {
+                            l.upsert(&crd);
+                        }
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(l) = listing.take() {
+                            current = l;
+                        }
+                        if let Some(l) = config_listing.take() {
+                            configs = l;
+                        }
+                        crds_synced = true;
+                        changed = true;
+                    }
+                    Ok(watcher::Event::Apply(crd)) => {
+                        current.upsert(&crd);
+                        configs.upsert(&crd);
+                        changed = crds_synced;
+                    }
+                    Ok(watcher::Event::Delete(crd)) => {
+                        current.remove(&crd);
+                        configs.remove(&crd);
+                        changed = crds_synced;
+                    }
+                    Err(e) => {
+                        let e = ControllerError::Api {
+                            verb: "watch",
+                            resource: "customresourcedefinitions.apiextensions.k8s.io",
+                            object: String::new(),
+                            source: watcher_source(e),
+                        };
+                        crd_error.failed(&e, Some(&metrics), "identity index: failed to watch CRDs; retrying with backoff");
+                    }
+                }
+            }
+            Some(key) = done_rx.recv() => {
+                if let Some(w) = waiting.as_mut() {
+                    w.remove(&key);
+                }
+            }
+            _ = poll.tick() => {
+                let now = config.load();
+                if !Arc::ptr_eq(&now, &applied) {
+                    applied = now;
+                    // Claims depend on the configuration: relist everything.
+                    for (_, (_, handle)) in running.drain() {
+                        handle.abort();
+                    }
+                    changed = crds_synced;
+                }
+            }
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+        if changed {
+            index.set_provider_kinds(configs.providers());
+            index.set_provider_config_kinds(
+                configs
+                    .0
+                    .values()
+                    .map(|k| (k.group.clone(), k.kind.clone()))
+                    .collect(),
+            );
+            // MR kinds by CRD name; provider config kinds as "pc:" + name.
+            let mut wanted: BTreeMap<String, (&MrKind, bool)> =
+                current.kinds().map(|k| (k.key(), (k, false))).collect();
+            wanted.extend(
+                configs
+                    .0
+                    .values()
+                    .map(|k| (format!("pc:{}", k.key()), (k, true))),
+            );
+            running.retain(|key, (kind, handle)| {
+                let keep = wanted.get(key).is_some_and(|(w, _)| *w == kind);
+                if !keep {
+                    handle.abort();
+                    if !key.starts_with("pc:") {
+                        index.drop_kind(&kind.group, &kind.kind);
+                    }
+                }
+                keep
+            });
+            for (key, (kind, is_config)) in wanted {
+                if running.contains_key(&key) {
+                    continue;
+                }
+                let handle = if is_config {
+                    tasks.spawn(watch_provider_configs(
+                        client.clone(),
+                        kind.clone(),
+                        key.clone(),
+                        cluster.clone(),
+                        done_tx.clone(),
+                        metrics.clone(),
+                    ))
+                } else {
+                    tasks.spawn(watch_kind(
+                        client.clone(),
+                        kind.clone(),
+                        applied.clone(),
+                        cluster.clone(),
+                        done_tx.clone(),
+                        metrics.clone(),
+                    ))
+                };
+                running.insert(key, (kind.clone(), handle));
+            }
+            if !index.is_synced() && waiting.is_none() {
+                waiting = Some(running.keys().cloned().collect());
+            }
+        }
+        if let Some(w) = &waiting {
+            if w.is_empty() {
+                waiting = None;
+                index.set_synced(true);
+                tracing::info!(
+                    kinds = running.len(),
+                    provider_config_kinds = configs.0.len(),
+                    claims = index.len(),
+                    "identity index synced"
+                );
+            }
+        }
+    }
+}
+
+/// One kind's watch: a fresh list replaces the kind's claims, events
+/// update them.
+async fn watch_kind(
+    client: kube::Client,
+    kind: MrKind,
+    config: Arc<Config>,
+    cluster: Arc<Cluster>,
+    done: mpsc::UnboundedSender<String>,
+    metrics: Arc<ControllerMetrics>,
+) {
+    let index = cluster.identities();
+    let api: Api<IdentityView> = Api::all_with(client, &kind.api_resource());
+    let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
+    let mut listing: Option<Vec<(MrKey, Option<Claim>, bool)>> = None;
+    let mut watch_error = ErrorOnce::default();
+    let what = format!("identity watch of {}", kind.key());
+    let key = kind.key();
+    while let Some(ev) = stream.next().await {
+        if watcher_progress(&ev) {
+            watch_error.ok(&what);
+        }
+        match ev {
+            Ok(watcher::Event::Init) => listing = Some(Vec::new()),
+            Ok(watcher::Event::InitApply(o)) => {
+                if let (Some(l), Some(entry)) = (listing.as_mut(), o.claim(&kind, &config)) {
+                    l.push(entry);
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                index.replace_kind(&kind.group, &kind.kind, listing.take().unwrap_or_default());
+                let _ = done.send(key.clone());
+            }
+            Ok(watcher::Event::Apply(o)) => {
+                if let Some((k, c, deletes)) = o.claim(&kind, &config) {
+                    index.upsert(k, c, deletes);
+                }
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                if let Some((k, _, _)) = o.claim(&kind, &config) {
+                    index.remove(&k);
+                }
+            }
+            Err(e) => {
+                let e = ControllerError::Api {
+                    verb: "watch",
+                    // Apart from the leader's MR watch, whose retries are counted alone.
+                    resource: "managed resources (identity index)",
+                    object: kind.key(),
+                    source: watcher_source(e),
+                };
+                // A kind this replica may not list, or not yet served, must
+                // not keep the replica unready: it counts as listed (with
+                // nothing) and is retried.
+                if matches!(e.status_code(), Some(403 | 404)) {
+                    let _ = done.send(key.clone());
+                }
+                watch_error.failed(
+                    &e,
+                    Some(&metrics),
+                    "identity index: failed to watch an MR kind; retrying with backoff",
+                );
+            }
+        }
+    }
+}
+
+/// One provider config kind's watch, like [`watch_kind`]; `key` is what
+/// it reports when listed.
+async fn watch_provider_configs(
+    client: kube::Client,
+    kind: MrKind,
+    key: String,
+    cluster: Arc<Cluster>,
+    done: mpsc::UnboundedSender<String>,
+    metrics: Arc<ControllerMetrics>,
+) {
+    let index = cluster.identities();
+    let api: Api<ProviderConfigView> = Api::all_with(client, &kind.api_resource());
+    let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
+    let mut listing: Option<Vec<(MrKey, ProviderConfigFacts)>> = None;
+    let mut watch_error = ErrorOnce::default();
+    let what = format!("provider config watch of {}", kind.key());
+    while let Some(ev) = stream.next().await {
+        if watcher_progress(&ev) {
+            watch_error.ok(&what);
+        }
+        match ev {
+            Ok(watcher::Event::Init) => listing = Some(Vec::new()),
+            Ok(watcher::Event::InitApply(o)) => {
+                if let (Some(l), Some(f)) = (listing.as_mut(), o.facts(&kind)) {
+                    l.push(f);
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                index.replace_provider_configs(
+                    &kind.group,
+                    &kind.kind,
+                    listing.take().unwrap_or_default(),
+                );
+                let _ = done.send(key.clone());
+            }
+            Ok(watcher::Event::Apply(o)) => {
+                if let Some((k, f)) = o.facts(&kind) {
+                    index.upsert_provider_config(k, f);
+                }
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                if let Some((k, _)) = o.facts(&kind) {
+                    index.remove_provider_config(&k);
+                }
+            }
+            Err(e) => {
+                let e = ControllerError::Api {
+                    verb: "watch",
+                    resource: "provider configs",
+                    object: kind.key(),
+                    source: watcher_source(e),
+                };
+                if matches!(e.status_code(), Some(403 | 404)) {
+                    let _ = done.send(key.clone());
+                }
+                watch_error.failed(
+                    &e,
+                    Some(&metrics),
+                    "failed to watch provider configs; retrying with backoff",
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(group: &str, k: &str, namespaced: bool) -> MrKind {
+        MrKind {
+            group: group.into(),
+            kind: k.into(),
+            plural: format!("{}s", k.to_lowercase()),
+            versions: vec!["v1beta1".into()],
+            read_version: "v1beta1".into(),
+            namespaced,
+        }
+    }
+
+    #[test]
+    fn mr_crds_are_mapped_to_their_provider_package() {
+        let crd: CrdSummary = serde_json::from_value(json!({
+            "metadata": {"name": "vpcs.ec2.aws.upbound.io", "ownerReferences": [
+                {"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
+                 "name": "provider-aws-ec2-abc", "uid": "1", "controller": true},
+                {"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider",
+                 "name": "provider-aws-ec2", "uid": "2", "controller": false}]},
+            "spec": {"group": "ec2.aws.upbound.io", "scope": "Cluster",
+                     "names": {"kind": "VPC", "plural": "vpcs", "categories": ["crossplane", "managed"]},
+                     "versions": [{"name": "v1beta1", "served": true, "storage": true}]}
+        }))
+        .unwrap();
+        let mut k = ProviderConfigKinds::default();
+        k.upsert(&crd);
+        assert_eq!(
+            k.providers()["provider-aws-ec2"],
+            vec![("ec2.aws.upbound.io".to_string(), "VPC".to_string())]
+        );
+        k.remove(&crd);
+        assert!(k.providers().is_empty());
+    }
+
+    #[test]
+    fn provider_config_crds_and_their_credentials() {
+        let crd = |kind: &str, scope: &str, categories: Value| -> CrdSummary {
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("{}s.aws.m.upbound.io", kind.to_lowercase())},
+                "spec": {"group": "aws.m.upbound.io", "scope": scope,
+                         "names": {"kind": kind, "plural": format!("{}s", kind.to_lowercase()),
+                                   "categories": categories},
+                         "versions": [{"name": "v1beta1", "served": true, "storage": true}]}
+            }))
+            .unwrap()
+        };
+        let cats = json!(["crossplane", "providerconfig", "aws"]);
+        let k = provider_config_kind(&crd("ProviderConfig", "Namespaced", cats.clone())).unwrap();
+        assert!(k.namespaced);
+        assert!(
+            provider_config_kind(&crd("ClusterProviderConfig", "Cluster", cats.clone())).is_some()
+        );
+        assert!(provider_config_kind(&crd("ProviderConfigUsage", "Namespaced", cats)).is_none());
+        assert!(
+            provider_config_kind(&crd("ProviderConfig", "Namespaced", json!(["managed"])))
+                .is_none()
+        );
+
+        let view: ProviderConfigView = serde_json::from_value(json!({
+            "metadata": {"name": "team", "namespace": "team-a"},
+            "spec": {"credentials": {"source": "Secret", "secretRef": {"name": "creds", "key": "k"}}},
+            "status": {"users": 2}
+        }))
+        .unwrap();
+        let (key, facts) = view.facts(&k).unwrap();
+        assert_eq!(
+            key,
+            MrKey::new("aws.m.upbound.io", "ProviderConfig", "team-a", "team")
+        );
+        assert_eq!(facts.secret, Some(("team-a".into(), "creds".into())));
+        assert!(facts.in_use);
+        let irsa: ProviderConfigView = serde_json::from_value(json!({
+            "metadata": {"name": "irsa"}, "spec": {"credentials": {"source": "IRSA"}}
+        }))
+        .unwrap();
+        let (_, facts) = irsa.facts(&k).unwrap();
+        assert_eq!(facts.secret, None);
+        assert!(!facts.in_use);
+    }
+
+    #[test]
+    fn the_view_reads_only_what_the_identity_needs() {
+        let obj = json!({
+            "apiVersion": "s3.aws.m.upbound.io/v1beta1", "kind": "Bucket",
+            "metadata": {"name": "data", "namespace": "team-a",
+                         "annotations": {"crossplane.io/external-name": "data", "other": "x"},
+                         "deletionTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"forProvider": {"region": "eu-west-1", "tags": {"a": "b"}},
+                     "providerConfigRef": {"kind": "ClusterProviderConfig", "name": "default"}},
+            "status": {"atProvider": {"arn": "arn:aws:s3:::data"}}
+        });
+        let view: IdentityView = serde_json::from_value(obj.clone()).unwrap();
+        let k = kind("s3.aws.m.upbound.io", "Bucket", true);
+        let cfg = Config::builtin();
+        let (key, claim, deletes) = view.claim(&k, &cfg).unwrap();
+        assert!(deletes, "the default policies delete");
+        assert_eq!(
+            key,
+            MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-a", "data")
+        );
+        let id = mrguard_policy::identity::Identity::of(
+            &obj,
+            &k.group,
+            &k.kind,
+            "team-a",
+            cfg.resource(&k.group, &k.kind),
+            &cfg.provider_config,
+        )
+        .unwrap();
+        assert_eq!(claim, Some(id.claim(true)));
+        // A VPC without an external name has no identity yet.
+        let vpc: IdentityView = serde_json::from_value(
+            json!({"metadata": {"name": "net"}, "spec": {"forProvider": {}}}),
+        )
+        .unwrap();
+        let (_, claim, _) = vpc
+            .claim(&kind("ec2.aws.upbound.io", "VPC", false), &cfg)
+            .unwrap();
+        assert_eq!(claim, None);
+        // Observe-only orphans.
+        let observed: IdentityView = serde_json::from_value(
+            json!({"metadata": {"name": "net"}, "spec": {"forProvider": {}, "managementPolicies": ["Observe"]}}),
+        )
+        .unwrap();
+        let (_, _, deletes) = observed
+            .claim(&kind("ec2.aws.upbound.io", "VPC", false), &cfg)
+            .unwrap();
+        assert!(!deletes);
+    }
+}
