@@ -391,7 +391,11 @@ fn compositions_have_a_webhook_of_their_own_that_fails_open() {
         .as_array()
         .unwrap()
         .clone();
-    assert_eq!(hooks.len(), 2);
+    assert_eq!(
+        hooks.len(),
+        5,
+        "the admission webhook, Compositions, three teardown entries"
+    );
     let c = &hooks[1];
     assert_eq!(c["name"], "compositions.validate.mrguard.io");
     assert_eq!(c["clientConfig"]["service"]["path"], "/validate");
@@ -403,13 +407,17 @@ fn compositions_have_a_webhook_of_their_own_that_fails_open() {
             "operations": ["CREATE", "UPDATE"], "resources": ["compositions"], "scope": "Cluster"}])
     );
     let off = render(&["--set", "webhooks.compositions.enabled=false"]);
-    assert_eq!(
-        off.only("ValidatingWebhookConfiguration")["webhooks"]
-            .as_array()
-            .unwrap()
-            .len(),
-        1
+    let names: Vec<Value> = off.only("ValidatingWebhookConfiguration")["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["name"].clone())
+        .collect();
+    assert!(
+        !names.contains(&json!("compositions.validate.mrguard.io")),
+        "{names:?}"
     );
+    assert_eq!(names.len(), 4, "{names:?}");
 }
 
 #[test]
@@ -465,8 +473,12 @@ fn the_teardown_entry_fails_open_and_matches_only_namespace_deletes() {
     for m in [render(&[]), render_ha_off()] {
         let cfg = m.only("ValidatingWebhookConfiguration");
         let hooks = cfg["webhooks"].as_array().unwrap();
-        assert_eq!(hooks.len(), 4);
-        let t = &hooks[1];
+        assert_eq!(
+            hooks.len(),
+            5,
+            "the admission webhook, Compositions, three teardown entries"
+        );
+        let t = &hooks[2];
         assert_eq!(t["name"], "teardown.mrguard.io");
         assert_eq!(t["failurePolicy"], "Ignore");
         assert_eq!(t["timeoutSeconds"], 2);
@@ -481,7 +493,7 @@ fn the_teardown_entry_fails_open_and_matches_only_namespace_deletes() {
         assert_eq!(t.get("objectSelector"), hooks[0].get("objectSelector"));
         // Credentials Secrets: crossplane-system (the release namespace
         // here) is judged; only kube-system is left out.
-        let s = &hooks[2];
+        let s = &hooks[3];
         assert_eq!(s["name"], "teardown-secrets.mrguard.io");
         assert_eq!(s["failurePolicy"], "Ignore");
         assert_eq!(
@@ -493,7 +505,7 @@ fn the_teardown_entry_fails_open_and_matches_only_namespace_deletes() {
         assert!(excluded.contains("kube-system"));
         assert!(!excluded.contains(NS), "{excluded:?}");
         assert_eq!(s.get("objectSelector"), hooks[0].get("objectSelector"));
-        let p = &hooks[3];
+        let p = &hooks[4];
         assert_eq!(p["name"], "teardown-providers.mrguard.io");
         assert_eq!(p["failurePolicy"], "Ignore");
         assert_eq!(
@@ -504,7 +516,16 @@ fn the_teardown_entry_fails_open_and_matches_only_namespace_deletes() {
     }
     let off = render(&["--set", "webhooks.teardown.enabled=false"]);
     let cfg = off.only("ValidatingWebhookConfiguration");
-    assert_eq!(cfg["webhooks"].as_array().unwrap().len(), 1);
+    let names: Vec<&str> = cfg["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["validate.mrguard.io", "compositions.validate.mrguard.io"]
+    );
 }
 
 #[test]

@@ -277,10 +277,19 @@ mod tests {
             .check(&ExternalIdentity)
             .is_empty());
         let c = cluster_with(NS_BUCKET, "Bucket", "team-a", &data, false);
+        // The provider serving the kind, as the replicas derive it.
+        let provider = "system:serviceaccount:crossplane-system:provider-aws-s3";
+        let mut a = crate::providers::ProviderAccounts::new();
+        a.entry(NS_BUCKET.into())
+            .or_default()
+            .entry("Bucket".into())
+            .or_default()
+            .insert(provider.into());
+        c.providers().replace(a);
         let f = Case::create(data)
             .kind(NS_BUCKET, "Bucket")
             .namespaced("team-b")
-            .user("system:serviceaccount:crossplane-system:provider-aws-s3")
+            .user(provider)
             .cluster(c)
             .evaluate();
         assert!(f.iter().all(|f| f.rule != "external-identity"), "{f:?}");
