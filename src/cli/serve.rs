@@ -67,6 +67,13 @@ pub struct ServeArgs {
     /// Largest accepted request body in bytes; larger bodies get 413.
     #[arg(long, env = "MRGUARD_MAX_BODY_BYTES", default_value_t = crate::server::MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+    /// Bytes of request bodies in flight, both webhooks together; a request
+    /// that does not fit waits. Memory is about 24 times this (docs/security.md).
+    #[arg(long, env = "MRGUARD_MAX_INFLIGHT_BODY_BYTES", default_value_t = crate::server::MAX_BODY_BYTES)]
+    pub max_inflight_body_bytes: usize,
+    /// How long a request waits for room under --max-inflight-body-bytes; 503 after.
+    #[arg(long, env = "MRGUARD_MAX_INFLIGHT_WAIT", default_value = "10s", value_parser = parse_duration)]
+    pub max_inflight_wait: Duration,
     /// After SIGTERM, how long /readyz fails before the listener closes.
     #[arg(long, env = "MRGUARD_DRAIN_DELAY", default_value = "2s", value_parser = parse_duration)]
     pub drain_delay: Duration,
@@ -171,6 +178,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         max_body_bytes: args.max_body_bytes,
         request_timeout: args.request_timeout,
         max_concurrent_requests: args.max_concurrent_requests,
+        max_inflight_body_bytes: args.max_inflight_body_bytes,
+        max_inflight_wait: args.max_inflight_wait,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -19,6 +19,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 use tracing::Instrument;
 
+pub use admission::AMPLIFICATION;
 pub use routes::{router, AppState, RouteLimits, MAX_BODY_BYTES};
 
 #[derive(Debug, Clone)]

@@ -12,7 +12,7 @@ use axum::routing::get;
 use axum::Router;
 use tokio::sync::Semaphore;
 
-use super::admission::{self, json_error, Endpoint};
+use super::admission::{self, json_error, BodyBudget, Endpoint};
 use crate::config::ConfigStore;
 use crate::metrics::AdmissionMetrics;
 use mrguard_policy::admission::Webhook;
@@ -41,10 +41,15 @@ pub struct RouteLimits {
     pub request_timeout: Duration,
     /// Admission requests handled at once, both webhooks together; more get 503.
     pub max_concurrent_requests: usize,
+    /// Bytes of request bodies in flight, both webhooks together; more wait.
+    pub max_inflight_body_bytes: usize,
+    /// How long a request waits for room under `max_inflight_body_bytes`; 503 after.
+    pub max_inflight_wait: Duration,
 }
 
 pub fn router(state: AppState, limits: &RouteLimits) -> Router {
     let in_flight = Arc::new(Semaphore::new(limits.max_concurrent_requests));
+    let budget = BodyBudget::new(limits.max_inflight_body_bytes, limits.max_inflight_wait);
     let endpoint = |webhook| {
         admission::route(
             Endpoint {
@@ -53,8 +58,9 @@ pub fn router(state: AppState, limits: &RouteLimits) -> Router {
                 cluster: state.cluster.clone(),
                 metrics: state.metrics.clone(),
                 max_body_bytes: limits.max_body_bytes,
+                request_timeout: limits.request_timeout,
+                budget: budget.clone(),
             },
-            limits.request_timeout,
             in_flight.clone(),
         )
     };
@@ -117,6 +123,8 @@ mod tests {
             max_body_bytes: 64 * 1024,
             request_timeout: Duration::from_secs(5),
             max_concurrent_requests: 8,
+            max_inflight_body_bytes: MAX_BODY_BYTES,
+            max_inflight_wait: Duration::from_secs(5),
         }
     }
 

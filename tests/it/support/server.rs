@@ -54,6 +54,8 @@ pub(crate) fn default_args() -> ServeArgs {
         request_timeout: Duration::from_millis(1500),
         max_concurrent_requests: 512,
         max_body_bytes: 8 * 1024 * 1024,
+        max_inflight_body_bytes: 8 * 1024 * 1024,
+        max_inflight_wait: Duration::from_secs(10),
         drain_delay: Duration::ZERO,
         drain_timeout: Duration::from_secs(10),
         controller: ControllerArgs {
