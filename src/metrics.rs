@@ -29,22 +29,42 @@ pub fn registry() -> Registry {
     r
 }
 
-/// Distinct group/kind label pairs kept before the rest become "other", so
-/// a client that invents kinds cannot grow the series without bound.
-const MAX_KINDS: usize = 1000;
-
 pub struct AdmissionMetrics {
     requests: IntCounterVec,
     rejected: IntCounterVec,
     duration: HistogramVec,
     findings: IntCounterVec,
-    kinds: RwLock<Kinds>,
+    known: Arc<KnownKinds>,
 }
 
-#[derive(Default)]
-struct Kinds {
-    by_group: HashMap<String, HashSet<String>>,
-    count: usize,
+/// The kinds the controller covers (CRDs in the `managed` category), for
+/// the `group`/`kind` labels: with the configuration's named kinds, the
+/// only values those labels take; anything else is `other`, so no request
+/// can add series. Filled by the leader's CRD watch; kept when leadership
+/// moves, as the CRDs do not change with it.
+#[derive(Debug, Default)]
+pub struct KnownKinds {
+    by_group: RwLock<HashMap<String, HashSet<String>>>,
+}
+
+impl KnownKinds {
+    /// Replaces the set with `kinds`, as (group, kind) pairs.
+    pub fn replace<'a>(&self, kinds: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let mut by_group: HashMap<String, HashSet<String>> = HashMap::new();
+        for (g, k) in kinds {
+            by_group.entry(g.to_string()).or_default().insert(k.to_string());
+        }
+        if let Ok(mut known) = self.by_group.write() {
+            *known = by_group;
+        }
+    }
+
+    /// Whether the pair is in the set; no allocation.
+    pub fn contains(&self, group: &str, kind: &str) -> bool {
+        self.by_group
+            .read()
+            .is_ok_and(|k| k.get(group).is_some_and(|kinds| kinds.contains(kind)))
+    }
 }
 
 impl AdmissionMetrics {
@@ -93,7 +113,7 @@ impl AdmissionMetrics {
             rejected,
             duration,
             findings,
-            kinds: RwLock::new(Kinds::default()),
+            known: Arc::default(),
         };
         for c in m.collectors() {
             registry.register(c)?;
@@ -111,29 +131,15 @@ impl AdmissionMetrics {
         ]
     }
 
-    // Looked up by borrowed strings: no allocation once a kind is known.
-    fn bounded<'a>(&self, group: &'a str, kind: &'a str) -> (&'a str, &'a str) {
-        if let Ok(k) = self.kinds.read() {
-            if k.by_group
-                .get(group)
-                .is_some_and(|kinds| kinds.contains(kind))
-            {
-                return (group, kind);
-            }
-        }
-        match self.kinds.write() {
-            Ok(mut k) if k.count < MAX_KINDS => {
-                if k.by_group
-                    .entry(group.to_string())
-                    .or_default()
-                    .insert(kind.to_string())
-                {
-                    k.count += 1;
-                }
-                (group, kind)
-            }
-            _ => ("other", "other"),
-        }
+    /// Shares the controller's covered kinds with these metrics.
+    pub fn with_known_kinds(mut self, known: Arc<KnownKinds>) -> Self {
+        self.known = known;
+        self
+    }
+
+    /// The kinds labelled by name besides the configuration's.
+    pub fn known_kinds(&self) -> &Arc<KnownKinds> {
+        &self.known
     }
 
     /// Counts a decided request.
@@ -146,7 +152,11 @@ impl AdmissionMetrics {
     ) {
         let webhook = r.webhook;
         let operation = r.operation;
-        let (group, kind) = self.bounded(r.group, r.kind);
+        let (group, kind) = if r.configured || self.known.contains(r.group, r.kind) {
+            (r.group, r.kind)
+        } else {
+            ("other", "other")
+        };
         self.requests
             .with_label_values(&[webhook.as_str(), operation, group, kind, outcome.as_str()])
             .inc();
@@ -214,6 +224,12 @@ pub struct RequestLabels<'a> {
     pub operation: &'a str,
     pub group: &'a str,
     pub kind: &'a str,
+    /// Whether the configuration names the kind ([`Config::names_kind`]);
+    /// if not, and the controller does not cover it either, it is counted
+    /// as `other`.
+    ///
+    /// [`Config::names_kind`]: mrguard_policy::config::Config::names_kind
+    pub configured: bool,
 }
 
 /// One metric family mrguard exports, for the reference in docs/metrics.md.
@@ -287,10 +303,14 @@ pub fn render(registry: &Registry) -> Result<Vec<u8>, prometheus::Error> {
     Ok(buf)
 }
 
-/// Serves `GET /metrics` on plain HTTP until `shutdown` fires.
+/// Serves `GET /metrics` until `shutdown` fires: over TLS with `tls`, else
+/// plain HTTP/1.1; with the admission port's header and idle deadlines and
+/// at most `limits.max_connections` connections (docs/security.md).
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     registry: Registry,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: crate::server::ConnLimits,
     shutdown: crate::shutdown::Signal,
 ) -> std::io::Result<()> {
     let registry = Arc::new(registry);
@@ -311,8 +331,12 @@ pub(crate) async fn serve(
             }
         }),
     );
-    tracing::info!(addr = %listener.local_addr()?, "serving metrics");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.wait().await })
-        .await
+    let addr = listener.local_addr()?;
+    let server = match tls {
+        Some(tls) => crate::server::HttpsServer::new(listener, tls, app, limits),
+        None => crate::server::HttpsServer::plain(listener, app, limits),
+    };
+    tracing::info!(%addr, "serving metrics");
+    server.run(shutdown).await;
+    Ok(())
 }

@@ -25,9 +25,15 @@ pub struct ServeArgs {
     /// Address of the HTTPS admission listener.
     #[arg(long, env = "MRGUARD_LISTEN", default_value = "0.0.0.0:9443")]
     pub listen: SocketAddr,
-    /// Address of the plain-HTTP metrics listener (GET /metrics).
+    /// Address of the metrics listener (GET /metrics), plain HTTP unless --metrics-tls.
     #[arg(long, env = "MRGUARD_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
     pub metrics_listen: SocketAddr,
+    /// Serve metrics over HTTPS with the admission port's certificate.
+    #[arg(long, env = "MRGUARD_METRICS_TLS")]
+    pub metrics_tls: bool,
+    /// Connections the metrics listener keeps open at once; more wait to be accepted.
+    #[arg(long, env = "MRGUARD_METRICS_MAX_CONNECTIONS", default_value_t = 16)]
+    pub metrics_max_connections: usize,
     /// PEM certificate chain to serve; reloaded when it changes.
     #[arg(
         long,
@@ -164,7 +170,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         _ => bail!("no certificate: pass --tls-cert-file and --tls-key-file, or --self-signed for local use"),
     };
 
-    let admission_metrics = Arc::new(AdmissionMetrics::register(&registry)?);
+    let mut admission_metrics = AdmissionMetrics::register(&registry)?;
+    if let Some((_, metrics)) = &controller {
+        admission_metrics = admission_metrics.with_known_kinds(metrics.known_kinds.clone());
+    }
+    let admission_metrics = Arc::new(admission_metrics);
     let ready = Arc::new(AtomicBool::new(false));
     // What this replica's watches learn of the cluster, for admission.
     let cluster = Arc::new(mrguard_policy::cluster::Cluster::default());
@@ -196,8 +206,17 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             header_read_timeout: args.header_read_timeout,
             idle_timeout: args.idle_timeout,
             drain_timeout: args.drain_timeout,
+            max_connections: None,
         },
     );
+    let metrics_tls = args.metrics_tls.then(|| certs.server_config());
+    let metrics_limits = ConnLimits {
+        header_read_timeout: args.header_read_timeout,
+        idle_timeout: args.idle_timeout,
+        // A scrape is answered at once: nothing to wait for.
+        drain_timeout: Duration::from_secs(1),
+        max_connections: Some(args.metrics_max_connections),
+    };
     let addr = server.local_addr()?;
 
     let (trigger, signal) = shutdown::channel();
@@ -231,7 +250,15 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         let signal = signal.clone();
         tasks.spawn(
             async move {
-                if let Err(e) = crate::metrics::serve(metrics_listener, registry, signal).await {
+                if let Err(e) = crate::metrics::serve(
+                    metrics_listener,
+                    registry,
+                    metrics_tls,
+                    metrics_limits,
+                    signal,
+                )
+                .await
+                {
                     tracing::error!(error = %e, "metrics listener failed");
                 }
             }

@@ -18,6 +18,8 @@ pub struct ControllerMetrics {
     pub audit_last_success: IntGauge,
     /// `mrguard_controller_forbidden_kinds`.
     pub forbidden_kinds: IntGauge,
+    /// The covered kinds, for the admission metrics' labels.
+    pub known_kinds: std::sync::Arc<crate::metrics::KnownKinds>,
 }
 
 impl ControllerMetrics {
@@ -81,6 +83,7 @@ impl ControllerMetrics {
                 "mrguard_controller_forbidden_kinds",
                 "MR kinds whose list or watch RBAC forbids (leader only); their gauges, Events and audit are missing.",
             )?,
+            known_kinds: Default::default(),
         };
         for c in m.collectors() {
             registry.register(c)?;

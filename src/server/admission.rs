@@ -177,7 +177,7 @@ async fn answer(State(endpoint): State<Endpoint>, arrived: Arrived, req: Request
         Err(rejection) => return endpoint.refuse(rejection, arrived),
     };
     let decision = decide(endpoint.webhook, &request, &config, &endpoint.cluster);
-    endpoint.observe(&request, &decision, arrived);
+    endpoint.observe(&request, &decision, arrived, &config);
     drop(request);
     let response = (
         StatusCode::OK,
@@ -259,7 +259,13 @@ fn decide(
 }
 
 impl Endpoint {
-    fn observe(&self, request: &review::Request, decision: &Decision, arrived: Arrived) {
+    fn observe(
+        &self,
+        request: &review::Request,
+        decision: &Decision,
+        arrived: Arrived,
+        config: &mrguard_policy::config::Config,
+    ) {
         if let Some(m) = &self.metrics {
             m.observe(
                 &RequestLabels {
@@ -267,6 +273,7 @@ impl Endpoint {
                     operation: mrguard_policy::model::Operation::from(&request.operation).as_str(),
                     group: &request.kind.group,
                     kind: &request.kind.kind,
+                    configured: config.names_kind(&request.kind.group, &request.kind.kind),
                 },
                 decision.outcome,
                 arrived.elapsed(),

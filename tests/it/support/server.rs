@@ -43,6 +43,8 @@ pub(crate) fn default_args() -> ServeArgs {
     ServeArgs {
         listen: loopback,
         metrics_listen: loopback,
+        metrics_tls: false,
+        metrics_max_connections: 16,
         tls_cert_file: None,
         tls_key_file: None,
         self_signed: false,

@@ -188,6 +188,8 @@ pub struct Config {
     /// Whether a CEL rule reads `metadata.managedFields`; found once when
     /// the configuration loads, since every request asks.
     reads_managed_fields: bool,
+    /// Group → kinds that entries name without wildcards ([`Config::names_kind`]).
+    named_kinds: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Config {
@@ -195,6 +197,15 @@ impl Config {
     /// `oldSelf`: only then must a review's objects keep them.
     pub fn reads_managed_fields(&self) -> bool {
         self.reads_managed_fields
+    }
+
+    /// Whether a `resources` entry names this group and kind literally, with
+    /// no wildcard in either: the kinds metrics may label by name, since a
+    /// glob matches kinds a client invents.
+    pub fn names_kind(&self, group: &str, kind: &str) -> bool {
+        self.named_kinds
+            .get(group)
+            .is_some_and(|kinds| kinds.contains(kind))
     }
 
     /// The built-in configuration ([`BUILTIN_YAML`]).
@@ -243,6 +254,14 @@ impl Config {
             exempt_usernames.push(WildMatch::new(u));
         }
 
+        let literal = |p: &String| !p.contains(['*', '?']);
+        let mut named_kinds: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for r in &raw.resources {
+            for g in r.api_groups.iter().filter(|g| literal(g)) {
+                let kinds = r.kinds.iter().filter(|k| literal(k)).cloned();
+                named_kinds.entry(g.clone()).or_default().extend(kinds);
+            }
+        }
         let mut resources = Vec::new();
         let mut cel_names = BTreeSet::new();
         for (i, r) in raw.resources.into_iter().enumerate() {
@@ -269,6 +288,7 @@ impl Config {
             resources,
             fallback: ResourceConfig::default(),
             reads_managed_fields,
+            named_kinds,
         })
     }
 
