@@ -340,3 +340,39 @@ pub(crate) async fn serve(
     server.run(shutdown).await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(kind: &str, configured: bool) -> RequestLabels<'_> {
+        RequestLabels {
+            webhook: Webhook::Validate,
+            operation: "CREATE",
+            group: "g.example.com",
+            kind,
+            configured,
+        }
+    }
+
+    #[test]
+    fn unknown_kinds_are_other_and_known_ones_keep_their_labels_whatever_came_before() {
+        let r = Registry::new();
+        let m = AdmissionMetrics::register(&r).unwrap();
+        for i in 0..3000 {
+            m.observe(&labels(&format!("Invented{i}"), false), Outcome::Allowed, 0.0, &[]);
+        }
+        m.observe(&labels("Configured", true), Outcome::Allowed, 0.0, &[]);
+        m.known_kinds().replace([("g.example.com", "Covered")]);
+        m.observe(&labels("Covered", false), Outcome::Allowed, 0.0, &[]);
+        let text = String::from_utf8(render(&r).unwrap()).unwrap();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("mrguard_admission_requests_total{"))
+            .collect();
+        assert_eq!(series.len(), 3, "{series:#?}");
+        assert!(series.iter().any(|l| l.contains(r#"kind="other""#) && l.ends_with(" 3000")));
+        assert!(series.iter().any(|l| l.contains(r#"kind="Configured""#)));
+        assert!(series.iter().any(|l| l.contains(r#"kind="Covered""#)));
+    }
+}

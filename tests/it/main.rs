@@ -15,6 +15,7 @@ mod controller;
 mod docs;
 mod explain;
 mod faults;
+mod hardening;
 mod limits;
 mod live;
 mod observability;

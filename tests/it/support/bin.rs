@@ -17,3 +17,33 @@ pub(crate) fn run(args: &[&str]) -> Output {
 pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// The release build of `mrguard`, built if it is missing or stale: what
+/// the memory and metrics bounds are measured on (docs/security.md).
+pub(crate) fn release() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let out = Command::new(cargo)
+                .args([
+                    "build",
+                    "--release",
+                    "--bin",
+                    "mrguard",
+                    "--message-format=json-render-diagnostics",
+                ])
+                .current_dir(super::root())
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("cargo runs");
+            assert!(out.status.success(), "cargo build --release failed");
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter_map(|v| v["executable"].as_str().map(std::path::PathBuf::from))
+                .last()
+                .expect("cargo names the built binary")
+        })
+        .clone()
+}

@@ -566,6 +566,25 @@ fn check_object_name(field: &str, name: &str) -> Result<(), ConfigError> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn only_kinds_named_without_wildcards_are_named() {
+        let c = Config::from_yaml(
+            r#"
+resources:
+  - apiGroups: ["ec2.aws.upbound.io", "*.aws.upbound.io"]
+    kinds: ["VPC", "Sub*"]
+  - apiGroups: ["s3.aws.upbound.io"]
+    kinds: ["*"]
+"#,
+        )
+        .unwrap();
+        assert!(c.names_kind("ec2.aws.upbound.io", "VPC"));
+        assert!(!c.names_kind("ec2.aws.upbound.io", "Subnet"), "a glob kind");
+        assert!(!c.names_kind("rds.aws.upbound.io", "VPC"), "a glob group");
+        assert!(!c.names_kind("s3.aws.upbound.io", "Bucket"));
+        assert!(Config::builtin().names_kind("ec2.aws.upbound.io", "Subnet"));
+    }
+
     const DOCUMENTED_EXAMPLE: &str = r#"
 providerConfig:
   defaultName: default
