@@ -26,7 +26,7 @@ pub use admission::AMPLIFICATION;
 pub use routes::{router, AppState, RouteLimits, MAX_BODY_BYTES};
 
 /// HTTP/2 flow-control windows (docs/security.md, "Memory budget").
-pub const H2_STREAM_WINDOW: u32 = 64 * 1024;
+pub const H2_STREAM_WINDOW: u32 = 256 * 1024;
 /// The connection's window: several streams at full speed.
 pub const H2_CONNECTION_WINDOW: u32 = 1024 * 1024;
 
@@ -102,8 +102,9 @@ impl HttpsServer {
             .keep_alive(true);
         let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         // A stream's window is what h2 buffers of a body nobody reads yet
-        // (a request waiting for the body budget): 64 KiB times the
-        // concurrency cap at most (docs/security.md).
+        // (a request waiting for the body budget); the connection's window
+        // caps it for all its streams (docs/security.md). Smaller stream
+        // windows made an 8 MiB body miss the request timeout.
         h2.timer(TokioTimer::new())
             .initial_stream_window_size(H2_STREAM_WINDOW)
             .initial_connection_window_size(H2_CONNECTION_WINDOW)
