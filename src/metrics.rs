@@ -52,7 +52,10 @@ impl KnownKinds {
     pub fn replace<'a>(&self, kinds: impl IntoIterator<Item = (&'a str, &'a str)>) {
         let mut by_group: HashMap<String, HashSet<String>> = HashMap::new();
         for (g, k) in kinds {
-            by_group.entry(g.to_string()).or_default().insert(k.to_string());
+            by_group
+                .entry(g.to_string())
+                .or_default()
+                .insert(k.to_string());
         }
         if let Ok(mut known) = self.by_group.write() {
             *known = by_group;
@@ -360,7 +363,12 @@ mod tests {
         let r = Registry::new();
         let m = AdmissionMetrics::register(&r).unwrap();
         for i in 0..3000 {
-            m.observe(&labels(&format!("Invented{i}"), false), Outcome::Allowed, 0.0, &[]);
+            m.observe(
+                &labels(&format!("Invented{i}"), false),
+                Outcome::Allowed,
+                0.0,
+                &[],
+            );
         }
         m.observe(&labels("Configured", true), Outcome::Allowed, 0.0, &[]);
         m.known_kinds().replace([("g.example.com", "Covered")]);
@@ -371,7 +379,9 @@ mod tests {
             .filter(|l| l.starts_with("mrguard_admission_requests_total{"))
             .collect();
         assert_eq!(series.len(), 3, "{series:#?}");
-        assert!(series.iter().any(|l| l.contains(r#"kind="other""#) && l.ends_with(" 3000")));
+        assert!(series
+            .iter()
+            .any(|l| l.contains(r#"kind="other""#) && l.ends_with(" 3000")));
         assert!(series.iter().any(|l| l.contains(r#"kind="Configured""#)));
         assert!(series.iter().any(|l| l.contains(r#"kind="Covered""#)));
     }

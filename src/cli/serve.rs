@@ -77,8 +77,9 @@ pub struct ServeArgs {
     /// that does not fit waits. Memory is about 24 times this (docs/security.md).
     #[arg(long, env = "MRGUARD_MAX_INFLIGHT_BODY_BYTES", default_value_t = crate::server::MAX_BODY_BYTES)]
     pub max_inflight_body_bytes: usize,
-    /// How long a request waits for room under --max-inflight-body-bytes; 503 after.
-    #[arg(long, env = "MRGUARD_MAX_INFLIGHT_WAIT", default_value = "10s", value_parser = parse_duration)]
+    /// How long a request waits for room under --max-inflight-body-bytes; 503
+    /// after. The API server may wait up to 30 s for a webhook.
+    #[arg(long, env = "MRGUARD_MAX_INFLIGHT_WAIT", default_value = "30s", value_parser = parse_duration)]
     pub max_inflight_wait: Duration,
     /// After SIGTERM, how long /readyz fails before the listener closes.
     #[arg(long, env = "MRGUARD_DRAIN_DELAY", default_value = "2s", value_parser = parse_duration)]

@@ -28,8 +28,8 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{post, MethodRouter};
-use kube::core::admission::AdmissionResponse;
 use http_body_util::BodyExt;
+use kube::core::admission::AdmissionResponse;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
@@ -191,7 +191,11 @@ async fn answer(State(endpoint): State<Endpoint>, arrived: Arrived, req: Request
 
 /// Reads a body into one buffer of its announced length: no second copy
 /// from joining chunks.
-async fn read_body(mut body: Body, declared: Option<usize>, limit: usize) -> Result<Vec<u8>, Rejection> {
+async fn read_body(
+    mut body: Body,
+    declared: Option<usize>,
+    limit: usize,
+) -> Result<Vec<u8>, Rejection> {
     let mut buf = Vec::with_capacity(declared.unwrap_or(0).min(limit));
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| {

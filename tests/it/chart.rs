@@ -344,7 +344,9 @@ fn the_webhook_service_exposes_only_443_and_metrics_have_their_own_service() {
     assert_eq!(https["port"], 443);
     assert_eq!(https["targetPort"], "https");
     assert_eq!(port_named(&m, "https"), 9443);
-    assert!(svc["metadata"]["annotations"].get("prometheus.io/scrape").is_none());
+    assert!(svc["metadata"]["annotations"]
+        .get("prometheus.io/scrape")
+        .is_none());
     let msvc = m.one("Service", "mrguard-metrics");
     let ports = msvc["spec"]["ports"].as_array().unwrap();
     assert_eq!(ports.len(), 1);
@@ -375,10 +377,16 @@ fn metrics_over_tls_are_scraped_with_the_webhook_ca() {
     ]);
     assert!(args_of(&m).contains(&"--metrics-tls".to_string()));
     let msvc = m.one("Service", "mrguard-metrics");
-    assert_eq!(msvc["metadata"]["annotations"]["prometheus.io/scheme"], "https");
+    assert_eq!(
+        msvc["metadata"]["annotations"]["prometheus.io/scheme"],
+        "https"
+    );
     let ep = &m.one("ServiceMonitor", "mrguard")["spec"]["endpoints"][0];
     assert_eq!(ep["scheme"], "https");
-    assert_eq!(ep["tlsConfig"]["ca"]["secret"]["name"], flag(&m, "tls-secret-name").as_str());
+    assert_eq!(
+        ep["tlsConfig"]["ca"]["secret"]["name"],
+        flag(&m, "tls-secret-name").as_str()
+    );
     assert_eq!(ep["tlsConfig"]["ca"]["secret"]["key"], "ca.crt");
     assert_eq!(ep["tlsConfig"]["serverName"], format!("mrguard.{NS}.svc"));
 }

@@ -12,9 +12,19 @@ use tokio::io::AsyncWriteExt;
 
 use crate::support::{bin, fixtures, read_until_closed, Proto, TlsClient};
 
+/// A child process killed and reaped when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `mrguard serve --self-signed` from the release build, on loopback ports.
 struct Served {
-    child: Child,
+    child: Killed,
     addr: SocketAddr,
     metrics: SocketAddr,
     client: TlsClient,
@@ -33,7 +43,7 @@ impl Served {
         let dir = tempfile::tempdir().unwrap();
         let ca = dir.path().join("ca.crt");
         let (addr, metrics) = (free_port(), free_port());
-        let child = std::process::Command::new(bin::release())
+        let cmd = std::process::Command::new(bin::release())
             .args(["serve", "--self-signed", "--listen", &addr.to_string()])
             .args(["--metrics-listen", &metrics.to_string()])
             .arg("--self-signed-ca-file")
@@ -42,8 +52,8 @@ impl Served {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .spawn();
+        let child = Killed(cmd.unwrap());
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(pem) = std::fs::read(&ca) {
@@ -67,7 +77,8 @@ impl Served {
 
     /// `VmHWM` of the process: its peak resident memory, in KiB.
     fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.child.0.id())).unwrap();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -93,13 +104,6 @@ impl Served {
         let mut c = self.client.connect(self.addr).await.unwrap();
         let (status, body) = c.post(path, body).await.unwrap();
         (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -130,9 +134,22 @@ async fn thirty_two_concurrent_7_mib_reviews_are_all_answered_within_200_mib() {
     let s = Served::start(&[]).await;
     let idle = s.peak_rss_kib();
     let s = std::sync::Arc::new(s);
-    let answers = futures::future::join_all((0..32).map(|i| {
+    // Built first, so that all 32 arrive at once: one body, its uid
+    // changed in place (same length).
+    let template = big_review("big-00", 7);
+    let at = template
+        .windows(6)
+        .position(|w| w == b"big-00")
+        .expect("the uid is in the body");
+    let bodies: Vec<Vec<u8>> = (0..32)
+        .map(|i| {
+            let mut b = template.clone();
+            b[at..at + 6].copy_from_slice(format!("big-{i:02}").as_bytes());
+            b
+        })
+        .collect();
+    let answers = futures::future::join_all(bodies.into_iter().enumerate().map(|(i, body)| {
         let s = s.clone();
-        let body = big_review(&format!("big-{i}"), 7);
         let path = if i % 2 == 0 { "/validate" } else { "/mutate" };
         tokio::spawn(async move { s.post(path, body).await })
     }))
@@ -173,7 +190,13 @@ async fn invented_kinds_do_not_grow_metrics_and_a_configured_kind_keeps_its_labe
         })
         .collect();
     let short: Vec<Value> = (0..2000)
-        .map(|i| review(&format!("short-{i}"), "invented.example.com", &format!("Kind{i}")))
+        .map(|i| {
+            review(
+                &format!("short-{i}"),
+                "invented.example.com",
+                &format!("Kind{i}"),
+            )
+        })
         .collect();
     for batch in long.chunks(10).chain(short.chunks(50)) {
         let sent = batch.iter().map(|r| {
@@ -195,7 +218,10 @@ async fn invented_kinds_do_not_grow_metrics_and_a_configured_kind_keeps_its_labe
     let text = c.metrics_text().await;
     let grown = text.len().saturating_sub(before);
     assert!(grown <= 256 * 1024, "/metrics grew by {grown} bytes");
-    assert!(!kind_lines(&text, "VPC").is_empty(), "no VPC series:\n{text}");
+    assert!(
+        !kind_lines(&text, "VPC").is_empty(),
+        "no VPC series:\n{text}"
+    );
     assert!(kind_lines(&text, "Kind7").is_empty());
     assert!(kind_lines(&text, "other")
         .iter()
@@ -253,16 +279,18 @@ async fn the_metrics_listener_keeps_at_most_its_connection_limit_open() {
     let s = Served::start(&["--metrics-max-connections", "2"]).await;
     // Two idle connections take both slots; a third is not served until
     // one of them goes.
-    let held: Vec<_> = futures::future::join_all(
-        (0..2).map(|_| tokio::net::TcpStream::connect(s.metrics)),
-    )
-    .await
-    .into_iter()
-    .map(Result::unwrap)
-    .collect();
+    let held: Vec<_> =
+        futures::future::join_all((0..2).map(|_| tokio::net::TcpStream::connect(s.metrics)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let waited = tokio::time::timeout(Duration::from_millis(500), s.metrics_text()).await;
-    assert!(waited.is_err(), "a third connection was served at the limit");
+    assert!(
+        waited.is_err(),
+        "a third connection was served at the limit"
+    );
     drop(held);
     let text = tokio::time::timeout(Duration::from_secs(5), s.metrics_text())
         .await

@@ -20,10 +20,14 @@ pub(crate) fn stderr(out: &Output) -> String {
 
 /// The release build of `mrguard`, built if it is missing or stale: what
 /// the memory and metrics bounds are measured on (docs/security.md).
+/// `MRGUARD_RELEASE_BIN` names an already built one instead.
 pub(crate) fn release() -> std::path::PathBuf {
     static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
+            if let Some(bin) = std::env::var_os("MRGUARD_RELEASE_BIN") {
+                return bin.into();
+            }
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let out = Command::new(cargo)
                 .args([
@@ -42,7 +46,7 @@ pub(crate) fn release() -> std::path::PathBuf {
                 .lines()
                 .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
                 .filter_map(|v| v["executable"].as_str().map(std::path::PathBuf::from))
-                .last()
+                .next_back()
                 .expect("cargo names the built binary")
         })
         .clone()

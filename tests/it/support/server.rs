@@ -57,7 +57,7 @@ pub(crate) fn default_args() -> ServeArgs {
         max_concurrent_requests: 512,
         max_body_bytes: 8 * 1024 * 1024,
         max_inflight_body_bytes: 8 * 1024 * 1024,
-        max_inflight_wait: Duration::from_secs(10),
+        max_inflight_wait: Duration::from_secs(30),
         drain_delay: Duration::ZERO,
         drain_timeout: Duration::from_secs(10),
         controller: ControllerArgs {

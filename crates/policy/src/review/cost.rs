@@ -110,14 +110,19 @@ mod tests {
         let numbers = format!("[{}1]", "1,".repeat(100_000));
         assert!(ratio(&numbers) > 15.0 && ratio(&numbers) < AMPLIFICATION as f64);
         let objects = format!("[{}{{\"a\":1}}]", "{\"a\":1},".repeat(100_000));
-        assert!(ratio(&objects) > AMPLIFICATION as f64 * 2.0, "{}", ratio(&objects));
+        assert!(
+            ratio(&objects) > AMPLIFICATION as f64 * 2.0,
+            "{}",
+            ratio(&objects)
+        );
         let empties = format!("[{}{{}}]", "{},".repeat(100_000));
         assert!(ratio(&empties) < AMPLIFICATION as f64);
     }
 
     #[test]
     fn the_recorded_reviews_are_far_below_the_limit() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reviews");
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reviews");
         let mut worst = 0.0f64;
         for e in std::fs::read_dir(dir).unwrap() {
             let body = std::fs::read(e.unwrap().path()).unwrap();
@@ -131,7 +136,17 @@ mod tests {
 
     #[test]
     fn strings_escapes_and_malformed_input_are_scanned_without_panicking() {
-        for text in ["", "\"", "\"\\", "[", "]", "}}}", "{\"a\\\"}\":[1,2]}", "[[[[[[[[", "\"\\\""] {
+        for text in [
+            "",
+            "\"",
+            "\"\\",
+            "[",
+            "]",
+            "}}}",
+            "{\"a\\\"}\":[1,2]}",
+            "[[[[[[[[",
+            "\"\\\"",
+        ] {
             let _ = tree_cost(text.as_bytes());
         }
         assert!(tree_cost(&b"[".repeat(10_000)) < 1024);
