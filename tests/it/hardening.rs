@@ -295,5 +295,5 @@ async fn the_metrics_listener_keeps_at_most_its_connection_limit_open() {
     let text = tokio::time::timeout(Duration::from_secs(5), s.metrics_text())
         .await
         .expect("served once a slot is free");
-    assert!(text.contains("mrguard_admission_requests_total"));
+    assert!(text.contains("mrguard_admission_rejected_total"));
 }

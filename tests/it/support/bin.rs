@@ -29,7 +29,20 @@ pub(crate) fn release() -> std::path::PathBuf {
                 return bin.into();
             }
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let out = Command::new(cargo)
+            let mut build = Command::new(cargo);
+            // What `cargo test` sets for its test binaries would make the
+            // build scripts run again: the build sees the shell's settings.
+            for (k, _) in std::env::vars_os() {
+                let k = k.to_string_lossy();
+                let keep = ["CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_BUILD_JOBS"];
+                if (k.starts_with("CARGO_") && !keep.contains(&k.as_ref()))
+                    || k == "OUT_DIR"
+                    || k == "LD_LIBRARY_PATH"
+                {
+                    build.env_remove(k.as_ref());
+                }
+            }
+            let out = build
                 .args([
                     "build",
                     "--release",
