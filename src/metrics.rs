@@ -1,9 +1,8 @@
 //! Prometheus metrics (docs/metrics.md). Each component registers its own struct on
 //! a shared [`Registry`]; this module owns the registry, the admission
-//! metrics and the plain-HTTP `/metrics` listener.
+//! metrics and the `/metrics` route.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -37,38 +36,7 @@ pub struct AdmissionMetrics {
     known: Arc<KnownKinds>,
 }
 
-/// The kinds the controller covers (CRDs in the `managed` category), for
-/// the `group`/`kind` labels: with the configuration's named kinds, the
-/// only values those labels take; anything else is `other`, so no request
-/// can add series. Filled by the leader's CRD watch; kept when leadership
-/// moves, as the CRDs do not change with it.
-#[derive(Debug, Default)]
-pub struct KnownKinds {
-    by_group: RwLock<HashMap<String, HashSet<String>>>,
-}
-
-impl KnownKinds {
-    /// Replaces the set with `kinds`, as (group, kind) pairs.
-    pub fn replace<'a>(&self, kinds: impl IntoIterator<Item = (&'a str, &'a str)>) {
-        let mut by_group: HashMap<String, HashSet<String>> = HashMap::new();
-        for (g, k) in kinds {
-            by_group
-                .entry(g.to_string())
-                .or_default()
-                .insert(k.to_string());
-        }
-        if let Ok(mut known) = self.by_group.write() {
-            *known = by_group;
-        }
-    }
-
-    /// Whether the pair is in the set; no allocation.
-    pub fn contains(&self, group: &str, kind: &str) -> bool {
-        self.by_group
-            .read()
-            .is_ok_and(|k| k.get(group).is_some_and(|kinds| kinds.contains(kind)))
-    }
-}
+pub use crate::controller::metrics::KnownKinds;
 
 impl AdmissionMetrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
@@ -306,18 +274,11 @@ pub fn render(registry: &Registry) -> Result<Vec<u8>, prometheus::Error> {
     Ok(buf)
 }
 
-/// Serves `GET /metrics` until `shutdown` fires: over TLS with `tls`, else
-/// plain HTTP/1.1; with the admission port's header and idle deadlines and
-/// at most `limits.max_connections` connections (docs/security.md).
-pub(crate) async fn serve(
-    listener: tokio::net::TcpListener,
-    registry: Registry,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    limits: crate::server::ConnLimits,
-    shutdown: crate::shutdown::Signal,
-) -> std::io::Result<()> {
+/// The metrics listener's routes: `GET /metrics` only. `serve` runs them on
+/// the admission port's connection loop (docs/security.md).
+pub(crate) fn app(registry: Registry) -> Router {
     let registry = Arc::new(registry);
-    let app = Router::new().route(
+    Router::new().route(
         "/metrics",
         get(move || {
             let registry = registry.clone();
@@ -333,56 +294,5 @@ pub(crate) async fn serve(
                 }
             }
         }),
-    );
-    let addr = listener.local_addr()?;
-    let server = match tls {
-        Some(tls) => crate::server::HttpsServer::new(listener, tls, app, limits),
-        None => crate::server::HttpsServer::plain(listener, app, limits),
-    };
-    tracing::info!(%addr, "serving metrics");
-    server.run(shutdown).await;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn labels(kind: &str, configured: bool) -> RequestLabels<'_> {
-        RequestLabels {
-            webhook: Webhook::Validate,
-            operation: "CREATE",
-            group: "g.example.com",
-            kind,
-            configured,
-        }
-    }
-
-    #[test]
-    fn unknown_kinds_are_other_and_known_ones_keep_their_labels_whatever_came_before() {
-        let r = Registry::new();
-        let m = AdmissionMetrics::register(&r).unwrap();
-        for i in 0..3000 {
-            m.observe(
-                &labels(&format!("Invented{i}"), false),
-                Outcome::Allowed,
-                0.0,
-                &[],
-            );
-        }
-        m.observe(&labels("Configured", true), Outcome::Allowed, 0.0, &[]);
-        m.known_kinds().replace([("g.example.com", "Covered")]);
-        m.observe(&labels("Covered", false), Outcome::Allowed, 0.0, &[]);
-        let text = String::from_utf8(render(&r).unwrap()).unwrap();
-        let series: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("mrguard_admission_requests_total{"))
-            .collect();
-        assert_eq!(series.len(), 3, "{series:#?}");
-        assert!(series
-            .iter()
-            .any(|l| l.contains(r#"kind="other""#) && l.ends_with(" 3000")));
-        assert!(series.iter().any(|l| l.contains(r#"kind="Configured""#)));
-        assert!(series.iter().any(|l| l.contains(r#"kind="Covered""#)));
-    }
+    )
 }

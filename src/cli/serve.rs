@@ -248,22 +248,16 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         );
     }
     {
-        let signal = signal.clone();
+        let app = crate::metrics::app(registry);
+        let metrics_server = match metrics_tls {
+            Some(tls) => HttpsServer::new(metrics_listener, tls, app, metrics_limits),
+            None => HttpsServer::plain(metrics_listener, app, metrics_limits),
+        };
+        tracing::info!(addr = %metrics_addr, tls = args.metrics_tls, "serving metrics");
         tasks.spawn(
-            async move {
-                if let Err(e) = crate::metrics::serve(
-                    metrics_listener,
-                    registry,
-                    metrics_tls,
-                    metrics_limits,
-                    signal,
-                )
-                .await
-                {
-                    tracing::error!(error = %e, "metrics listener failed");
-                }
-            }
-            .instrument(tracing::info_span!("metrics")),
+            metrics_server
+                .run(signal.clone())
+                .instrument(tracing::info_span!("metrics")),
         );
     }
     if let Some((client, metrics)) = controller {
