@@ -297,3 +297,24 @@ async fn the_metrics_listener_keeps_at_most_its_connection_limit_open() {
         .expect("served once a slot is free");
     assert!(text.contains("mrguard_admission_rejected_total"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_metrics_tls_the_metrics_port_speaks_only_https_with_the_webhook_certificate() {
+    let s = Served::start(&["--metrics-tls"]).await;
+    let mut c = s
+        .client
+        .connect(s.metrics)
+        .await
+        .expect("a verified TLS connection");
+    let (status, body) = c.get("/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("mrguard_admission_rejected_total"));
+    // Plain HTTP gets no answer, only a closed connection.
+    let mut tcp = tokio::net::TcpStream::connect(s.metrics).await.unwrap();
+    tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (bytes, closed) = read_until_closed(&mut tcp, Duration::from_secs(10)).await;
+    assert!(closed);
+    assert!(!String::from_utf8_lossy(&bytes).contains("HTTP/1.1 200"));
+}
