@@ -265,6 +265,66 @@ mod tests {
         assert_refused(resp, &registry, 408, "did not arrive in time", "timeout").await;
     }
 
+    /// A request whose body arrives when `go` fires, announcing `len` bytes.
+    fn held_request(len: usize, go: tokio::sync::oneshot::Receiver<()>) -> Request {
+        let body = review();
+        assert!(body.len() <= len);
+        let padded = [body, vec![b' '; len - review().len()]].concat();
+        let stream = futures::stream::once(async move {
+            let _ = go.await;
+            Ok::<_, Infallible>(Bytes::from(padded))
+        });
+        Request::post("/validate")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_LENGTH, len)
+            .body(Body::from_stream(stream))
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn over_the_body_budget_a_request_waits_then_is_answered_not_refused() {
+        let budget = |wait| RouteLimits {
+            max_inflight_body_bytes: 48 * 1024,
+            max_inflight_wait: wait,
+            ..limits()
+        };
+        for (wait, expected) in [
+            (Duration::from_secs(30), 200),
+            (Duration::from_millis(100), 503),
+        ] {
+            let (app, registry) = build(budget(wait));
+            // The first holds 40 KiB of the 48 KiB budget until its body comes.
+            let (go, held) = tokio::sync::oneshot::channel();
+            let first = tokio::spawn(app.clone().oneshot(held_request(40 * 1024, held)));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let second = tokio::spawn(app.clone().oneshot(held_request(20 * 1024, {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let _ = tx.send(());
+                rx
+            })));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert!(!second.is_finished() || expected == 503, "did not wait");
+            let _ = go.send(());
+            assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
+            let resp = second.await.unwrap().unwrap();
+            assert_eq!(resp.status().as_u16(), expected);
+            if expected == 503 {
+                let v = json(resp).await;
+                assert!(
+                    v["error"]
+                        .as_str()
+                        .unwrap()
+                        .contains("request bytes in flight"),
+                    "{v}"
+                );
+                assert!(metric(
+                    &registry,
+                    r#"mrguard_admission_rejected_total{reason="overloaded",webhook="validate"} 1"#
+                ));
+            }
+        }
+    }
+
     #[tokio::test]
     async fn a_decision_is_answered_and_counted_with_its_labels() {
         let (app, registry) = build(limits());
