@@ -59,9 +59,10 @@ pub fn serve_bytes(data: &[u8]) {
     let answer = runtime.block_on(async move {
         let (mut client, server) = tokio::io::duplex(1 << 16);
         let app = router();
-        let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            app.clone().oneshot(req.map(axum::body::Body::new))
-        });
+        let service =
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                app.clone().oneshot(req.map(axum::body::Body::new))
+            });
         let serve = async move {
             let io = TokioIo::new(server);
             if h2 {
@@ -81,11 +82,10 @@ pub fn serve_bytes(data: &[u8]) {
             let _ = client.read_to_end(&mut out).await;
             out
         };
-        let (_, out) = tokio::time::timeout(Duration::from_secs(30), async {
-            tokio::join!(serve, talk)
-        })
-        .await
-        .expect("the connection ends (paused time: timeouts fire at once)");
+        let (_, out) =
+            tokio::time::timeout(Duration::from_secs(30), async { tokio::join!(serve, talk) })
+                .await
+                .expect("the connection ends (paused time: timeouts fire at once)");
         out
     });
     if !h2 {
