@@ -44,8 +44,21 @@ seed() {
     cp -n fuzz/seeds/"$target"/* "$dir"/ 2>/dev/null || true
   fi
   case $target in
-    review)
+    review|mutate_patch_only)
       if [ -d "$fixtures/reviews" ]; then cp -n "$fixtures"/reviews/*.json "$dir"/; fi
+      ;;
+    http)
+      # A whole HTTP/1.1 request per recorded review (first byte even:
+      # HTTP/1.1), chunked and with a length.
+      if [ -d "$fixtures/reviews" ]; then
+        for f in "$fixtures"/reviews/0*_validate_*.json; do
+          n=$(wc -c <"$f")
+          { printf '\0POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n' "$n"; cat "$f"; } \
+            >"$dir/len-$(basename "$f")"
+          { printf '\0POST /mutate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n' "$n"; cat "$f"; printf '\r\n0\r\n\r\n'; } \
+            >"$dir/chunked-$(basename "$f")"
+        done
+      fi
       ;;
     config)
       cp -n crates/policy/src/config/builtin.yaml "$dir"/builtin.yaml
@@ -55,7 +68,8 @@ seed() {
 
 dict_for() {
   case $1 in
-    review) echo fuzz/dicts/review.dict ;;
+    review|mutate_patch_only) echo fuzz/dicts/review.dict ;;
+    http) echo fuzz/dicts/http.dict ;;
     config) echo fuzz/dicts/config.dict ;;
     cel_compile) echo fuzz/dicts/cel.dict ;;
     fieldpath) echo fuzz/dicts/fieldpath.dict ;;

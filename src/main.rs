@@ -1,6 +1,7 @@
 // The allocator is chosen by the binary. jemalloc measured faster than the
 // system allocator with a small RSS (BENCHMARKS.md); mimalloc is for
-// comparison runs and wins when both features are on.
+// comparison runs and wins when both features are on. jemalloc's options
+// are compiled in from .cargo/config.toml.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -1,9 +1,8 @@
 //! Prometheus metrics (docs/metrics.md). Each component registers its own struct on
 //! a shared [`Registry`]; this module owns the registry, the admission
-//! metrics and the plain-HTTP `/metrics` listener.
+//! metrics and the `/metrics` route.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -29,24 +28,16 @@ pub fn registry() -> Registry {
     r
 }
 
-/// Distinct group/kind label pairs kept before the rest become "other", so
-/// a client that invents kinds cannot grow the series without bound.
-const MAX_KINDS: usize = 1000;
-
 pub struct AdmissionMetrics {
     requests: IntCounterVec,
     rejected: IntCounterVec,
     duration: HistogramVec,
     findings: IntCounterVec,
     exceptions: IntCounterVec,
-    kinds: RwLock<Kinds>,
+    known: Arc<KnownKinds>,
 }
 
-#[derive(Default)]
-struct Kinds {
-    by_group: HashMap<String, HashSet<String>>,
-    count: usize,
-}
+pub use crate::controller::metrics::KnownKinds;
 
 impl AdmissionMetrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
@@ -102,7 +93,7 @@ impl AdmissionMetrics {
             duration,
             findings,
             exceptions,
-            kinds: RwLock::new(Kinds::default()),
+            known: Arc::default(),
         };
         m.collectors()
             .into_iter()
@@ -121,29 +112,15 @@ impl AdmissionMetrics {
         ]
     }
 
-    // Looked up by borrowed strings: no allocation once a kind is known.
-    fn bounded<'a>(&self, group: &'a str, kind: &'a str) -> (&'a str, &'a str) {
-        if let Ok(k) = self.kinds.read() {
-            if k.by_group
-                .get(group)
-                .is_some_and(|kinds| kinds.contains(kind))
-            {
-                return (group, kind);
-            }
-        }
-        match self.kinds.write() {
-            Ok(mut k) if k.count < MAX_KINDS => {
-                if k.by_group
-                    .entry(group.to_string())
-                    .or_default()
-                    .insert(kind.to_string())
-                {
-                    k.count += 1;
-                }
-                (group, kind)
-            }
-            _ => ("other", "other"),
-        }
+    /// Shares the controller's covered kinds with these metrics.
+    pub fn with_known_kinds(mut self, known: Arc<KnownKinds>) -> Self {
+        self.known = known;
+        self
+    }
+
+    /// The kinds labelled by name besides the configuration's.
+    pub fn known_kinds(&self) -> &Arc<KnownKinds> {
+        &self.known
     }
 
     /// Counts a decided request.
@@ -156,7 +133,11 @@ impl AdmissionMetrics {
     ) {
         let webhook = r.webhook;
         let operation = r.operation;
-        let (group, kind) = self.bounded(r.group, r.kind);
+        let (group, kind) = if r.configured || self.known.contains(r.group, r.kind) {
+            (r.group, r.kind)
+        } else {
+            ("other", "other")
+        };
         self.requests
             .with_label_values(&[webhook.as_str(), operation, group, kind, outcome.as_str()])
             .inc();
@@ -229,6 +210,12 @@ pub struct RequestLabels<'a> {
     pub operation: &'a str,
     pub group: &'a str,
     pub kind: &'a str,
+    /// Whether the configuration names the kind ([`Config::names_kind`]);
+    /// if not, and the controller does not cover it either, it is counted
+    /// as `other`.
+    ///
+    /// [`Config::names_kind`]: mrguard_policy::config::Config::names_kind
+    pub configured: bool,
 }
 
 /// One metric family mrguard exports, for the reference in docs/metrics.md.
@@ -302,14 +289,11 @@ pub fn render(registry: &Registry) -> Result<Vec<u8>, prometheus::Error> {
     Ok(buf)
 }
 
-/// Serves `GET /metrics` on plain HTTP until `shutdown` fires.
-pub(crate) async fn serve(
-    listener: tokio::net::TcpListener,
-    registry: Registry,
-    shutdown: crate::shutdown::Signal,
-) -> std::io::Result<()> {
+/// The metrics listener's routes: `GET /metrics` only. `serve` runs them on
+/// the admission port's connection loop (docs/security.md).
+pub(crate) fn app(registry: Registry) -> Router {
     let registry = Arc::new(registry);
-    let app = Router::new().route(
+    Router::new().route(
         "/metrics",
         get(move || {
             let registry = registry.clone();
@@ -325,9 +309,5 @@ pub(crate) async fn serve(
                 }
             }
         }),
-    );
-    tracing::info!(addr = %listener.local_addr()?, "serving metrics");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.wait().await })
-        .await
+    )
 }

@@ -67,6 +67,7 @@ pub(crate) fn serve(listen: SocketAddr, cert: &Path, key: &Path) -> anyhow::Resu
                 header_read_timeout: Duration::from_secs(1),
                 idle_timeout: Duration::from_secs(120),
                 drain_timeout: Duration::from_secs(1),
+                max_connections: None,
             },
         );
         let (_trigger, signal) = mrguard::shutdown::channel();

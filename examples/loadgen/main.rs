@@ -157,6 +157,8 @@ fn mrguard_router(config: Option<&Path>) -> anyhow::Result<axum::Router> {
         max_body_bytes: mrguard::server::MAX_BODY_BYTES,
         request_timeout: Duration::from_millis(1500),
         max_concurrent_requests: 512,
+        max_inflight_body_bytes: mrguard::server::MAX_BODY_BYTES,
+        max_inflight_wait: Duration::from_secs(30),
     };
     Ok(mrguard::server::router(state, &limits))
 }

@@ -1,5 +1,7 @@
 //! What the fuzz targets share: the full review path with its invariants.
 
+pub mod http;
+
 use base64::Engine;
 use mrguard_policy::admission;
 use mrguard_policy::config::Config;
@@ -133,4 +135,29 @@ fn check_encoded(encoded: &[u8], uid: &str) -> Value {
     assert_eq!(v["kind"], "AdmissionReview");
     assert_eq!(v["response"]["uid"], uid);
     v["response"].clone()
+}
+
+/// What the server runs for `/mutate` (`mutate_patch_only`, which copies
+/// only the touched paths) against mutating a whole copy: the same patch,
+/// warnings, outcome and findings, for every input.
+pub fn patch_only_bytes(body: &[u8]) {
+    let Ok(request) = review::decode_without_managed_fields(body) else {
+        return;
+    };
+    for config in configs() {
+        let whole = admission::mutate(&request, config);
+        let lean = admission::mutate_patch_only(&request, config);
+        assert!(lean.mutated.is_none(), "patch-only built the whole object");
+        let patch = |d: &admission::Decision| {
+            d.response
+                .patch
+                .as_deref()
+                .map(|p| serde_json::from_slice::<Value>(p).expect("the patch is JSON"))
+        };
+        assert_eq!(patch(&whole), patch(&lean), "the patches differ");
+        assert_eq!(whole.response.allowed, lean.response.allowed);
+        assert_eq!(whole.response.warnings, lean.response.warnings);
+        assert_eq!(whole.outcome, lean.outcome);
+        assert_eq!(whole.findings, lean.findings);
+    }
 }

@@ -25,9 +25,15 @@ pub struct ServeArgs {
     /// Address of the HTTPS admission listener.
     #[arg(long, env = "MRGUARD_LISTEN", default_value = "0.0.0.0:9443")]
     pub listen: SocketAddr,
-    /// Address of the plain-HTTP metrics listener (GET /metrics).
+    /// Address of the metrics listener (GET /metrics), plain HTTP unless --metrics-tls.
     #[arg(long, env = "MRGUARD_METRICS_LISTEN", default_value = "0.0.0.0:8080")]
     pub metrics_listen: SocketAddr,
+    /// Serve metrics over HTTPS with the admission port's certificate.
+    #[arg(long, env = "MRGUARD_METRICS_TLS")]
+    pub metrics_tls: bool,
+    /// Connections the metrics listener keeps open at once; more wait to be accepted.
+    #[arg(long, env = "MRGUARD_METRICS_MAX_CONNECTIONS", default_value_t = 16)]
+    pub metrics_max_connections: usize,
     /// PEM certificate chain to serve; reloaded when it changes.
     #[arg(
         long,
@@ -67,6 +73,14 @@ pub struct ServeArgs {
     /// Largest accepted request body in bytes; larger bodies get 413.
     #[arg(long, env = "MRGUARD_MAX_BODY_BYTES", default_value_t = crate::server::MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+    /// Bytes of request bodies in flight, both webhooks together; a request
+    /// that does not fit waits. Memory is about 24 times this (docs/security.md).
+    #[arg(long, env = "MRGUARD_MAX_INFLIGHT_BODY_BYTES", default_value_t = crate::server::MAX_BODY_BYTES)]
+    pub max_inflight_body_bytes: usize,
+    /// How long a request waits for room under --max-inflight-body-bytes; 503
+    /// after. The API server may wait up to 30 s for a webhook.
+    #[arg(long, env = "MRGUARD_MAX_INFLIGHT_WAIT", default_value = "30s", value_parser = parse_duration)]
+    pub max_inflight_wait: Duration,
     /// After SIGTERM, how long /readyz fails before the listener closes.
     #[arg(long, env = "MRGUARD_DRAIN_DELAY", default_value = "2s", value_parser = parse_duration)]
     pub drain_delay: Duration,
@@ -160,7 +174,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         _ => bail!("no certificate: pass --tls-cert-file and --tls-key-file, or --self-signed for local use"),
     };
 
-    let admission_metrics = Arc::new(AdmissionMetrics::register(&registry)?);
+    let mut admission_metrics = AdmissionMetrics::register(&registry)?;
+    if let Some((_, metrics)) = &controller {
+        admission_metrics = admission_metrics.with_known_kinds(metrics.known_kinds.clone());
+    }
+    let admission_metrics = Arc::new(admission_metrics);
     let ready = Arc::new(AtomicBool::new(false));
     // What this replica's watches learn of the cluster, for admission.
     let cluster = Arc::new(mrguard_policy::cluster::Cluster::default());
@@ -174,6 +192,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         max_body_bytes: args.max_body_bytes,
         request_timeout: args.request_timeout,
         max_concurrent_requests: args.max_concurrent_requests,
+        max_inflight_body_bytes: args.max_inflight_body_bytes,
+        max_inflight_wait: args.max_inflight_wait,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -190,8 +210,17 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             header_read_timeout: args.header_read_timeout,
             idle_timeout: args.idle_timeout,
             drain_timeout: args.drain_timeout,
+            max_connections: None,
         },
     );
+    let metrics_tls = args.metrics_tls.then(|| certs.server_config());
+    let metrics_limits = ConnLimits {
+        header_read_timeout: args.header_read_timeout,
+        idle_timeout: args.idle_timeout,
+        // A scrape is answered at once: nothing to wait for.
+        drain_timeout: Duration::from_secs(1),
+        max_connections: Some(args.metrics_max_connections),
+    };
     let addr = server.local_addr()?;
 
     let (trigger, signal) = shutdown::channel();
@@ -222,14 +251,16 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         );
     }
     {
-        let signal = signal.clone();
+        let app = crate::metrics::app(registry);
+        let metrics_server = match metrics_tls {
+            Some(tls) => HttpsServer::new(metrics_listener, tls, app, metrics_limits),
+            None => HttpsServer::plain(metrics_listener, app, metrics_limits),
+        };
+        tracing::info!(addr = %metrics_addr, tls = args.metrics_tls, "serving metrics");
         tasks.spawn(
-            async move {
-                if let Err(e) = crate::metrics::serve(metrics_listener, registry, signal).await {
-                    tracing::error!(error = %e, "metrics listener failed");
-                }
-            }
-            .instrument(tracing::info_span!("metrics")),
+            metrics_server
+                .run(signal.clone())
+                .instrument(tracing::info_span!("metrics")),
         );
     }
     if let Some((client, metrics)) = controller {

@@ -283,6 +283,9 @@ pub(crate) async fn run_crd_watch(
             // the webhooks task logs each update it writes.
             tracing::debug!(kinds = current.len(), "MR coverage changed");
             metrics.covered_kinds.set(current.len() as i64);
+            metrics
+                .known_kinds
+                .replace(current.kinds().map(|k| (k.group.as_str(), k.kind.as_str())));
             let _ = tx.send(Some(Arc::new(current.clone())));
         }
     }

@@ -2,6 +2,9 @@
 //! Only the Lease holder exports the MR and audit gauges; the others clear
 //! them, so summing over replicas does not double-count.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::RwLock;
+
 use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 pub struct ControllerMetrics {
@@ -22,6 +25,8 @@ pub struct ControllerMetrics {
     pub task_restarts: IntCounterVec,
     /// `mrguard_controller_watch_restarts_total{resource}`.
     pub watch_restarts: IntCounterVec,
+    /// The covered kinds, for the admission metrics' labels.
+    pub known_kinds: std::sync::Arc<KnownKinds>,
 }
 
 impl ControllerMetrics {
@@ -99,6 +104,7 @@ impl ControllerMetrics {
                 ),
                 &["resource"],
             )?,
+            known_kinds: Default::default(),
         };
         m.collectors()
             .into_iter()
@@ -139,5 +145,38 @@ impl ControllerMetrics {
         self.covered_kinds.set(0);
         self.forbidden_kinds.set(0);
         self.webhook_configuration_present.reset();
+    }
+}
+
+/// The kinds the controller covers (CRDs in the `managed` category), for
+/// the `group`/`kind` labels: with the configuration's named kinds, the
+/// only values those labels take; anything else is `other`, so no request
+/// can add series. Filled by the leader's CRD watch; kept when leadership
+/// moves, as the CRDs do not change with it.
+#[derive(Debug, Default)]
+pub struct KnownKinds {
+    by_group: RwLock<HashMap<String, HashSet<String>>>,
+}
+
+impl KnownKinds {
+    /// Replaces the set with `kinds`, as (group, kind) pairs.
+    pub fn replace<'a>(&self, kinds: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let mut by_group: HashMap<String, HashSet<String>> = HashMap::new();
+        for (g, k) in kinds {
+            by_group
+                .entry(g.to_string())
+                .or_default()
+                .insert(k.to_string());
+        }
+        if let Ok(mut known) = self.by_group.write() {
+            *known = by_group;
+        }
+    }
+
+    /// Whether the pair is in the set; no allocation.
+    pub fn contains(&self, group: &str, kind: &str) -> bool {
+        self.by_group
+            .read()
+            .is_ok_and(|k| k.get(group).is_some_and(|kinds| kinds.contains(kind)))
     }
 }

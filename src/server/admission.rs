@@ -6,11 +6,13 @@
 //! - `HandleErrorLayer` turns the layers' errors into [`Rejection`]s;
 //! - `LoadShedLayer` over a `GlobalConcurrencyLimitLayer`: beyond the cap,
 //!   503 with `Retry-After` at once, never a queue;
-//! - `TimeoutLayer`: 408 when the body has not arrived in time;
 //! - `FilterLayer`: 413 before reading a body whose `Content-Length` is
-//!   above the limit;
-//! - `DefaultBodyLimit`: 413 once a body without a length (chunked, HTTP/2)
-//!   grows past the limit while it is read.
+//!   above the limit.
+//!
+//! Then the handler waits for its share of the body budget ([`BodyBudget`]),
+//! reads the body (408 when it has not arrived in time, 413 once a body
+//! without a length grows past the limit), decodes it, drops the raw bytes,
+//! decides and encodes, and only then gives its share back.
 //!
 //! Every refusal is a JSON error and is counted; a decision is never an
 //! HTTP error (a panic in one is answered by failure policy).
@@ -19,16 +21,16 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{post, MethodRouter};
+use http_body_util::BodyExt;
 use kube::core::admission::AdmissionResponse;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 
@@ -47,15 +49,63 @@ pub(crate) struct Endpoint {
     pub(crate) cluster: Arc<Cluster>,
     pub(crate) metrics: Option<Arc<AdmissionMetrics>>,
     pub(crate) max_body_bytes: usize,
+    /// Time for the body to arrive once the budget let it in.
+    pub(crate) request_timeout: Duration,
+    /// Bytes of bodies in flight, shared by both endpoints.
+    pub(crate) budget: BodyBudget,
+}
+
+/// The bytes of request bodies in flight across all connections. A request
+/// holds its body's length from before the body is read until its answer
+/// is encoded, so the budget covers the parsed tree as well (at most
+/// [`AMPLIFICATION`] times the body: decoding refuses more). Over the budget a
+/// request waits rather than being refused: the API server counts a refusal
+/// as a denial.
+#[derive(Clone)]
+pub(crate) struct BodyBudget {
+    /// One permit per KiB: `acquire_many` counts in `u32`.
+    permits: Arc<Semaphore>,
+    total_kib: u32,
+    /// How long a request waits for room before 503.
+    wait: Duration,
+}
+
+pub use mrguard_policy::review::AMPLIFICATION;
+
+impl BodyBudget {
+    pub(crate) fn new(bytes: usize, wait: Duration) -> Self {
+        let total_kib = u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .clamp(1, Semaphore::MAX_PERMITS as u32);
+        Self {
+            permits: Arc::new(Semaphore::new(total_kib as usize)),
+            total_kib,
+            wait,
+        }
+    }
+
+    /// A body's share: its length, at most the whole budget, so that a body
+    /// larger than the budget runs alone instead of never.
+    fn share(&self, bytes: usize) -> u32 {
+        u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.total_kib)
+    }
+
+    async fn acquire(&self, bytes: usize) -> Result<OwnedSemaphorePermit, Rejection> {
+        let share = self.share(bytes);
+        match tokio::time::timeout(self.wait, self.permits.clone().acquire_many_owned(share)).await
+        {
+            Ok(Ok(permit)) => Ok(permit),
+            // Closed never happens: nothing closes the semaphore.
+            Ok(Err(_)) | Err(_) => Err(Rejection::OverBudget { waited: self.wait }),
+        }
+    }
 }
 
 /// The endpoint's layers around its handler. `in_flight` is shared by both
 /// endpoints: they compete for the same CPUs.
-pub(crate) fn route<S>(
-    endpoint: Endpoint,
-    request_timeout: Duration,
-    in_flight: Arc<Semaphore>,
-) -> MethodRouter<S>
+pub(crate) fn route<S>(endpoint: Endpoint, in_flight: Arc<Semaphore>) -> MethodRouter<S>
 where
     S: Clone + Send + Sync + 'static,
 {
@@ -71,17 +121,13 @@ where
         .layer(HandleErrorLayer::new(refused))
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::with_semaphore(in_flight))
-        // The decision runs in the poll that completes the body, so this
-        // bounds the body's arrival, never a decision already under way.
-        .timeout(request_timeout)
         .filter(move |req: Request| match declared_length(&req) {
             Some(declared) if declared > max as u64 => Err(Rejection::DeclaredTooLarge {
                 declared,
                 limit: max,
             }),
             _ => Ok(req),
-        })
-        .layer(DefaultBodyLimit::max(max));
+        });
     post(answer).layer(layers).with_state(endpoint)
 }
 
@@ -94,28 +140,81 @@ fn declared_length(req: &Request) -> Option<u64> {
         .ok()
 }
 
-/// Decode → decide → encode.
-async fn answer(
-    State(endpoint): State<Endpoint>,
-    arrived: Arrived,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+/// Budget → read → decode → decide → encode.
+async fn answer(State(endpoint): State<Endpoint>, arrived: Arrived, req: Request) -> Response {
+    let declared = declared_length(&req).map(|n| n as usize);
+    // Without a length, the largest body it may turn out to be.
+    let mut permit = match endpoint
+        .budget
+        .acquire(declared.unwrap_or(endpoint.max_body_bytes))
+        .await
+    {
+        Ok(p) => p,
+        Err(rejection) => return endpoint.refuse(rejection, arrived),
+    };
+    // Bounds the body's arrival, never a decision under way.
+    let read = tokio::time::timeout(
+        endpoint.request_timeout,
+        read_body(req.into_body(), declared, endpoint.max_body_bytes),
+    )
+    .await
+    .unwrap_or(Err(Rejection::Timeout));
+    let body = match read {
+        Ok(b) => b,
+        Err(rejection) => return endpoint.refuse(rejection, arrived),
+    };
+    // Give back what an unannounced body did not use.
+    let used = endpoint.budget.share(body.len());
+    if declared.is_none() && permit.num_permits() > used as usize {
+        drop(permit.split(permit.num_permits() - used as usize));
+    }
     let config = endpoint.config.load();
-    let decoded = body
-        .map_err(|e| Rejection::unread(e, endpoint.max_body_bytes))
-        .and_then(|body| admission::decode(&body, &config).map_err(Rejection::Undecodable));
+    let decoded = admission::decode(&body, &config).map_err(Rejection::Undecodable);
+    // The raw bytes are not needed once parsed.
+    drop(body);
     let request = match decoded {
         Ok(r) => r,
         Err(rejection) => return endpoint.refuse(rejection, arrived),
     };
     let decision = decide(endpoint.webhook, &request, &config, &endpoint.cluster);
-    endpoint.observe(&request, &decision, arrived);
-    (
+    endpoint.observe(&request, &decision, arrived, &config);
+    drop(request);
+    let response = (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
         review::encode(decision.response),
     )
-        .into_response()
+        .into_response();
+    drop(permit);
+    response
+}
+
+/// Reads a body into one buffer of its announced length: no second copy
+/// from joining chunks.
+async fn read_body(
+    mut body: Body,
+    declared: Option<usize>,
+    limit: usize,
+) -> Result<Vec<u8>, Rejection> {
+    let mut buf = Vec::with_capacity(declared.unwrap_or(0).min(limit));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            // The innermost cause names the problem (a reset connection,
+            // a malformed chunk); the wrappers do not.
+            let mut cause: &dyn std::error::Error = &e;
+            while let Some(inner) = cause.source() {
+                cause = inner;
+            }
+            Rejection::Unreadable(cause.to_string())
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > limit {
+                return Err(Rejection::TooLarge { limit });
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf)
 }
 
 /// The policy's decision. Decisions are pure; catching a panic is defence
@@ -164,7 +263,13 @@ fn decide(
 }
 
 impl Endpoint {
-    fn observe(&self, request: &review::Request, decision: &Decision, arrived: Arrived) {
+    fn observe(
+        &self,
+        request: &review::Request,
+        decision: &Decision,
+        arrived: Arrived,
+        config: &mrguard_policy::config::Config,
+    ) {
         if let Some(m) = &self.metrics {
             m.observe(
                 &RequestLabels {
@@ -172,6 +277,7 @@ impl Endpoint {
                     operation: mrguard_policy::model::Operation::from(&request.operation).as_str(),
                     group: &request.kind.group,
                     kind: &request.kind.kind,
+                    configured: config.names_kind(&request.kind.group, &request.kind.kind),
                 },
                 decision.outcome,
                 arrived.elapsed(),
@@ -195,6 +301,8 @@ impl Endpoint {
 enum Rejection {
     #[error("too many requests in flight; retry")]
     Overloaded,
+    #[error("too many request bytes in flight for {waited:?}; retry")]
+    OverBudget { waited: Duration },
     #[error("the request body is {declared} bytes, more than the limit of {limit} bytes")]
     DeclaredTooLarge { declared: u64, limit: usize },
     #[error("the request body is larger than {limit} bytes")]
@@ -226,26 +334,9 @@ impl Rejection {
         }
     }
 
-    fn unread(e: BytesRejection, limit: usize) -> Self {
-        match e {
-            BytesRejection::FailedToBufferBody(
-                axum::extract::rejection::FailedToBufferBody::LengthLimitError(_),
-            ) => Self::TooLarge { limit },
-            other => {
-                // The innermost cause names the problem (a reset
-                // connection, a malformed chunk); axum's wrappers do not.
-                let mut cause: &dyn std::error::Error = &other;
-                while let Some(inner) = cause.source() {
-                    cause = inner;
-                }
-                Self::Unreadable(cause.to_string())
-            }
-        }
-    }
-
     fn reason(&self) -> RejectReason {
         match self {
-            Self::Overloaded => RejectReason::Overloaded,
+            Self::Overloaded | Self::OverBudget { .. } => RejectReason::Overloaded,
             Self::DeclaredTooLarge { .. } | Self::TooLarge { .. } => RejectReason::TooLarge,
             Self::Timeout => RejectReason::Timeout,
             Self::Unreadable(_) | Self::Undecodable(_) => RejectReason::BadRequest,

@@ -12,7 +12,7 @@ use axum::routing::get;
 use axum::Router;
 use tokio::sync::Semaphore;
 
-use super::admission::{self, json_error, Endpoint};
+use super::admission::{self, json_error, BodyBudget, Endpoint};
 use crate::config::ConfigStore;
 use crate::metrics::AdmissionMetrics;
 use mrguard_policy::admission::Webhook;
@@ -41,10 +41,15 @@ pub struct RouteLimits {
     pub request_timeout: Duration,
     /// Admission requests handled at once, both webhooks together; more get 503.
     pub max_concurrent_requests: usize,
+    /// Bytes of request bodies in flight, both webhooks together; more wait.
+    pub max_inflight_body_bytes: usize,
+    /// How long a request waits for room under `max_inflight_body_bytes`; 503 after.
+    pub max_inflight_wait: Duration,
 }
 
 pub fn router(state: AppState, limits: &RouteLimits) -> Router {
     let in_flight = Arc::new(Semaphore::new(limits.max_concurrent_requests));
+    let budget = BodyBudget::new(limits.max_inflight_body_bytes, limits.max_inflight_wait);
     let endpoint = |webhook| {
         admission::route(
             Endpoint {
@@ -53,8 +58,9 @@ pub fn router(state: AppState, limits: &RouteLimits) -> Router {
                 cluster: state.cluster.clone(),
                 metrics: state.metrics.clone(),
                 max_body_bytes: limits.max_body_bytes,
+                request_timeout: limits.request_timeout,
+                budget: budget.clone(),
             },
-            limits.request_timeout,
             in_flight.clone(),
         )
     };
@@ -118,6 +124,8 @@ mod tests {
             max_body_bytes: 64 * 1024,
             request_timeout: Duration::from_secs(5),
             max_concurrent_requests: 8,
+            max_inflight_body_bytes: MAX_BODY_BYTES,
+            max_inflight_wait: Duration::from_secs(5),
         }
     }
 
@@ -256,6 +264,66 @@ mod tests {
         let never = futures::stream::pending::<Result<Bytes, Infallible>>();
         let resp = post(&app, "/validate", Body::from_stream(never), None).await;
         assert_refused(resp, &registry, 408, "did not arrive in time", "timeout").await;
+    }
+
+    /// A request whose body arrives when `go` fires, announcing `len` bytes.
+    fn held_request(len: usize, go: tokio::sync::oneshot::Receiver<()>) -> Request {
+        let body = review();
+        assert!(body.len() <= len);
+        let padded = [body, vec![b' '; len - review().len()]].concat();
+        let stream = futures::stream::once(async move {
+            let _ = go.await;
+            Ok::<_, Infallible>(Bytes::from(padded))
+        });
+        Request::post("/validate")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_LENGTH, len)
+            .body(Body::from_stream(stream))
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn over_the_body_budget_a_request_waits_then_is_answered_not_refused() {
+        let budget = |wait| RouteLimits {
+            max_inflight_body_bytes: 48 * 1024,
+            max_inflight_wait: wait,
+            ..limits()
+        };
+        for (wait, expected) in [
+            (Duration::from_secs(30), 200),
+            (Duration::from_millis(100), 503),
+        ] {
+            let (app, registry) = build(budget(wait));
+            // The first holds 40 KiB of the 48 KiB budget until its body comes.
+            let (go, held) = tokio::sync::oneshot::channel();
+            let first = tokio::spawn(app.clone().oneshot(held_request(40 * 1024, held)));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let second = tokio::spawn(app.clone().oneshot(held_request(20 * 1024, {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let _ = tx.send(());
+                rx
+            })));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert!(!second.is_finished() || expected == 503, "did not wait");
+            let _ = go.send(());
+            assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
+            let resp = second.await.unwrap().unwrap();
+            assert_eq!(resp.status().as_u16(), expected);
+            if expected == 503 {
+                let v = json(resp).await;
+                assert!(
+                    v["error"]
+                        .as_str()
+                        .unwrap()
+                        .contains("request bytes in flight"),
+                    "{v}"
+                );
+                assert!(metric(
+                    &registry,
+                    r#"mrguard_admission_rejected_total{reason="overloaded",webhook="validate"} 1"#
+                ));
+            }
+        }
     }
 
     #[tokio::test]

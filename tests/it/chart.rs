@@ -159,7 +159,7 @@ fn default_install_renders_every_object_with_zero_values() {
         ("Role", 1),
         ("RoleBinding", 1),
         ("Secret", 1),
-        ("Service", 1),
+        ("Service", 2),
         ("ServiceAccount", 1),
         ("ValidatingWebhookConfiguration", 1),
     ]
@@ -337,26 +337,61 @@ fn deployment_is_highly_available_hardened_and_probed() {
 }
 
 #[test]
-fn service_exposes_443_to_9443_and_metrics_with_scrape_annotations() {
+fn the_webhook_service_exposes_only_443_and_metrics_have_their_own_service() {
     let m = render(&[]);
     let svc = m.one("Service", "mrguard");
     let ports = svc["spec"]["ports"].as_array().unwrap();
-    assert_eq!(ports.len(), 2);
-    let https = ports.iter().find(|p| p["name"] == "https").unwrap();
+    assert_eq!(ports.len(), 1, "only the webhook port: {ports:?}");
+    let https = &ports[0];
+    assert_eq!(https["name"], "https");
     assert_eq!(https["port"], 443);
     assert_eq!(https["targetPort"], "https");
     assert_eq!(port_named(&m, "https"), 9443);
-    let metrics = ports.iter().find(|p| p["name"] == "metrics").unwrap();
-    assert_eq!(metrics["port"], 8080);
-    assert_eq!(metrics["targetPort"], "metrics");
-    let a = &svc["metadata"]["annotations"];
+    assert!(svc["metadata"]["annotations"]
+        .get("prometheus.io/scrape")
+        .is_none());
+    let msvc = m.one("Service", "mrguard-metrics");
+    let ports = msvc["spec"]["ports"].as_array().unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0]["name"], "metrics");
+    assert_eq!(ports[0]["port"], 8080);
+    assert_eq!(ports[0]["targetPort"], "metrics");
+    let a = &msvc["metadata"]["annotations"];
     assert_eq!(a["prometheus.io/scrape"], "true");
     assert_eq!(a["prometheus.io/port"], "8080");
     assert_eq!(a["prometheus.io/path"], "/metrics");
+    assert_eq!(a["prometheus.io/scheme"], "http");
+    for s in [svc, msvc] {
+        assert_eq!(
+            &s["spec"]["selector"],
+            &m.only("Deployment")["spec"]["selector"]["matchLabels"]
+        );
+    }
+    assert!(!args_of(&m).contains(&"--metrics-tls".to_string()));
+}
+
+#[test]
+fn metrics_over_tls_are_scraped_with_the_webhook_ca() {
+    let m = render(&[
+        "--set",
+        "metrics.tls.enabled=true",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+    ]);
+    assert!(args_of(&m).contains(&"--metrics-tls".to_string()));
+    let msvc = m.one("Service", "mrguard-metrics");
     assert_eq!(
-        &svc["spec"]["selector"],
-        &m.only("Deployment")["spec"]["selector"]["matchLabels"]
+        msvc["metadata"]["annotations"]["prometheus.io/scheme"],
+        "https"
     );
+    let ep = &m.one("ServiceMonitor", "mrguard")["spec"]["endpoints"][0];
+    assert_eq!(ep["scheme"], "https");
+    assert_eq!(
+        ep["tlsConfig"]["ca"]["secret"]["name"],
+        flag(&m, "tls-secret-name").as_str()
+    );
+    assert_eq!(ep["tlsConfig"]["ca"]["secret"]["key"], "ca.crt");
+    assert_eq!(ep["tlsConfig"]["serverName"], format!("mrguard.{NS}.svc"));
 }
 
 fn webhook<'a>(m: &'a Manifests, kind: &str, name: &str) -> &'a Value {
@@ -557,7 +592,7 @@ fn ha_off_values_give_one_replica_a_service_monitor_and_custom_policies() {
         .unwrap();
     assert_eq!(fmt["value"], "text");
 
-    let svc = m.one("Service", "guard");
+    let svc = m.one("Service", "guard-metrics");
     assert!(
         svc["metadata"]["annotations"]
             .get("prometheus.io/scrape")
@@ -618,7 +653,7 @@ fn ha_off_values_give_one_replica_a_service_monitor_and_custom_policies() {
 #[test]
 fn names_agree_between_flags_rbac_service_and_webhooks() {
     for (m, base) in [(render(&[]), "mrguard"), (render_ha_off(), "guard")] {
-        let svc = m.only("Service");
+        let svc = m.one("Service", base);
         assert_eq!(svc["metadata"]["name"], base);
         assert_eq!(flag(&m, "service-name"), base);
         assert_eq!(flag(&m, "namespace"), "$(POD_NAMESPACE)");

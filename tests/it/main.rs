@@ -18,6 +18,7 @@ mod docs;
 mod documented;
 mod explain;
 mod faults;
+mod hardening;
 mod limits;
 mod live;
 mod observability;

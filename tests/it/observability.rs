@@ -187,6 +187,7 @@ fn registered_metrics() -> &'static str {
                         operation: "CREATE",
                         group: "ec2.aws.upbound.io",
                         kind: "VPC",
+                        configured: true,
                     },
                     outcome,
                     0.001,

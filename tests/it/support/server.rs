@@ -43,6 +43,8 @@ pub(crate) fn default_args() -> ServeArgs {
     ServeArgs {
         listen: loopback,
         metrics_listen: loopback,
+        metrics_tls: false,
+        metrics_max_connections: 16,
         tls_cert_file: None,
         tls_key_file: None,
         self_signed: false,
@@ -54,6 +56,8 @@ pub(crate) fn default_args() -> ServeArgs {
         request_timeout: Duration::from_millis(1500),
         max_concurrent_requests: 512,
         max_body_bytes: 8 * 1024 * 1024,
+        max_inflight_body_bytes: 8 * 1024 * 1024,
+        max_inflight_wait: Duration::from_secs(30),
         drain_delay: Duration::ZERO,
         drain_timeout: Duration::from_secs(10),
         controller: ControllerArgs::defaults(),

@@ -209,6 +209,8 @@ pub struct Config {
     /// Whether a CEL rule reads `metadata.managedFields`; found once when
     /// the configuration loads, since every request asks.
     reads_managed_fields: bool,
+    /// Group → kinds that entries name without wildcards ([`Config::names_kind`]).
+    named_kinds: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Config {
@@ -216,6 +218,15 @@ impl Config {
     /// `oldSelf`: only then must a review's objects keep them.
     pub fn reads_managed_fields(&self) -> bool {
         self.reads_managed_fields
+    }
+
+    /// Whether a `resources` entry names this group and kind literally, with
+    /// no wildcard in either: the kinds metrics may label by name, since a
+    /// glob matches kinds a client invents.
+    pub fn names_kind(&self, group: &str, kind: &str) -> bool {
+        self.named_kinds
+            .get(group)
+            .is_some_and(|kinds| kinds.contains(kind))
     }
 
     /// The built-in configuration ([`BUILTIN_YAML`]).
@@ -264,6 +275,14 @@ impl Config {
             exempt_usernames.push(WildMatch::new(u));
         }
 
+        let literal = |p: &String| !p.contains(['*', '?']);
+        let mut named_kinds: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for r in &raw.resources {
+            for g in r.api_groups.iter().filter(|g| literal(g)) {
+                let kinds = r.kinds.iter().filter(|k| literal(k)).cloned();
+                named_kinds.entry(g.clone()).or_default().extend(kinds);
+            }
+        }
         let mut resources = Vec::new();
         let mut cel_names = BTreeSet::new();
         for (i, r) in raw.resources.into_iter().enumerate() {
@@ -293,6 +312,7 @@ impl Config {
             exceptions,
             fallback: ResourceConfig::default(),
             reads_managed_fields,
+            named_kinds,
         })
     }
 
@@ -629,6 +649,25 @@ fn check_object_name(field: &str, name: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_kinds_named_without_wildcards_are_named() {
+        let c = Config::from_yaml(
+            r#"
+resources:
+  - apiGroups: ["ec2.aws.upbound.io", "*.aws.upbound.io"]
+    kinds: ["VPC", "Sub*"]
+  - apiGroups: ["s3.aws.upbound.io"]
+    kinds: ["*"]
+"#,
+        )
+        .unwrap();
+        assert!(c.names_kind("ec2.aws.upbound.io", "VPC"));
+        assert!(!c.names_kind("ec2.aws.upbound.io", "Subnet"), "a glob kind");
+        assert!(!c.names_kind("rds.aws.upbound.io", "VPC"), "a glob group");
+        assert!(!c.names_kind("s3.aws.upbound.io", "Bucket"));
+        assert!(Config::builtin().names_kind("ec2.aws.upbound.io", "Subnet"));
+    }
 
     const DOCUMENTED_EXAMPLE: &str = r#"
 providerConfig:

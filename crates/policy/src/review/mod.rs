@@ -8,9 +8,11 @@
 //! way.
 
 mod builder;
+mod cost;
 mod prune;
 
 pub use builder::RequestBuilder;
+pub use cost::{tree_cost, tree_limit, AMPLIFICATION, MIN_TREE_BYTES};
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -163,6 +165,17 @@ pub enum DecodeError {
     /// The request has no uid to answer to.
     #[error("failed to decode AdmissionReview: request.uid is empty")]
     NoUid,
+    /// Parsed, the body would take more memory than any real object does
+    /// (e.g. millions of one-entry objects); refused before parsing.
+    #[error("failed to decode AdmissionReview: its JSON would take about {cost} bytes once parsed, more than the limit of {limit} for a {len}-byte body (arrays of tiny objects?)")]
+    TooComplex {
+        /// The estimate, [`tree_cost`].
+        cost: usize,
+        /// [`tree_limit`] of the body.
+        limit: usize,
+        /// The body's length.
+        len: usize,
+    },
 }
 
 /// Decodes a request body into an admission request.
@@ -200,6 +213,14 @@ fn decode_as<T>(body: &[u8]) -> Result<AdmissionRequest<T>, DecodeError>
 where
     T: Resource + serde::de::DeserializeOwned,
 {
+    let (cost, limit) = (tree_cost(body), tree_limit(body.len()));
+    if cost > limit {
+        return Err(DecodeError::TooComplex {
+            cost,
+            limit,
+            len: body.len(),
+        });
+    }
     let review: AdmissionReview<T> = match serde_json::from_slice(body) {
         Ok(r) => r,
         // Name the envelope problem first when there is one: "wrong version"

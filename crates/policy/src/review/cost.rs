@@ -1,0 +1,157 @@
+//! What a body will cost once parsed, found by one scan of its bytes
+//! before anything is built, so that no input can make a tree much larger
+//! than its body (docs/security.md, "Memory budget").
+//!
+//! A `serde_json::Value` is 32 bytes; an array element costs that plus the
+//! `Vec`'s spare capacity, and a non-empty object allocates B-tree nodes of
+//! about 632 bytes for up to 11 entries. So `[1,1,…]` costs about 20 times
+//! its bytes and `[{"a":1},…]` about 80 times: the second is refused.
+
+/// Bytes a parsed tree may cost per byte of its body: above the about 20
+/// of the worst shape a real object has (arrays of small numbers, measured
+/// in BENCHMARKS.md) and below that of arrays of one-entry objects.
+pub const AMPLIFICATION: usize = 24;
+
+/// Trees up to this size are always allowed, however small their body:
+/// a few nested objects cost more than 24 times their few bytes.
+pub const MIN_TREE_BYTES: usize = 1024 * 1024;
+
+/// An array element: a `Value` and, on average, a quarter of one spare.
+const ELEMENT: usize = 40;
+/// A B-tree leaf of `(String, Value)`.
+const NODE: usize = 632;
+/// Entries per node counted: nodes are between half full and full.
+const PER_NODE: usize = 6;
+/// A string's heap block beyond its bytes.
+const STRING: usize = 16;
+/// Deeper than serde_json parses (128): the parse fails there anyway.
+const MAX_DEPTH: usize = 256;
+
+/// The most heap bytes a body of `body_len` bytes may cost once parsed.
+pub fn tree_limit(body_len: usize) -> usize {
+    body_len.saturating_mul(AMPLIFICATION).max(MIN_TREE_BYTES)
+}
+
+/// An estimate, from above, of the heap bytes `json` takes as a
+/// `serde_json::Value`. Malformed input gets some number; the parser
+/// rejects it afterwards.
+pub fn tree_cost(json: &[u8]) -> usize {
+    struct Open {
+        object: bool,
+        members: usize,
+        empty: bool,
+    }
+    let mut stack: Vec<Open> = Vec::new();
+    let mut cost: usize = 32;
+    let mut i = 0;
+    while i < json.len() {
+        let b = json[i];
+        if let Some(top) = stack.last_mut() {
+            if top.empty && !matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b']' | b'}') {
+                top.empty = false;
+                top.members = 1;
+            }
+        }
+        match b {
+            b'"' => {
+                let start = i + 1;
+                i += 1;
+                while i < json.len() {
+                    match json[i] {
+                        b'\\' => i += 2,
+                        b'"' => break,
+                        _ => i += 1,
+                    }
+                }
+                cost = cost.saturating_add(i.min(json.len()).saturating_sub(start) + STRING);
+            }
+            b'{' | b'[' => {
+                if stack.len() >= MAX_DEPTH {
+                    return cost;
+                }
+                stack.push(Open {
+                    object: b == b'{',
+                    members: 0,
+                    empty: true,
+                });
+            }
+            b',' => {
+                if let Some(top) = stack.last_mut() {
+                    top.members += 1;
+                }
+            }
+            b'}' | b']' => {
+                if let Some(open) = stack.pop() {
+                    let c = match (open.object, open.members) {
+                        (_, 0) => 0,
+                        (true, n) => NODE.saturating_mul(n.div_ceil(PER_NODE)),
+                        (false, n) => ELEMENT.saturating_mul(n),
+                    };
+                    cost = cost.saturating_add(c);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    cost
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ratio(json: &str) -> f64 {
+        tree_cost(json.as_bytes()) as f64 / json.len() as f64
+    }
+
+    #[test]
+    fn arrays_of_small_numbers_fit_and_arrays_of_small_objects_do_not() {
+        let numbers = format!("[{}1]", "1,".repeat(100_000));
+        assert!(ratio(&numbers) > 15.0 && ratio(&numbers) < AMPLIFICATION as f64);
+        let objects = format!("[{}{{\"a\":1}}]", "{\"a\":1},".repeat(100_000));
+        assert!(
+            ratio(&objects) > AMPLIFICATION as f64 * 2.0,
+            "{}",
+            ratio(&objects)
+        );
+        let empties = format!("[{}{{}}]", "{},".repeat(100_000));
+        assert!(ratio(&empties) < AMPLIFICATION as f64);
+    }
+
+    #[test]
+    fn the_recorded_reviews_are_far_below_the_limit() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reviews");
+        let mut worst = 0.0f64;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let body = std::fs::read(e.unwrap().path()).unwrap();
+            let r = tree_cost(&body) as f64 / body.len() as f64;
+            worst = worst.max(r);
+            assert!(tree_cost(&body) <= tree_limit(body.len()));
+        }
+        assert!(worst > 0.0);
+        eprintln!("worst recorded review: {worst:.1} bytes of tree per byte of body");
+    }
+
+    #[test]
+    fn strings_escapes_and_malformed_input_are_scanned_without_panicking() {
+        for text in [
+            "",
+            "\"",
+            "\"\\",
+            "[",
+            "]",
+            "}}}",
+            "{\"a\\\"}\":[1,2]}",
+            "[[[[[[[[",
+            "\"\\\"",
+        ] {
+            let _ = tree_cost(text.as_bytes());
+        }
+        assert!(tree_cost(&b"[".repeat(10_000)) < 1024);
+        // A string's bytes count; its brackets do not.
+        let s = format!("\"{}\"", "[{,".repeat(1000));
+        assert_eq!(tree_cost(s.as_bytes()), 32 + 3000 + STRING);
+    }
+}
