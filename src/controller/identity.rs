@@ -474,6 +474,7 @@ async fn watch_kind(
     let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
     let mut listing: Option<Vec<(MrKey, Option<Claim>, bool)>> = None;
     let mut watch_error = ErrorOnce::default();
+    let mut not_found = 0;
     let what = format!("identity watch of {}", kind.key());
     let key = kind.key();
     while let Some(ev) = stream.next().await {
@@ -514,6 +515,14 @@ async fn watch_kind(
                 // nothing) and is retried.
                 if matches!(e.status_code(), Some(403 | 404)) {
                     let _ = done.send(key.clone());
+                }
+                // A new CRD is not served for a moment: its first 404s are
+                // expected (as for the leader's MR watch, watch.rs).
+                if e.is_not_found() && not_found < super::watch::QUIET_NOT_FOUND {
+                    not_found += 1;
+                    e.count(Some(&metrics));
+                    tracing::debug!(error = %e, "{what}: not served yet; retrying with backoff");
+                    continue;
                 }
                 watch_error.failed(
                     &e,

@@ -46,7 +46,7 @@ pub(crate) const REPORTING_CONTROLLER: &str = "mrguard.io/controller";
 /// backoff (0.8 s doubling to 30 s, jittered) makes that 50 to 100 s. With
 /// 3 (5 to 10 s), 400 CRDs created at once logged 227 warnings while the
 /// API server took its time to serve them.
-const QUIET_NOT_FOUND: u32 = 6;
+pub(crate) const QUIET_NOT_FOUND: u32 = 6;
 
 /// What the gauges count for one MR.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -46,6 +46,7 @@ fn key(o: &DynamicObject) -> String {
 pub(crate) async fn run(client: kube::Client, cluster: Arc<Cluster>) {
     let api: Api<DynamicObject> = Api::all_with(client, &resource());
     let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
+    let mut absent_logged = false;
     let mut current: BTreeMap<String, serde_json::Value> = BTreeMap::new();
     let mut listing: Option<BTreeMap<String, serde_json::Value>> = None;
     let mut synced = false;
@@ -82,7 +83,16 @@ pub(crate) async fn run(client: kube::Client, cluster: Arc<Cluster>) {
                     source: watcher_source(e),
                 };
                 // Not a controller failure: Compositions are then judged
-                // without XRDs, as `check` without --crd.
+                // without XRDs, as `check` without --crd. Without
+                // Crossplane (404) that is expected: said once, at INFO.
+                if e.status_code() == Some(404) {
+                    if !std::mem::replace(&mut absent_logged, true) {
+                        tracing::info!(
+                            "compositeresourcedefinitions are not installed; Compositions are judged without XRDs until they are"
+                        );
+                    }
+                    continue;
+                }
                 watch_error.failed(
                     &e,
                     None,
