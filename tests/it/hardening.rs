@@ -3,7 +3,7 @@
 //! memory under large reviews, `/metrics` under invented kinds, and
 //! half-sent requests on both ports (docs/security.md).
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -31,11 +31,10 @@ struct Served {
     _dir: tempfile::TempDir,
 }
 
+/// A free port outside the kernel's ephemeral range (the harness's own,
+/// which explains why).
 fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    SocketAddr::from(([127, 0, 0, 1], mrguard_envtest::cluster::free_port()))
 }
 
 impl Served {

@@ -76,7 +76,35 @@ pub fn assets() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// A loopback port that is free now, for a server a test starts.
+///
+/// It is taken below the kernel's ephemeral range: a port the kernel hands
+/// out (`bind(:0)`) is also what it gives the next outgoing connection, and
+/// with an API server, etcd and mrguard replicas connecting at once one of
+/// them took a port between this call and the server's bind ("Address
+/// already in use"; seen in CI's scale test). Ports already handed out in
+/// this process are not handed out again.
 pub fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    static GIVEN: Mutex<std::collections::BTreeSet<u16>> =
+        Mutex::new(std::collections::BTreeSet::new());
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.saturating_sub(1));
+    if high > low + 1_000 {
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..1_000 {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(given.len());
+            let port = low + (h.finish() % u64::from(high - low)) as u16;
+            if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                given.insert(port);
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
