@@ -832,16 +832,7 @@ impl Policies {
             return out;
         }
         let request = request_json(req);
-        let object = req
-            .object
-            .as_ref()
-            .map(|o| &o.value)
-            .filter(|v| !v.is_null());
-        let old = req
-            .old_object
-            .as_ref()
-            .map(|o| &o.value)
-            .filter(|v| !v.is_null());
+        let (object, old) = crate::review::objects(req);
         let mut scope = Scope::new();
         scope.bind("object", object);
         scope.bind("oldObject", old);

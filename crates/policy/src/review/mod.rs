@@ -145,6 +145,15 @@ impl Resource for RawObject {
 /// An admission request whose objects stay plain JSON.
 pub type Request = AdmissionRequest<RawObject>;
 
+/// The request's object and old object, each only when it was sent as a
+/// value (absent and `null` are the same to every rule).
+pub fn objects(req: &Request) -> (Option<&Value>, Option<&Value>) {
+    fn value(o: &Option<RawObject>) -> Option<&Value> {
+        o.as_ref().map(|o| &o.value).filter(|v| !v.is_null())
+    }
+    (value(&req.object), value(&req.old_object))
+}
+
 /// Why a request body is not an AdmissionReview v1; answered with HTTP 400.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {

@@ -85,16 +85,7 @@ impl<'a> RuleContext<'a> {
         if op == Operation::Connect || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
             return None;
         }
-        let object = req
-            .object
-            .as_ref()
-            .map(|o| &o.value)
-            .filter(|v| !v.is_null());
-        let old = req
-            .old_object
-            .as_ref()
-            .map(|o| &o.value)
-            .filter(|v| !v.is_null());
+        let (object, old) = crate::review::objects(req);
         // On DELETE only the old object is sent.
         let subject = if op == Operation::Delete {
             old.or(object)
