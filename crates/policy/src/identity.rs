@@ -99,20 +99,8 @@ impl Identity {
         resource: &ResourceConfig,
         defaults: &ProviderConfigDefaults,
     ) -> Option<Self> {
-        let mr = Mr(obj);
-        let external_name = match (mr.external_name(), resource.external_name) {
-            (Some(n), _) => n,
-            (None, ExternalNameStrategy::NameAsIdentifier) => mr.name(),
-            (None, ExternalNameStrategy::IdentifierFromProvider) => return None,
-        };
-        if external_name.is_empty() {
-            return None;
-        }
-        let region = mr
-            .spec("forProvider")
-            .and_then(|f| f.get("region"))
-            .and_then(Value::as_str)
-            .map(String::from);
+        let (external_name, region) = named(obj, resource)?;
+        let region = region.map(String::from);
         Some(Self {
             group: fold_group(group),
             kind: kind.into(),
@@ -201,19 +189,7 @@ impl Claim {
         defaults: &ProviderConfigDefaults,
         deleting: bool,
     ) -> Option<Self> {
-        let mr = Mr(obj);
-        let external_name = match (mr.external_name(), resource.external_name) {
-            (Some(n), _) => n,
-            (None, ExternalNameStrategy::NameAsIdentifier) => mr.name(),
-            (None, ExternalNameStrategy::IdentifierFromProvider) => return None,
-        };
-        if external_name.is_empty() {
-            return None;
-        }
-        let region = mr
-            .spec("forProvider")
-            .and_then(|f| f.get("region"))
-            .and_then(Value::as_str);
+        let (external_name, region) = named(obj, resource)?;
         let (pc_kind, pc_name, pc_namespace) = provider_config_parts(obj, namespace, defaults);
         Some(
             Parts {
@@ -742,6 +718,27 @@ impl IdentityIndex {
     pub fn set_synced(&self, synced: bool) {
         self.synced.store(synced, Ordering::Release);
     }
+}
+
+/// The external name (the annotation, or the MR's name for a kind named
+/// after it) and `spec.forProvider.region` of an MR; `None` when nothing
+/// names the external resource yet. The owned identity and the borrowed
+/// claim both start here, so they cannot disagree.
+fn named<'a>(obj: &'a Value, resource: &ResourceConfig) -> Option<(&'a str, Option<&'a str>)> {
+    let mr = Mr(obj);
+    let external_name = match (mr.external_name(), resource.external_name) {
+        (Some(n), _) => n,
+        (None, ExternalNameStrategy::NameAsIdentifier) => mr.name(),
+        (None, ExternalNameStrategy::IdentifierFromProvider) => return None,
+    };
+    if external_name.is_empty() {
+        return None;
+    }
+    let region = mr
+        .spec("forProvider")
+        .and_then(|f| f.get("region"))
+        .and_then(Value::as_str);
+    Some((external_name, region))
 }
 
 #[cfg(test)]
