@@ -10,7 +10,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::PostParams;
 use serde_json::json;
 
-use crate::support::cluster::{Cluster, ClusterOptions};
 use crate::support::{self, procfs, wait_for, Options, Release, WAIT};
 
 const GROUP: &str = "ec2.aws.upbound.io";
@@ -135,14 +134,9 @@ async fn the_stream_limit_opens_connections_and_zero_speaks_http1() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_come_back_on_a_new_connection_after_the_api_server_restarts() {
     let test = "watches_come_back_on_a_new_connection_after_the_api_server_restarts";
-    if support::require_cluster(test).await.is_none() {
+    let Some(cluster) = support::require_own_cluster(test).await else {
         return;
-    }
-    let cluster: &'static Cluster = Box::leak(Box::new(
-        Cluster::start(&ClusterOptions::default())
-            .await
-            .unwrap_or_else(|e| panic!("{test}: the API server did not start: {e}")),
-    ));
+    };
     let r = support::install(cluster, "e2e-restart", Options::default()).await;
     a_new_kind_is_watched(&r, "E2eBeforeRestartProbe", WAIT).await;
     cluster

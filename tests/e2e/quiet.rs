@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::cluster::{Cluster, ClusterOptions};
 use crate::support::release::covers;
 use crate::support::scale::{self, VERSION};
 use crate::support::{self, wait_for, Metrics, Options};
@@ -43,14 +42,9 @@ pub(crate) fn webhook_writes(m: &Metrics) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_hundred_crds_and_four_thousand_mrs_make_little_noise() {
     let test = "four_hundred_crds_and_four_thousand_mrs_make_little_noise";
-    if support::require_cluster(test).await.is_none() {
+    let Some(cluster) = support::require_own_cluster(test).await else {
         return;
-    }
-    let cluster: &'static Cluster = Box::leak(Box::new(
-        Cluster::start(&ClusterOptions::default())
-            .await
-            .unwrap_or_else(|e| panic!("{test}: the API server did not start: {e}")),
-    ));
+    };
     let r = support::install(cluster, "e2e-quiet", Options::default()).await;
     let kinds = scale::kinds(CRDS, &scale::rbac_groups().unwrap());
     scale::create_crds(&r.client, &kinds, 16)

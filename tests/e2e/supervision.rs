@@ -13,7 +13,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
 
-use crate::support::cluster::{Cluster, ClusterOptions};
+use crate::support::cluster::Cluster;
 use crate::support::{self, wait_for, Options, Release, WAIT};
 
 /// Breaks the caBundle of the validating configuration by hand.
@@ -205,14 +205,9 @@ fn signal(cluster: &Cluster, sig: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_server_unreachable_for_30s_stops_the_leader_and_it_recovers() {
     let test = "an_api_server_unreachable_for_30s_stops_the_leader_and_it_recovers";
-    if support::require_cluster(test).await.is_none() {
+    let Some(cluster) = support::require_own_cluster(test).await else {
         return;
-    }
-    let cluster: &'static Cluster = Box::leak(Box::new(
-        Cluster::start(&ClusterOptions::default())
-            .await
-            .unwrap_or_else(|e| panic!("{test}: the API server did not start: {e}")),
-    ));
+    };
     let r = support::install(cluster, "e2e-unreachable", Options::default()).await;
     leader_gauge(&r, 1.0, WAIT).await;
     signal(cluster, "STOP");

@@ -111,6 +111,17 @@ pub async fn require_cluster(test: &str) -> Option<&'static Cluster> {
     }
 }
 
+/// A dedicated API server for a test that stops, restarts or loads it so
+/// hard that it would disturb the tests sharing one; None when skipped, as
+/// with [`require_cluster`]. It lives until the test process ends.
+pub async fn require_own_cluster(test: &str) -> Option<&'static Cluster> {
+    require_cluster(test).await?;
+    match Cluster::start(&cluster::ClusterOptions::default()).await {
+        Ok(c) => Some(Box::leak(Box::new(c))),
+        Err(e) => panic!("{test}: the API server did not start: {e}"),
+    }
+}
+
 /// Installs a release for `test`, failing the test with mrguard's log.
 pub async fn install(cluster: &'static Cluster, test: &str, options: Options) -> Release {
     match Release::install(cluster, test, options).await {
