@@ -717,6 +717,20 @@ mod tests {
         assert!(ready.load(Ordering::Acquire));
         assert_eq!(metrics.leader.get(), 1);
         assert_eq!(metrics.covered_kinds.get(), 7);
+        // One CRD watch serves the provider accounts, the documented fields,
+        // the identity index and the leader's coverage (there were four).
+        let crd_calls = |watch: bool| {
+            api.requests()
+                .iter()
+                .filter(|r| {
+                    r.path.ends_with("/customresourcedefinitions")
+                        && r.query.contains("watch=true") == watch
+                })
+                .count()
+        };
+        assert_eq!(crd_calls(true), 1, "CRD watches");
+        // The audit pass lists CRDs by itself, apart from the watch's list.
+        assert!(crd_calls(false) <= 2, "CRD lists: {}", crd_calls(false));
         // The server now serves the Secret's certificate.
         let served = certs.current();
         let leaf = crate::controller::certs::SecretContents::from_secret(
