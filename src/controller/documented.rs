@@ -17,11 +17,7 @@ pub(crate) async fn run(crds: Crds, cluster: Arc<Cluster>) {
     let mut changes = crds.subscribe();
     let mut first = true;
     while changes.next().await.is_some() {
-        store.replace_with(
-            crds.snapshot()
-                .iter()
-                .filter_map(|c| c.documented.as_deref().cloned()),
-        );
+        store.replace_with_shared(crds.snapshot().iter().filter_map(|c| c.documented.clone()));
         let (kinds, fields) = store.counts();
         if std::mem::take(&mut first) {
             tracing::info!(
@@ -59,7 +55,13 @@ mod tests {
         assert_eq!(k.fields[0].path.as_str(), "spec.forProvider.accountTier");
         assert!(crd(json!(["crossplane"])).documented.is_none());
         let c = Cluster::default();
-        c.documented().replace_with([(*k).clone()]);
+        c.documented().replace_with_shared([k.clone()]);
+        assert!(Arc::ptr_eq(
+            &c.documented()
+                .get("storage.azure.upbound.io", "Account")
+                .unwrap(),
+            &k
+        ));
         assert_eq!(c.documented().counts(), (1, 1));
         c.documented().replace_with([]);
         assert_eq!(c.documented().counts(), (0, 0));
