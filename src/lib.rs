@@ -4,7 +4,7 @@
 //!
 //! Dependencies run one way: `main` → [`cli`] → the runtime modules →
 //! `mrguard_policy`; no module uses one that uses it back, parents and
-//! children included (`tests/architecture.rs` checks both).
+//! children included (`tests/it/architecture.rs` checks both).
 //!
 //! Data flow of one admission request:
 //!

@@ -1,95 +1,19 @@
 //! Which kinds are MRs: CRDs whose `spec.names.categories` include
-//! `managed`. Watches CRDs and publishes the set, from which both webhook
-//! configurations' `rules` are computed.
+//! `managed`. Reads the shared CRD store (`crds`) and publishes the set,
+//! from which both webhook configurations' `rules` are computed.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::ApiResource;
-use kube::runtime::watcher;
-use kube::{Api, Resource};
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch as channel;
 
-use super::api::ControllerError;
+pub(crate) use super::crds::{CrdSummary, CRD_PAGE_SIZE, MANAGED_CATEGORY};
 use super::metrics::ControllerMetrics;
-use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
 
-pub(crate) const MANAGED_CATEGORY: &str = "managed";
 pub(crate) const MUTATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE"];
 pub(crate) const VALIDATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];
-/// CRDs of big providers carry large schemas: list them in small pages.
-pub(crate) const CRD_PAGE_SIZE: u32 = 50;
-
-/// The parts of a CustomResourceDefinition the controller reads. The
-/// schemas, often most of a provider CRD's size, are skipped while decoding.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub(crate) struct CrdSummary {
-    #[serde(default)]
-    pub(crate) metadata: ObjectMeta,
-    #[serde(default)]
-    pub(crate) spec: CrdSummarySpec,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub(crate) struct CrdSummarySpec {
-    #[serde(default)]
-    pub(crate) group: String,
-    #[serde(default)]
-    pub(crate) names: CrdNames,
-    #[serde(default)]
-    pub(crate) scope: String,
-    #[serde(default)]
-    pub(crate) versions: Vec<CrdSummaryVersion>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub(crate) struct CrdNames {
-    #[serde(default)]
-    pub(crate) kind: String,
-    #[serde(default)]
-    pub(crate) plural: String,
-    #[serde(default)]
-    pub(crate) categories: Vec<String>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub(crate) struct CrdSummaryVersion {
-    pub(crate) name: String,
-    #[serde(default)]
-    pub(crate) served: bool,
-    #[serde(default)]
-    pub(crate) storage: bool,
-}
-
-impl Resource for CrdSummary {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "CustomResourceDefinition".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "apiextensions.k8s.io".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "customresourcedefinitions".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 /// One MR kind.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MrKind {
@@ -182,12 +106,6 @@ impl Coverage {
         }
     }
 
-    pub(crate) fn remove(&mut self, crd: &CrdSummary) {
-        if let Some(name) = &crd.metadata.name {
-            self.kinds.remove(name);
-        }
-    }
-
     pub(crate) fn kinds(&self) -> impl Iterator<Item = &MrKind> {
         self.kinds.values()
     }
@@ -224,59 +142,17 @@ impl Coverage {
     }
 }
 
-/// Watches CRDs and publishes the coverage after the first full list and
-/// after every change to the set of MR kinds.
+/// Reads the shared CRD store (`crds`) and publishes the coverage after
+/// the first full list and after every change to the set of MR kinds.
 pub(crate) async fn run_crd_watch(
-    client: kube::Client,
+    crds: super::crds::Crds,
     tx: channel::Sender<Option<Arc<Coverage>>>,
     metrics: Arc<ControllerMetrics>,
 ) {
-    let api: Api<CrdSummary> = Api::all(client);
-    let mut stream = backoff_watcher(watcher(
-        api,
-        watcher::Config::default().page_size(CRD_PAGE_SIZE),
-    ))
-    .boxed();
-    let mut current = Coverage::default();
-    let mut listing: Option<Coverage> = None;
-    let mut synced = false;
-    let mut watch_error = ErrorOnce::default();
-    while let Some(event) = stream.next().await {
-        if watcher_progress(&event) {
-            watch_error.ok("CRD watch");
-        }
-        match event {
-            Ok(watcher::Event::Init) => listing = Some(Coverage::default()),
-            Ok(watcher::Event::InitApply(crd)) => {
-                if let Some(l) = listing.as_mut() {
-                    l.upsert(&crd);
-                }
-            }
-            Ok(watcher::Event::InitDone) => {
-                if let Some(l) = listing.take() {
-                    current = l;
-                }
-                synced = true;
-            }
-            Ok(watcher::Event::Apply(crd)) => current.upsert(&crd),
-            Ok(watcher::Event::Delete(crd)) => current.remove(&crd),
-            Err(e) => {
-                let e = ControllerError::watch(
-                    "customresourcedefinitions.apiextensions.k8s.io",
-                    String::new(),
-                    e,
-                );
-                watch_error.failed(
-                    &e,
-                    Some(&metrics),
-                    "failed to watch CRDs; retrying with backoff",
-                );
-                continue;
-            }
-        }
-        if !synced {
-            continue;
-        }
+    let mut changes = crds.subscribe();
+    while changes.next().await.is_some() {
+        let snapshot = crds.snapshot();
+        let current = Coverage::from_crds(snapshot.iter().map(|c| &c.summary));
         let changed = tx.borrow().as_deref() != Some(&current);
         if changed {
             // Debug: installing a provider family changes it once per CRD;
@@ -286,7 +162,7 @@ pub(crate) async fn run_crd_watch(
             metrics
                 .known_kinds
                 .replace(current.kinds().map(|k| (k.group.as_str(), k.kind.as_str())));
-            let _ = tx.send(Some(Arc::new(current.clone())));
+            let _ = tx.send(Some(Arc::new(current)));
         }
     }
 }

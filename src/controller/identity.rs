@@ -1,6 +1,7 @@
 //! Every replica's external-identity index (`external-identity`,
-//! docs/controller.md): a watch over CRDs finds the MR kinds, and one watch
-//! per kind feeds `Cluster::identities` with the identity of each MR.
+//! docs/controller.md): the shared CRD store (`crds`) names the MR kinds,
+//! and one watch per kind feeds `Cluster::identities` with the identity of
+//! each MR.
 //!
 //! Every replica answers admission, so every replica runs these watches,
 //! leader or not. The objects are decoded into a small view (name,
@@ -29,7 +30,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::api::{watcher_source, ControllerError};
-use super::coverage::{Coverage, CrdSummary, MrKind, CRD_PAGE_SIZE};
+use super::coverage::{Coverage, CrdSummary, MrKind};
+use super::crds::Crds;
 use super::metrics::ControllerMetrics;
 use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
 use crate::config::ConfigStore;
@@ -194,50 +196,13 @@ fn provider_config_kind(crd: &CrdSummary) -> Option<MrKind> {
     MrKind::from_crd(&c)
 }
 
-/// What the CRD watch keeps besides the MR coverage: the provider config
-/// kinds, and which Provider package owns each MR CRD; keyed by CRD name.
-#[derive(Default)]
-struct ProviderConfigKinds(BTreeMap<String, MrKind>, BTreeMap<String, (String, MrKind)>);
-
-impl ProviderConfigKinds {
-    fn upsert(&mut self, crd: &CrdSummary) {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        match provider_config_kind(crd) {
-            Some(k) => self.0.insert(name.clone(), k),
-            None => self.0.remove(&name),
-        };
-        // The package manager gives each MR CRD a (non-controller) owner
-        // reference to its Provider.
-        let owner = crd
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.kind == "Provider" && o.api_version.starts_with("pkg.crossplane.io/"))
-            .map(|o| o.name.clone());
-        match (owner, MrKind::from_crd(crd)) {
-            (Some(p), Some(k)) => self.1.insert(name, (p, k)),
-            _ => self.1.remove(&name),
-        };
-    }
-
-    fn remove(&mut self, crd: &CrdSummary) {
-        if let Some(n) = &crd.metadata.name {
-            self.0.remove(n);
-            self.1.remove(n);
-        }
-    }
-
-    /// Provider name to the `(group, kind)` of its MR kinds.
-    fn providers(&self) -> HashMap<String, Vec<(String, String)>> {
-        let mut out: HashMap<String, Vec<(String, String)>> = HashMap::new();
-        for (p, k) in self.1.values() {
-            out.entry(p.clone())
-                .or_default()
-                .push((k.group.clone(), k.kind.clone()));
-        }
-        out
-    }
+/// The provider config kinds among `crds`, keyed by CRD name.
+fn provider_config_kinds<'a>(
+    crds: impl IntoIterator<Item = &'a CrdSummary>,
+) -> BTreeMap<String, MrKind> {
+    crds.into_iter()
+        .filter_map(|c| Some((c.metadata.name.clone()?, provider_config_kind(c)?)))
+        .collect()
 }
 
 impl IdentityView {
@@ -293,23 +258,16 @@ impl IdentityView {
 /// until the task is aborted.
 pub(crate) async fn run(
     client: kube::Client,
+    crds: Crds,
     config: Arc<ConfigStore>,
     cluster: Arc<Cluster>,
     metrics: Arc<ControllerMetrics>,
 ) {
     let index = cluster.identities();
-    let crds: Api<CrdSummary> = Api::all(client.clone());
-    let mut crd_stream = backoff_watcher(watcher(
-        crds,
-        watcher::Config::default().page_size(CRD_PAGE_SIZE),
-    ))
-    .boxed();
+    let mut crd_changes = crds.subscribe();
     let mut current = Coverage::default();
-    let mut listing: Option<Coverage> = None;
-    let mut configs = ProviderConfigKinds::default();
-    let mut config_listing: Option<ProviderConfigKinds> = None;
+    let mut configs: BTreeMap<String, MrKind> = BTreeMap::new();
     let mut crds_synced = false;
-    let mut crd_error = ErrorOnce::default();
     // Kinds whose first list is still outstanding, while not yet synced.
     let mut waiting: Option<HashSet<String>> = None;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
@@ -320,54 +278,15 @@ pub(crate) async fn run(
     loop {
         let mut changed = false;
         tokio::select! {
-            ev = crd_stream.next() => {
-                let Some(ev) = ev else { return };
-                if watcher_progress(&ev) {
-                    crd_error.ok("CRD watch (identities)");
+            c = crd_changes.next() => {
+                if c.is_none() {
+                    return;
                 }
-                match ev {
-                    Ok(watcher::Event::Init) => {
-                        listing = Some(Coverage::default());
-                        config_listing = Some(ProviderConfigKinds::default());
-                    }
-                    Ok(watcher::Event::InitApply(crd)) => {
-                        if let Some(l) = listing.as_mut() {
-                            l.upsert(&crd);
-                        }
-                        if let Some(l) = config_listing.as_mut() {
-                            l.upsert(&crd);
-                        }
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(l) = listing.take() {
-                            current = l;
-                        }
-                        if let Some(l) = config_listing.take() {
-                            configs = l;
-                        }
-                        crds_synced = true;
-                        changed = true;
-                    }
-                    Ok(watcher::Event::Apply(crd)) => {
-                        current.upsert(&crd);
-                        configs.upsert(&crd);
-                        changed = crds_synced;
-                    }
-                    Ok(watcher::Event::Delete(crd)) => {
-                        current.remove(&crd);
-                        configs.remove(&crd);
-                        changed = crds_synced;
-                    }
-                    Err(e) => {
-                        let e = ControllerError::Api {
-                            verb: "watch",
-                            resource: "customresourcedefinitions.apiextensions.k8s.io",
-                            object: String::new(),
-                            source: watcher_source(e),
-                        };
-                        crd_error.failed(&e, Some(&metrics), "identity index: failed to watch CRDs; retrying with backoff");
-                    }
-                }
+                let snapshot = crds.snapshot();
+                current = Coverage::from_crds(snapshot.iter().map(|c| &c.summary));
+                configs = provider_config_kinds(snapshot.iter().map(|c| &c.summary));
+                crds_synced = true;
+                changed = true;
             }
             Some(key) = done_rx.recv() => {
                 if let Some(w) = waiting.as_mut() {
@@ -388,10 +307,10 @@ pub(crate) async fn run(
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
         if changed {
-            index.set_provider_kinds(configs.providers());
+            // Which Provider serves which kinds is `replica`'s: it knows
+            // the revisions.
             index.set_provider_config_kinds(
                 configs
-                    .0
                     .values()
                     .map(|k| (k.group.clone(), k.kind.clone()))
                     .collect(),
@@ -401,7 +320,6 @@ pub(crate) async fn run(
                 current.kinds().map(|k| (k.key(), (k, false))).collect();
             wanted.extend(
                 configs
-                    .0
                     .values()
                     .map(|k| (format!("pc:{}", k.key()), (k, true))),
             );
@@ -450,7 +368,7 @@ pub(crate) async fn run(
                 index.set_synced(true);
                 tracing::info!(
                     kinds = running.len(),
-                    provider_config_kinds = configs.0.len(),
+                    provider_config_kinds = configs.len(),
                     claims = index.len(),
                     "identity index synced"
                 );
@@ -612,29 +530,6 @@ mod tests {
             read_version: "v1beta1".into(),
             namespaced,
         }
-    }
-
-    #[test]
-    fn mr_crds_are_mapped_to_their_provider_package() {
-        let crd: CrdSummary = serde_json::from_value(json!({
-            "metadata": {"name": "vpcs.ec2.aws.upbound.io", "ownerReferences": [
-                {"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
-                 "name": "provider-aws-ec2-abc", "uid": "1", "controller": true},
-                {"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider",
-                 "name": "provider-aws-ec2", "uid": "2", "controller": false}]},
-            "spec": {"group": "ec2.aws.upbound.io", "scope": "Cluster",
-                     "names": {"kind": "VPC", "plural": "vpcs", "categories": ["crossplane", "managed"]},
-                     "versions": [{"name": "v1beta1", "served": true, "storage": true}]}
-        }))
-        .unwrap();
-        let mut k = ProviderConfigKinds::default();
-        k.upsert(&crd);
-        assert_eq!(
-            k.providers()["provider-aws-ec2"],
-            vec![("ec2.aws.upbound.io".to_string(), "VPC".to_string())]
-        );
-        k.remove(&crd);
-        assert!(k.providers().is_empty());
     }
 
     #[test]

@@ -151,7 +151,7 @@ impl ControllerMetrics {
 /// The kinds the controller covers (CRDs in the `managed` category), for
 /// the `group`/`kind` labels: with the configuration's named kinds, the
 /// only values those labels take; anything else is `other`, so no request
-/// can add series. Filled by the leader's CRD watch; kept when leadership
+/// can add series. Filled by the leader's coverage task; kept when leadership
 /// moves, as the CRDs do not change with it.
 #[derive(Debug, Default)]
 pub struct KnownKinds {

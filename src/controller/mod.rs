@@ -3,8 +3,11 @@
 //! Every replica:
 //! - watches the TLS Secret and swaps the server's certificate
 //!   (`secret::run_loader`); `/readyz` turns true once one is loaded;
+//! - keeps one CRD watch in one reflector store (`crds`) that the readers
+//!   below, and the leader's coverage, share;
 //! - derives which provider's service account serves which MR kind, for
-//!   the exemptions (`replica`); `/readyz` waits for that too;
+//!   the exemptions, and which Provider serves which kinds, for the
+//!   teardown guard (`replica`); `/readyz` waits for that too;
 //! - derives the documented immutable fields of the MR CRDs into the shared
 //!   `Cluster` (`documented`), for the `documented-immutable-field` rule;
 //! - keeps the external-identity index admission reads (`identity`);
@@ -14,7 +17,7 @@
 //! Only the Lease holder writes to the cluster. While it leads it runs:
 //! - `certs::CertReconciler`: the CA and serving certificate in the Secret,
 //!   with a two-CA caBundle while the CA rotates;
-//! - `coverage`: a watch over CRDs; the `managed` category names the MRs;
+//! - `coverage`: reads the CRD store; the `managed` category names the MRs;
 //! - `webhooks`: `caBundle` and `rules` of both webhook configurations,
 //!   repaired from a watch, never recreated once deleted;
 //! - `watch`: metadata-only watches over existing MRs (gauges, one
@@ -35,10 +38,12 @@ pub(crate) mod audit;
 pub(crate) mod certs;
 pub(crate) mod connections;
 pub mod coverage;
+pub(crate) mod crds;
 mod documented;
 pub(crate) mod identity;
 mod leader;
 pub(crate) mod metrics;
+mod reflect;
 pub(crate) mod replica;
 pub mod reports;
 pub(crate) mod retry;
@@ -174,9 +179,13 @@ impl Controller {
             )
             .instrument(tracing::info_span!("secret_loader")),
         );
+        // One CRD watch and store for every reader below (and the leader's
+        // coverage).
+        let (crds, crd_watch) = crds::Crds::start(client.clone(), metrics.clone());
         let providers = tokio::spawn(
             replica::run_provider_watch(
                 client.clone(),
+                crds.clone(),
                 settings.crossplane_namespace.clone(),
                 cluster.clone(),
                 gate,
@@ -193,7 +202,7 @@ impl Controller {
 
         // Every replica answers admission, so every replica keeps the facts.
         let documented = tokio::spawn(
-            documented::run(client.clone(), cluster.clone(), metrics.clone())
+            documented::run(crds.clone(), cluster.clone())
                 .instrument(tracing::info_span!("documented_immutables")),
         );
 
@@ -202,6 +211,7 @@ impl Controller {
         let identities = tokio::spawn(
             identity::run(
                 client.clone(),
+                crds.clone(),
                 config.clone(),
                 cluster.clone(),
                 metrics.clone(),
@@ -249,6 +259,7 @@ impl Controller {
                 secret: secret_rx.clone(),
                 dedup: dedup.clone(),
                 cluster: cluster.clone(),
+                crds: crds.clone(),
             };
             let names = shared.spawn_all(&mut tasks, &hook);
             let started = tokio::time::Instant::now();
@@ -319,6 +330,8 @@ impl Controller {
         let _ = documented.await;
         identities.abort();
         let _ = identities.await;
+        crd_watch.abort();
+        let _ = crd_watch.await;
     }
 }
 
@@ -379,6 +392,8 @@ pub(crate) struct LeaderContext {
     pub(crate) dedup: watch::EventDedup,
     /// Shared with admission; the audit reads the identity index.
     pub(crate) cluster: Arc<mrguard_policy::cluster::Cluster>,
+    /// The replica's CRD store, which the coverage reads.
+    pub(crate) crds: crds::Crds,
 }
 
 impl LeaderContext {
@@ -421,8 +436,8 @@ impl LeaderContext {
         );
         spawn(
             "coverage",
-            coverage::run_crd_watch(self.client.clone(), coverage_tx, self.metrics.clone())
-                .instrument(tracing::info_span!("crd_watch"))
+            coverage::run_crd_watch(self.crds.clone(), coverage_tx, self.metrics.clone())
+                .instrument(tracing::info_span!("coverage"))
                 .boxed(),
         );
         spawn(
@@ -702,6 +717,20 @@ mod tests {
         assert!(ready.load(Ordering::Acquire));
         assert_eq!(metrics.leader.get(), 1);
         assert_eq!(metrics.covered_kinds.get(), 7);
+        // One CRD watch serves the provider accounts, the documented fields,
+        // the identity index and the leader's coverage (there were four).
+        let crd_calls = |watch: bool| {
+            api.requests()
+                .iter()
+                .filter(|r| {
+                    r.path.ends_with("/customresourcedefinitions")
+                        && r.query.contains("watch=true") == watch
+                })
+                .count()
+        };
+        assert_eq!(crd_calls(true), 1, "CRD watches");
+        // The audit pass lists CRDs by itself, apart from the watch's list.
+        assert!(crd_calls(false) <= 2, "CRD lists: {}", crd_calls(false));
         // The server now serves the Secret's certificate.
         let served = certs.current();
         let leaf = crate::controller::certs::SecretContents::from_secret(

@@ -1,9 +1,10 @@
 //! What every replica (not only the leader) watches for admission: which
 //! provider's service account serves which MR kind (docs/rules.md, exempt
-//! users). Three watches, CRDs in the `managed` category, ProviderRevisions
-//! and DeploymentRuntimeConfigs, feed the pure derivation in
-//! `mrguard_policy::providers`, whose result replaces the map in the shared
-//! `Cluster`.
+//! users), and which Provider package serves which MR kind (the teardown
+//! guard). The MR CRDs come from the shared CRD store (`crds`);
+//! ProviderRevisions and DeploymentRuntimeConfigs are watched here, each
+//! into a reflector store. The pure derivations in
+//! `mrguard_policy::providers` replace the maps in the shared `Cluster`.
 //!
 //! Readiness: a replica reports ready only once its certificate is loaded
 //! and the map was derived from a first complete list of all three (a
@@ -22,10 +23,11 @@ use kube::Api;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::providers::{self, MrCrd, Revision, RuntimeConfig, PKG_GROUP};
 
-use super::api::{watcher_source, ControllerError};
-use super::coverage::{CrdSummary, CRD_PAGE_SIZE, MANAGED_CATEGORY};
+use super::coverage::{CrdSummary, MANAGED_CATEGORY};
+use super::crds::Crds;
 use super::metrics::ControllerMetrics;
-use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
+use super::reflect::{Missing, Reflected};
+use super::retry::backoff_watcher;
 use crate::shutdown::Signal;
 
 /// `/readyz` turns true once every part is in place.
@@ -98,173 +100,83 @@ fn mr_crd(crd: &CrdSummary) -> Option<MrCrd> {
     })
 }
 
-fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    meta.name.clone().unwrap_or_default()
+/// A store's objects read by `convert`, by name.
+fn by_name<T>(
+    store: &kube::runtime::reflector::Store<DynamicObject>,
+    convert: impl Fn(&serde_json::Value) -> Option<T>,
+) -> BTreeMap<String, T> {
+    store
+        .state()
+        .iter()
+        .filter_map(|o| {
+            let name = o.metadata.name.clone()?;
+            let v = serde_json::to_value(&**o).ok()?;
+            Some((name, convert(&v)?))
+        })
+        .collect()
 }
 
-/// One watched collection: its objects by name, what it has listed so
-/// far, and whether a first list is complete.
-struct Source<T> {
-    what: &'static str,
-    items: BTreeMap<String, T>,
-    listing: Option<BTreeMap<String, T>>,
-    synced: bool,
-    errors: ErrorOnce,
-    /// "Not installed" was logged.
-    absent_logged: bool,
-}
-
-impl<T> Source<T> {
-    fn new(what: &'static str) -> Self {
-        Self {
-            what,
-            items: BTreeMap::new(),
-            listing: None,
-            synced: false,
-            errors: ErrorOnce::default(),
-            absent_logged: false,
-        }
-    }
-
-    /// Applies one watcher event, with `convert` reading the object.
-    /// Returns whether `items` changed.
-    fn apply<K>(
-        &mut self,
-        event: Result<watcher::Event<K>, watcher::Error>,
-        name: impl Fn(&K) -> String,
-        convert: impl Fn(&K) -> Option<T>,
-        metrics: &ControllerMetrics,
-    ) -> bool {
-        if watcher_progress(&event) {
-            self.errors.ok(self.what);
-        }
-        match event {
-            Ok(watcher::Event::Init) => {
-                self.listing = Some(BTreeMap::new());
-                false
-            }
-            Ok(watcher::Event::InitApply(o)) => {
-                if let (Some(l), Some(v)) = (self.listing.as_mut(), convert(&o)) {
-                    l.insert(name(&o), v);
-                }
-                false
-            }
-            Ok(watcher::Event::InitDone) => {
-                if let Some(l) = self.listing.take() {
-                    self.items = l;
-                }
-                self.synced = true;
-                true
-            }
-            Ok(watcher::Event::Apply(o)) => {
-                let n = name(&o);
-                match convert(&o) {
-                    Some(v) => {
-                        self.items.insert(n, v);
-                    }
-                    None => {
-                        self.items.remove(&n);
-                    }
-                }
-                true
-            }
-            Ok(watcher::Event::Delete(o)) => self.items.remove(&name(&o)).is_some(),
-            Err(e) => {
-                let e = ControllerError::Api {
-                    verb: "watch",
-                    resource: self.what,
-                    object: String::new(),
-                    source: watcher_source(e),
-                };
-                if e.status_code() == Some(404) {
-                    // Not installed (no Crossplane): no providers, which is
-                    // the strict side. Expected, so said once at INFO; the
-                    // watch keeps retrying and picks it up once it appears.
-                    if !std::mem::replace(&mut self.absent_logged, true) {
-                        tracing::info!(
-                            resource = self.what,
-                            "not installed; no provider accounts from it until it is"
-                        );
-                    }
-                    let first = !self.synced;
-                    self.synced = true;
-                    return first;
-                }
-                if e.status_code() == Some(403) && !self.synced {
-                    // Not readable: as above, but RBAC is wrong, so it is
-                    // an error (logged once per streak, naming the verb).
-                    self.synced = true;
-                    self.errors.failed(
-                        &e,
-                        Some(metrics),
-                        "cannot list it; deriving provider accounts without it and retrying",
-                    );
-                    return true;
-                }
-                self.errors.failed(
-                    &e,
-                    Some(metrics),
-                    "failed to watch it for the provider accounts; retrying with backoff",
-                );
-                false
-            }
-        }
-    }
-}
-
-/// Keeps `cluster`'s provider accounts in step with the cluster until
-/// shutdown. `namespace` is where Crossplane runs the providers' pods.
+/// Keeps `cluster`'s provider accounts and Provider kinds in step with the
+/// cluster until shutdown. `namespace` is where Crossplane runs the
+/// providers' pods.
 pub(crate) async fn run_provider_watch(
     client: kube::Client,
+    crds: Crds,
     namespace: String,
     cluster: Arc<Cluster>,
     gate: Arc<ReadyGate>,
     metrics: Arc<ControllerMetrics>,
     shutdown: Signal,
 ) {
-    let crds: Api<CrdSummary> = Api::all(client.clone());
-    let mut crd_stream = backoff_watcher(watcher(
-        crds,
-        watcher::Config::default().page_size(CRD_PAGE_SIZE),
-    ))
-    .boxed();
+    let mut crd_changes = crds.subscribe();
+    let mut crds_synced = false;
     let revs: Api<DynamicObject> = Api::all_with(client.clone(), &revisions_resource());
     let mut rev_stream = backoff_watcher(watcher(revs, watcher::Config::default())).boxed();
     let drcs: Api<DynamicObject> = Api::all_with(client, &runtime_configs_resource());
     let mut drc_stream = backoff_watcher(watcher(drcs, watcher::Config::default())).boxed();
 
-    let mut crd_src: Source<MrCrd> = Source::new("customresourcedefinitions");
-    let mut rev_src: Source<Revision> = Source::new("providerrevisions.pkg.crossplane.io");
-    let mut drc_src: Source<RuntimeConfig> =
-        Source::new("deploymentruntimeconfigs.pkg.crossplane.io");
+    const PURPOSE: &str = "provider accounts";
+    let mut rev_src: Reflected<DynamicObject> = Reflected::new(
+        revisions_resource(),
+        "providerrevisions.pkg.crossplane.io",
+        PURPOSE,
+        Missing::Empty,
+    );
+    let mut drc_src: Reflected<DynamicObject> = Reflected::new(
+        runtime_configs_resource(),
+        "deploymentruntimeconfigs.pkg.crossplane.io",
+        PURPOSE,
+        Missing::Empty,
+    );
     let mut published = false;
     loop {
         let changed = tokio::select! {
-            Some(e) = crd_stream.next() => crd_src.apply(e, |c: &CrdSummary| name_of(&c.metadata), mr_crd, &metrics),
-            Some(e) = rev_stream.next() => rev_src.apply(
-                e,
-                |o: &DynamicObject| name_of(&o.metadata),
-                |o| serde_json::to_value(o).ok().and_then(|v| Revision::from_object(&v)),
-                &metrics,
-            ),
-            Some(e) = drc_stream.next() => drc_src.apply(
-                e,
-                |o: &DynamicObject| name_of(&o.metadata),
-                |o| serde_json::to_value(o).ok().and_then(|v| RuntimeConfig::from_object(&v)),
-                &metrics,
-            ),
+            c = crd_changes.next() => {
+                if c.is_none() {
+                    return;
+                }
+                crds_synced = true;
+                true
+            }
+            Some(e) = rev_stream.next() => rev_src.apply(e, Some(&metrics)),
+            Some(e) = drc_stream.next() => drc_src.apply(e, Some(&metrics)),
             _ = shutdown.wait() => return,
             else => return,
         };
-        if !(changed && crd_src.synced && rev_src.synced && drc_src.synced) {
+        if !(changed && crds_synced && rev_src.synced() && drc_src.synced()) {
             continue;
         }
-        let accounts = providers::derive(
-            &namespace,
-            crd_src.items.values(),
-            &rev_src.items,
-            &drc_src.items,
-        );
+        let mr_crds: Vec<MrCrd> = crds
+            .snapshot()
+            .iter()
+            .filter_map(|c| mr_crd(&c.summary))
+            .collect();
+        let revisions = by_name(&rev_src.store, Revision::from_object);
+        let runtime_configs = by_name(&drc_src.store, RuntimeConfig::from_object);
+        let accounts = providers::derive(&namespace, &mr_crds, &revisions, &runtime_configs);
+        cluster
+            .identities()
+            .set_provider_kinds(providers::provider_kinds(&mr_crds, &revisions));
         if !published || *cluster.providers().snapshot() != accounts {
             let kinds: usize = accounts.values().map(BTreeMap::len).sum();
             tracing::debug!(kinds, "derived the provider accounts");
@@ -291,10 +203,14 @@ mod tests {
     use serde_json::json;
     use std::time::Duration;
 
+    /// An MR CRD as Crossplane v2 makes it from an MRD: owned by the MRD
+    /// and controlled by the revision, with no reference to the Provider.
     fn crd(name: &str, group: &str, kind: &str, revision: &str) -> serde_json::Value {
         json!({
             "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": name, "resourceVersion": "1", "ownerReferences": [
+                {"apiVersion": "apiextensions.crossplane.io/v1alpha1", "kind": "ManagedResourceDefinition",
+                 "name": name, "uid": "u0", "controller": false},
                 {"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision", "name": revision,
                  "uid": "u1", "controller": true, "blockOwnerDeletion": true}]},
             "spec": {"group": group, "scope": "Cluster",
@@ -335,7 +251,9 @@ mod tests {
                         "pkg.crossplane.io/v1",
                         vec![
                             json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
-                        "metadata": {"name": "rev-s3", "resourceVersion": "1"},
+                        "metadata": {"name": "rev-s3", "resourceVersion": "1", "ownerReferences": [
+                            {"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider",
+                             "name": "upbound-provider-aws-s3", "uid": "p1", "controller": true}]},
                         "spec": {"runtimeConfigRef": {"name": "irsa"}}}),
                         ],
                     ),
@@ -365,8 +283,10 @@ mod tests {
         );
         let (trigger, signal) = crate::shutdown::channel();
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let (crds, crd_task) = Crds::start(client.clone(), metrics.clone());
         let task = tokio::spawn(run_provider_watch(
             client,
+            crds,
             "crossplane-system".into(),
             cluster.clone(),
             gate,
@@ -387,8 +307,19 @@ mod tests {
             "Bucket",
             "system:serviceaccount:crossplane-system:rev-s3"
         ));
+        // The teardown guard's map: the CRD names no Provider, its
+        // controlling revision does (it was empty before, issue 19).
+        let bucket = mrguard_policy::identity::MrKey::new("s3.aws.upbound.io", "Bucket", "", "b1");
+        cluster.identities().upsert(bucket.clone(), None, true);
+        assert_eq!(
+            cluster
+                .identities()
+                .mrs_of_provider("upbound-provider-aws-s3"),
+            vec![bucket]
+        );
         trigger.fire();
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        crd_task.abort();
     }
 
     /// Without Crossplane's package CRDs (404) the map is derived empty and
@@ -429,8 +360,10 @@ mod tests {
         gate.cert_loaded();
         let (trigger, signal) = crate::shutdown::channel();
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let (crds, crd_task) = Crds::start(client.clone(), metrics.clone());
         let task = tokio::spawn(run_provider_watch(
             client,
+            crds,
             "crossplane-system".into(),
             cluster.clone(),
             gate,
@@ -448,5 +381,6 @@ mod tests {
         assert!(cluster.providers().snapshot().is_empty());
         trigger.fire();
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        crd_task.abort();
     }
 }

@@ -3,7 +3,6 @@
 //! freezes its source (docs/compositions.md). Admission reads them from
 //! `Cluster::composites`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -14,8 +13,8 @@ use kube::Api;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::composition::XrSchemas;
 
-use super::api::{watcher_source, ControllerError};
-use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
+use super::reflect::{Missing, Reflected};
+use super::retry::backoff_watcher;
 
 fn resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -28,85 +27,42 @@ fn resource() -> ApiResource {
     )
 }
 
-/// The schemas of `xrds`, by name.
-fn schemas(xrds: &BTreeMap<String, serde_json::Value>) -> XrSchemas {
+/// The schemas of `xrds`.
+fn schemas<'a>(xrds: impl IntoIterator<Item = &'a serde_json::Value>) -> XrSchemas {
     let mut x = XrSchemas::default();
-    for v in xrds.values() {
+    for v in xrds {
         x.add(v);
     }
     x
 }
 
-fn key(o: &DynamicObject) -> String {
-    o.metadata.name.clone().unwrap_or_default()
-}
-
-/// Keeps `cluster.composites()` equal to the cluster's XRDs. Without
-/// Crossplane (no such resource) it says so once and keeps retrying.
+/// Keeps `cluster.composites()` equal to the cluster's XRDs, from a
+/// reflector store. Without Crossplane (no such resource) it says so once
+/// and keeps retrying; Compositions are then judged without XRDs, as
+/// `check` without --crd.
 pub(crate) async fn run(client: kube::Client, cluster: Arc<Cluster>) {
     let api: Api<DynamicObject> = Api::all_with(client, &resource());
     let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
-    let mut absent_logged = false;
-    let mut current: BTreeMap<String, serde_json::Value> = BTreeMap::new();
-    let mut listing: Option<BTreeMap<String, serde_json::Value>> = None;
-    let mut synced = false;
-    let mut watch_error = ErrorOnce::default();
-    while let Some(event) = stream.next().await {
-        if watcher_progress(&event) {
-            watch_error.ok("XRD watch");
+    let mut xrds: Reflected<DynamicObject> = Reflected::new(
+        resource(),
+        "compositeresourcedefinitions.apiextensions.crossplane.io",
+        "XRDs (Compositions are judged without them until listed)",
+        Missing::Empty,
+    );
+    while let Some(item) = stream.next().await {
+        if !(xrds.apply(item, None) && xrds.synced()) {
+            continue;
         }
-        let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
-        match event {
-            Ok(watcher::Event::Init) => listing = Some(BTreeMap::new()),
-            Ok(watcher::Event::InitApply(o)) => {
-                if let Some(l) = listing.as_mut() {
-                    l.insert(key(&o), value(&o));
-                }
-            }
-            Ok(watcher::Event::InitDone) => {
-                if let Some(l) = listing.take() {
-                    current = l;
-                }
-                synced = true;
-            }
-            Ok(watcher::Event::Apply(o)) => {
-                current.insert(key(&o), value(&o));
-            }
-            Ok(watcher::Event::Delete(o)) => {
-                current.remove(&key(&o));
-            }
-            Err(e) => {
-                let e = ControllerError::Api {
-                    verb: "watch",
-                    resource: "compositeresourcedefinitions.apiextensions.crossplane.io",
-                    object: String::new(),
-                    source: watcher_source(e),
-                };
-                // Not a controller failure: Compositions are then judged
-                // without XRDs, as `check` without --crd. Without
-                // Crossplane (404) that is expected: said once, at INFO.
-                if e.status_code() == Some(404) {
-                    if !std::mem::replace(&mut absent_logged, true) {
-                        tracing::info!(
-                            "compositeresourcedefinitions are not installed; Compositions are judged without XRDs until they are"
-                        );
-                    }
-                    continue;
-                }
-                watch_error.failed(
-                    &e,
-                    None,
-                    "failed to watch XRDs (is Crossplane installed?); Compositions are judged without them; retrying with backoff",
-                );
-                continue;
-            }
-        }
-        if synced {
-            let next = schemas(&current);
-            if *cluster.composites().snapshot() != next {
-                tracing::debug!(xrds = current.len(), "XRDs changed");
-                cluster.composites().replace(next);
-            }
+        let objects: Vec<serde_json::Value> = xrds
+            .store
+            .state()
+            .iter()
+            .filter_map(|o| serde_json::to_value(&**o).ok())
+            .collect();
+        let next = schemas(&objects);
+        if *cluster.composites().snapshot() != next {
+            tracing::debug!(xrds = objects.len(), "XRDs changed");
+            cluster.composites().replace(next);
         }
     }
 }
@@ -121,11 +77,9 @@ mod tests {
             .join("examples/compositions/xrd-network-immutable-region.yaml");
         let xrd: serde_json::Value =
             serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        let mut m = BTreeMap::new();
-        m.insert("xnetworks.aws.example.org".to_string(), xrd);
-        let x = schemas(&m);
+        let x = schemas([&xrd]);
         assert!(x.knows("aws.example.org/v1alpha1", "XNetwork"));
-        assert!(schemas(&BTreeMap::new()).is_empty());
+        assert!(schemas([]).is_empty());
         assert_eq!(resource().plural, "compositeresourcedefinitions");
     }
 }

@@ -150,3 +150,63 @@ async fn watches_come_back_on_a_new_connection_after_the_api_server_restarts() {
     a_new_kind_is_watched(&r, "E2eAfterRestartProbe", after).await;
     assert_eq!(connections(&r), 1, "{}", r.with_logs(String::new()));
 }
+
+/// One CRD watch per replica, proven by the API server's audit log of
+/// mrguard's service accounts: the provider accounts, the documented
+/// immutable fields, the identity index and the leader's coverage all read
+/// one store. Before the shared store a leader listed and watched CRDs 4
+/// times, a standby 3 times. Its own API server, so that the log holds
+/// this release's requests only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_lists_and_watches_crds_once() {
+    let test = "every_replica_lists_and_watches_crds_once";
+    if support::require_cluster(test).await.is_none() {
+        return;
+    }
+    let release = "e2e-crdwatch";
+    let policy = format!(
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [ResponseStarted, ResponseComplete]\n\
+         rules:\n- level: Metadata\n  userGroups: [\"system:serviceaccounts:{release}-system\"]\n- level: None\n"
+    );
+    let cluster: &'static Cluster = Box::leak(Box::new(
+        Cluster::start(&ClusterOptions {
+            audit_policy: Some(policy),
+            ..ClusterOptions::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{test}: the API server did not start: {e}")),
+    ));
+    let r = support::install(
+        cluster,
+        release,
+        Options {
+            replicas: 2,
+            ..Options::default()
+        },
+    )
+    .await;
+    // The leader's coverage has run once a new kind is covered.
+    a_new_kind_is_watched(&r, "E2eCrdWatchProbe", WAIT).await;
+    let log = std::fs::read_to_string(cluster.audit_log()).unwrap();
+    let crd_requests = |verb: &str| {
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| {
+                v["verb"] == verb
+                    && v["requestURI"].as_str().is_some_and(|u| {
+                        u.starts_with("/apis/apiextensions.k8s.io/v1/customresourcedefinitions?")
+                    })
+            })
+            .count()
+    };
+    let (watches, lists) = (crd_requests("watch"), crd_requests("list"));
+    eprintln!("{test}: 2 replicas made {watches} CRD watches and {lists} CRD lists");
+    assert_eq!(
+        watches,
+        2,
+        "one CRD watch per replica; {}",
+        r.with_logs(String::new())
+    );
+    // Each watch's first list; the audit reads the coverage, not CRDs.
+    assert_eq!(lists, 2, "one CRD list per replica");
+}

@@ -17,7 +17,7 @@ const GROUP: &str = "ec2.aws.upbound.io";
 
 /// Crossplane's ProviderRevision and DeploymentRuntimeConfig CRDs
 /// (tests/fixtures/crds-crossplane), once per API server: tests share it.
-async fn install_package_crds(client: &kube::Client) {
+pub(crate) async fn install_package_crds(client: &kube::Client) {
     for file in [
         "pkg.crossplane.io_providerrevisions.yaml",
         "pkg.crossplane.io_deploymentruntimeconfigs.yaml",

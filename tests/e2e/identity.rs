@@ -717,3 +717,137 @@ async fn a_provider_whose_kinds_have_mrs_cannot_be_deleted_until_they_are_gone()
         .await
         .expect("a Provider without MRs is deleted");
 }
+
+/// Issue 19's gap in the Provider entry: Crossplane v2 makes MR CRDs from
+/// ManagedResourceDefinitions, so a CRD names its MRD and (as controller)
+/// the ProviderRevision, never the Provider; the revision's controller is
+/// the Provider. The guard maps the kind through the revision, whatever
+/// the names (the revision is not named after the Provider here). Before,
+/// only a direct owner reference to the Provider counted, and this
+/// Provider's deletion was allowed while its MR existed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_whose_v2_kinds_have_mrs_is_found_through_its_revision() {
+    let Some(cluster) = support::require_cluster(
+        "a_provider_whose_v2_kinds_have_mrs_is_found_through_its_revision",
+    )
+    .await
+    else {
+        return;
+    };
+    let admin = cluster.admin().await.unwrap();
+    ensure_crd(&admin, provider_crd()).await;
+    crate::exemptions::install_package_crds(&admin).await;
+    let r = support::install(cluster, "e2e-teardown-v2", Options::default()).await;
+    let providers = kube::Api::<kube::api::DynamicObject>::all_with(
+        admin.clone(),
+        &support::resource("pkg.crossplane.io", "v1", "Provider", "providers"),
+    );
+    let revisions = kube::Api::<kube::api::DynamicObject>::all_with(
+        admin.clone(),
+        &support::resource(
+            "pkg.crossplane.io",
+            "v1",
+            "ProviderRevision",
+            "providerrevisions",
+        ),
+    );
+    let name = "e2e-provider-sprockets";
+    let provider: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "pkg.crossplane.io/v1", "kind": "Provider",
+        "metadata": {"name": name, "labels": {support::release::TEST_LABEL: r.name}},
+        "spec": {"package": "xpkg.example.org/e2e/provider-sprockets:v0.1.0"},
+    }))
+    .unwrap();
+    let provider_uid = providers
+        .create(&PostParams::default(), &provider)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let revision = "acme-sprockets-7c1d9e";
+    let rev: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
+        "metadata": {"name": revision, "ownerReferences": [
+            {"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider", "name": name,
+             "uid": provider_uid, "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"desiredState": "Active", "revision": 1,
+                 "image": "xpkg.example.org/e2e/provider-sprockets:v0.1.0"},
+    }))
+    .unwrap();
+    let rev_uid = revisions
+        .create(&PostParams::default(), &rev)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let mut crd = support::managed_crd(
+        "azure.m.upbound.io",
+        "v1alpha1",
+        "E2eSprocket",
+        "e2esprockets",
+        "Cluster",
+    );
+    crd["metadata"]["ownerReferences"] = json!([
+        {"apiVersion": "apiextensions.crossplane.io/v1alpha1", "kind": "ManagedResourceDefinition",
+         "name": "e2esprockets.azure.m.upbound.io",
+         "uid": "00000000-0000-0000-0000-0000000000d1", "controller": false},
+        {"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision", "name": revision,
+         "uid": rev_uid, "controller": true, "blockOwnerDeletion": true}]);
+    ensure_crd(&admin, crd).await;
+    let sprockets = kube::Api::<kube::api::DynamicObject>::all_with(
+        r.client.clone(),
+        &support::resource(
+            "azure.m.upbound.io",
+            "v1alpha1",
+            "E2eSprocket",
+            "e2esprockets",
+        ),
+    );
+    let s1 = r.object(json!({
+        "apiVersion": "azure.m.upbound.io/v1alpha1", "kind": "E2eSprocket",
+        "metadata": {"name": "s1"}, "spec": {"forProvider": {}}}));
+    wait_for("the MR created", WAIT, || async {
+        sprockets
+            .create(&PostParams::default(), &s1)
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await
+    .map_err(|e| r.with_logs(e))
+    .unwrap();
+    let dry = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    let denial = wait_for("the Provider deletion denied", WAIT, || async {
+        match providers.delete(name, &dry).await {
+            Err(kube::Error::Api(s)) if s.message.contains("[teardown]") => Some(s.message),
+            _ => None,
+        }
+    })
+    .await
+    .map_err(|e| r.with_logs(e))
+    .unwrap();
+    assert!(
+        denial.contains("1 MR of its kinds still exists (E2eSprocket.azure.m.upbound.io s1)"),
+        "{denial}"
+    );
+
+    sprockets
+        .delete("s1", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the Provider deletion allowed", WAIT, || async {
+        providers.delete(name, &dry).await.ok().map(|_| ())
+    })
+    .await
+    .unwrap();
+    providers
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("a Provider without MRs is deleted");
+    let _ = revisions.delete(revision, &DeleteParams::default()).await;
+}

@@ -1321,7 +1321,7 @@ fn the_default_config_value_is_the_builtin_configuration() {
     let rendered: Value = serde_saphyr::from_str(&configmap_config(&render(&[]))).unwrap();
     assert_eq!(
         rendered, builtin,
-        "values.yaml `config` drifted from src/config/builtin.yaml"
+        "values.yaml `config` drifted from crates/policy/src/config/builtin.yaml"
     );
 }
 

@@ -431,6 +431,19 @@ impl Documented {
         *self.kinds.write().unwrap_or_else(|e| e.into_inner()) = fresh;
     }
 
+    /// Replaces everything with `kinds`, shared with whoever derived them
+    /// (the runtime's CRD store keeps the same `Arc`s, not a copy).
+    pub fn replace_with_shared(&self, kinds: impl IntoIterator<Item = Arc<KindFields>>) {
+        let mut fresh = Kinds::new();
+        for k in kinds.into_iter().filter(|k| !k.fields.is_empty()) {
+            fresh
+                .entry(k.group.clone())
+                .or_default()
+                .insert(k.kind.clone(), k);
+        }
+        *self.kinds.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+    }
+
     /// How many kinds and fields are known.
     pub fn counts(&self) -> (usize, usize) {
         let kinds = self.kinds.read().unwrap_or_else(|e| e.into_inner());

@@ -14,7 +14,7 @@
 //! [`derive`] is the pure derivation; [`ProviderIndex`] holds its result for
 //! admission, replaced whole by the runtime's watches.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -44,6 +44,9 @@ pub struct Revision {
     pub name: String,
     /// `spec.runtimeConfigRef.name`; [`DEFAULT_RUNTIME_CONFIG`] when unset.
     pub runtime_config: Option<String>,
+    /// The Provider package the revision belongs to: its controller
+    /// reference to a `Provider`, else its `pkg.crossplane.io/package` label.
+    pub provider: Option<String>,
 }
 
 /// A DeploymentRuntimeConfig, as much as the derivation reads.
@@ -60,9 +63,25 @@ impl Revision {
     /// `metadata.name` and `spec.runtimeConfigRef.name`).
     pub fn from_object(obj: &serde_json::Value) -> Option<Self> {
         let name = non_empty(obj.pointer("/metadata/name"))?;
+        let owner = obj
+            .pointer("/metadata/ownerReferences")
+            .and_then(|o| o.as_array())
+            .into_iter()
+            .flatten()
+            .find(|o| {
+                o.get("controller").and_then(|c| c.as_bool()) == Some(true)
+                    && o.get("kind").and_then(|k| k.as_str()) == Some("Provider")
+                    && o.get("apiVersion")
+                        .and_then(|a| a.as_str())
+                        .and_then(|a| a.split('/').next())
+                        == Some(PKG_GROUP)
+            })
+            .and_then(|o| non_empty(o.get("name")));
         Some(Self {
             name,
             runtime_config: non_empty(obj.pointer("/spec/runtimeConfigRef/name")),
+            provider: owner
+                .or_else(|| non_empty(obj.pointer("/metadata/labels/pkg.crossplane.io~1package"))),
         })
     }
 }
@@ -137,6 +156,44 @@ pub fn derive<'a>(
             .entry(crd.kind.clone())
             .or_default()
             .insert(format!("system:serviceaccount:{namespace}:{sa}"));
+    }
+    out
+}
+
+/// Provider package name → the `(group, kind)` of the MR kinds it serves
+/// (the teardown guard). A CRD maps through its controlling revision to
+/// that revision's Provider, whatever the names (Crossplane v2 makes MR
+/// CRDs from ManagedResourceDefinitions, which carry no reference to the
+/// Provider); failing that, through a direct owner reference to a
+/// `Provider`, as v1's package manager also sets.
+pub fn provider_kinds<'a>(
+    crds: impl IntoIterator<Item = &'a MrCrd>,
+    revisions: &BTreeMap<String, Revision>,
+) -> HashMap<String, Vec<(String, String)>> {
+    let mut out: HashMap<String, Vec<(String, String)>> = HashMap::new();
+    for crd in crds {
+        let via_revision = controlling_revision(crd)
+            .and_then(|r| revisions.get(r))
+            .and_then(|r| r.provider.as_deref());
+        let direct = || {
+            crd.owners
+                .iter()
+                .find(|o| {
+                    o.kind == "Provider"
+                        && o.api_version.split('/').next() == Some(PKG_GROUP)
+                        && !o.name.is_empty()
+                })
+                .map(|o| o.name.as_str())
+        };
+        if let Some(p) = via_revision.or_else(direct) {
+            out.entry(p.to_string())
+                .or_default()
+                .push((crd.group.clone(), crd.kind.clone()));
+        }
+    }
+    for kinds in out.values_mut() {
+        kinds.sort();
+        kinds.dedup();
     }
     out
 }
@@ -222,6 +279,7 @@ mod tests {
                     Revision {
                         name: n.to_string(),
                         runtime_config: c.map(str::to_string),
+                        provider: None,
                     },
                 )
             })
@@ -429,6 +487,89 @@ mod tests {
             users(&a, "aws.upbound.io", "ProviderConfig"),
             ["system:serviceaccount:cs:family"]
         );
+    }
+
+    /// Issue 19's gap: a v2 CRD made from an MRD names no Provider, only
+    /// the revision (controller) and the MRD; the revision names the
+    /// Provider. Before, the teardown guard found no kinds for it.
+    #[test]
+    fn a_provider_serves_the_kinds_its_revisions_control_whatever_the_names() {
+        let rev = |name: &str, provider: &str| {
+            Revision::from_object(&json!({
+                "metadata": {"name": name, "ownerReferences": [
+                    {"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider", "name": provider,
+                     "uid": "p", "controller": true}]},
+                "spec": {"image": "x", "revision": 1}
+            }))
+            .unwrap()
+        };
+        let revs: BTreeMap<String, Revision> = [
+            rev("upbound-provider-aws-ec2-9f", "provider-aws-ec2"),
+            rev("acme-s3-1", "my-s3"),
+        ]
+        .into_iter()
+        .map(|r| (r.name.clone(), r))
+        .collect();
+        let mrd = owner(
+            "apiextensions.crossplane.io/v1alpha1",
+            "ManagedResourceDefinition",
+            "vpcs.ec2.aws.m.upbound.io",
+            false,
+        );
+        let vpc = crd(
+            "ec2.aws.m.upbound.io",
+            "VPC",
+            vec![
+                mrd,
+                owner(
+                    "pkg.crossplane.io/v1",
+                    "ProviderRevision",
+                    "upbound-provider-aws-ec2-9f",
+                    true,
+                ),
+            ],
+        );
+        // v1: both the revision and a direct Provider reference.
+        let bucket = crd(
+            "s3.aws.upbound.io",
+            "Bucket",
+            vec![
+                owner(
+                    "pkg.crossplane.io/v1",
+                    "ProviderRevision",
+                    "acme-s3-1",
+                    true,
+                ),
+                owner("pkg.crossplane.io/v1", "Provider", "my-s3", false),
+            ],
+        );
+        // Only a Provider reference (the revision is not known yet).
+        let object = crd(
+            "s3.aws.upbound.io",
+            "Object",
+            vec![owner("pkg.crossplane.io/v1", "Provider", "my-s3", false)],
+        );
+        // Neither: installed by hand.
+        let loose = crd("x.example.org", "Thing", vec![]);
+        let m = provider_kinds([&vpc, &bucket, &object, &loose], &revs);
+        assert_eq!(
+            m["provider-aws-ec2"],
+            [("ec2.aws.m.upbound.io".to_string(), "VPC".to_string())]
+        );
+        assert_eq!(
+            m["my-s3"],
+            [
+                ("s3.aws.upbound.io".to_string(), "Bucket".to_string()),
+                ("s3.aws.upbound.io".to_string(), "Object".to_string())
+            ]
+        );
+        assert_eq!(m.len(), 2, "{m:?}");
+        // The revision's package label when it has no Provider controller.
+        let labelled = Revision::from_object(&json!({
+            "metadata": {"name": "r", "labels": {"pkg.crossplane.io/package": "from-label"}}
+        }))
+        .unwrap();
+        assert_eq!(labelled.provider.as_deref(), Some("from-label"));
     }
 
     #[test]

@@ -1,0 +1,347 @@
+//! Every replica's one CRD watch: one list-and-watch, one reflector store,
+//! several readers. The provider accounts (`replica`), the documented
+//! immutable fields (`documented`), the identity index's kinds
+//! (`identity`) and, on the leader, the webhook coverage (`coverage`) all
+//! read it instead of each watching CRDs.
+//!
+//! Each CRD is decoded once, as the list page arrives, into what the
+//! readers need: its summary (names, group, versions, owners) and, for MR
+//! CRDs, the documented immutable fields derived from its schema. The
+//! schema itself (most of a provider CRD's size) is dropped right away.
+//!
+//! Readers wait on [`Changes`]: it fires after the first complete list and
+//! after every change; changes that arrive while a reader is busy
+//! coalesce into one wake-up, and the reader then reads the whole store.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, Resource};
+use mrguard_policy::documented::{derive, KindFields};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use super::metrics::ControllerMetrics;
+use super::reflect::{Missing, Reflected};
+use super::retry::backoff_watcher;
+
+/// The category Crossplane gives every MR CRD.
+pub(crate) const MANAGED_CATEGORY: &str = "managed";
+
+/// CRDs of big providers carry large schemas: list them in small pages.
+pub(crate) const CRD_PAGE_SIZE: u32 = 50;
+
+/// The parts of a CustomResourceDefinition the controller reads. The
+/// schemas, often most of a provider CRD's size, are skipped while decoding.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub(crate) struct CrdSummary {
+    #[serde(default)]
+    pub(crate) metadata: ObjectMeta,
+    #[serde(default)]
+    pub(crate) spec: CrdSummarySpec,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub(crate) struct CrdSummarySpec {
+    #[serde(default)]
+    pub(crate) group: String,
+    #[serde(default)]
+    pub(crate) names: CrdNames,
+    #[serde(default)]
+    pub(crate) scope: String,
+    #[serde(default)]
+    pub(crate) versions: Vec<CrdSummaryVersion>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub(crate) struct CrdNames {
+    #[serde(default)]
+    pub(crate) kind: String,
+    #[serde(default)]
+    pub(crate) plural: String,
+    #[serde(default)]
+    pub(crate) categories: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub(crate) struct CrdSummaryVersion {
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) served: bool,
+    #[serde(default)]
+    pub(crate) storage: bool,
+}
+
+impl Resource for CrdSummary {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "CustomResourceDefinition".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "apiextensions.k8s.io".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "customresourcedefinitions".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The resource, in logs and the API-error metric.
+const RESOURCE: &str = "customresourcedefinitions.apiextensions.k8s.io";
+
+/// One CRD as the readers need it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(from = "RawCrd")]
+pub(crate) struct Crd {
+    /// Names, group, scope, versions and owners; no schema.
+    pub(crate) summary: CrdSummary,
+    /// For an MR CRD, the immutable fields its schema documents.
+    pub(crate) documented: Option<Arc<KindFields>>,
+}
+
+/// A CRD as it comes off the wire, for one object at a time.
+#[derive(Deserialize)]
+struct RawCrd {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Value,
+}
+
+/// The annotation kubectl fills with a whole copy of the object.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+impl From<RawCrd> for Crd {
+    fn from(raw: RawCrd) -> Self {
+        let RawCrd { mut metadata, spec } = raw;
+        // Neither is read; both can be as big as the rest of the summary.
+        metadata.managed_fields = None;
+        if let Some(a) = metadata.annotations.as_mut() {
+            a.remove(LAST_APPLIED);
+        }
+        let spec_summary = CrdSummarySpec::deserialize(&spec).unwrap_or_default();
+        let managed = spec_summary
+            .names
+            .categories
+            .iter()
+            .any(|c| c == MANAGED_CATEGORY);
+        let documented = managed
+            .then(|| {
+                derive(&json!({
+                    "kind": "CustomResourceDefinition",
+                    "metadata": {"name": metadata.name.clone().unwrap_or_default()},
+                    "spec": spec,
+                }))
+            })
+            .flatten()
+            .map(Arc::new);
+        Crd {
+            summary: CrdSummary {
+                metadata,
+                spec: spec_summary,
+            },
+            documented,
+        }
+    }
+}
+
+impl Resource for Crd {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "CustomResourceDefinition".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "apiextensions.k8s.io".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "customresourcedefinitions".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.summary.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.summary.metadata
+    }
+}
+
+/// The shared CRD store and its change signal. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Crds {
+    store: Store<Crd>,
+    /// `None` until the first list is complete, then a change counter.
+    changes: watch::Receiver<Option<u64>>,
+}
+
+impl Crds {
+    /// Starts the watch; the task runs until aborted.
+    pub(crate) fn start(
+        client: kube::Client,
+        metrics: Arc<ControllerMetrics>,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
+        let mut reflected: Reflected<Crd> =
+            Reflected::new((), RESOURCE, "CRD watch", Missing::Wait);
+        let store = reflected.store.clone();
+        let (tx, rx) = watch::channel(None);
+        let task = async move {
+            let api: Api<Crd> = Api::all(client);
+            let mut stream = backoff_watcher(watcher(
+                api,
+                watcher::Config::default().page_size(CRD_PAGE_SIZE),
+            ))
+            .boxed();
+            let mut generation = 0u64;
+            while let Some(item) = stream.next().await {
+                if !(reflected.apply(item, Some(&metrics)) && reflected.synced()) {
+                    continue;
+                }
+                if generation == 0 {
+                    tracing::info!(crds = reflected.store.len(), "CRDs listed");
+                }
+                generation += 1;
+                tx.send_replace(Some(generation));
+            }
+        };
+        let task = tokio::spawn(task.instrument(tracing::info_span!("crd_watch")));
+        (Self { store, changes: rx }, task)
+    }
+
+    /// A new reader's wake-ups; the first comes as soon as a list is
+    /// complete (at once if it already is).
+    pub(crate) fn subscribe(&self) -> Changes {
+        let mut rx = self.changes.clone();
+        rx.mark_changed();
+        Changes(rx)
+    }
+
+    /// Every CRD of the last complete list, with the changes since.
+    pub(crate) fn snapshot(&self) -> Vec<Arc<Crd>> {
+        self.store.state()
+    }
+}
+
+/// One reader's wake-ups from [`Crds`].
+pub(crate) struct Changes(watch::Receiver<Option<u64>>);
+
+impl Changes {
+    /// Waits until the store changed after its first complete list.
+    /// `None` once the watch task is gone. Cancel-safe.
+    pub(crate) async fn next(&mut self) -> Option<()> {
+        loop {
+            self.0.changed().await.ok()?;
+            if self.0.borrow_and_update().is_some() {
+                return Some(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::mock::{self, list, Reply};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    fn crd(name: &str, categories: Value) -> Value {
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": name, "resourceVersion": "1",
+                         "annotations": {LAST_APPLIED: "{\"huge\": true}", "keep": "me"},
+                         "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"group": "storage.azure.upbound.io", "scope": "Cluster",
+                "names": {"kind": "Account", "plural": "accounts", "categories": categories},
+                "versions": [{"name": "v1beta1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"properties": {"spec": {"properties": {
+                        "forProvider": {"properties": {"accountTier": {"type": "string",
+                            "description": "Changing this forces a new resource to be created."}}}}}}}}}]}
+        })
+    }
+
+    #[test]
+    fn a_crd_is_decoded_into_its_summary_and_documented_fields_only() {
+        let c: Crd = serde_json::from_value(crd(
+            "accounts.storage.azure.upbound.io",
+            json!(["crossplane", "managed"]),
+        ))
+        .unwrap();
+        assert_eq!(c.summary.spec.names.kind, "Account");
+        assert_eq!(c.summary.spec.versions[0].name, "v1beta1");
+        assert!(c.summary.metadata.managed_fields.is_none());
+        let a = c.summary.metadata.annotations.as_ref().unwrap();
+        assert!(!a.contains_key(LAST_APPLIED) && a.contains_key("keep"));
+        let d = c.documented.unwrap();
+        assert_eq!(d.fields[0].path.as_str(), "spec.forProvider.accountTier");
+        // Not an MR CRD: no schema read.
+        let other: Crd = serde_json::from_value(crd(
+            "accounts.storage.azure.upbound.io",
+            json!(["crossplane"]),
+        ))
+        .unwrap();
+        assert!(other.documented.is_none());
+    }
+
+    /// One list and one watch serve every reader: three readers, one
+    /// list call; each reader is woken once the list is complete.
+    #[tokio::test]
+    async fn one_list_serves_every_reader() {
+        let lists = Arc::new(AtomicUsize::new(0));
+        let l = lists.clone();
+        let (client, _api) = mock::client(move |r| {
+            if r.query.contains("watch=true") {
+                return Reply::Hang;
+            }
+            assert_eq!(
+                r.path,
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+            );
+            l.fetch_add(1, Ordering::SeqCst);
+            Reply::Json(
+                200,
+                list(
+                    "CustomResourceDefinitionList",
+                    "apiextensions.k8s.io/v1",
+                    vec![crd("accounts.storage.azure.upbound.io", json!(["managed"]))],
+                ),
+            )
+        });
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let (crds, task) = Crds::start(client, metrics);
+        let mut readers: Vec<Changes> = (0..3).map(|_| crds.subscribe()).collect();
+        for r in &mut readers {
+            tokio::time::timeout(Duration::from_secs(5), r.next())
+                .await
+                .expect("woken after the list")
+                .expect("the watch runs");
+        }
+        assert_eq!(crds.snapshot().len(), 1);
+        // A reader that comes late is woken at once.
+        let mut late = crds.subscribe();
+        tokio::time::timeout(Duration::from_secs(1), late.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(lists.load(Ordering::SeqCst), 1);
+        task.abort();
+    }
+}
