@@ -1,0 +1,25 @@
+//! What each subcommand does, as library functions: the command line
+//! ([`crate::cli`]) parses arguments into the typed options defined here
+//! and calls one function per subcommand (`serve::run`, `check::run`, which
+//! hands `--live` to `live::run`, `audit::run`, `explain::run`, ...).
+//!
+//! Pure decisions stay in `mrguard_policy`; these modules read files, ask
+//! the cluster, and print.
+
+pub mod audit;
+pub mod check;
+pub(crate) mod cluster;
+pub(crate) mod compositions;
+pub mod config;
+pub mod controller_args;
+pub mod crd;
+pub mod explain;
+pub(crate) mod explain_composition;
+pub(crate) mod lines;
+pub mod live;
+pub(crate) mod manifests;
+pub mod parse;
+pub(crate) mod progress;
+pub(crate) mod sarif;
+pub mod serve;
+pub mod suite;
