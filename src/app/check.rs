@@ -359,7 +359,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             let _ = writeln!(out, "{s}");
         }
         LiveOutput::Sarif => {
-            let log = super::sarif::log(&super::live::annotations(&results));
+            let log = mrguard_policy::sarif::log(&mrguard_policy::live::annotations(&results));
             let _ = writeln!(
                 out,
                 "{}",

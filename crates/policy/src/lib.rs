@@ -37,6 +37,10 @@
 //! [`reports`] stand alone next to [`model`]. [`vap`] exports rules of a
 //! [`config::Config`] as ValidatingAdmissionPolicies and evaluates them
 //! with [`cel`] as the API server would (`mrguard export vap`).
+//! [`manifest`] parses manifest files' text (objects and the line of each
+//! field); [`live`] judges one against its live object (`check --live`)
+//! above [`offline`], and renders results as text or, with [`sarif`], as
+//! SARIF.
 // missing_docs is denied once every public item is documented (in progress).
 #![deny(missing_docs)]
 
@@ -50,7 +54,9 @@ pub mod documented;
 pub mod explain;
 pub mod fieldpath;
 pub mod identity;
+pub mod live;
 pub mod managed_fields;
+pub mod manifest;
 pub mod merge;
 pub mod model;
 pub mod mr;
@@ -58,5 +64,6 @@ pub mod offline;
 pub mod providers;
 pub mod reports;
 pub mod review;
+pub mod sarif;
 pub mod rules;
 pub mod vap;
