@@ -322,4 +322,3 @@ pub(crate) fn run(args: &LiveCheck<'_>) -> i32 {
         0
     }
 }
-

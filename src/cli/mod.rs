@@ -184,7 +184,9 @@ pub fn run(cli: Cli) -> i32 {
         Command::Man => completion::man(<Cli as clap::CommandFactory>::command()),
         Command::Crd(cmd) => app::crd::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => app::config::check(&file),
-        Command::Export(ExportCommand::Vap { config }) => app::config::export_vap(config.as_deref()),
+        Command::Export(ExportCommand::Vap { config }) => {
+            app::config::export_vap(config.as_deref())
+        }
         Command::Config(ConfigCommand::Default) => app::config::print_default(),
     }
 }

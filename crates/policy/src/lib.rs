@@ -64,6 +64,6 @@ pub mod offline;
 pub mod providers;
 pub mod reports;
 pub mod review;
-pub mod sarif;
 pub mod rules;
+pub mod sarif;
 pub mod vap;

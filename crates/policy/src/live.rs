@@ -186,9 +186,7 @@ impl LiveFinding {
                 Some(fix) => format!("{}. Fix: {fix}", f.message),
                 None => f.message.clone(),
             },
-            field: path
-                .as_ref()
-                .map(|p| crate::explain::display_path(p)),
+            field: path.as_ref().map(|p| crate::explain::display_path(p)),
             line: path
                 .as_ref()
                 .map(|p| m.lines.line_of(p))
@@ -372,15 +370,7 @@ spec:
     #[test]
     fn before_creation_the_same_change_is_allowed() {
         let cfg = Config::from_yaml(CFG).unwrap();
-        let r = judge_manifest(
-            &manifest(DB),
-            Some(&live_db(false)),
-            None,
-            "",
-            &cfg,
-            None,
-        )
-        .unwrap();
+        let r = judge_manifest(&manifest(DB), Some(&live_db(false)), None, "", &cfg, None).unwrap();
         assert_eq!(
             (r.operation.as_str(), r.verdict.as_str()),
             ("UPDATE", "allowed")
@@ -427,15 +417,7 @@ spec:
         let live = live_db(true);
         let mut result = live.clone();
         result["spec"]["forProvider"]["region"] = json!("eu-west-1");
-        let r = judge_manifest(
-            &m,
-            Some(&live),
-            Some(result),
-            "",
-            &cfg,
-            None,
-        )
-        .unwrap();
+        let r = judge_manifest(&m, Some(&live), Some(result), "", &cfg, None).unwrap();
         assert_eq!(r.verdict, "denied");
         assert!(r.notes.is_empty());
     }

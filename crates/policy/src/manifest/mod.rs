@@ -76,11 +76,7 @@ pub enum ManifestError {
 
 /// The objects of one file's text. A file with none is an error, as for
 /// `kubectl apply`.
-pub fn parse(
-    file: &str,
-    text: &str,
-    max_documents: usize,
-) -> Result<Vec<Manifest>, ManifestError> {
+pub fn parse(file: &str, text: &str, max_documents: usize) -> Result<Vec<Manifest>, ManifestError> {
     let docs = parse_documents(file, text, max_documents)?;
     // Lines are a help, never a reason to fail: without them findings
     // point at line 1.
