@@ -110,9 +110,6 @@ pub(crate) enum LiveError {
     /// A manifest could not be judged.
     #[error(transparent)]
     Judge(#[from] JudgeError),
-    /// Anything else on the way (configuration, merge).
-    #[error("{0}")]
-    Other(String),
 }
 
 /// What `check --live` reads from the flags of `check`.
@@ -133,8 +130,7 @@ async fn check_all(
     let client = cluster::client(live.kubeconfig.as_deref(), live.context.as_deref()).await?;
     let config = ConfigSource::from_flags(args.config, live.config_from_cluster.as_ref())
         .load(Some(&client))
-        .await
-        .map_err(|e| LiveError::Other(e.to_string()))?;
+        .await?;
     let default_ns = live
         .namespace
         .clone()
