@@ -40,7 +40,7 @@
 //! [`manifest`] parses manifest files' text (objects and the line of each
 //! field); [`live`] judges one against its live object (`check --live`)
 //! above [`offline`], and renders results as text or, with [`sarif`], as
-//! SARIF.
+//! SARIF; [`suite`] compares `mrguard test` cases with their verdicts.
 // missing_docs is denied once every public item is documented (in progress).
 #![deny(missing_docs)]
 
@@ -66,4 +66,5 @@ pub mod reports;
 pub mod review;
 pub mod rules;
 pub mod sarif;
+pub mod suite;
 pub mod vap;
