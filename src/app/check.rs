@@ -233,7 +233,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
                     at: at.clone(),
                     reason,
                 })?;
-        let composition = super::compositions::report(m, &config, &xrs);
+        let composition = mrguard_policy::live::composition_report(m, &config, &xrs);
         if let Some(c) = &composition {
             // The report replaces the webhook's view: it knows the lines
             // and the XRDs given.

@@ -143,7 +143,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
             manifests::read(std::slice::from_ref(p), manifests::MAX_DOCUMENTS)?
                 .into_iter()
                 .map(|m| m.object)
-                .find(super::compositions::is_composition)
+                .find(mrguard_policy::live::is_composition)
                 .ok_or_else(|| anyhow::anyhow!("{} holds no Composition", p.display()))?,
         ),
         None => None,

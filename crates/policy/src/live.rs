@@ -1,12 +1,13 @@
 //! `mrguard check --live`, the decision: one manifest judged against its
 //! live object as the UPDATE (or CREATE) applying it would send, with each
 //! finding at the line of its field, and the text and SARIF renderings of
-//! the results. The runtime fetches the live objects and CRDs; everything
-//! here is pure.
+//! the results; also `check`'s report on a Composition, at its lines. The
+//! runtime fetches the live objects and CRDs; everything here is pure.
 
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::composition::{self, XrSchemas};
 use crate::config::Config;
 use crate::crd::{Crds, Lookup};
 use crate::manifest::Manifest;
@@ -300,6 +301,70 @@ pub fn annotations(results: &[LiveResult]) -> Vec<Annotation> {
         }
     }
     out
+}
+
+/// `Info`: the action of a finding the XRD already makes harmless.
+pub const INFO: &str = "Info";
+
+/// What `check` reports for one Composition.
+pub struct CompositionReport {
+    /// Findings in Composition order, with their lines.
+    pub findings: Vec<LiveFinding>,
+    /// What was skipped.
+    pub notes: Vec<String>,
+}
+
+/// Whether `object` is a Composition.
+pub fn is_composition(object: &serde_json::Value) -> bool {
+    let (api_version, kind, _, _) = identity(object);
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    composition::is_composition(group, &kind)
+}
+
+/// `mrguard check` on a Composition: the patches [`composition::analyse`]
+/// finds, each at the line of its `toFieldPath`; `None` when `m` is not a
+/// Composition.
+pub fn composition_report(
+    m: &Manifest,
+    config: &Config,
+    xrs: &XrSchemas,
+) -> Option<CompositionReport> {
+    if !is_composition(&m.object) {
+        return None;
+    }
+    let xrs = (!xrs.is_empty()).then_some(xrs);
+    let analysis = composition::analyse(&m.object, config, xrs);
+    let findings = analysis
+        .findings
+        .iter()
+        .filter_map(|f| {
+            let action = if f.informational {
+                INFO
+            } else {
+                match config.action(
+                    config.resource(&f.group, &f.kind),
+                    composition::RULE,
+                    Action::Warn,
+                ) {
+                    Action::Off => return None,
+                    a => a.as_str(),
+                }
+            };
+            let mut at = f.location.clone();
+            at.push("toFieldPath".into());
+            Some(LiveFinding {
+                rule: composition::RULE.into(),
+                action: action.into(),
+                message: format!("{}. Fix: {}", f.message(), f.fix()),
+                field: Some(f.target.clone()),
+                line: m.lines.line_of(&at),
+            })
+        })
+        .collect();
+    Some(CompositionReport {
+        findings,
+        notes: analysis.notes,
+    })
 }
 
 #[cfg(test)]
