@@ -72,7 +72,7 @@ pub(crate) struct Explained {
     /// `Kind/name` of the object.
     label: String,
     /// Its Composition's patches that would be denied, when it has one.
-    patches: Option<super::explain_composition::Patches>,
+    patches: Option<mrguard_policy::composition::Patches>,
 }
 
 /// `KIND[.GROUP]/NAME`.
@@ -175,7 +175,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
                 None
             },
             label: mrguard_policy::offline::label(o),
-            patches: composition.map(|c| super::explain_composition::patches(o, &c, &config)),
+            patches: composition.map(|c| mrguard_policy::composition::patches(o, &c, &config)),
         });
     }
     Ok(out)
