@@ -409,14 +409,13 @@ pub(crate) async fn run(
             let PassEvent::Done(kind, result) = event else {
                 return;
             };
-            let pass = &mut collected;
             match result {
                 Ok(report) => {
                     objects += report.objects;
                     findings += report.findings.len();
                     state.record(kind, &report.findings);
                     states.set_paused_by_policy(kind, &report.paused_by_policy);
-                    pass.kind(kind, &report);
+                    collected.kind(kind, &report);
                     states.set_forbidden(kind, false);
                 }
                 // RBAC does not let mrguard read this kind (the chart lists
@@ -433,19 +432,19 @@ pub(crate) async fn run(
                     }
                     state.forget(&kind.key());
                     forbidden.push(kind.key());
-                    pass.failed(kind);
+                    collected.failed(kind);
                 }
                 // A CRD just created is not served yet (its watch logs a
                 // 404 that lasts); the next pass reads it.
                 Err(e) if e.is_not_found() => {
                     complete = false;
-                    pass.failed(kind);
+                    collected.failed(kind);
                     e.count(Some(&metrics));
                     tracing::debug!(error = %e, "audit: a kind is not served yet; keeping its last results");
                 }
                 Err(e) => {
                     complete = false;
-                    pass.failed(kind);
+                    collected.failed(kind);
                     e.log(
                         Some(&metrics),
                         "audit: failed to list MRs of a kind; keeping its last results",
