@@ -2,9 +2,10 @@
 //! [`mrguard_policy`] that touches the network, the file system or the
 //! cluster.
 //!
-//! Dependencies run one way: `main` → [`cli`] → the runtime modules →
-//! `mrguard_policy`; no module uses one that uses it back, parents and
-//! children included (`tests/it/architecture.rs` checks both).
+//! Dependencies run one way: `main` → [`cli`] → the runtime modules
+//! ([`app`], one function per subcommand, over [`server`], [`controller`]
+//! and the rest) → `mrguard_policy`; no module uses one that uses it back,
+//! parents and children included (`tests/it/architecture.rs` checks both).
 //!
 //! Data flow of one admission request:
 //!
@@ -32,12 +33,14 @@
 //!   in the `managed` category) right, watches existing MRs for paused and
 //!   creation-incomplete states (one `PossiblyLeaked` Event each) and audits
 //!   them with the validation rules, optionally writing policy reports. Its
-//!   settings come from [`cli`];
+//!   settings come from [`app::controller_args`];
 //! - [`shutdown`] carries the signal that stops every task: readiness goes
 //!   false, the listener closes, in-flight requests drain;
-//! - [`cli`] is the command line: `serve`, `check` (offline decisions, or
-//!   `--live` against a cluster), `audit`, `explain`, `config` and `certs`.
+//! - [`cli`] is the command line: it parses `serve`, `check` (offline
+//!   decisions, or `--live` against a cluster), `audit`, `explain`, `config`
+//!   and `certs`, and calls the [`app`] function that does each.
 
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod controller;

@@ -1,37 +1,22 @@
 //! The command line (docs/cli.md): clap definitions with an environment
 //! variable for every serve flag, and one runner per subcommand.
 
-mod audit;
 mod certs;
-mod check;
-mod cluster;
 mod completion;
-mod compositions;
-mod controller_args;
-mod crd;
-mod explain;
-mod explain_composition;
-mod lines;
-mod live;
-mod manifests;
-mod parse;
-mod progress;
-mod sarif;
-pub mod serve;
-mod suite;
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-pub use audit::AuditArgs;
+use crate::app;
+pub use crate::app::audit::AuditArgs;
+pub use crate::app::check::CheckArgs;
+pub use crate::app::controller_args::{ControllerArgs, PolicyReports};
+pub use crate::app::explain::ExplainArgs;
+pub use crate::app::parse::parse_duration;
+pub use crate::app::serve::ServeArgs;
+pub use crate::app::suite::TestArgs;
 pub use certs::CertsCommand;
-pub use check::CheckArgs;
-pub use controller_args::{ControllerArgs, PolicyReports};
-pub use explain::ExplainArgs;
-pub use parse::parse_duration;
-pub use serve::ServeArgs;
-pub use suite::TestArgs;
 
 /// A flag given twice takes its last value (`args_override_self`), as
 /// kubectl and most Kubernetes components do: the chart's `extraArgs` come
@@ -61,10 +46,10 @@ pub enum Command {
     /// Evaluate the validation rules on every MR in a cluster.
     Audit(Box<AuditArgs>),
     /// Explain one MR: its states, deletion outcome, and who set each field.
-    Explain(Box<explain::ExplainArgs>),
+    Explain(Box<ExplainArgs>),
     /// Run YAML test suites of a configuration: requests and the verdicts
     /// they should get; exits 0 when all pass, 1 when one fails, 2 on bad input.
-    Test(Box<suite::TestArgs>),
+    Test(Box<TestArgs>),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -80,7 +65,7 @@ pub enum Command {
     Man,
     /// What mrguard derives from CRD files.
     #[command(subcommand)]
-    Crd(crd::CrdCommand),
+    Crd(app::crd::CrdCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -186,125 +171,24 @@ pub fn run(cli: Cli) -> i32 {
     match cli.command {
         Command::Serve(args) => {
             init_logging(&cli.log);
-            serve::run(*args)
+            app::serve::run(*args)
         }
-        Command::Check(args) => check::run(*args),
-        Command::Audit(args) => audit::run(*args),
-        Command::Explain(args) => explain::run(*args),
-        Command::Test(args) => suite::run(*args),
+        Command::Check(args) => app::check::run(*args),
+        Command::Audit(args) => app::audit::run(*args),
+        Command::Explain(args) => app::explain::run(*args),
+        Command::Test(args) => app::suite::run(*args),
         Command::Certs(cmd) => certs::run(cmd),
         Command::Completion(args) => {
             completion::completion(&args, <Cli as clap::CommandFactory>::command())
         }
         Command::Man => completion::man(<Cli as clap::CommandFactory>::command()),
-        Command::Crd(cmd) => crd::run(cmd),
-        Command::Config(ConfigCommand::Check { file }) => match crate::config::load_file(&file) {
-            Ok((config, bytes)) => {
-                for w in config_warnings(&config, &bytes) {
-                    eprintln!("{}: warning: {w}", file.display());
-                }
-                for n in config_notes(&config) {
-                    eprintln!("{}: note: {n}", file.display());
-                }
-                println!("{}: valid", file.display());
-                0
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                1
-            }
-        },
-        Command::Export(ExportCommand::Vap { config }) => export_vap(config.as_deref()),
-        Command::Config(ConfigCommand::Default) => {
-            print!("{}", mrguard_policy::config::BUILTIN_YAML);
-            0
+        Command::Crd(cmd) => app::crd::run(cmd),
+        Command::Config(ConfigCommand::Check { file }) => app::config::check(&file),
+        Command::Export(ExportCommand::Vap { config }) => {
+            app::config::export_vap(config.as_deref())
         }
+        Command::Config(ConfigCommand::Default) => app::config::print_default(),
     }
-}
-
-/// `mrguard export vap`: the policies on stdout as YAML documents, what
-/// was left out on stderr.
-fn export_vap(config: Option<&std::path::Path>) -> i32 {
-    let config = match config {
-        Some(p) => match crate::config::load_file(p) {
-            Ok((c, _)) => c,
-            Err(e) => {
-                eprintln!("{e}");
-                return 1;
-            }
-        },
-        None => mrguard_policy::config::Config::builtin(),
-    };
-    let export = mrguard_policy::vap::export(&config, jiff::Timestamp::now());
-    let mut out = String::new();
-    for o in &export.objects {
-        match serde_saphyr::to_string(o) {
-            Ok(y) => {
-                out.push_str("---\n");
-                out.push_str(&y);
-            }
-            Err(e) => {
-                eprintln!("failed to write a policy as YAML: {e}");
-                return 1;
-            }
-        }
-    }
-    print!("{out}");
-    for s in &export.skipped {
-        eprintln!("not exported: {s}");
-    }
-    0
-}
-
-/// What a valid configuration file may still get wrong: being empty (it
-/// then configures nothing, not the built-in defaults) and dropping the
-/// built-in protections, which `--config` replaces whole.
-fn config_warnings(config: &mrguard_policy::config::Config, bytes: &[u8]) -> Vec<String> {
-    let mut out = Vec::new();
-    let text = String::from_utf8_lossy(bytes);
-    let empty = serde_saphyr::from_multiple::<serde_json::Value>(&text)
-        .map(|docs| docs.iter().all(serde_json::Value::is_null))
-        .unwrap_or(false);
-    if empty {
-        out.push(
-            "the file is empty: it configures nothing, and replaces the built-in configuration \
-             (print that with `mrguard config default`)"
-                .to_string(),
-        );
-    }
-    out.extend(config.lost_protections());
-    out.extend(config.privileged_exemptions());
-    let now = jiff::Timestamp::now();
-    for e in config.expired_exceptions(now) {
-        out.push(format!(
-            "exception {} expired at {}: it no longer applies; remove it or extend expires",
-            e.name,
-            e.expires.map(|t| t.to_string()).unwrap_or_default()
-        ));
-    }
-    out
-}
-
-/// What a valid configuration says that its reader should know: every
-/// staged rule with the action in force now.
-fn config_notes(config: &mrguard_policy::config::Config) -> Vec<String> {
-    let now = jiff::Timestamp::now();
-    let mut out = Vec::new();
-    let scopes = std::iter::once(("rules".to_string(), &config.rules)).chain(
-        config
-            .resources
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (format!("resources[{i}].rules"), &r.rules)),
-    );
-    for (at, rules) in scopes {
-        for (name, a) in rules {
-            if a.warn_until.is_some() {
-                out.push(format!("{at}[{name}]: {} now", a.describe(now)));
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

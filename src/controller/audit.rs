@@ -18,6 +18,7 @@ use tokio::sync::watch as channel;
 
 use super::api::{api_err, list_pages, ControllerError};
 use super::coverage::{Coverage, CrdSummary, MrKind, CRD_PAGE_SIZE};
+use super::identity::IdentityView;
 use super::metrics::ControllerMetrics;
 use super::watch::MrStates;
 use crate::config::ConfigStore;
@@ -114,7 +115,8 @@ pub(crate) struct KindReport {
 }
 
 /// Lists every object of `kind` page by page and judges each, knowing
-/// nothing of the cluster beyond (`mrguard audit`: no identity index).
+/// nothing of the cluster beyond.
+#[cfg(test)]
 pub(crate) async fn audit_kind(
     client: &kube::Client,
     kind: &MrKind,
@@ -168,6 +170,59 @@ pub(crate) async fn audit_kind_in(
         }
     }
     Ok(report)
+}
+
+/// What the audit loop reports, kind by kind.
+pub(crate) enum PassEvent<'a> {
+    /// `kind` is about to be listed.
+    Listing(&'a MrKind),
+    /// `kind`'s report, or why its MRs could not be listed.
+    Done(&'a MrKind, Result<KindReport, ControllerError>),
+}
+
+/// The one audit loop, shared by the controller's passes and `mrguard
+/// audit`: every kind of `coverage`, in order, listed page by page and
+/// judged against `cluster`.
+pub(crate) async fn pass(
+    client: &kube::Client,
+    coverage: &Coverage,
+    config: &Config,
+    cluster: &Cluster,
+    mut each: impl FnMut(PassEvent<'_>),
+) {
+    for kind in coverage.kinds() {
+        each(PassEvent::Listing(kind));
+        each(PassEvent::Done(
+            kind,
+            audit_kind_in(client, kind, config, cluster).await,
+        ));
+    }
+}
+
+/// For a command without the replica's identity watches (`mrguard audit`):
+/// the claims of every MR of `coverage`, from one listing, into `cluster`'s
+/// identity index, so that the pass finds duplicate claimants as the
+/// controller's does. A kind that cannot be listed is left out; the pass
+/// reports it.
+pub(crate) async fn index_identities(
+    client: &kube::Client,
+    coverage: &Coverage,
+    config: &Config,
+    cluster: &Cluster,
+) {
+    for kind in coverage.kinds() {
+        let api: Api<IdentityView> = Api::all_with(client.clone(), &kind.api_resource());
+        let listed: Result<Vec<IdentityView>, _> =
+            list_pages(api, ListParams::default().limit(PAGE_SIZE))
+                .try_concat()
+                .await;
+        if let Ok(views) = listed {
+            let claims = views.iter().filter_map(|v| v.claim(kind, config)).collect();
+            cluster
+                .identities()
+                .replace_kind(&kind.group, &kind.kind, claims);
+        }
+    }
 }
 
 /// The MR kinds the cluster serves now.
@@ -349,15 +404,18 @@ pub(crate) async fn run(
         let started = std::time::Instant::now();
         let mut complete = true;
         let (mut objects, mut findings, mut forbidden) = (0, 0, Vec::new());
-        let mut pass = PassCollector::default();
-        for kind in cov.kinds() {
-            match audit_kind_in(&client, kind, &config, &cluster).await {
+        let mut collected = PassCollector::default();
+        pass(&client, &cov, &config, &cluster, |event| {
+            let PassEvent::Done(kind, result) = event else {
+                return;
+            };
+            match result {
                 Ok(report) => {
                     objects += report.objects;
                     findings += report.findings.len();
                     state.record(kind, &report.findings);
                     states.set_paused_by_policy(kind, &report.paused_by_policy);
-                    pass.kind(kind, &report);
+                    collected.kind(kind, &report);
                     states.set_forbidden(kind, false);
                 }
                 // RBAC does not let mrguard read this kind (the chart lists
@@ -374,26 +432,27 @@ pub(crate) async fn run(
                     }
                     state.forget(&kind.key());
                     forbidden.push(kind.key());
-                    pass.failed(kind);
+                    collected.failed(kind);
                 }
                 // A CRD just created is not served yet (its watch logs a
                 // 404 that lasts); the next pass reads it.
                 Err(e) if e.is_not_found() => {
                     complete = false;
-                    pass.failed(kind);
+                    collected.failed(kind);
                     e.count(Some(&metrics));
                     tracing::debug!(error = %e, "audit: a kind is not served yet; keeping its last results");
                 }
                 Err(e) => {
                     complete = false;
-                    pass.failed(kind);
+                    collected.failed(kind);
                     e.log(
                         Some(&metrics),
                         "audit: failed to list MRs of a kind; keeping its last results",
                     );
                 }
             }
-        }
+        })
+        .await;
         if complete {
             metrics
                 .audit_last_success
@@ -410,7 +469,7 @@ pub(crate) async fn run(
             "audit pass done"
         );
         if let Some(w) = &reports {
-            super::reports::sync_logged(w, &pass.finish(), &metrics).await;
+            super::reports::sync_logged(w, &collected.finish(), &metrics).await;
         }
         tokio::time::sleep(interval).await;
     }
@@ -546,6 +605,66 @@ mod tests {
         assert!(a[0].contains("VPC.ec2.aws.upbound.io b"), "{a:?}");
         assert!(rules("b", &cluster)[0].contains("VPC.ec2.aws.upbound.io a"));
         assert!(rules("a", Cluster::empty()).is_empty());
+    }
+
+    /// `mrguard audit` has no identity watches: the pass over an index
+    /// built from one listing finds both claimants, as the controller's
+    /// audit does, and each kind is announced before it is listed.
+    #[tokio::test]
+    async fn a_command_indexes_identities_from_the_listing_and_finds_duplicates() {
+        let dup = |name: &str| {
+            let mut b = bucket(name, name, json!({"forProvider": {"region": "us-east-1"}}));
+            b["metadata"]["annotations"]["crossplane.io/external-name"] = json!("shared");
+            b
+        };
+        let (client, api) =
+            mock::client(move |_| Reply::Json(200, page(vec![dup("a"), dup("b")], "")));
+        let kind = bucket_kind();
+        let coverage = Coverage::from_crds(&summaries(&fixture_crds()));
+        let config = Config::builtin();
+        let cluster = Cluster::default();
+        index_identities(&client, &coverage, &config, &cluster).await;
+        let mut events = Vec::new();
+        let mut claimants = Vec::new();
+        pass(&client, &coverage, &config, &cluster, |e| match e {
+            PassEvent::Listing(k) => events.push(format!("listing {}", k.kind)),
+            PassEvent::Done(k, r) if k.key() == kind.key() => {
+                events.push(format!("done {}", k.kind));
+                for f in r.unwrap().findings {
+                    if f.rule == "external-identity" {
+                        claimants.push((f.name, f.message));
+                    }
+                }
+            }
+            PassEvent::Done(k, _) => events.push(format!("done {}", k.kind)),
+        })
+        .await;
+        assert_eq!(claimants.len(), 2, "{claimants:?}");
+        assert_eq!(claimants[0].0, "a");
+        assert!(
+            claimants[0].1.contains("Bucket.s3.aws.upbound.io b"),
+            "{claimants:?}"
+        );
+        assert!(
+            claimants[1].1.contains("Bucket.s3.aws.upbound.io a"),
+            "{claimants:?}"
+        );
+        assert_eq!(events.len(), 2 * coverage.len(), "{events:?}");
+        assert!(events[0].starts_with("listing ") && events[1].starts_with("done "));
+        // Without the index, the same pass finds no claimant.
+        let mut without = 0;
+        pass(&client, &coverage, &config, Cluster::empty(), |e| {
+            if let PassEvent::Done(_, Ok(r)) = e {
+                without += r
+                    .findings
+                    .iter()
+                    .filter(|f| f.rule == "external-identity")
+                    .count();
+            }
+        })
+        .await;
+        assert_eq!(without, 0);
+        assert!(api.requests().len() >= 3 * coverage.len());
     }
 
     #[test]

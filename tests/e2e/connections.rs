@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::PostParams;
+
+use crate::support::cluster::{Cluster, ClusterOptions};
 use serde_json::json;
 
 use crate::support::{self, procfs, wait_for, Options, Release, WAIT};

@@ -194,8 +194,8 @@ async fn a_vpc_claiming_another_s_external_name_is_denied_until_the_first_is_gon
 
 /// Admission cannot see two creates racing in two replicas, nor creates
 /// while mrguard is down: two VPCs with one external name, created before
-/// any mrguard runs, are found by the leader's audit (finding in the log
-/// and `mrguard_audit_violations{rule="external-identity"}`).
+/// any mrguard runs, are found by `mrguard audit` and by the leader's audit
+/// (finding in the log and `mrguard_audit_violations{rule="external-identity"}`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
     let Some(cluster) = support::require_cluster(
@@ -217,6 +217,32 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
         vpcs.create(&PostParams::default(), &serde_json::from_value(v).unwrap())
             .await
             .unwrap();
+    }
+    // `mrguard audit` from a workstation runs the controller's audit loop
+    // with an index it builds from the listing: both claimants are found.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrguard"))
+        .args(["audit", "--quiet", "-o", "json", "--kubeconfig"])
+        .arg(cluster.admin_kubeconfig())
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    let findings: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let claimants: Vec<(&str, &str)> = findings
+        .iter()
+        .filter(|f| f["rule"] == "external-identity" && f["kind"] == "VPC")
+        .map(|f| (f["name"].as_str().unwrap(), f["message"].as_str().unwrap()))
+        .collect();
+    for (me, other) in [
+        ("e2e-identity-dup-a", "e2e-identity-dup-b"),
+        ("e2e-identity-dup-b", "e2e-identity-dup-a"),
+    ] {
+        assert!(
+            claimants
+                .iter()
+                .any(|(n, m)| *n == me && m.contains(&format!("VPC.ec2.aws.upbound.io {other}"))),
+            "{me}: {claimants:?}"
+        );
     }
     let r = support::install(cluster, "e2e-identity-audit", Options::default()).await;
     let replica = &r.replicas[0];

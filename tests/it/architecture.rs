@@ -375,3 +375,19 @@ fn the_file_checker_reads_every_kind_of_path() {
     let c = cycle(&g).expect("a and a::child use each other");
     assert!(c.contains(&"crate::a::child".to_string()), "{c:?}");
 }
+
+/// The command line stays thin (issue 21): it parses arguments and calls
+/// one `src/app/` function per subcommand, so `src/cli` holds at most
+/// 2,000 lines and no file over 400.
+#[test]
+fn the_command_line_stays_thin() {
+    let mut files = Vec::new();
+    read_all(&root().join("src/cli"), &mut files);
+    let mut total = 0;
+    for (path, text) in &files {
+        let n = text.lines().count();
+        assert!(n <= 400, "{} has {n} lines (at most 400)", path.display());
+        total += n;
+    }
+    assert!(total <= 2000, "src/cli has {total} lines (at most 2,000)");
+}

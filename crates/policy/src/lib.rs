@@ -37,6 +37,10 @@
 //! [`reports`] stand alone next to [`model`]. [`vap`] exports rules of a
 //! [`config::Config`] as ValidatingAdmissionPolicies and evaluates them
 //! with [`cel`] as the API server would (`mrguard export vap`).
+//! [`manifest`] parses manifest files' text (objects and the line of each
+//! field); [`live`] judges one against its live object (`check --live`)
+//! above [`offline`], and renders results as text or, with [`sarif`], as
+//! SARIF; [`suite`] compares `mrguard test` cases with their verdicts.
 #![deny(missing_docs)]
 
 pub mod admission;
@@ -49,7 +53,9 @@ pub mod documented;
 pub mod explain;
 pub mod fieldpath;
 pub mod identity;
+pub mod live;
 pub mod managed_fields;
+pub mod manifest;
 pub mod merge;
 pub mod model;
 pub mod mr;
@@ -58,4 +64,6 @@ pub mod providers;
 pub mod reports;
 pub mod review;
 pub mod rules;
+pub mod sarif;
+pub mod suite;
 pub mod vap;

@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mrguard::cli::serve::{Running, ServeArgs};
+use mrguard::app::serve::{Running, ServeArgs};
 use mrguard::cli::ControllerArgs;
 use serde_json::Value;
 
@@ -157,7 +157,7 @@ impl Builder {
             }
             Certificate::None => {}
         }
-        let running = mrguard::cli::serve::start(self.args).await?;
+        let running = mrguard::app::serve::start(self.args).await?;
         if let Some(ca) = ca_source {
             ca_pem = std::fs::read(&ca)?;
         }

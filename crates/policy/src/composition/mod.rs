@@ -13,10 +13,13 @@
 //! patch set) becomes a note, never an error: a Composition is still valid
 //! for Crossplane when mrguard does not understand all of it.
 
+mod explain;
 mod paths;
 mod xr;
 
 use serde_json::Value;
+
+pub use explain::{patches, Patches};
 
 use crate::config::Config;
 use crate::model::{Action, Finding};

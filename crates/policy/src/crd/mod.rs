@@ -13,12 +13,14 @@
 mod errors;
 pub mod meta;
 mod schema;
+mod schema_for;
 
 use serde_json::Value;
 
 pub use errors::{render, FieldError, FieldErrorKind, SchemaPath};
 pub(crate) use schema::Schema;
 pub use schema::Unsupported;
+pub use schema_for::{builtin_group, schema_for, SchemaFor};
 
 /// Why a CRD cannot be used to judge objects.
 #[derive(Debug, thiserror::Error)]

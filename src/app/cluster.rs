@@ -1,6 +1,7 @@
-//! What `check --live` and `explain` share: the client from the usual
-//! kubeconfig loading, the configuration of the installed release, finding
-//! a kind's resource, and errors that name the object and the verb.
+//! What `check --live`, `audit` and `explain` share: the client from the
+//! usual kubeconfig loading, the configuration of the installed release,
+//! finding a kind's resource, and one error type, [`ClusterError`], whose
+//! messages name the object and the verb ("failed to get ...: ...").
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -47,6 +48,12 @@ pub(crate) enum ClusterError {
         /// opposed to not answering).
         not_served: bool,
     },
+    /// The configuration file named by `--config` is unreadable or invalid.
+    #[error(transparent)]
+    ConfigFile(#[from] crate::config::ConfigFileError),
+    /// `--config-from-cluster` without a cluster to read it from.
+    #[error("failed to load the configuration from ConfigMap {0}: --config-from-cluster needs a cluster to read it from")]
+    NoCluster(String),
     /// The release's ConfigMap is missing, unreadable or invalid.
     #[error("failed to load the configuration from ConfigMap {at}: {reason}")]
     ConfigMap {
@@ -159,13 +166,13 @@ impl ConfigSource {
     }
 
     /// Loads it; the cluster is only asked for a ConfigMap source.
-    pub(crate) async fn load(&self, client: Option<&kube::Client>) -> anyhow::Result<Config> {
+    pub(crate) async fn load(&self, client: Option<&kube::Client>) -> Result<Config, ClusterError> {
         Ok(match self {
             ConfigSource::Builtin => Config::builtin(),
             ConfigSource::File(p) => crate::config::load_file(p)?.0,
             ConfigSource::Cluster(at) => match client {
                 Some(c) => config_from_cluster(c, at).await?,
-                None => anyhow::bail!("--config-from-cluster needs a cluster to read {at} from"),
+                None => return Err(ClusterError::NoCluster(at.clone())),
             },
         })
     }

@@ -4,16 +4,15 @@
 
 use serde_json::{json, Value};
 
-use super::cluster::{api_error, ClusterError};
-use mrguard_policy::composition::{self, PatchFinding};
-use mrguard_policy::config::Config;
-use mrguard_policy::mr;
+use super::PatchFinding;
+use crate::config::Config;
+use crate::mr;
 
 /// Annotation Crossplane sets on composed resources: the template's name.
 const RESOURCE_NAME: &str = "crossplane.io/composition-resource-name";
 
 /// The Composition's patches that concern one object.
-pub(crate) struct Patches {
+pub struct Patches {
     composition: String,
     /// The composed resource's name in the Composition, for an MR.
     resource: Option<String>,
@@ -24,8 +23,8 @@ pub(crate) struct Patches {
 /// The patches of `composition` into immutable fields that concern `obj`:
 /// for an MR, those of its template (by the composition-resource-name
 /// annotation, else by kind); for an XR, all.
-pub(crate) fn patches(obj: &Value, composition: &Value, config: &Config) -> Patches {
-    let a = composition::analyse(composition, config, None);
+pub fn patches(obj: &Value, composition: &Value, config: &Config) -> Patches {
+    let a = super::analyse(composition, config, None);
     let is_mr = mr::is_managed(obj);
     let resource = is_mr
         .then(|| mr::Mr(obj).annotation(RESOURCE_NAME).map(str::to_string))
@@ -57,7 +56,7 @@ pub(crate) fn patches(obj: &Value, composition: &Value, config: &Config) -> Patc
 
 impl Patches {
     /// The text section.
-    pub(crate) fn render_text(&self, label: &str) -> String {
+    pub fn render_text(&self, label: &str) -> String {
         let of = match &self.resource {
             Some(r) => format!(", resource {r:?}"),
             None => String::new(),
@@ -79,7 +78,7 @@ impl Patches {
     }
 
     /// The JSON section.
-    pub(crate) fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> Value {
         json!({
             "name": self.composition,
             "resource": self.resource,
@@ -97,53 +96,4 @@ impl Patches {
             "notes": self.notes,
         })
     }
-}
-
-/// The Composition of `obj` from the cluster: an XR's own, or a composed
-/// MR's XR's (its controller owner reference). `None` when `obj` is
-/// neither.
-pub(crate) async fn fetch(
-    client: &kube::Client,
-    obj: &Value,
-) -> Result<Option<Value>, ClusterError> {
-    let ns = obj["metadata"]["namespace"].as_str().unwrap_or("");
-    let xr = if mr::is_managed(obj) {
-        let owner = obj["metadata"]["ownerReferences"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|o| o["controller"].as_bool() == Some(true));
-        let Some(owner) = owner else { return Ok(None) };
-        let (Some(api_version), Some(kind), Some(name)) = (
-            owner["apiVersion"].as_str(),
-            owner["kind"].as_str(),
-            owner["name"].as_str(),
-        ) else {
-            return Ok(None);
-        };
-        let Some((group, _)) = api_version.rsplit_once('/') else {
-            return Ok(None);
-        };
-        let r = super::cluster::resolve(client, kind, Some(group)).await?;
-        let got = r
-            .api(client, ns)
-            .get(name)
-            .await
-            .map_err(|e| api_error("get", r.object(ns, name), e))?;
-        serde_json::to_value(got).unwrap_or_default()
-    } else {
-        obj.clone()
-    };
-    // Crossplane v1 and v2 keep the reference in different places.
-    let name = xr["spec"]["compositionRef"]["name"]
-        .as_str()
-        .or_else(|| xr["spec"]["crossplane"]["compositionRef"]["name"].as_str());
-    let Some(name) = name else { return Ok(None) };
-    let r = super::cluster::resolve(client, composition::KIND, Some(composition::GROUP)).await?;
-    let got = r
-        .api(client, "")
-        .get(name)
-        .await
-        .map_err(|e| api_error("get", r.object("", name), e))?;
-    Ok(Some(serde_json::to_value(got).unwrap_or_default()))
 }

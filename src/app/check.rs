@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use serde_json::json;
 
 use mrguard_policy::config::Config;
-use mrguard_policy::crd::{CrdError, Crds, Lookup};
+use mrguard_policy::crd::{builtin_group, schema_for, CrdError, Crds, SchemaFor};
 use mrguard_policy::model::Operation;
 use mrguard_policy::offline::{self, identity, label};
 
@@ -95,14 +95,6 @@ pub(crate) enum CheckError {
     },
 }
 
-/// API groups the API server serves itself: their objects need no CRD.
-fn builtin_group(group: &str) -> bool {
-    matches!(
-        group,
-        "" | "apps" | "autoscaling" | "batch" | "policy" | "extensions"
-    ) || group.ends_with(".k8s.io")
-}
-
 impl From<CheckOperation> for Operation {
     fn from(op: CheckOperation) -> Self {
         match op {
@@ -178,7 +170,11 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
     } else {
         CheckOperation::Create
     });
-    let crd_path = args.crd.as_deref().map(Path::display);
+    let crd_path = args
+        .crd
+        .as_deref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     // What a cluster with these CRDs would know (documented immutable fields).
     let cluster = crds.as_ref().map(Crds::cluster).unwrap_or_default();
     for d in &docs {
@@ -209,50 +205,26 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             _ => None,
         };
         let (api_version, kind, _, _) = identity(doc);
-        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
         let mut notes = Vec::new();
-        let (crd, missing) = match crds.as_ref().map(|c| c.lookup(&api_version, &kind)) {
-            Some(Lookup::Found(v)) => {
-                // Never judge with only part of a CRD's rules.
-                v.ensure_supported()?;
-                (Some(v), None)
-            }
-            Some(Lookup::NoVersion(c)) if op != CheckOperation::Delete => {
-                let served: Vec<&str> = c.versions.iter().map(|v| v.name.as_str()).collect();
-                let why = format!(
-                    "no matches for kind {kind:?} in version {api_version:?} (CRD {} serves {})",
-                    c.name,
-                    served.join(", ")
-                );
-                (None, Some(why))
-            }
-            Some(Lookup::NoKind(same_group)) if op != CheckOperation::Delete => {
-                let kinds: Vec<&str> = same_group.iter().map(|c| c.kind.as_str()).collect();
-                let why = format!(
-                    "no matches for kind {kind:?} in version {api_version:?} (the CRDs of {group} in {} define {})",
-                    crd_path.as_ref().map(ToString::to_string).unwrap_or_default(),
-                    kinds.join(", ")
-                );
-                (None, Some(why))
-            }
-            Some(Lookup::NoCrd) if !builtin_group(group) => {
-                let path = crd_path
-                    .as_ref()
-                    .map(ToString::to_string)
-                    .unwrap_or_default();
-                if args.require_crd && op != CheckOperation::Delete {
-                    let why = format!(
-                        "no matches for kind {kind:?} in version {api_version:?} (no CRD in {path} defines group {group:?}, and --require-crd is set)"
-                    );
-                    (None, Some(why))
-                } else {
-                    notes.push(format!(
-                        "schema not checked: no CRD in {path} defines group {group:?} (--require-crd makes this a failure)"
-                    ));
+        let deleting = op == CheckOperation::Delete;
+        let (crd, missing) = match &crds {
+            Some(c) => match schema_for(
+                c,
+                &api_version,
+                &kind,
+                deleting,
+                args.require_crd,
+                &crd_path,
+            )? {
+                SchemaFor::Found(v) => (Some(v), None),
+                SchemaFor::NoMatch(why) => (None, Some(why)),
+                SchemaFor::Unchecked(note) => {
+                    notes.push(note);
                     (None, None)
                 }
-            }
-            _ => (None, None),
+                SchemaFor::None => (None, None),
+            },
+            None => (None, None),
         };
         let mut judged =
             offline::judge_in(op.into(), doc, old, &args.username, &config, crd, &cluster)
@@ -261,7 +233,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
                     at: at.clone(),
                     reason,
                 })?;
-        let composition = super::compositions::report(m, &config, &xrs);
+        let composition = mrguard_policy::live::composition_report(m, &config, &xrs);
         if let Some(c) = &composition {
             // The report replaces the webhook's view: it knows the lines
             // and the XRDs given.
@@ -359,7 +331,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             let _ = writeln!(out, "{s}");
         }
         LiveOutput::Sarif => {
-            let log = super::sarif::log(&super::live::annotations(&results));
+            let log = mrguard_policy::sarif::log(&mrguard_policy::live::annotations(&results));
             let _ = writeln!(
                 out,
                 "{}",

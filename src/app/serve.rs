@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::task::JoinSet;
+
 use anyhow::{bail, Context};
 use clap::Args;
 use tracing::Instrument;
@@ -14,6 +16,7 @@ use tracing::Instrument;
 use super::controller_args::ControllerArgs;
 use super::parse::parse_duration;
 use crate::config::{ConfigMetrics, ConfigStore};
+use crate::controller::metrics::ControllerMetrics;
 use crate::metrics::AdmissionMetrics;
 use crate::server::{ConnLimits, HttpsServer, RouteLimits};
 use crate::shutdown;
@@ -100,7 +103,7 @@ pub struct Running {
     pub ready: Arc<AtomicBool>,
     trigger: shutdown::Trigger,
     drain_delay: Duration,
-    tasks: tokio::task::JoinSet<()>,
+    tasks: JoinSet<()>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -116,45 +119,57 @@ impl Running {
     }
 }
 
-fn load_config(args: &ServeArgs) -> anyhow::Result<(Config, Vec<u8>)> {
-    match &args.config {
-        None => Ok((Config::builtin(), Vec::new())),
-        Some(path) => Ok(crate::config::load_file(path)?),
-    }
-}
-
-/// Binds, loads and starts everything; returns once the server is ready.
-pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
-    let registry = crate::metrics::registry();
-    let (config, config_bytes) = load_config(&args)?;
+/// The configuration in force at start, kept in a store reloads replace,
+/// and the file's bytes the watcher compares against.
+fn load_config(
+    args: &ServeArgs,
+    registry: &prometheus::Registry,
+) -> anyhow::Result<(Arc<ConfigStore>, Vec<u8>)> {
+    let (config, bytes) = match &args.config {
+        None => (Config::builtin(), Vec::new()),
+        Some(path) => crate::config::load_file(path)?,
+    };
     for w in config.privileged_exemptions() {
         tracing::warn!("{w}");
     }
-    let config_store = ConfigStore::new(config, Some(ConfigMetrics::register(&registry)?));
+    let store = ConfigStore::new(config, Some(ConfigMetrics::register(registry)?));
+    Ok((store, bytes))
+}
 
-    let has_cert_source = args.tls_cert_file.is_some() || args.self_signed;
-    let controller_mode = args.controller.enabled(has_cert_source)?;
-    let controller = match controller_mode {
-        true => Some((
-            crate::controller::client(
-                args.controller.kubeconfig.as_deref(),
-                None,
-                args.controller.api_streams_per_connection,
-            )
-            .await?,
-            Arc::new(crate::controller::metrics::ControllerMetrics::register(
-                &registry,
-            )?),
-        )),
-        false => None,
-    };
+/// With `--controller`: the API client and the controller's metrics.
+async fn controller_client(
+    args: &ServeArgs,
+    registry: &prometheus::Registry,
+) -> anyhow::Result<(kube::Client, Arc<ControllerMetrics>)> {
+    let client = crate::controller::client(
+        args.controller.kubeconfig.as_deref(),
+        None,
+        args.controller.api_streams_per_connection,
+    )
+    .await?;
+    Ok((client, Arc::new(ControllerMetrics::register(registry)?)))
+}
 
-    let tls_metrics = TlsMetrics::register(&registry)?;
-    let (certs, cert_files, ca_file) = match (&args.tls_cert_file, &args.tls_key_file, args.self_signed) {
+/// The serving certificate, with the files to watch and the CA file
+/// `--self-signed` wrote, when they exist.
+struct Certificates {
+    store: Arc<CertStore>,
+    files: Option<(PathBuf, PathBuf, PemPair)>,
+    ca_file: Option<PathBuf>,
+}
+
+/// The certificate to serve first: the files, a self-signed one, or (in
+/// controller mode) a throwaway one until the Secret's is loaded.
+fn certificates(
+    args: &ServeArgs,
+    controller_mode: bool,
+    metrics: TlsMetrics,
+) -> anyhow::Result<Certificates> {
+    let (store, files, ca_file) = match (&args.tls_cert_file, &args.tls_key_file, args.self_signed) {
         (Some(cert), Some(key), _) => {
             let pair = PemPair::read(cert, key)?;
             let ck = pair.certified_key().with_context(|| format!("failed to load {}", cert.display()))?;
-            (CertStore::new(ck, Some(tls_metrics)), Some((cert.clone(), key.clone(), pair)), None)
+            (CertStore::new(ck, Some(metrics)), Some((cert.clone(), key.clone(), pair)), None)
         }
         (None, None, true) => {
             let (pair, ca) = tls::self_signed(&tls::local_names())?;
@@ -163,31 +178,31 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
                 .clone()
                 .unwrap_or_else(|| std::env::temp_dir().join("mrguard-ca.crt"));
             tls::write_file(&ca_file, ca.cert.as_bytes(), false)?;
-            (CertStore::new(pair.certified_key()?, Some(tls_metrics)), None, Some(ca_file))
+            (CertStore::new(pair.certified_key()?, Some(metrics)), None, Some(ca_file))
         }
         // The controller swaps in the Secret's certificate; until then a
         // throwaway one serves and /readyz stays false.
         (None, None, false) if controller_mode => {
             let (pair, _) = tls::self_signed(&tls::local_names())?;
-            (CertStore::new(pair.certified_key()?, Some(tls_metrics)), None, None)
+            (CertStore::new(pair.certified_key()?, Some(metrics)), None, None)
         }
         _ => bail!("no certificate: pass --tls-cert-file and --tls-key-file, or --self-signed for local use"),
     };
+    Ok(Certificates {
+        store,
+        files,
+        ca_file,
+    })
+}
 
-    let mut admission_metrics = AdmissionMetrics::register(&registry)?;
-    if let Some((_, metrics)) = &controller {
-        admission_metrics = admission_metrics.with_known_kinds(metrics.known_kinds.clone());
-    }
-    let admission_metrics = Arc::new(admission_metrics);
-    let ready = Arc::new(AtomicBool::new(false));
-    // What this replica's watches learn of the cluster, for admission.
-    let cluster = Arc::new(mrguard_policy::cluster::Cluster::default());
-    let state = crate::server::AppState {
-        config: config_store.clone(),
-        cluster: cluster.clone(),
-        metrics: Some(admission_metrics),
-        ready: ready.clone(),
-    };
+/// Binds the admission listener (routes with their limits) and the
+/// metrics listener (over TLS with `--metrics-tls`).
+async fn bind(
+    args: &ServeArgs,
+    state: crate::server::AppState,
+    certs: &Arc<CertStore>,
+    registry: prometheus::Registry,
+) -> anyhow::Result<(HttpsServer, HttpsServer)> {
     let limits = RouteLimits {
         max_body_bytes: args.max_body_bytes,
         request_timeout: args.request_timeout,
@@ -195,13 +210,13 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         max_inflight_body_bytes: args.max_inflight_body_bytes,
         max_inflight_wait: args.max_inflight_wait,
     };
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("failed to listen on {}", args.listen))?;
-    let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
-        .await
-        .with_context(|| format!("failed to listen on {}", args.metrics_listen))?;
-    let metrics_addr = metrics_listener.local_addr()?;
+    let listen = |addr: SocketAddr| async move {
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("failed to listen on {addr}"))
+    };
+    let listener = listen(args.listen).await?;
+    let metrics_listener = listen(args.metrics_listen).await?;
     let server = HttpsServer::new(
         listener,
         certs.server_config(),
@@ -213,7 +228,6 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             max_connections: None,
         },
     );
-    let metrics_tls = args.metrics_tls.then(|| certs.server_config());
     let metrics_limits = ConnLimits {
         header_read_timeout: args.header_read_timeout,
         idle_timeout: args.idle_timeout,
@@ -221,54 +235,102 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         drain_timeout: Duration::from_secs(1),
         max_connections: Some(args.metrics_max_connections),
     };
-    let addr = server.local_addr()?;
+    let app = crate::metrics::app(registry);
+    let metrics_server = match args.metrics_tls {
+        true => HttpsServer::new(metrics_listener, certs.server_config(), app, metrics_limits),
+        false => HttpsServer::plain(metrics_listener, app, metrics_limits),
+    };
+    Ok((server, metrics_server))
+}
 
-    let (trigger, signal) = shutdown::channel();
-    let mut tasks = tokio::task::JoinSet::new();
+/// The reloads: the configuration file and the certificate files, when
+/// given, each polled on `--reload-interval`.
+fn spawn_reloads(
+    args: &ServeArgs,
+    tasks: &mut JoinSet<()>,
+    config: (&Arc<ConfigStore>, Vec<u8>),
+    certs: (&Arc<CertStore>, Option<(PathBuf, PathBuf, PemPair)>),
+    signal: &shutdown::Signal,
+) {
     if let Some(path) = &args.config {
         tasks.spawn(
             crate::config::watch(
                 path.clone(),
                 args.reload_interval,
-                config_store.clone(),
-                config_bytes,
+                config.0.clone(),
+                config.1,
                 signal.clone(),
             )
             .instrument(tracing::info_span!("config_watcher")),
         );
     }
-    if let Some((cert, key, pair)) = cert_files {
+    if let (store, Some((cert, key, pair))) = certs {
         tasks.spawn(
             tls::watch(
                 cert,
                 key,
                 args.reload_interval,
-                certs.clone(),
+                store.clone(),
                 pair,
                 signal.clone(),
             )
             .instrument(tracing::info_span!("cert_watcher")),
         );
     }
-    {
-        let app = crate::metrics::app(registry);
-        let metrics_server = match metrics_tls {
-            Some(tls) => HttpsServer::new(metrics_listener, tls, app, metrics_limits),
-            None => HttpsServer::plain(metrics_listener, app, metrics_limits),
-        };
-        tracing::info!(addr = %metrics_addr, tls = args.metrics_tls, "serving metrics");
-        tasks.spawn(
-            metrics_server
-                .run(signal.clone())
-                .instrument(tracing::info_span!("metrics")),
-        );
+}
+
+/// Binds, loads and starts everything; returns once the server is ready.
+/// In order: configuration, controller client, certificate, listeners,
+/// then the tasks (reloads, metrics, controller, the HTTPS server).
+pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
+    let registry = crate::metrics::registry();
+    let (config, config_bytes) = load_config(&args, &registry)?;
+    let has_cert_source = args.tls_cert_file.is_some() || args.self_signed;
+    let controller_mode = args.controller.enabled(has_cert_source)?;
+    let controller = match controller_mode {
+        true => Some(controller_client(&args, &registry).await?),
+        false => None,
+    };
+    let certs = certificates(&args, controller_mode, TlsMetrics::register(&registry)?)?;
+
+    let mut admission_metrics = AdmissionMetrics::register(&registry)?;
+    if let Some((_, metrics)) = &controller {
+        admission_metrics = admission_metrics.with_known_kinds(metrics.known_kinds.clone());
     }
+    let ready = Arc::new(AtomicBool::new(false));
+    // What this replica's watches learn of the cluster, for admission.
+    let cluster = Arc::new(mrguard_policy::cluster::Cluster::default());
+    let state = crate::server::AppState {
+        config: config.clone(),
+        cluster: cluster.clone(),
+        metrics: Some(Arc::new(admission_metrics)),
+        ready: ready.clone(),
+    };
+    let (server, metrics_server) = bind(&args, state, &certs.store, registry).await?;
+    let addr = server.local_addr()?;
+    let metrics_addr = metrics_server.local_addr()?;
+
+    let (trigger, signal) = shutdown::channel();
+    let mut tasks = JoinSet::new();
+    spawn_reloads(
+        &args,
+        &mut tasks,
+        (&config, config_bytes),
+        (&certs.store, certs.files),
+        &signal,
+    );
+    tracing::info!(addr = %metrics_addr, tls = args.metrics_tls, "serving metrics");
+    tasks.spawn(
+        metrics_server
+            .run(signal.clone())
+            .instrument(tracing::info_span!("metrics")),
+    );
     if let Some((client, metrics)) = controller {
         let controller = crate::controller::Controller {
             client,
             settings: args.controller.settings(addr.port()),
-            certs: certs.clone(),
-            config: config_store.clone(),
+            certs: certs.store.clone(),
+            config,
             ready: ready.clone(),
             metrics,
             clock: Arc::new(crate::controller::api::SystemClock),
@@ -288,7 +350,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     Ok(Running {
         addr,
         metrics_addr,
-        ca_file,
+        ca_file: certs.ca_file,
         ready,
         trigger,
         drain_delay: args.drain_delay,

@@ -6,33 +6,33 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use mrguard_policy::fieldpath::{FieldPath, Segment};
-use mrguard_policy::mr;
+use crate::fieldpath::{FieldPath, Segment};
+use crate::mr;
 
 /// The JSON schema SARIF consumers validate against.
 const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
 
 /// One annotation: a rule finding (or an API-server rejection) at a place.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Annotation {
+pub struct Annotation {
     /// The rule, e.g. `immutable-field`, `cel:team-label`, `crd-schema`.
-    pub(crate) rule: String,
+    pub rule: String,
     /// `error` (denied) or `warning`.
-    pub(crate) level: &'static str,
+    pub level: &'static str,
     /// The message shown on the pull request.
-    pub(crate) message: String,
+    pub message: String,
     /// The file as given on the command line.
-    pub(crate) file: String,
+    pub file: String,
     /// 1-based line.
-    pub(crate) line: usize,
+    pub line: usize,
     /// `Kind/name` and the field, e.g. `Bucket/b spec.forProvider.region`.
-    pub(crate) logical: String,
+    pub logical: String,
 }
 
 /// The field a finding is about, as keys from the object's root: the first
 /// field path its message names (rules name the field they judge), else the
 /// field the rule is about.
-pub(crate) fn finding_path(rule: &str, message: &str) -> Option<Vec<String>> {
+pub fn finding_path(rule: &str, message: &str) -> Option<Vec<String>> {
     if let Some(p) = path_in(message) {
         return Some(p);
     }
@@ -100,7 +100,7 @@ fn uri(path: &str) -> String {
 }
 
 /// The SARIF 2.1.0 log for `annotations`.
-pub(crate) fn log(annotations: &[Annotation]) -> Value {
+pub fn log(annotations: &[Annotation]) -> Value {
     let mut rules: BTreeMap<&str, usize> = BTreeMap::new();
     for a in annotations {
         let n = rules.len();

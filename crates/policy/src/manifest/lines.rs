@@ -11,16 +11,16 @@ use granit_parser::{Event, Parser, ScalarStyle};
 /// Lines of one document. Paths are lists of keys from the document's root;
 /// list items are their index as a string.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct DocLines {
+pub struct DocLines {
     /// The line (1-based) the document's content starts on.
-    pub(crate) start: usize,
+    pub start: usize,
     lines: HashMap<Vec<String>, usize>,
 }
 
 impl DocLines {
     /// The line of `path`, or of its longest prefix present in the file, or
     /// the document's start.
-    pub(crate) fn line_of(&self, path: &[String]) -> usize {
+    pub fn line_of(&self, path: &[String]) -> usize {
         (0..=path.len())
             .rev()
             .find_map(|n| self.lines.get(&path[..n]).copied())
@@ -29,7 +29,7 @@ impl DocLines {
 
     /// The lines of the subtree at `prefix` (e.g. one item of a `List`),
     /// re-rooted there.
-    pub(crate) fn subtree(&self, prefix: &[String]) -> DocLines {
+    pub fn subtree(&self, prefix: &[String]) -> DocLines {
         let start = self.line_of(prefix);
         DocLines {
             start,
@@ -56,7 +56,7 @@ enum Frame {
 
 /// Indexes every document of a multi-document YAML text, in order. Like
 /// serde-saphyr, it leaves out documents that are empty or `null`.
-pub(crate) fn index(text: &str) -> Result<Vec<DocLines>, String> {
+pub fn index(text: &str) -> Result<Vec<DocLines>, String> {
     let mut docs = Vec::new();
     let mut current: Option<DocLines> = None;
     // Whether the current document has a root that is not null.

@@ -1,129 +1,82 @@
-//! Reading manifests, the one way `check`, `check --live` and `explain -f`
-//! do it: files, folders (every `.yaml`, `.yml` and `.json`, sorted) or `-`
-//! for standard input; every YAML document, with `List`s expanded as
+//! Parsing manifests, the one way `check`, `check --live` and `explain -f`
+//! do it: every YAML document of a file's text, with `List`s expanded as
 //! `kubectl apply` expands them; each object checked for an `apiVersion`
-//! and a `kind`; and the lines of its fields, for annotations.
-
-use std::path::{Path, PathBuf};
+//! and a `kind`; and the lines of its fields, for annotations. The runtime
+//! reads the files; this module only parses their text.
 
 use serde_json::Value;
 
-use super::lines::{self, DocLines};
+pub mod lines;
+
+use lines::DocLines;
 
 /// The most documents read from one file unless a command says otherwise.
-pub(crate) const MAX_DOCUMENTS: usize = 1024;
+pub const MAX_DOCUMENTS: usize = 1024;
 
 /// One object read from a manifest file.
 #[derive(Debug, Clone)]
-pub(crate) struct Manifest {
+pub struct Manifest {
     /// The file it came from ("-" for standard input).
-    pub(crate) file: String,
+    pub file: String,
     /// 1-based document number in the file.
-    pub(crate) doc: usize,
+    pub doc: usize,
     /// "document 2", or "document 2, item 5" inside a List.
-    pub(crate) at: String,
+    pub at: String,
     /// The object.
-    pub(crate) object: Value,
+    pub object: Value,
     /// Lines of its fields.
-    pub(crate) lines: DocLines,
+    pub lines: DocLines,
 }
 
 /// Why manifests could not be read.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ManifestError {
+pub enum ManifestError {
+    /// The file could not be read (the runtime reads; the error is shared).
     #[error("failed to read {path}: {source}")]
     Read {
+        /// The file.
         path: String,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// The text is not YAML.
     #[error("failed to parse {path}: {reason}")]
-    Parse { path: String, reason: String },
-    #[error("failed to read {path}, {at}: {reason}")]
-    Document {
+    Parse {
+        /// The file.
         path: String,
-        at: String,
+        /// The parser's message, naming the file.
         reason: String,
     },
+    /// A document is not an object the API server would take.
+    #[error("failed to read {path}, {at}: {reason}")]
+    Document {
+        /// The file.
+        path: String,
+        /// "document 2", or "document 2, item 5".
+        at: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// More documents than allowed.
     #[error("failed to read {path}: it has more than {max} YAML documents; raise --max-documents to read them all")]
-    TooManyDocuments { path: String, max: usize },
+    TooManyDocuments {
+        /// The file.
+        path: String,
+        /// The limit.
+        max: usize,
+    },
     /// What `kubectl apply` says of such a file: "no objects passed to apply".
     #[error("failed to find an object in {path}: it is empty, or holds only comments or `---` separators")]
-    NoObjects { path: String },
-}
-
-/// `path` itself, or every `.yaml`, `.yml` and `.json` file under the folder
-/// `path`, sorted; `-` stands for standard input.
-pub(crate) fn files(path: &Path) -> Result<Vec<PathBuf>, ManifestError> {
-    let mut out = Vec::new();
-    collect(path, &mut out)?;
-    Ok(out)
-}
-
-fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), ManifestError> {
-    let read_err = |source| ManifestError::Read {
-        path: path.display().to_string(),
-        source,
-    };
-    if path == Path::new("-") || !std::fs::metadata(path).map_err(read_err)?.is_dir() {
-        out.push(path.to_path_buf());
-        return Ok(());
-    }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(read_err)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for e in entries {
-        if e.is_dir() {
-            collect(&e, out)?;
-        } else if e
-            .extension()
-            .and_then(|x| x.to_str())
-            .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
-        {
-            out.push(e);
-        }
-    }
-    Ok(())
-}
-
-/// The text of a file, or of standard input for `-`.
-pub(crate) fn read_text(path: &Path) -> Result<String, ManifestError> {
-    let result = if path == Path::new("-") {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
-    } else {
-        std::fs::read_to_string(path)
-    };
-    result.map_err(|source| ManifestError::Read {
-        path: path.display().to_string(),
-        source,
-    })
-}
-
-/// Every object of every file under `paths`, in order.
-pub(crate) fn read(
-    paths: &[PathBuf],
-    max_documents: usize,
-) -> Result<Vec<Manifest>, ManifestError> {
-    let mut all = Vec::new();
-    for p in paths {
-        for f in files(p)? {
-            let text = read_text(&f)?;
-            all.extend(parse(&f.display().to_string(), &text, max_documents)?);
-        }
-    }
-    Ok(all)
+    NoObjects {
+        /// The file.
+        path: String,
+    },
 }
 
 /// The objects of one file's text. A file with none is an error, as for
 /// `kubectl apply`.
-pub(crate) fn parse(
-    file: &str,
-    text: &str,
-    max_documents: usize,
-) -> Result<Vec<Manifest>, ManifestError> {
+pub fn parse(file: &str, text: &str, max_documents: usize) -> Result<Vec<Manifest>, ManifestError> {
     let docs = parse_documents(file, text, max_documents)?;
     // Lines are a help, never a reason to fail: without them findings
     // point at line 1.
@@ -287,25 +240,5 @@ mod tests {
         let many = "---\napiVersion: v1\nkind: A\n".repeat(3);
         let e = parse("x.yaml", &many, 2).unwrap_err().to_string();
         assert!(e.contains("more than 2 YAML documents"), "{e}");
-    }
-
-    #[test]
-    fn folders_give_their_manifest_files_sorted() {
-        let dir = tempfile::tempdir().unwrap();
-        for f in ["b.yaml", "a.json", "c.txt", "sub/d.yml"] {
-            let p = dir.path().join(f);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, "").unwrap();
-        }
-        let names: Vec<String> = files(dir.path())
-            .unwrap()
-            .iter()
-            .map(|p| p.strip_prefix(dir.path()).unwrap().display().to_string())
-            .collect();
-        assert_eq!(names, ["a.json", "b.yaml", "sub/d.yml"]);
-        assert!(matches!(
-            files(&dir.path().join("nope")),
-            Err(ManifestError::Read { .. })
-        ));
     }
 }

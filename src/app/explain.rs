@@ -72,7 +72,7 @@ pub(crate) struct Explained {
     /// `Kind/name` of the object.
     label: String,
     /// Its Composition's patches that would be denied, when it has one.
-    patches: Option<super::explain_composition::Patches>,
+    patches: Option<mrguard_policy::composition::Patches>,
 }
 
 /// `KIND[.GROUP]/NAME`.
@@ -143,7 +143,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
             manifests::read(std::slice::from_ref(p), manifests::MAX_DOCUMENTS)?
                 .into_iter()
                 .map(|m| m.object)
-                .find(super::compositions::is_composition)
+                .find(mrguard_policy::live::is_composition)
                 .ok_or_else(|| anyhow::anyhow!("{} holds no Composition", p.display()))?,
         ),
         None => None,
@@ -175,7 +175,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
                 None
             },
             label: mrguard_policy::offline::label(o),
-            patches: composition.map(|c| super::explain_composition::patches(o, &c, &config)),
+            patches: composition.map(|c| mrguard_policy::composition::patches(o, &c, &config)),
         });
     }
     Ok(out)

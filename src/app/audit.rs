@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::progress::Progress;
-use crate::controller::audit::{audit_kind, discover, AuditFinding};
+use crate::controller::audit::{discover, index_identities, pass, AuditFinding, PassEvent};
+use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -126,23 +127,36 @@ pub(crate) fn run(args: AuditArgs) -> i32 {
         // The total of MRs is known only once every kind is listed, so the
         // bar counts kinds and its message the MRs judged so far.
         let progress = Progress::new(coverage.len() as u64, "kinds", args.quiet);
-        for kind in coverage.kinds() {
-            let _done = progress.item();
-            progress.message(format!(
-                "{objects} MRs judged; listing {}.{}",
-                kind.plural, kind.group
-            ));
-            match audit_kind(&client, kind, &config).await {
-                Ok(r) => {
-                    objects += r.objects;
-                    findings.extend(r.findings);
-                }
-                Err(e) => {
-                    eprintln!("mrguard audit: {e}");
-                    failed = true;
+        // What the controller's identity watches would know: duplicate
+        // claimants are findings here too.
+        progress.message("indexing external identities".into());
+        let cluster = Cluster::default();
+        index_identities(&client, &coverage, &config, &cluster).await;
+        let mut tick = None;
+        pass(&client, &coverage, &config, &cluster, |event| match event {
+            PassEvent::Listing(kind) => {
+                tick = Some(progress.item());
+                progress.message(format!(
+                    "{objects} MRs judged; listing {}.{}",
+                    kind.plural, kind.group
+                ));
+            }
+            PassEvent::Done(_, result) => {
+                tick = None;
+                match result {
+                    Ok(r) => {
+                        objects += r.objects;
+                        findings.extend(r.findings);
+                    }
+                    Err(e) => {
+                        eprintln!("mrguard audit: {e}");
+                        failed = true;
+                    }
                 }
             }
-        }
+        })
+        .await;
+        drop(tick);
         progress.finish();
         sort(&mut findings);
         match args.output {
