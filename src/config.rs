@@ -13,6 +13,7 @@ use mrguard_policy::config::{Config, ConfigError};
 
 use crate::poll::{FilePoller, Polled, ReloadMetrics};
 
+/// The configuration's reload metrics and its expired-exception gauge.
 pub struct ConfigMetrics {
     reloads: ReloadMetrics,
     last_success: Gauge,
@@ -83,6 +84,7 @@ impl prometheus::core::Collector for ExpiredExceptions {
 }
 
 impl ConfigMetrics {
+    /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let m = Self {
             reloads: ReloadMetrics::new("mrguard_config", "Configuration")?,
@@ -128,6 +130,7 @@ pub struct ConfigStore {
 }
 
 impl ConfigStore {
+    /// A store holding `initial`, counted as a successful load.
     pub fn new(initial: Config, metrics: Option<ConfigMetrics>) -> Arc<Self> {
         if let Some(m) = &metrics {
             m.mark_loaded();

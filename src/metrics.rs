@@ -28,6 +28,8 @@ pub fn registry() -> Registry {
     r
 }
 
+/// The admission webhooks' metrics: requests, rejections, durations,
+/// findings and applied exceptions, with bounded kind labels.
 pub struct AdmissionMetrics {
     requests: IntCounterVec,
     rejected: IntCounterVec,
@@ -40,6 +42,7 @@ pub struct AdmissionMetrics {
 pub use crate::controller::metrics::KnownKinds;
 
 impl AdmissionMetrics {
+    /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let requests = IntCounterVec::new(
             Opts::new(
@@ -206,9 +209,13 @@ impl RejectReason {
 
 /// The request labels of one decided request.
 pub struct RequestLabels<'a> {
+    /// `mutate` or `validate`.
     pub webhook: Webhook,
+    /// CREATE, UPDATE, DELETE or CONNECT.
     pub operation: &'a str,
+    /// The object's API group.
     pub group: &'a str,
+    /// The object's kind.
     pub kind: &'a str,
     /// Whether the configuration names the kind ([`Config::names_kind`]);
     /// if not, and the controller does not cover it either, it is counted

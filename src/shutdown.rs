@@ -1,11 +1,14 @@
 //! A shutdown signal shared by background tasks: fired once on SIGTERM.
 use tokio::sync::watch;
 
+/// Waits for shutdown; clones share one trigger.
 #[derive(Clone)]
 pub struct Signal(watch::Receiver<bool>);
 
+/// Fires the shutdown every [`Signal`] of its channel sees.
 pub struct Trigger(watch::Sender<bool>);
 
+/// A new, unfired shutdown channel.
 pub fn channel() -> (Trigger, Signal) {
     let (tx, rx) = watch::channel(false);
     (Trigger(tx), Signal(rx))

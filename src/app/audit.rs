@@ -16,6 +16,7 @@ pub(crate) enum AuditOutput {
     Json,
 }
 
+/// Arguments of `mrguard audit`.
 #[derive(Debug, Clone, Args)]
 pub struct AuditArgs {
     #[command(flatten)]

@@ -27,6 +27,7 @@ pub(crate) enum CheckOperation {
     Delete,
 }
 
+/// Arguments of `mrguard check`.
 #[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
     /// Manifest file (multi-document YAML), or folder (read recursively);

@@ -10,6 +10,7 @@ use super::parse::{parse_duration, parse_fraction};
 use crate::controller::{certs, identity, resolve_namespace, webhooks, ControllerError, Settings};
 use mrguard_policy::reports::Flavor;
 
+/// The controller's arguments, part of `mrguard serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ControllerArgs {
     /// Run the controller; it also runs in a cluster (KUBERNETES_SERVICE_HOST

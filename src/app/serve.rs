@@ -23,6 +23,7 @@ use crate::shutdown;
 use crate::tls::{self, CertStore, PemPair, TlsMetrics};
 use mrguard_policy::config::Config;
 
+/// Arguments of `mrguard serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Address of the HTTPS admission listener.
@@ -90,16 +91,20 @@ pub struct ServeArgs {
     /// After the listener closes, how long in-flight requests get to finish.
     #[arg(long, env = "MRGUARD_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// The controller's arguments.
     #[command(flatten)]
     pub controller: ControllerArgs,
 }
 
 /// A started server, for the binary and for tests.
 pub struct Running {
+    /// The webhook listener's address.
     pub addr: SocketAddr,
+    /// The metrics listener's address.
     pub metrics_addr: SocketAddr,
     /// The CA certificate written by --self-signed.
     pub ca_file: Option<PathBuf>,
+    /// What `/readyz` reports.
     pub ready: Arc<AtomicBool>,
     trigger: shutdown::Trigger,
     drain_delay: Duration,

@@ -14,6 +14,7 @@ use mrguard_policy::model::Operation;
 use mrguard_policy::offline;
 use mrguard_policy::suite::{compare, junit, text_report, CaseResult, Expect, SuiteResult};
 
+/// Arguments of `mrguard test`.
 #[derive(Debug, Clone, Args)]
 pub struct TestArgs {
     /// A suite file, or a folder searched recursively for `*.test.yaml`

@@ -32,10 +32,12 @@ pub use certs::CertsCommand;
 pub struct Cli {
     #[command(flatten)]
     pub(crate) log: LogArgs,
+    /// The subcommand to run.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the mutating and validating webhooks over HTTPS.
@@ -68,6 +70,7 @@ pub enum Command {
     Crd(app::crd::CrdCommand),
 }
 
+/// `mrguard config` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Validate a configuration file; exits 0 when valid and 1 when not.
@@ -81,6 +84,7 @@ pub enum ConfigCommand {
     Default,
 }
 
+/// `mrguard export` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {
     /// Write ValidatingAdmissionPolicies and bindings (admissionregistration.k8s.io/v1,

@@ -17,13 +17,17 @@ pub(crate) const VALIDATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];
 /// One MR kind.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MrKind {
+    /// The API group.
     pub group: String,
+    /// The kind, e.g. `Bucket`.
     pub kind: String,
+    /// The resource name, e.g. `buckets`.
     pub plural: String,
     /// Served versions, sorted.
     pub versions: Vec<String>,
     /// The version objects are read in: the storage version when served.
     pub read_version: String,
+    /// Whether objects of the kind live in namespaces (Crossplane v2).
     pub namespaced: bool,
 }
 

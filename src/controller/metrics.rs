@@ -7,17 +7,26 @@ use std::sync::RwLock;
 
 use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
+/// The controller's metrics; the leader-only gauges are cleared when
+/// leadership ends.
 pub struct ControllerMetrics {
     /// `mrguard_managed_resources{group,kind,state}`.
     pub managed_resources: IntGaugeVec,
     /// `mrguard_audit_violations{rule,group,kind}`.
     pub audit_violations: IntGaugeVec,
+    /// `mrguard_controller_leader`: 1 while this replica leads.
     pub leader: IntGauge,
+    /// `mrguard_controller_covered_kinds`.
     pub covered_kinds: IntGauge,
+    /// `mrguard_controller_webhook_updates_total{kind}`.
     pub webhook_updates: IntCounterVec,
+    /// `mrguard_controller_webhook_configuration_present{kind}`.
     pub webhook_configuration_present: IntGaugeVec,
+    /// `mrguard_controller_events_total{reason,result}`.
     pub events: IntCounterVec,
+    /// `mrguard_controller_api_errors_total{verb,resource,code}`.
     pub api_errors: IntCounterVec,
+    /// `mrguard_audit_last_success_timestamp_seconds`.
     pub audit_last_success: IntGauge,
     /// `mrguard_controller_forbidden_kinds`.
     pub forbidden_kinds: IntGauge,
@@ -30,6 +39,7 @@ pub struct ControllerMetrics {
 }
 
 impl ControllerMetrics {
+    /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let m = Self {
             managed_resources: IntGaugeVec::new(
@@ -130,6 +140,7 @@ impl ControllerMetrics {
         ]
     }
 
+    /// Counts one failed API call; `code` is the HTTP status, 0 without one.
     pub fn api_error(&self, verb: &str, resource: &str, code: Option<u16>) {
         let code = code.unwrap_or(0).to_string();
         self.api_errors

@@ -51,6 +51,7 @@ pub(crate) const QUIET_NOT_FOUND: u32 = 6;
 /// What the gauges count for one MR.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObjState {
+    /// `crossplane.io/paused: "true"`.
     pub paused_annotation: bool,
     /// From the last audit pass: `managementPolicies: []`.
     pub paused_policy: bool,
@@ -136,6 +137,7 @@ pub struct MrStates {
 }
 
 impl MrStates {
+    /// Empty counts that set the gauges of `metrics`.
     pub fn new(metrics: Arc<ControllerMetrics>) -> Self {
         Self {
             inner: Arc::new(Mutex::new(BTreeMap::new())),
@@ -199,6 +201,7 @@ impl MrStates {
         });
     }
 
+    /// Records one MR's state from its watch; the audit's `paused_policy` is kept.
     pub fn upsert(&self, kind: &MrKind, uid: &str, mut state: ObjState) {
         self.with_kind(kind, |k| {
             state.paused_policy = k.objects.get(uid).is_some_and(|p| p.paused_policy);

@@ -30,6 +30,7 @@ pub const H2_STREAM_WINDOW: u32 = 256 * 1024;
 /// The connection's window: several streams at full speed.
 pub const H2_CONNECTION_WINDOW: u32 = 1024 * 1024;
 
+/// Per-connection limits of an HTTPS listener.
 #[derive(Debug, Clone)]
 pub struct ConnLimits {
     /// Time for the TLS handshake and for each request's headers (from the
@@ -58,6 +59,7 @@ type Builders = (
 );
 
 impl HttpsServer {
+    /// A server that accepts on `listener` and serves `app` over `tls`.
     pub fn new(
         listener: TcpListener,
         tls: Arc<rustls::ServerConfig>,
@@ -82,6 +84,7 @@ impl HttpsServer {
         }
     }
 
+    /// The address the listener is bound to.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }

@@ -27,6 +27,7 @@ pub struct AppState {
     pub config: Arc<ConfigStore>,
     /// What this replica's watches know of the cluster; empty without them.
     pub cluster: Arc<mrguard_policy::cluster::Cluster>,
+    /// The admission metrics; None in tests that need none.
     pub metrics: Option<Arc<AdmissionMetrics>>,
     /// What `/readyz` reports.
     pub ready: Arc<AtomicBool>,
@@ -47,6 +48,8 @@ pub struct RouteLimits {
     pub max_inflight_wait: Duration,
 }
 
+/// The webhook listener's routes: `/mutate`, `/validate` and the probes,
+/// with the body, concurrency and in-flight byte limits of `limits`.
 pub fn router(state: AppState, limits: &RouteLimits) -> Router {
     let in_flight = Arc::new(Semaphore::new(limits.max_concurrent_requests));
     let budget = BodyBudget::new(limits.max_inflight_body_bytes, limits.max_inflight_wait);
