@@ -14,7 +14,7 @@ use kube::Api;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::composition::XrSchemas;
 
-use super::api::{watcher_source, ControllerError};
+use super::api::ControllerError;
 use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
 
 fn resource() -> ApiResource {
@@ -76,12 +76,11 @@ pub(crate) async fn run(client: kube::Client, cluster: Arc<Cluster>) {
                 current.remove(&key(&o));
             }
             Err(e) => {
-                let e = ControllerError::Api {
-                    verb: "watch",
-                    resource: "compositeresourcedefinitions.apiextensions.crossplane.io",
-                    object: String::new(),
-                    source: watcher_source(e),
-                };
+                let e = ControllerError::watch(
+                    "compositeresourcedefinitions.apiextensions.crossplane.io",
+                    "",
+                    e,
+                );
                 // Not a controller failure: Compositions are then judged
                 // without XRDs, as `check` without --crd. Without
                 // Crossplane (404) that is expected: said once, at INFO.
