@@ -131,6 +131,20 @@ mod tests {
         assert_eq!(serving_names(true, None, &[]), local_names());
     }
 
+    /// `--cert-extra-names` values: trimmed, empty allowed (dropped
+    /// later), unverifiable refused at startup rather than at issuance.
+    #[test]
+    fn extra_names_are_checked_when_parsed() {
+        assert_eq!(extra_name(" 10.0.0.7 ").unwrap(), "10.0.0.7");
+        assert_eq!(extra_name("").unwrap(), "");
+        assert_eq!(
+            extra_name("*.hooks.example.test").unwrap(),
+            "*.hooks.example.test"
+        );
+        let e = extra_name("two words").unwrap_err().to_string();
+        assert!(e.contains("\"two words\" is neither"), "{e}");
+    }
+
     #[test]
     fn only_verifiable_names_are_accepted() {
         for ok in [
