@@ -25,6 +25,7 @@
 //! Alongside the server:
 //! - [`config`] and [`tls`] reload the configuration file and the
 //!   certificate files when their contents change, through one file poller;
+//!   [`pki`] issues, parses, matches and rotates the certificates;
 //! - [`controller`] (with `serve --controller`) runs on every replica a
 //!   loader that serves the TLS Secret's certificate (readiness waits for
 //!   it) and a Lease election; the leader keeps the Secret's CA and serving
@@ -46,6 +47,7 @@ pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod metrics;
+pub mod pki;
 mod poll;
 pub mod server;
 pub mod shutdown;

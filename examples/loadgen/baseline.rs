@@ -14,8 +14,9 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::{BodyExt, Limited};
+use mrguard::pki::PemPair;
 use mrguard::server::{ConnLimits, HttpsServer};
-use mrguard::tls::{CertStore, PemPair};
+use mrguard::tls::CertStore;
 
 async fn review(body: Body) -> Response {
     let bytes: Bytes = match Limited::new(body, mrguard::server::MAX_BODY_BYTES)

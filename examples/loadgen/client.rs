@@ -32,10 +32,10 @@ impl Proto {
 
 pub(crate) fn tls_config(ca_pem: &[u8], proto: Proto) -> anyhow::Result<Arc<rustls::ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
-    for c in mrguard::tls::parse_certs(ca_pem, "CA")? {
+    for c in mrguard::pki::parse_certs(ca_pem, "CA")? {
         roots.add(c)?;
     }
-    let mut config = rustls::ClientConfig::builder_with_provider(mrguard::tls::provider())
+    let mut config = rustls::ClientConfig::builder_with_provider(mrguard::pki::provider())
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth();

@@ -511,7 +511,7 @@ fn build_mrguard() -> anyhow::Result<PathBuf> {
 
 async fn bench(args: Args) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let (pair, ca) = mrguard::tls::self_signed(&mrguard::tls::local_names())?;
+    let (pair, ca) = mrguard::pki::self_signed(&mrguard::pki::local_names())?;
     let cert = dir.path().join("tls.crt");
     let key = dir.path().join("tls.key");
     std::fs::write(&cert, &pair.cert)?;

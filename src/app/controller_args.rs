@@ -7,7 +7,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::parse::{parse_duration, parse_fraction};
-use crate::controller::{certs, identity, resolve_namespace, webhooks, ControllerError, Settings};
+use crate::controller::{identity, resolve_namespace, webhooks, ControllerError, Settings};
+use crate::pki::{self, rotation};
 use mrguard_policy::reports::Flavor;
 
 /// The controller's arguments, part of `mrguard serve`.
@@ -80,7 +81,7 @@ pub struct ControllerArgs {
     pub cert_renew_fraction: f64,
     /// Extra DNS names or IP addresses for the serving certificate
     /// (comma-separated), e.g. for a webhook reached by URL.
-    #[arg(long, env = "MRGUARD_CERT_EXTRA_NAMES", value_delimiter = ',')]
+    #[arg(long, env = "MRGUARD_CERT_EXTRA_NAMES", value_delimiter = ',', value_parser = pki::extra_name)]
     pub cert_extra_names: Vec<String>,
     /// Requests (watches included) per HTTP/2 connection to the API server;
     /// another connection opens when every one is full. Keep it below the
@@ -167,13 +168,11 @@ impl ControllerArgs {
     /// serves admission.
     pub(crate) fn settings(&self, serving_port: u16) -> Settings {
         let namespace = resolve_namespace(self.namespace.as_deref());
-        let mut names = certs::service_names(&self.service_name, &namespace);
-        for extra in &self.cert_extra_names {
-            let extra = extra.trim();
-            if !extra.is_empty() && !names.iter().any(|n| n == extra) {
-                names.push(extra.to_string());
-            }
-        }
+        let names = pki::serving_names(
+            false,
+            Some((&self.service_name, &namespace)),
+            &self.cert_extra_names,
+        );
         Settings {
             service: self.service_name.clone(),
             secret: self.tls_secret_name.clone(),
@@ -186,12 +185,12 @@ impl ControllerArgs {
             audit_interval: self.audit_interval.max(Duration::from_secs(1)),
             policy_reports: self.policy_reports.flavor(),
             identity: identity(),
-            certs: certs::CertSettings {
+            certs: rotation::CertSettings {
                 names,
                 ca_lifetime: self.ca_lifetime,
                 cert_lifetime: self.cert_lifetime,
                 renew_fraction: self.cert_renew_fraction,
-                settle: certs::BUNDLE_SETTLE,
+                settle: rotation::BUNDLE_SETTLE,
             },
             serving_port,
             crossplane_namespace: self

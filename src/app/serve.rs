@@ -18,9 +18,10 @@ use super::parse::parse_duration;
 use crate::config::{ConfigMetrics, ConfigStore};
 use crate::controller::metrics::ControllerMetrics;
 use crate::metrics::AdmissionMetrics;
+use crate::pki::{self, PemPair};
 use crate::server::{ConnLimits, HttpsServer, RouteLimits};
 use crate::shutdown;
-use crate::tls::{self, CertStore, PemPair, TlsMetrics};
+use crate::tls::{self, CertStore, TlsMetrics};
 use mrguard_policy::config::Config;
 
 /// Arguments of `mrguard serve`.
@@ -177,18 +178,18 @@ fn certificates(
             (CertStore::new(ck, Some(metrics)), Some((cert.clone(), key.clone(), pair)), None)
         }
         (None, None, true) => {
-            let (pair, ca) = tls::self_signed(&tls::local_names())?;
+            let (pair, ca) = pki::self_signed(&pki::local_names())?;
             let ca_file = args
                 .self_signed_ca_file
                 .clone()
                 .unwrap_or_else(|| std::env::temp_dir().join("mrguard-ca.crt"));
-            tls::write_file(&ca_file, ca.cert.as_bytes(), false)?;
+            pki::write_file(&ca_file, ca.cert.as_bytes(), false)?;
             (CertStore::new(pair.certified_key()?, Some(metrics)), None, Some(ca_file))
         }
         // The controller swaps in the Secret's certificate; until then a
         // throwaway one serves and /readyz stays false.
         (None, None, false) if controller_mode => {
-            let (pair, _) = tls::self_signed(&tls::local_names())?;
+            let (pair, _) = pki::self_signed(&pki::local_names())?;
             (CertStore::new(pair.certified_key()?, Some(metrics)), None, None)
         }
         _ => bail!("no certificate: pass --tls-cert-file and --tls-key-file, or --self-signed for local use"),

@@ -34,8 +34,8 @@ pub enum ControllerError {
         object: String,
         after: Duration,
     },
-    #[error("failed to generate a certificate: {0}")]
-    Tls(#[from] crate::tls::TlsError),
+    #[error(transparent)]
+    Pki(#[from] crate::pki::PkiError),
     #[error("failed to set up the controller: {0}")]
     Setup(String),
     #[error(

@@ -124,7 +124,7 @@ pub(crate) struct Settings {
     pub(crate) policy_reports: Option<mrguard_policy::reports::Flavor>,
     /// This replica's Lease holder identity ([`identity`]).
     pub(crate) identity: String,
-    pub(crate) certs: certs::CertSettings,
+    pub(crate) certs: crate::pki::rotation::CertSettings,
     /// The port every replica serves admission on, for the rotation probe.
     pub(crate) serving_port: u16,
     /// Where Crossplane runs the providers' pods (their ServiceAccounts).
@@ -421,9 +421,7 @@ impl LeaderContext {
                 slices: kube::Api::namespaced(self.client.clone(), &s.namespace),
                 service: s.service.clone(),
                 port: s.serving_port,
-                server_name: certs::service_names(&s.service, &s.namespace)
-                    .pop()
-                    .unwrap_or_default(),
+                server_name: crate::pki::service_host(&s.service, &s.namespace),
                 local: self.certs.clone(),
             }),
         };
@@ -644,17 +642,21 @@ mod tests {
             audit_interval: Duration::from_secs(600),
             policy_reports: None,
             identity: identity(),
-            certs: certs::CertSettings {
-                names: certs::service_names("mrguard", "crossplane-system"),
+            certs: crate::pki::rotation::CertSettings {
+                names: crate::pki::serving_names(
+                    false,
+                    Some(("mrguard", "crossplane-system")),
+                    &[],
+                ),
                 ca_lifetime: Duration::from_secs(365 * 86400),
                 cert_lifetime: Duration::from_secs(90 * 86400),
                 renew_fraction: 1.0 / 3.0,
-                settle: certs::BUNDLE_SETTLE,
+                settle: crate::pki::rotation::BUNDLE_SETTLE,
             },
             serving_port: 9443,
             crossplane_namespace: "crossplane-system".into(),
         };
-        let (pair, _) = crate::tls::self_signed(&crate::tls::local_names()).unwrap();
+        let (pair, _) = crate::pki::self_signed(&crate::pki::local_names()).unwrap();
         let certs = CertStore::new(pair.certified_key().unwrap(), None);
         let ready = Arc::new(AtomicBool::new(false));
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
@@ -733,14 +735,12 @@ mod tests {
         assert!(crd_calls(false) <= 2, "CRD lists: {}", crd_calls(false));
         // The server now serves the Secret's certificate.
         let served = certs.current();
-        let leaf = crate::controller::certs::SecretContents::from_secret(
-            &serde_json::from_value(secret).unwrap(),
-        )
-        .leaf
-        .unwrap();
+        let leaf = certs::secret_contents(&serde_json::from_value(secret).unwrap())
+            .leaf
+            .unwrap();
         assert_eq!(
             served.cert[0],
-            crate::tls::parse_certs(&leaf.cert, "leaf").unwrap()[0]
+            crate::pki::parse_certs(&leaf.cert, "leaf").unwrap()[0]
         );
 
         trigger.fire();

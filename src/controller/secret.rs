@@ -12,8 +12,9 @@ use tokio::sync::watch as channel;
 use super::api::ControllerError;
 use super::metrics::ControllerMetrics;
 use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
+use crate::pki::PemPair;
 use crate::shutdown::Signal;
-use crate::tls::{CertStore, PemPair};
+use crate::tls::CertStore;
 
 pub(crate) const CA_CRT: &str = "ca.crt";
 pub(crate) const CA_KEY: &str = "ca.key";
@@ -170,7 +171,7 @@ fn publish(tx: &channel::Sender<SecretView>, v: SecretView) {
 mod tests {
     use super::*;
     use crate::controller::mock::{self, Reply};
-    use crate::tls;
+    use crate::pki;
     use serde_json::{json, Value};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
@@ -179,7 +180,7 @@ mod tests {
     fn secret_json() -> (Value, PemPair, String) {
         use base64::Engine;
         let b = |v: &[u8]| base64::engine::general_purpose::STANDARD.encode(v);
-        let (pair, ca) = tls::self_signed(&tls::local_names()).unwrap();
+        let (pair, ca) = pki::self_signed(&pki::local_names()).unwrap();
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "mrguard-tls", "namespace": "crossplane-system", "resourceVersion": "7"},
@@ -213,7 +214,7 @@ mod tests {
                 )
             }
         });
-        let (pair, _) = tls::self_signed(&tls::local_names()).unwrap();
+        let (pair, _) = pki::self_signed(&pki::local_names()).unwrap();
         let store = CertStore::new(pair.certified_key().unwrap(), None);
         let ready = Arc::new(AtomicBool::new(false));
         let gate = crate::controller::replica::ReadyGate::new(ready.clone());
@@ -259,7 +260,7 @@ mod tests {
         let served = store.current();
         assert_eq!(
             served.cert[0],
-            tls::parse_certs(&pair.cert, "leaf").unwrap()[0]
+            pki::parse_certs(&pair.cert, "leaf").unwrap()[0]
         );
         assert_eq!(
             rx.borrow().bundle.as_deref().unwrap().as_slice(),

@@ -338,7 +338,7 @@ impl WebhookApi {
                 continue;
             };
             for w in &observed.webhooks {
-                let trusted = crate::tls::parse_certs(&w.ca_bundle, "caBundle").unwrap_or_default();
+                let trusted = crate::pki::parse_certs(&w.ca_bundle, "caBundle").unwrap_or_default();
                 if !cas.iter().all(|ca| trusted.contains(ca)) {
                     return Ok(false);
                 }

@@ -54,7 +54,7 @@ pub(crate) struct TestPki {
 
 impl TestPki {
     pub(crate) fn generate() -> Self {
-        let (pair, ca) = mrguard::tls::self_signed(&mrguard::tls::local_names())
+        let (pair, ca) = mrguard::pki::self_signed(&mrguard::pki::local_names())
             .expect("test certificates are generated");
         Self {
             cert: pair.cert,
@@ -65,7 +65,7 @@ impl TestPki {
 
     /// DER of the serving certificate, as a client sees it.
     pub(crate) fn leaf(&self) -> Vec<u8> {
-        mrguard::tls::parse_certs(&self.cert, "test certificate").expect("PEM certificate")[0]
+        mrguard::pki::parse_certs(&self.cert, "test certificate").expect("PEM certificate")[0]
             .to_vec()
     }
 
@@ -98,11 +98,11 @@ impl TlsClient {
     ) -> Self {
         let mut roots = rustls::RootCertStore::empty();
         for pem in ca_pems {
-            for c in mrguard::tls::parse_certs(pem, "CA").expect("CA is PEM") {
+            for c in mrguard::pki::parse_certs(pem, "CA").expect("CA is PEM") {
                 roots.add(c).expect("CA certificate is usable");
             }
         }
-        let mut config = rustls::ClientConfig::builder_with_provider(mrguard::tls::provider())
+        let mut config = rustls::ClientConfig::builder_with_provider(mrguard::pki::provider())
             .with_protocol_versions(versions)
             .unwrap()
             .with_root_certificates(roots)
