@@ -41,7 +41,7 @@
 //!   decisions, or `--live` against a cluster), `audit`, `explain`, `config`
 //!   and `certs`, and calls the [`app`] function that does each.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 pub mod app;
 pub mod cli;
 pub mod config;

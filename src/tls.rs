@@ -20,12 +20,14 @@ use rustls::ServerConfig;
 use crate::pki::{not_after, provider, PemPair};
 use crate::poll::{FilePoller, Polled};
 
+/// The serving certificate's expiry and reload metrics.
 pub struct TlsMetrics {
     expiry: Gauge,
     reloads: crate::poll::ReloadMetrics,
 }
 
 impl TlsMetrics {
+    /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let m = Self {
             expiry: Gauge::new(
@@ -62,6 +64,7 @@ impl std::fmt::Debug for CertStore {
 }
 
 impl CertStore {
+    /// A store serving `initial`; `metrics` follow its expiry.
     pub fn new(initial: CertifiedKey, metrics: Option<TlsMetrics>) -> Arc<Self> {
         let store = Arc::new(Self {
             current: ArcSwap::from_pointee(initial),

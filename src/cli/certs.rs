@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 
 use crate::pki::{generate_dev, DevRequest};
 
+/// `mrguard certs` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum CertsCommand {
     /// Write a dev CA and a serving certificate for localhost and the

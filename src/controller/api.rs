@@ -16,34 +16,53 @@ use super::metrics::ControllerMetrics;
 /// The field manager of every server-side apply, and the Event reporter.
 pub(crate) const FIELD_MANAGER: &str = "mrguard";
 
+/// Every failure of the controller: one type, with the API status kept.
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
+    /// An API call the API server answered with an error, or could not be made.
     #[error("failed to {verb} {resource}{}: {source}", object_suffix(.object))]
     Api {
+        /// The verb: get, list, watch, patch, create, delete.
         verb: &'static str,
+        /// The resource, e.g. `secrets`.
         resource: &'static str,
+        /// The object's name (namespace/name), empty for collections.
         object: String,
+        /// What kube returned.
         #[source]
         source: kube::Error,
     },
     /// The API server did not answer in time.
     #[error("failed to {verb} {resource}{}: no answer within {after:?}", object_suffix(.object))]
     Timeout {
+        /// The verb.
         verb: &'static str,
+        /// The resource.
         resource: &'static str,
+        /// The object's name, empty for collections.
         object: String,
+        /// How long it waited.
         after: Duration,
     },
+    /// A certificate could not be issued or read.
     #[error(transparent)]
     Pki(#[from] crate::pki::PkiError),
+    /// The controller could not start.
     #[error("failed to set up the controller: {0}")]
     Setup(String),
+    /// The TLS Secret the chart creates is gone.
     #[error(
         "failed to update the TLS Secret {namespace}/{name}: it does not exist. The chart creates it \
          (empty, type kubernetes.io/tls) and mrguard never creates Secrets; run `helm upgrade` for \
          the release to create it again, or create an empty kubernetes.io/tls Secret of that name"
     )]
-    SecretMissing { namespace: String, name: String },
+    SecretMissing {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+    },
+    /// No client for the API server could be built.
     #[error("failed to connect to the Kubernetes API: {0}")]
     Client(String),
 }

@@ -29,7 +29,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::api::{watcher_source, ControllerError};
+use super::api::ControllerError;
 use super::coverage::{Coverage, CrdSummary, MrKind};
 use super::crds::Crds;
 use super::metrics::ControllerMetrics;
@@ -421,13 +421,8 @@ async fn watch_kind(
                 }
             }
             Err(e) => {
-                let e = ControllerError::Api {
-                    verb: "watch",
-                    // Apart from the leader's MR watch, whose retries are counted alone.
-                    resource: "managed resources (identity index)",
-                    object: kind.key(),
-                    source: watcher_source(e),
-                };
+                // Apart from the leader's MR watch, whose retries are counted alone.
+                let e = ControllerError::watch("managed resources (identity index)", kind.key(), e);
                 // A kind this replica may not list, or not yet served, must
                 // not keep the replica unready: it counts as listed (with
                 // nothing) and is retried.
@@ -498,12 +493,7 @@ async fn watch_provider_configs(
                 }
             }
             Err(e) => {
-                let e = ControllerError::Api {
-                    verb: "watch",
-                    resource: "provider configs",
-                    object: kind.key(),
-                    source: watcher_source(e),
-                };
+                let e = ControllerError::watch("provider configs", kind.key(), e);
                 if matches!(e.status_code(), Some(403 | 404)) {
                     let _ = done.send(key.clone());
                 }
