@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use crate::controller::api::ControllerError;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::Scope;
@@ -23,18 +24,10 @@ pub(crate) enum ClusterError {
     /// as "failed to connect to the Kubernetes API: ...").
     #[error("{0}")]
     Client(String),
-    /// An API call failed.
-    #[error("failed to {verb} {what}: {reason}")]
-    Api {
-        /// The verb, e.g. `get` or `patch`.
-        verb: &'static str,
-        /// The object, e.g. `buckets.s3.aws.upbound.io "b"`.
-        what: String,
-        /// Why, with a hint for RBAC denials.
-        reason: String,
-        /// The HTTP status, when the API server answered.
-        code: Option<u16>,
-    },
+    /// An API call failed: the controller's error type, with the API
+    /// status kept and an RBAC denial explained.
+    #[error(transparent)]
+    Api(#[from] ControllerError),
     /// The kind could not be found: not served, or discovery failed.
     #[error("failed to find kind {kind} of {api_version} on the cluster: {reason}")]
     Discovery {
@@ -69,7 +62,7 @@ impl ClusterError {
     #[cfg(test)]
     pub(crate) fn code(&self) -> Option<u16> {
         match self {
-            ClusterError::Api { code, .. } => *code,
+            ClusterError::Api(e) => e.status_code(),
             _ => None,
         }
     }
@@ -78,23 +71,12 @@ impl ClusterError {
 /// Wraps a kube error with the verb and object it was for; an RBAC denial
 /// says which permission is missing.
 pub(crate) fn api_error(verb: &'static str, what: String, e: kube::Error) -> ClusterError {
-    let (reason, code) = match &e {
-        kube::Error::Api(s) if s.code == 403 => (
-            format!(
-                "forbidden: the credentials lack {verb:?} on it (the API server said: {})",
-                s.message
-            ),
-            Some(403),
-        ),
-        kube::Error::Api(s) => (format!("{} ({})", s.message, s.code), Some(s.code)),
-        other => (other.to_string(), None),
-    };
-    ClusterError::Api {
+    ClusterError::Api(ControllerError::Api {
         verb,
-        what,
-        reason,
-        code,
-    }
+        resource: what.into(),
+        object: String::new(),
+        source: Box::new(e),
+    })
 }
 
 /// A current-thread runtime for a one-shot command that talks to a

@@ -2,6 +2,7 @@
 //! and resource, a watch error logged once, backoff for retries, and the
 //! clock every time-dependent decision reads.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use futures::Stream;
@@ -20,17 +21,17 @@ pub(crate) const FIELD_MANAGER: &str = "mrguard";
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
     /// An API call the API server answered with an error, or could not be made.
-    #[error("failed to {verb} {resource}{}: {source}", object_suffix(.object))]
+    #[error("failed to {verb} {resource}{}: {}", object_suffix(.object), reason(.verb, .source))]
     Api {
         /// The verb: get, list, watch, patch, create, delete.
         verb: &'static str,
-        /// The resource, e.g. `secrets`.
-        resource: &'static str,
+        /// The resource, e.g. `secrets`, or a kind and name in the CLI.
+        resource: Cow<'static, str>,
         /// The object's name (namespace/name), empty for collections.
         object: String,
-        /// What kube returned.
+        /// What kube returned (boxed: it is most of the error's size).
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// The API server did not answer in time.
     #[error("failed to {verb} {resource}{}: no answer within {after:?}", object_suffix(.object))]
@@ -38,7 +39,7 @@ pub enum ControllerError {
         /// The verb.
         verb: &'static str,
         /// The resource.
-        resource: &'static str,
+        resource: Cow<'static, str>,
         /// The object's name, empty for collections.
         object: String,
         /// How long it waited.
@@ -67,6 +68,19 @@ pub enum ControllerError {
     Client(String),
 }
 
+/// Why a call failed: the API server's message and status, or, on an RBAC
+/// denial, which permission is missing.
+fn reason(verb: &str, e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => format!(
+            "forbidden: the credentials lack {verb:?} on it (the API server said: {})",
+            s.message
+        ),
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => other.to_string(),
+    }
+}
+
 fn object_suffix(object: &str) -> String {
     if object.is_empty() {
         String::new()
@@ -84,19 +98,19 @@ impl ControllerError {
     ) -> Self {
         ControllerError::Api {
             verb: "watch",
-            resource,
+            resource: resource.into(),
             object: object.into(),
-            source: watcher_source(e),
+            source: Box::new(watcher_source(e)),
         }
     }
 
     /// The HTTP status of a failed API call, when the API server answered.
     pub(crate) fn status_code(&self) -> Option<u16> {
         match self {
-            ControllerError::Api {
-                source: kube::Error::Api(status),
-                ..
-            } => Some(status.code),
+            ControllerError::Api { source, .. } => match &**source {
+                kube::Error::Api(status) => Some(status.code),
+                _ => None,
+            },
             _ => None,
         }
     }
@@ -140,7 +154,7 @@ impl ControllerError {
             if self.status_code() == Some(403) {
                 tracing::error!(
                     verb,
-                    resource,
+                    resource = %resource,
                     object = %object,
                     error = %source,
                     "RBAC denied the controller: grant verb {verb:?} on {resource:?} to mrguard's service account ({what})"
@@ -161,9 +175,9 @@ pub(crate) fn api_err(
     let object = object.into();
     move |source| ControllerError::Api {
         verb,
-        resource,
+        resource: resource.into(),
         object,
-        source,
+        source: Box::new(source),
     }
 }
 
@@ -188,7 +202,7 @@ pub(crate) async fn with_timeout<T>(
     tokio::time::timeout(after, call).await.unwrap_or_else(|_| {
         Err(ControllerError::Timeout {
             verb,
-            resource,
+            resource: resource.into(),
             object: object.to_string(),
             after,
         })

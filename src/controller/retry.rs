@@ -205,11 +205,11 @@ mod tests {
         let m = ControllerMetrics::register(&registry).unwrap();
         let gone = ControllerError::Api {
             verb: "watch",
-            resource: "secrets",
+            resource: "secrets".into(),
             object: "x".into(),
-            source: kube::Error::Api(Box::new(
+            source: Box::new(kube::Error::Api(Box::new(
                 kube::core::Status::failure("too old", "Expired").with_code(410),
-            )),
+            ))),
         };
         let mut l = ErrorOnce::default();
         assert!(!l.failed(&gone, Some(&m), "w"));
