@@ -38,6 +38,36 @@ pub(crate) const MANAGED_CATEGORY: &str = "managed";
 pub(crate) const CRD_PAGE_SIZE: u32 = 50;
 
 /// The parts of a CustomResourceDefinition the controller reads. The
+/// A CRD type read from the CRD API: both shapes below are a
+/// CustomResourceDefinition to kube, with their metadata at `$($meta).+`.
+macro_rules! crd_resource {
+    ($ty:ty, $($meta:ident).+) => {
+        impl Resource for $ty {
+            type DynamicType = ();
+            type Scope = k8s_openapi::ClusterResourceScope;
+
+            fn kind(_: &()) -> Cow<'_, str> {
+                "CustomResourceDefinition".into()
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                "apiextensions.k8s.io".into()
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                "v1".into()
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                "customresourcedefinitions".into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.$($meta).+
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.$($meta).+
+            }
+        }
+    };
+}
+
 /// schemas, often most of a provider CRD's size, are skipped while decoding.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub(crate) struct CrdSummary {
@@ -78,29 +108,7 @@ pub(crate) struct CrdSummaryVersion {
     pub(crate) storage: bool,
 }
 
-impl Resource for CrdSummary {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "CustomResourceDefinition".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "apiextensions.k8s.io".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "customresourcedefinitions".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crd_resource!(CrdSummary, metadata);
 
 /// The resource, in logs and the API-error metric.
 const RESOURCE: &str = "customresourcedefinitions.apiextensions.k8s.io";
@@ -161,29 +169,7 @@ impl From<RawCrd> for Crd {
     }
 }
 
-impl Resource for Crd {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "CustomResourceDefinition".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "apiextensions.k8s.io".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "customresourcedefinitions".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.summary.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.summary.metadata
-    }
-}
+crd_resource!(Crd, summary.metadata);
 
 /// The shared CRD store and its change signal. Cheap to clone.
 #[derive(Clone)]
