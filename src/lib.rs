@@ -35,9 +35,12 @@
 //!   settings come from [`cli`];
 //! - [`shutdown`] carries the signal that stops every task: readiness goes
 //!   false, the listener closes, in-flight requests drain;
+//! - [`claimants`] lists the live MRs whose external identity can collide
+//!   with one MR's, for `explain` and `check --live`;
 //! - [`cli`] is the command line: `serve`, `check` (offline decisions, or
 //!   `--live` against a cluster), `audit`, `explain`, `config` and `certs`.
 
+pub mod claimants;
 pub mod cli;
 pub mod config;
 pub mod controller;

@@ -131,8 +131,15 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
                 .get(&name)
                 .await
                 .map_err(|e| api_error("get", what, e))?;
-            if facts.is_none() {
-                facts = Some(crd_facts(client, &resource).await);
+            let facts = match &mut facts {
+                Some(f) => f,
+                None => facts.insert(crd_facts(client, &resource).await),
+            };
+            // Who else claims its identity; explained without when unreadable.
+            let (g, k) = (&resource.api.group, &resource.api.kind);
+            match crate::claimants::Family::list(client, &config, g, k).await {
+                Ok(family) => family.fill(facts.identities()),
+                Err(e) => eprintln!("mrguard explain: note: other claimants unknown: {e}"),
             }
             vec![serde_json::to_value(obj)?]
         }

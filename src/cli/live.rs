@@ -19,9 +19,13 @@ use super::progress::Progress;
 use super::sarif::{self, Annotation};
 use mrguard_policy::config::Config;
 use mrguard_policy::crd::{Crds, Lookup};
+use mrguard_policy::identity::report::IdentityReport;
+use mrguard_policy::identity::IdentityIndex;
 use mrguard_policy::merge;
 use mrguard_policy::model::{Action, Operation};
 use mrguard_policy::offline::{self, identity};
+
+use crate::claimants::{Families, Family};
 
 /// How the new object is computed from the manifest and the live object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -137,6 +141,9 @@ pub(crate) struct LiveResult {
     pub(crate) invalid: Option<String>,
     /// Things worth knowing about how it was judged.
     pub(crate) notes: Vec<String>,
+    /// Its external identity and the other live MRs that claim it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) identity: Option<IdentityReport>,
 }
 
 /// One rule finding of a live check.
@@ -157,7 +164,7 @@ pub(crate) struct LiveFinding {
 
 /// Judges one manifest against its live object; `crd` is the kind's CRD
 /// when the credentials may read it.
-#[allow(clippy::too_many_arguments)]
+#[cfg(test)]
 pub(crate) fn judge_manifest(
     m: &Manifest,
     live: Option<&Value>,
@@ -167,6 +174,27 @@ pub(crate) fn judge_manifest(
     config: &Config,
     crds: Option<&Crds>,
 ) -> Result<LiveResult, LiveError> {
+    judge_manifest_in(m, live, merged, mode, username, config, crds, None)
+}
+
+/// [`judge_manifest`], with the live MRs whose identity can collide with
+/// this one's (`None`: not listed), so `external-identity` judges as
+/// admission would and the result names the other claimants.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn judge_manifest_in(
+    m: &Manifest,
+    live: Option<&Value>,
+    merged: Option<Value>,
+    mode: MergeMode,
+    username: &str,
+    config: &Config,
+    crds: Option<&Crds>,
+    family: Option<&Family>,
+) -> Result<LiveResult, LiveError> {
+    let report = |obj: &Value, index: &IdentityIndex| {
+        family.inspect(|f| f.fill(index));
+        Some(IdentityReport::of(obj, config, index, family.is_some()))
+    };
     let label = offline::label(&m.object);
     let mut notes = Vec::new();
     let (op, new) = match (mode, live, merged) {
@@ -203,6 +231,7 @@ pub(crate) fn judge_manifest(
                         "kubectl apply would send nothing: the manifest matches the live object"
                             .into(),
                     ],
+                    identity: report(live, &IdentityIndex::default()),
                 });
             }
             (Operation::Update, applied.object)
@@ -224,6 +253,7 @@ pub(crate) fn judge_manifest(
     let cluster = crds
         .map(|c| c.cluster_for(group, &kind))
         .unwrap_or_default();
+    let identity = report(&new, cluster.identities());
     let judged = offline::judge_in(op, &new, live, username, config, crd, &cluster)
         .map_err(|e| LiveError::Other(format!("{label}: {e}")))?;
     let findings: Vec<LiveFinding> = judged
@@ -251,6 +281,7 @@ pub(crate) fn judge_manifest(
         warnings: judged.warnings,
         invalid: judged.invalid,
         notes,
+        identity,
     })
 }
 
@@ -288,6 +319,7 @@ fn skipped(m: &Manifest, why: &str) -> LiveResult {
         warnings: vec![],
         invalid: None,
         notes: vec![why.to_string()],
+        identity: None,
     }
 }
 
@@ -303,6 +335,7 @@ fn rejected(m: &Manifest, op: Operation, message: String) -> LiveResult {
         warnings: vec![],
         invalid: Some(message),
         notes: vec!["the server-side-apply dry run was refused by the API server".into()],
+        identity: None,
     }
 }
 
@@ -335,6 +368,7 @@ async fn check_all(
     // Per CRD name: why it could not be used, if it could not.
     let mut crd_tried: std::collections::HashMap<String, Option<String>> =
         std::collections::HashMap::new();
+    let mut families = Families::default();
     let mut out = Vec::new();
     let progress = Progress::new(manifests.len() as u64, "manifests", live.quiet);
     for mut m in manifests {
@@ -436,7 +470,9 @@ async fn check_all(
                 }
             }
         };
-        let mut result = judge_manifest(
+        let (group, kind) = (&resource.api.group, &resource.api.kind);
+        let family = families.get(&client, &config, group, kind).await;
+        let mut result = judge_manifest_in(
             &m,
             live_obj.as_ref(),
             merged,
@@ -444,7 +480,13 @@ async fn check_all(
             args.username,
             &config,
             (!crds.is_empty()).then_some(&crds),
+            family.ok(),
         )?;
+        if let Err(e) = family {
+            result
+                .notes
+                .push(format!("other claimants of its identity unknown: {e}"));
+        }
         if let Some(Some(why)) = crd_tried.get(&resource.display()) {
             result.notes.push(format!(
                 "judged without the CRD's defaults and schema: failed to read customresourcedefinitions.apiextensions.k8s.io {:?}: {why}",
@@ -489,6 +531,9 @@ pub(crate) fn render_text(results: &[LiveResult]) -> String {
         }
         if let Some(i) = &r.invalid {
             s.push_str(&format!("  invalid: {i}\n"));
+        }
+        for l in r.identity.iter().flat_map(IdentityReport::lines) {
+            s.push_str(&format!("  {l}\n"));
         }
         for n in &r.notes {
             s.push_str(&format!("  note: {n}\n"));
