@@ -8,6 +8,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
+use crate::preflight::{mrguard, text};
 use crate::support::{self, api, wait_for, Options, WAIT};
 
 /// Crossplane v2's namespaced Bucket (tests/fixtures/PROVENANCE.md); kept
@@ -115,6 +116,115 @@ async fn two_namespaces_buckets_named_alike_the_second_is_denied() {
     let c = serde_json::to_value(r.object(namespaced_bucket("data-b", &team_b))).unwrap();
     let resp = api::create(&r.client, &path_b, &c, false).await.unwrap();
     assert_eq!(resp.status, 201, "{}", resp.body);
+
+    // The preflight of the second names the first, from the live objects.
+    let first = format!("Bucket.s3.aws.m.upbound.io {}/data", r.workload_ns);
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("team-b.yaml");
+    std::fs::write(&manifest, serde_saphyr::to_string(&b).unwrap()).unwrap();
+    let kubeconfig = cluster.admin_kubeconfig().display().to_string();
+    let (manifest, live) = (manifest.display().to_string(), "--live");
+    let check = |output: &str| {
+        let args = ["check", live, "-f", &manifest, "--kubeconfig", &kubeconfig];
+        mrguard(&[&args[..], &["-o", output]].concat())
+    };
+    let out = check("json");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let results: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let res = &results[0];
+    assert_eq!(
+        (&res["operation"], &res["verdict"]),
+        (&json!("CREATE"), &json!("denied")),
+        "{res}"
+    );
+    let f = &res["findings"][0];
+    assert_eq!(f["rule"], "external-identity", "{res}");
+    assert!(f["message"].as_str().unwrap().contains(&first), "{f}");
+    let id = &res["identity"];
+    assert_eq!(
+        id["identity"],
+        "Bucket.s3.aws.upbound.io \"data\" in eu-west-1 via ClusterProviderConfig default"
+    );
+    assert_eq!(id["lookedUp"], true);
+    let claimants = id["claimants"].as_array().unwrap();
+    assert_eq!(claimants.len(), 1, "{id}");
+    assert_eq!(
+        (&claimants[0]["namespace"], &claimants[0]["name"]),
+        (&json!(r.workload_ns), &json!("data"))
+    );
+    assert_eq!(claimants[0]["sameProviderConfig"], true);
+    let out = check("text");
+    let t = text(&out.stdout);
+    assert!(
+        t.contains(&format!(
+            "  claimed by: {first} (same provider config: the same external resource)\n"
+        )),
+        "{t}"
+    );
+    eprintln!("--- check --live (text) ---\n{t}");
+
+    // A third namespace's `data` under its own ProviderConfig is a near
+    // match: admitted with a warning, and `explain` of the first shows
+    // its identity and both kinds of claimant.
+    let team_c = format!("{}-c", r.workload_ns);
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": team_c}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut near = namespaced_bucket("data", &team_c);
+    near["spec"]["providerConfigRef"] = json!({"kind": "ProviderConfig", "name": "own"});
+    let near = serde_json::to_value(r.object(near)).unwrap();
+    let path_c = format!("/apis/s3.aws.m.upbound.io/v1beta1/namespaces/{team_c}/buckets");
+    let resp = api::create(&r.client, &path_c, &near, false).await.unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    let explain = |output: &str| {
+        mrguard(&[
+            "explain",
+            "buckets.s3.aws.m.upbound.io/data",
+            "-n",
+            &r.workload_ns,
+            "--kubeconfig",
+            &kubeconfig,
+            "-o",
+            output,
+        ])
+    };
+    let out = explain("json");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = &e["identity"];
+    assert_eq!(
+        id["identity"],
+        "Bucket.s3.aws.upbound.io \"data\" in eu-west-1 via ClusterProviderConfig default",
+        "{e}"
+    );
+    assert_eq!(id["foldedGroup"], "s3.aws.upbound.io");
+    let claimants: Vec<(&str, bool)> = id["claimants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["object"].as_str().unwrap(),
+                c["sameProviderConfig"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    let near_key = format!("Bucket.s3.aws.m.upbound.io {team_c}/data");
+    assert_eq!(claimants, [(near_key.as_str(), false)], "{id}");
+    let out = explain("text");
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("  identity    Bucket.s3.aws.upbound.io \"data\" in eu-west-1 via ClusterProviderConfig default\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!("  claimed by  {near_key} (another provider config")),
+        "{t}"
+    );
+    eprintln!("--- explain (text) ---\n{t}");
 }
 
 /// A VPC claiming another VPC's external name is denied while the first
