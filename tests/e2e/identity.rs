@@ -304,8 +304,9 @@ async fn a_vpc_claiming_another_s_external_name_is_denied_until_the_first_is_gon
 
 /// Admission cannot see two creates racing in two replicas, nor creates
 /// while mrguard is down: two VPCs with one external name, created before
-/// any mrguard runs, are found by the leader's audit (finding in the log
-/// and `mrguard_audit_violations{rule="external-identity"}`).
+/// any mrguard runs, are found by the leader's audit (finding in the log,
+/// `mrguard_audit_violations{rule="external-identity"}` and a result in
+/// the ClusterPolicyReport naming the other VPC).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
     let Some(cluster) = support::require_cluster(
@@ -315,6 +316,8 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
     else {
         return;
     };
+    // This release writes policy reports: one writer at a time.
+    let _writer = crate::policy_reports::REPORT_WRITERS.lock().await;
     // No release yet, and no label any release's objectSelector matches:
     // no webhook judges these creates.
     let admin = cluster.admin().await.unwrap();
@@ -328,7 +331,16 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
             .await
             .unwrap();
     }
-    let r = support::install(cluster, "e2e-identity-audit", Options::default()).await;
+    crate::policy_reports::ensure_report_crds(&admin).await;
+    let r = support::install(
+        cluster,
+        "e2e-identity-audit",
+        Options {
+            values: Some("controller:\n  policyReports: wgpolicyk8s\n".into()),
+            ..Options::default()
+        },
+    )
+    .await;
     let replica = &r.replicas[0];
     wait_for("the audit to report both claimants", WAIT, || async {
         let m = replica.metrics().await.ok()?;
@@ -349,6 +361,35 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
     .await
     .map_err(|e| r.with_logs(e))
     .unwrap();
+    // The policy report carries the finding, naming the other claimant.
+    let reports = kube::Api::<kube::api::DynamicObject>::all_with(
+        admin.clone(),
+        &support::resource(
+            "wgpolicyk8s.io",
+            "v1alpha2",
+            "ClusterPolicyReport",
+            "clusterpolicyreports",
+        ),
+    );
+    let result = wait_for("the ClusterPolicyReport's identity result", WAIT, || async {
+        let report = serde_json::to_value(reports.get_opt("mrguard").await.ok()??).ok()?;
+        report["results"].as_array()?.iter().find_map(|x| {
+            (x["rule"] == "external-identity"
+                && x["resources"][0]["name"] == "e2e-identity-dup-a")
+                .then(|| x.clone())
+        })
+    })
+    .await
+    .map_err(|e| r.with_logs(e))
+    .unwrap();
+    assert_eq!(result["result"], "fail", "{result}");
+    assert!(
+        result["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("VPC.ec2.aws.upbound.io e2e-identity-dup-b"),
+        "{result}"
+    );
     for name in ["e2e-identity-dup-a", "e2e-identity-dup-b"] {
         let _ = vpcs.delete(name, &DeleteParams::default()).await;
     }
