@@ -129,7 +129,13 @@ fn main() -> anyhow::Result<()> {
             bail!("--serve-mrguard needs --cert and --key");
         };
         let config = config_path(&args);
-        return identity::serve(addr, cert, key, config.as_deref(), args.identities.unwrap_or(0));
+        return identity::serve(
+            addr,
+            cert,
+            key,
+            config.as_deref(),
+            args.identities.unwrap_or(0),
+        );
     }
     if let Some(n) = args.inproc {
         return inproc(&args, n);

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::progress::Progress;
-use crate::controller::audit::{audit_kind, discover, AuditFinding};
+use crate::controller::audit::{audit_kind_in, discover, AuditFinding};
+use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -122,6 +123,7 @@ pub(crate) fn run(args: AuditArgs) -> i32 {
             }
         };
         let mut findings = Vec::new();
+        let mut families = crate::claimants::Families::default();
         let (mut objects, mut failed) = (0, false);
         // The total of MRs is known only once every kind is listed, so the
         // bar counts kinds and its message the MRs judged so far.
@@ -132,7 +134,17 @@ pub(crate) fn run(args: AuditArgs) -> i32 {
                 "{objects} MRs judged; listing {}.{}",
                 kind.plural, kind.group
             ));
-            match audit_kind(&client, kind, &config).await {
+            // The live MRs of the kinds its identities can meet, so that
+            // duplicate claimants are findings here too.
+            let cluster = Cluster::default();
+            match families
+                .get(&client, &config, &kind.group, &kind.kind)
+                .await
+            {
+                Ok(f) => f.fill(cluster.identities()),
+                Err(e) => eprintln!("mrguard audit: note: duplicate identities not judged: {e}"),
+            }
+            match audit_kind_in(&client, kind, &config, &cluster).await {
                 Ok(r) => {
                     objects += r.objects;
                     findings.extend(r.findings);

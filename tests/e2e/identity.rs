@@ -221,7 +221,9 @@ async fn two_namespaces_buckets_named_alike_the_second_is_denied() {
         "{t}"
     );
     assert!(
-        t.contains(&format!("  claimed by  {near_key} (another provider config")),
+        t.contains(&format!(
+            "  claimed by  {near_key} (another provider config"
+        )),
         "{t}"
     );
     eprintln!("--- explain (text) ---\n{t}");
@@ -371,14 +373,18 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
             "clusterpolicyreports",
         ),
     );
-    let result = wait_for("the ClusterPolicyReport's identity result", WAIT, || async {
-        let report = serde_json::to_value(reports.get_opt("mrguard").await.ok()??).ok()?;
-        report["results"].as_array()?.iter().find_map(|x| {
-            (x["rule"] == "external-identity"
-                && x["resources"][0]["name"] == "e2e-identity-dup-a")
-                .then(|| x.clone())
-        })
-    })
+    let result = wait_for(
+        "the ClusterPolicyReport's identity result",
+        WAIT,
+        || async {
+            let report = serde_json::to_value(reports.get_opt("mrguard").await.ok()??).ok()?;
+            report["results"].as_array()?.iter().find_map(|x| {
+                (x["rule"] == "external-identity"
+                    && x["resources"][0]["name"] == "e2e-identity-dup-a")
+                    .then(|| x.clone())
+            })
+        },
+    )
     .await
     .map_err(|e| r.with_logs(e))
     .unwrap();
@@ -389,6 +395,32 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
             .unwrap_or("")
             .contains("VPC.ec2.aws.upbound.io e2e-identity-dup-b"),
         "{result}"
+    );
+    // `mrguard audit` from a workstation finds them too.
+    let out = mrguard(&[
+        "audit",
+        "--kubeconfig",
+        &cluster.admin_kubeconfig().display().to_string(),
+        "-o",
+        "json",
+        "--quiet",
+    ]);
+    let findings: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+    let dup = |name: &str, other: &str| {
+        findings.as_array().unwrap().iter().any(|f| {
+            f["rule"] == "external-identity"
+                && f["name"] == name
+                && f["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(&format!("VPC.ec2.aws.upbound.io {other}")))
+        })
+    };
+    assert!(
+        dup("e2e-identity-dup-a", "e2e-identity-dup-b")
+            && dup("e2e-identity-dup-b", "e2e-identity-dup-a"),
+        "{}",
+        text(&out.stdout)
     );
     for name in ["e2e-identity-dup-a", "e2e-identity-dup-b"] {
         let _ = vpcs.delete(name, &DeleteParams::default()).await;
