@@ -135,13 +135,16 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
                 Some(f) => f,
                 None => facts.insert(crd_facts(client, &resource).await),
             };
-            // Who else claims its identity; explained without when unreadable.
+            let obj = serde_json::to_value(obj)?;
+            // Who else claims an MR's identity; explained without when unreadable.
             let (g, k) = (&resource.api.group, &resource.api.kind);
-            match crate::claimants::Family::list(client, &config, g, k).await {
-                Ok(family) => family.fill(facts.identities()),
-                Err(e) => eprintln!("mrguard explain: note: other claimants unknown: {e}"),
+            if mrguard_policy::mr::is_managed(&obj) {
+                match crate::claimants::Family::list(client, &config, g, k).await {
+                    Ok(family) => family.fill(facts.identities()),
+                    Err(e) => eprintln!("mrguard explain: note: other claimants unknown: {e}"),
+                }
             }
-            vec![serde_json::to_value(obj)?]
+            vec![obj]
         }
         _ => anyhow::bail!("name an MR as KIND/NAME, or a file with -f"),
     };
