@@ -179,6 +179,21 @@ async fn two_namespaces_buckets_named_alike_the_second_is_denied() {
     let path_c = format!("/apis/s3.aws.m.upbound.io/v1beta1/namespaces/{team_c}/buckets");
     let resp = api::create(&r.client, &path_c, &near, false).await.unwrap();
     assert_eq!(resp.status, 201, "{}", resp.body);
+    // So is a legacy (cluster-scoped) Bucket named `data` outside: its
+    // default is a ProviderConfig, not the ClusterProviderConfig.
+    let legacy_name = format!("{}-legacy", r.workload_ns);
+    let mut legacy = support::bucket(&legacy_name, json!({"region": "eu-west-1"}));
+    legacy["metadata"]["annotations"] = json!({"crossplane.io/external-name": "data"});
+    let legacy = serde_json::to_value(r.object(legacy)).unwrap();
+    let resp = api::create(
+        &r.client,
+        "/apis/s3.aws.upbound.io/v1beta1/buckets",
+        &legacy,
+        false,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
     let explain = |output: &str| {
         mrguard(&[
             "explain",
@@ -213,7 +228,12 @@ async fn two_namespaces_buckets_named_alike_the_second_is_denied() {
         })
         .collect();
     let near_key = format!("Bucket.s3.aws.m.upbound.io {team_c}/data");
-    assert_eq!(claimants, [(near_key.as_str(), false)], "{id}");
+    let legacy_key = format!("Bucket.s3.aws.upbound.io {legacy_name}");
+    assert_eq!(
+        claimants,
+        [(near_key.as_str(), false), (legacy_key.as_str(), false)],
+        "{id}"
+    );
     let out = explain("text");
     let t = text(&out.stdout);
     assert!(
@@ -227,6 +247,11 @@ async fn two_namespaces_buckets_named_alike_the_second_is_denied() {
         "{t}"
     );
     eprintln!("--- explain (text) ---\n{t}");
+    let buckets = r.cluster_api(&support::bucket_resource());
+    buckets
+        .delete(&legacy_name, &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
 /// A VPC claiming another VPC's external name is denied while the first
