@@ -678,12 +678,17 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             let b = measure(&env, Server::Baseline, &ca, &plan, &items).await?;
             let m = measure(&env, Server::Mrguard, &ca, &plan, &items).await?;
             eprintln!(
-                "  {} round {}: baseline {:.0} req/s, mrguard {:.0} req/s, ratio {:.3}",
+                "  {} round {}: baseline {:.0} req/s, mrguard {:.0} req/s, ratio {:.3} (load average {})",
                 proto.name(),
                 round + 1,
                 b.run.rps(),
                 m.run.rps(),
-                m.run.rps() / b.run.rps()
+                m.run.rps() / b.run.rps(),
+                std::fs::read_to_string("/proc/loadavg")
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("?")
             );
             base.push(b);
             mrg.push(m);
