@@ -106,3 +106,52 @@ pub(crate) fn serve(
         Ok(())
     })
 }
+
+/// `--inproc N --identities M`: the mix through the router with the rule
+/// Off and on, both with M identities, alternating for `--rounds`; no
+/// network, one thread: the rule's CPU cost with the least noise.
+pub(crate) fn inproc(
+    args: &super::Args,
+    rt: &tokio::runtime::Runtime,
+    items: &[super::mix::Item],
+    n: usize,
+    ids: usize,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let on = super::config_path(args);
+    let off = config_off(on.as_deref(), dir.path())?;
+    let router = |config: Option<&Path>| -> anyhow::Result<axum::Router> {
+        let loaded = match config {
+            Some(p) => mrguard::config::load_file(p)?.0,
+            None => Config::builtin(),
+        };
+        super::mrguard_router(config, filled(ids, &loaded))
+    };
+    let (off, on) = (router(Some(&off))?, router(on.as_deref())?);
+    let mut ratios = Vec::new();
+    for round in 0..args.rounds.max(1) {
+        let mut per = [0.0; 2];
+        for (i, r) in [&off, &on].into_iter().enumerate() {
+            let started = std::time::Instant::now();
+            super::drive_inproc(rt, r, items, n)?;
+            per[i] = started.elapsed().as_secs_f64() * 1e6 / (n * items.len()) as f64;
+        }
+        ratios.push(per[1] / per[0]);
+        println!(
+            "round {}: identity Off {:.2} µs, on {:.2} µs per request in-process, on/off {:.3}",
+            round + 1,
+            per[0],
+            per[1],
+            per[1] / per[0]
+        );
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "median on/off over {} rounds of {} requests each: {:.3} ({} identities in the index)",
+        ratios.len(),
+        n * items.len(),
+        ratios[ratios.len() / 2],
+        ids
+    );
+    Ok(())
+}

@@ -44,7 +44,7 @@ use hdrhistogram::Histogram;
 
 #[derive(Debug, Parser)]
 #[command(about = "Load benchmark: mrguard vs a no-op baseline on the same stack")]
-struct Args {
+pub(crate) struct Args {
     /// Measured time of each run.
     #[arg(long, default_value = "10s", value_parser = mrguard::cli::parse_duration)]
     duration: Duration,
@@ -146,7 +146,7 @@ fn main() -> anyhow::Result<()> {
         .block_on(bench(args))
 }
 
-fn config_path(args: &Args) -> Option<PathBuf> {
+pub(crate) fn config_path(args: &Args) -> Option<PathBuf> {
     match args.config.as_deref() {
         Some("builtin") => None,
         Some(p) => Some(PathBuf::from(p)),
@@ -161,7 +161,7 @@ fn fixtures(args: &Args) -> PathBuf {
 }
 
 /// mrguard's router as `serve` builds it, with metrics, minus TLS and HTTP.
-fn mrguard_router(
+pub(crate) fn mrguard_router(
     config: Option<&Path>,
     cluster: Arc<mrguard_policy::cluster::Cluster>,
 ) -> anyhow::Result<axum::Router> {
@@ -193,7 +193,7 @@ fn mrguard_router(
 /// The measured loop of --inproc, separate so that callgrind can count
 /// just it: --toggle-collect='*drive_inproc*'.
 #[inline(never)]
-fn drive_inproc(
+pub(crate) fn drive_inproc(
     rt: &tokio::runtime::Runtime,
     router: &axum::Router,
     items: &[mix::Item],
@@ -226,6 +226,9 @@ fn inproc(args: &Args, n: usize) -> anyhow::Result<()> {
         .build()?;
     let items = selected(args, mix::build(&fixtures(args))?)?;
     let bytes: usize = items.iter().map(|i| i.body.len()).sum();
+    if let Some(ids) = args.identities {
+        return identity::inproc(args, &rt, &items, n, ids);
+    }
     for (name, router) in [
         ("baseline", baseline::router()),
         (
