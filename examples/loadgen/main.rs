@@ -16,6 +16,7 @@
 
 mod baseline;
 mod client;
+mod identity;
 mod mix;
 
 // The baseline server is this program (`--serve-baseline`): it must use the
@@ -43,7 +44,7 @@ use hdrhistogram::Histogram;
 
 #[derive(Debug, Parser)]
 #[command(about = "Load benchmark: mrguard vs a no-op baseline on the same stack")]
-struct Args {
+pub(crate) struct Args {
     /// Measured time of each run.
     #[arg(long, default_value = "10s", value_parser = mrguard::cli::parse_duration)]
     duration: Duration,
@@ -96,9 +97,19 @@ struct Args {
     /// With --inproc: only this router (mrguard or baseline).
     #[arg(long)]
     inproc_only: Option<String>,
+    /// Compare mrguard with the external-identity rule on (as "mrguard")
+    /// against the same with the rule Off (as "baseline"), both with this
+    /// many live MRs' identities in the index; both served by this program
+    /// (mrguard's router and HTTPS stack, the index filled as the watches
+    /// fill it). Use with --endpoint validate.
+    #[arg(long)]
+    identities: Option<usize>,
     /// Internal: serve the baseline on this address.
     #[arg(long, hide = true)]
     serve_baseline: Option<SocketAddr>,
+    /// Internal: serve mrguard with --identities filled on this address.
+    #[arg(long, hide = true)]
+    serve_mrguard: Option<SocketAddr>,
     #[arg(long, hide = true)]
     cert: Option<PathBuf>,
     #[arg(long, hide = true)]
@@ -113,6 +124,19 @@ fn main() -> anyhow::Result<()> {
         };
         return baseline::serve(addr, cert, key);
     }
+    if let Some(addr) = args.serve_mrguard {
+        let (Some(cert), Some(key)) = (&args.cert, &args.key) else {
+            bail!("--serve-mrguard needs --cert and --key");
+        };
+        let config = config_path(&args);
+        return identity::serve(
+            addr,
+            cert,
+            key,
+            config.as_deref(),
+            args.identities.unwrap_or(0),
+        );
+    }
     if let Some(n) = args.inproc {
         return inproc(&args, n);
     }
@@ -122,7 +146,7 @@ fn main() -> anyhow::Result<()> {
         .block_on(bench(args))
 }
 
-fn config_path(args: &Args) -> Option<PathBuf> {
+pub(crate) fn config_path(args: &Args) -> Option<PathBuf> {
     match args.config.as_deref() {
         Some("builtin") => None,
         Some(p) => Some(PathBuf::from(p)),
@@ -137,7 +161,10 @@ fn fixtures(args: &Args) -> PathBuf {
 }
 
 /// mrguard's router as `serve` builds it, with metrics, minus TLS and HTTP.
-fn mrguard_router(config: Option<&Path>) -> anyhow::Result<axum::Router> {
+pub(crate) fn mrguard_router(
+    config: Option<&Path>,
+    cluster: Arc<mrguard_policy::cluster::Cluster>,
+) -> anyhow::Result<axum::Router> {
     use std::sync::atomic::AtomicBool;
     let registry = mrguard::metrics::registry();
     let config = match config {
@@ -146,7 +173,7 @@ fn mrguard_router(config: Option<&Path>) -> anyhow::Result<axum::Router> {
     };
     let state = mrguard::server::AppState {
         config: mrguard::config::ConfigStore::new(config, None),
-        cluster: Default::default(),
+        cluster,
         metrics: Some(Arc::new(mrguard::metrics::AdmissionMetrics::register(
             &registry,
         )?)),
@@ -166,7 +193,7 @@ fn mrguard_router(config: Option<&Path>) -> anyhow::Result<axum::Router> {
 /// The measured loop of --inproc, separate so that callgrind can count
 /// just it: --toggle-collect='*drive_inproc*'.
 #[inline(never)]
-fn drive_inproc(
+pub(crate) fn drive_inproc(
     rt: &tokio::runtime::Runtime,
     router: &axum::Router,
     items: &[mix::Item],
@@ -199,9 +226,15 @@ fn inproc(args: &Args, n: usize) -> anyhow::Result<()> {
         .build()?;
     let items = selected(args, mix::build(&fixtures(args))?)?;
     let bytes: usize = items.iter().map(|i| i.body.len()).sum();
+    if let Some(ids) = args.identities {
+        return identity::inproc(args, &rt, &items, n, ids);
+    }
     for (name, router) in [
         ("baseline", baseline::router()),
-        ("mrguard", mrguard_router(config_path(args).as_deref())?),
+        (
+            "mrguard",
+            mrguard_router(config_path(args).as_deref(), Default::default())?,
+        ),
     ] {
         if args.inproc_only.as_deref().is_some_and(|o| o != name) {
             continue;
@@ -264,6 +297,8 @@ struct Env {
     key: PathBuf,
     mrguard: PathBuf,
     config: Option<PathBuf>,
+    /// With --identities: N, and the configuration with the rule Off.
+    identities: Option<(usize, PathBuf)>,
 }
 
 struct Spawned {
@@ -311,8 +346,26 @@ fn free_port() -> anyhow::Result<SocketAddr> {
 async fn spawn(env: &Env, server: Server, ca: &[u8]) -> anyhow::Result<Spawned> {
     let addr = free_port()?;
     let log = std::fs::File::create(env.dir.path().join(format!("{}.log", server.name())))?;
-    let mut cmd = match server {
-        Server::Baseline => {
+    let mut cmd = match (server, &env.identities) {
+        (_, Some((n, off))) => {
+            let config = match server {
+                Server::Baseline => Some(off),
+                Server::Mrguard => env.config.as_ref(),
+            };
+            let mut c = Command::new(std::env::current_exe()?);
+            c.arg("--serve-mrguard")
+                .arg(addr.to_string())
+                .arg("--cert")
+                .arg(&env.cert)
+                .arg("--key")
+                .arg(&env.key)
+                .arg("--identities")
+                .arg(n.to_string())
+                .arg("--config")
+                .arg(config.map_or("builtin".into(), |p| p.display().to_string()));
+            c
+        }
+        (Server::Baseline, None) => {
             let mut c = Command::new(std::env::current_exe()?);
             c.arg("--serve-baseline")
                 .arg(addr.to_string())
@@ -322,7 +375,7 @@ async fn spawn(env: &Env, server: Server, ca: &[u8]) -> anyhow::Result<Spawned> 
                 .arg(&env.key);
             c
         }
-        Server::Mrguard => {
+        (Server::Mrguard, None) => {
             let mut c = Command::new(&env.mrguard);
             c.args([
                 "serve",
@@ -517,17 +570,23 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     std::fs::write(&cert, &pair.cert)?;
     std::fs::write(&key, &pair.key)?;
     let ca = ca.cert.into_bytes();
-    let mrguard = match &args.server_bin {
-        Some(b) => b.clone(),
-        None => build_mrguard()?,
-    };
     let config = config_path(&args);
+    // --identities runs mrguard's router in this program: no binary.
+    let (mrguard, identities) = match (args.identities, &args.server_bin) {
+        (Some(n), _) => (
+            std::env::current_exe()?,
+            Some((n, identity::config_off(config.as_deref(), dir.path())?)),
+        ),
+        (None, Some(b)) => (b.clone(), None),
+        (None, None) => (build_mrguard()?, None),
+    };
     let env = Env {
         dir,
         cert,
         key,
         mrguard,
         config,
+        identities,
     };
     let fixtures = fixtures(&args);
     let items = Arc::new(selected(
@@ -543,6 +602,12 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         report.push('\n');
     };
     say(format!("machine: {}", machine()));
+    if let Some((n, off)) = &env.identities {
+        say(format!(
+            "identity index: {n} live MRs in both servers; \"baseline\" is mrguard with external-identity Off ({}), \"mrguard\" with it on",
+            off.display()
+        ));
+    }
     say(format!(
         "server: {} (config: {})",
         env.mrguard.display(),
@@ -616,12 +681,17 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             let b = measure(&env, Server::Baseline, &ca, &plan, &items).await?;
             let m = measure(&env, Server::Mrguard, &ca, &plan, &items).await?;
             eprintln!(
-                "  {} round {}: baseline {:.0} req/s, mrguard {:.0} req/s, ratio {:.3}",
+                "  {} round {}: baseline {:.0} req/s, mrguard {:.0} req/s, ratio {:.3} (load average {})",
                 proto.name(),
                 round + 1,
                 b.run.rps(),
                 m.run.rps(),
-                m.run.rps() / b.run.rps()
+                m.run.rps() / b.run.rps(),
+                std::fs::read_to_string("/proc/loadavg")
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("?")
             );
             base.push(b);
             mrg.push(m);

@@ -323,6 +323,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             warnings: judged.warnings,
             invalid: judged.invalid,
             notes,
+            identity: None,
         });
     }
     match args.live.output {

@@ -131,10 +131,20 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
                 .get(&name)
                 .await
                 .map_err(|e| api_error("get", what, e))?;
-            if facts.is_none() {
-                facts = Some(crd_facts(client, &resource).await);
+            let facts = match &mut facts {
+                Some(f) => f,
+                None => facts.insert(crd_facts(client, &resource).await),
+            };
+            let obj = serde_json::to_value(obj)?;
+            // Who else claims an MR's identity; explained without when unreadable.
+            let (g, k) = (&resource.api.group, &resource.api.kind);
+            if mrguard_policy::mr::is_managed(&obj) {
+                match super::claimants::Family::list(client, &config, g, k).await {
+                    Ok(family) => family.fill(facts.identities()),
+                    Err(e) => eprintln!("mrguard explain: note: other claimants unknown: {e}"),
+                }
             }
-            vec![serde_json::to_value(obj)?]
+            vec![obj]
         }
         _ => anyhow::bail!("name an MR as KIND/NAME, or a file with -f"),
     };

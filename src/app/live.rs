@@ -13,10 +13,12 @@ use kube::api::{Patch, PatchParams};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::claimants::Families;
 use super::cluster::{self, api_error, ClusterError, ConfigSource, Discovery};
 use super::manifests::{self, Manifest, ManifestError};
 use super::progress::Progress;
 use mrguard_policy::crd::Crds;
+use mrguard_policy::identity::IdentityIndex;
 use mrguard_policy::live::{annotations, judge_manifest, rejected, render_text, skipped};
 pub(crate) use mrguard_policy::live::{JudgeError, LiveFinding, LiveResult};
 use mrguard_policy::model::Operation;
@@ -140,6 +142,7 @@ async fn check_all(
     // Per CRD name: why it could not be used, if it could not.
     let mut crd_tried: std::collections::HashMap<String, Option<String>> =
         std::collections::HashMap::new();
+    let mut families = Families::default();
     let mut out = Vec::new();
     let progress = Progress::new(manifests.len() as u64, "manifests", live.quiet);
     for mut m in manifests {
@@ -241,6 +244,16 @@ async fn check_all(
                 }
             }
         };
+        // The live MRs of the kinds its identity can meet (the legacy and
+        // the `.m.` kind of its family), listed once per family.
+        let family = families
+            .get(&client, &config, &resource.api.group, &resource.api.kind)
+            .await;
+        let fill = |index: &IdentityIndex| {
+            if let Ok(f) = &family {
+                f.fill(index)
+            }
+        };
         let mut result = judge_manifest(
             &m,
             live_obj.as_ref(),
@@ -248,7 +261,13 @@ async fn check_all(
             args.username,
             &config,
             (!crds.is_empty()).then_some(&crds),
+            family.is_ok().then_some(&fill as &dyn Fn(&IdentityIndex)),
         )?;
+        if let Err(e) = &family {
+            result
+                .notes
+                .push(format!("other claimants of its identity unknown: {e}"));
+        }
         if let Some(Some(why)) = crd_tried.get(&resource.display()) {
             result.notes.push(format!(
                 "judged without the CRD's defaults and schema: failed to read customresourcedefinitions.apiextensions.k8s.io {:?}: {why}",

@@ -17,6 +17,7 @@
 
 pub mod audit;
 pub mod check;
+pub(crate) mod claimants;
 pub(crate) mod cluster;
 pub(crate) mod compositions;
 pub mod config;

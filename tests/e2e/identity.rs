@@ -8,6 +8,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
+use crate::preflight::{mrguard, text};
 use crate::support::{self, api, wait_for, Options, WAIT};
 
 /// Crossplane v2's namespaced Bucket (tests/fixtures/PROVENANCE.md); kept
@@ -115,6 +116,142 @@ async fn two_namespaces_buckets_named_alike_the_second_is_denied() {
     let c = serde_json::to_value(r.object(namespaced_bucket("data-b", &team_b))).unwrap();
     let resp = api::create(&r.client, &path_b, &c, false).await.unwrap();
     assert_eq!(resp.status, 201, "{}", resp.body);
+
+    // The preflight of the second names the first, from the live objects.
+    let first = format!("Bucket.s3.aws.m.upbound.io {}/data", r.workload_ns);
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("team-b.yaml");
+    std::fs::write(&manifest, serde_saphyr::to_string(&b).unwrap()).unwrap();
+    let kubeconfig = cluster.admin_kubeconfig().display().to_string();
+    let (manifest, live) = (manifest.display().to_string(), "--live");
+    let check = |output: &str| {
+        let args = ["check", live, "-f", &manifest, "--kubeconfig", &kubeconfig];
+        mrguard(&[&args[..], &["-o", output]].concat())
+    };
+    let out = check("json");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let results: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let res = &results[0];
+    assert_eq!(
+        (&res["operation"], &res["verdict"]),
+        (&json!("CREATE"), &json!("denied")),
+        "{res}"
+    );
+    let f = &res["findings"][0];
+    assert_eq!(f["rule"], "external-identity", "{res}");
+    assert!(f["message"].as_str().unwrap().contains(&first), "{f}");
+    let id = &res["identity"];
+    assert_eq!(
+        id["identity"],
+        "Bucket.s3.aws.upbound.io \"data\" in eu-west-1 via ClusterProviderConfig default"
+    );
+    assert_eq!(id["lookedUp"], true);
+    let claimants = id["claimants"].as_array().unwrap();
+    assert_eq!(claimants.len(), 1, "{id}");
+    assert_eq!(
+        (&claimants[0]["namespace"], &claimants[0]["name"]),
+        (&json!(r.workload_ns), &json!("data"))
+    );
+    assert_eq!(claimants[0]["sameProviderConfig"], true);
+    let out = check("text");
+    let t = text(&out.stdout);
+    assert!(
+        t.contains(&format!(
+            "  claimed by: {first} (same provider config: the same external resource)\n"
+        )),
+        "{t}"
+    );
+    eprintln!("--- check --live (text) ---\n{t}");
+
+    // A third namespace's `data` under its own ProviderConfig is a near
+    // match: admitted with a warning, and `explain` of the first shows
+    // its identity and both kinds of claimant.
+    let team_c = format!("{}-c", r.workload_ns);
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": team_c}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut near = namespaced_bucket("data", &team_c);
+    near["spec"]["providerConfigRef"] = json!({"kind": "ProviderConfig", "name": "own"});
+    let near = serde_json::to_value(r.object(near)).unwrap();
+    let path_c = format!("/apis/s3.aws.m.upbound.io/v1beta1/namespaces/{team_c}/buckets");
+    let resp = api::create(&r.client, &path_c, &near, false).await.unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    // So is a legacy (cluster-scoped) Bucket named `data` outside: its
+    // default is a ProviderConfig, not the ClusterProviderConfig.
+    let legacy_name = format!("{}-legacy", r.workload_ns);
+    let mut legacy = support::bucket(&legacy_name, json!({"region": "eu-west-1"}));
+    legacy["metadata"]["annotations"] = json!({"crossplane.io/external-name": "data"});
+    let legacy = serde_json::to_value(r.object(legacy)).unwrap();
+    let resp = api::create(
+        &r.client,
+        "/apis/s3.aws.upbound.io/v1beta1/buckets",
+        &legacy,
+        false,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    let explain = |output: &str| {
+        mrguard(&[
+            "explain",
+            "buckets.s3.aws.m.upbound.io/data",
+            "-n",
+            &r.workload_ns,
+            "--kubeconfig",
+            &kubeconfig,
+            "-o",
+            output,
+        ])
+    };
+    let out = explain("json");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = &e["identity"];
+    assert_eq!(
+        id["identity"],
+        "Bucket.s3.aws.upbound.io \"data\" in eu-west-1 via ClusterProviderConfig default",
+        "{e}"
+    );
+    assert_eq!(id["foldedGroup"], "s3.aws.upbound.io");
+    let claimants: Vec<(&str, bool)> = id["claimants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["object"].as_str().unwrap(),
+                c["sameProviderConfig"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    let near_key = format!("Bucket.s3.aws.m.upbound.io {team_c}/data");
+    let legacy_key = format!("Bucket.s3.aws.upbound.io {legacy_name}");
+    assert_eq!(
+        claimants,
+        [(near_key.as_str(), false), (legacy_key.as_str(), false)],
+        "{id}"
+    );
+    let out = explain("text");
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("  identity    Bucket.s3.aws.upbound.io \"data\" in eu-west-1 via ClusterProviderConfig default\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "  claimed by  {near_key} (another provider config"
+        )),
+        "{t}"
+    );
+    eprintln!("--- explain (text) ---\n{t}");
+    let buckets = r.cluster_api(&support::bucket_resource());
+    buckets
+        .delete(&legacy_name, &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
 /// A VPC claiming another VPC's external name is denied while the first
@@ -195,7 +332,8 @@ async fn a_vpc_claiming_another_s_external_name_is_denied_until_the_first_is_gon
 /// Admission cannot see two creates racing in two replicas, nor creates
 /// while mrguard is down: two VPCs with one external name, created before
 /// any mrguard runs, are found by `mrguard audit` and by the leader's audit
-/// (finding in the log and `mrguard_audit_violations{rule="external-identity"}`).
+/// (finding in the log, `mrguard_audit_violations{rule="external-identity"}`
+/// and a result in the ClusterPolicyReport naming the other VPC).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
     let Some(cluster) = support::require_cluster(
@@ -205,6 +343,8 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
     else {
         return;
     };
+    // This release writes policy reports: one writer at a time.
+    let _writer = crate::policy_reports::REPORT_WRITERS.lock().await;
     // No release yet, and no label any release's objectSelector matches:
     // no webhook judges these creates.
     let admin = cluster.admin().await.unwrap();
@@ -244,7 +384,16 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
             "{me}: {claimants:?}"
         );
     }
-    let r = support::install(cluster, "e2e-identity-audit", Options::default()).await;
+    crate::policy_reports::ensure_report_crds(&admin).await;
+    let r = support::install(
+        cluster,
+        "e2e-identity-audit",
+        Options {
+            values: Some("controller:\n  policyReports: wgpolicyk8s\n".into()),
+            ..Options::default()
+        },
+    )
+    .await;
     let replica = &r.replicas[0];
     wait_for("the audit to report both claimants", WAIT, || async {
         let m = replica.metrics().await.ok()?;
@@ -265,6 +414,39 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
     .await
     .map_err(|e| r.with_logs(e))
     .unwrap();
+    // The policy report carries the finding, naming the other claimant.
+    let reports = kube::Api::<kube::api::DynamicObject>::all_with(
+        admin.clone(),
+        &support::resource(
+            "wgpolicyk8s.io",
+            "v1alpha2",
+            "ClusterPolicyReport",
+            "clusterpolicyreports",
+        ),
+    );
+    let result = wait_for(
+        "the ClusterPolicyReport's identity result",
+        WAIT,
+        || async {
+            let report = serde_json::to_value(reports.get_opt("mrguard").await.ok()??).ok()?;
+            report["results"].as_array()?.iter().find_map(|x| {
+                (x["rule"] == "external-identity"
+                    && x["resources"][0]["name"] == "e2e-identity-dup-a")
+                    .then(|| x.clone())
+            })
+        },
+    )
+    .await
+    .map_err(|e| r.with_logs(e))
+    .unwrap();
+    assert_eq!(result["result"], "fail", "{result}");
+    assert!(
+        result["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("VPC.ec2.aws.upbound.io e2e-identity-dup-b"),
+        "{result}"
+    );
     for name in ["e2e-identity-dup-a", "e2e-identity-dup-b"] {
         let _ = vpcs.delete(name, &DeleteParams::default()).await;
     }

@@ -18,10 +18,10 @@ use mrguard_policy::reports::{Flavor, PassInput, ReportFinding, Subject};
 /// Held by each test whose release writes policy reports: every release
 /// audits every namespace, so two at once would rewrite each other's
 /// reports with their own configurations. Taken first, dropped last.
-static REPORT_WRITERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static REPORT_WRITERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Installs the vendored report CRDs once per API server.
-async fn ensure_report_crds(client: &kube::Client) {
+pub(crate) async fn ensure_report_crds(client: &kube::Client) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for file in [
         "wgpolicyk8s.io_policyreports.yaml",

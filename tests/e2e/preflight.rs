@@ -448,6 +448,15 @@ async fn preflight_names_the_object_and_verb_the_credentials_lack() {
         t.contains("note: judged without the CRD's defaults and schema: failed to read customresourcedefinitions.apiextensions.k8s.io \"buckets.s3.aws.upbound.io\""),
         "{t}"
     );
+    // Without `list`, the other claimants of its identity are unknown, not none.
+    assert!(
+        t.contains("  claimed by: unknown (the live MRs were not listed)\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains("note: other claimants of its identity unknown: failed to list buckets.s3.aws.upbound.io in all namespaces"),
+        "{t}"
+    );
     let out = check("server");
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);

@@ -101,6 +101,9 @@ pub struct Explanation {
     pub has_managed_fields: bool,
     /// Things to act on.
     pub hints: Vec<String>,
+    /// The external identity and the other live MRs that claim it (those
+    /// the cluster view's identity index knows).
+    pub identity: crate::identity::report::IdentityReport,
 }
 
 /// A yes/no with its reason.
@@ -447,6 +450,10 @@ pub fn explain_in(
         fields,
         has_managed_fields: !entries.is_empty(),
         hints,
+        identity: {
+            let index = cluster.identities();
+            crate::identity::report::IdentityReport::of(object, config, index, !index.is_empty())
+        },
     })
 }
 
@@ -954,6 +961,10 @@ pub fn render_text(e: &Explanation) -> String {
     }
     for w in &d.warnings {
         out.push_str(&format!("  {:<11} a delete would warn: {w}\n", ""));
+    }
+    for l in e.identity.lines() {
+        let (k, v) = l.split_once(": ").unwrap_or(("", &l));
+        out.push_str(&format!("  {k:<11} {v}\n"));
     }
     if !e.fields.is_empty() {
         out.push('\n');

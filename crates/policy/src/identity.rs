@@ -26,6 +26,8 @@ use serde_json::Value;
 use crate::config::{ExternalNameStrategy, ProviderConfigDefaults, ResourceConfig};
 use crate::mr::Mr;
 
+pub mod report;
+
 /// The group with its `m` segment removed: `s3.aws.m.upbound.io` becomes
 /// `s3.aws.upbound.io`, so legacy and namespaced kinds of one provider meet.
 pub fn fold_group(group: &str) -> String {

@@ -10,6 +10,8 @@ use serde_json::Value;
 use crate::composition::{self, XrSchemas};
 use crate::config::Config;
 use crate::crd::{Crds, Lookup};
+use crate::identity::report::IdentityReport;
+use crate::identity::IdentityIndex;
 use crate::manifest::Manifest;
 use crate::merge;
 use crate::model::{Action, Operation};
@@ -51,6 +53,9 @@ pub struct LiveResult {
     pub invalid: Option<String>,
     /// Things worth knowing about how it was judged.
     pub notes: Vec<String>,
+    /// Its external identity and the other live MRs that claim it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<IdentityReport>,
 }
 
 /// One rule finding of a live check.
@@ -73,7 +78,10 @@ pub struct LiveFinding {
 /// it would be judged: `merged` is the server-side-apply dry run's result
 /// (server mode), else the new object is kubectl's client-side three-way
 /// merge of the manifest into `live`; no live object is a CREATE. `crds`
-/// are the CRDs the credentials could read.
+/// are the CRDs the credentials could read. `live_mrs` records the live
+/// MRs whose external identity can collide with this one's in an index
+/// (None: they were not listed), so that `external-identity` judges as
+/// admission would and the result names the other claimants.
 pub fn judge_manifest(
     m: &Manifest,
     live: Option<&Value>,
@@ -81,7 +89,14 @@ pub fn judge_manifest(
     username: &str,
     config: &Config,
     crds: Option<&Crds>,
+    live_mrs: Option<&dyn Fn(&IdentityIndex)>,
 ) -> Result<LiveResult, JudgeError> {
+    let report = |obj: &Value, index: &IdentityIndex| {
+        if let Some(fill) = live_mrs {
+            fill(index);
+        }
+        Some(IdentityReport::of(obj, config, index, live_mrs.is_some()))
+    };
     let label = offline::label(&m.object);
     let mut notes = Vec::new();
     let (op, new) = match (live, merged) {
@@ -120,6 +135,7 @@ pub fn judge_manifest(
                         "kubectl apply would send nothing: the manifest matches the live object"
                             .into(),
                     ],
+                    identity: report(live, &IdentityIndex::default()),
                 });
             }
             (Operation::Update, applied.object)
@@ -141,6 +157,7 @@ pub fn judge_manifest(
     let cluster = crds
         .map(|c| c.cluster_for(group, &kind))
         .unwrap_or_default();
+    let identity = report(&new, cluster.identities());
     let judged =
         offline::judge_in(op, &new, live, username, config, crd, &cluster).map_err(|e| {
             JudgeError {
@@ -173,6 +190,7 @@ pub fn judge_manifest(
         warnings: judged.warnings,
         invalid: judged.invalid,
         notes,
+        identity,
     })
 }
 
@@ -209,6 +227,7 @@ pub fn skipped(m: &Manifest, why: &str) -> LiveResult {
         warnings: vec![],
         invalid: None,
         notes: vec![why.to_string()],
+        identity: None,
     }
 }
 
@@ -225,6 +244,7 @@ pub fn rejected(m: &Manifest, op: Operation, message: String) -> LiveResult {
         warnings: vec![],
         invalid: Some(message),
         notes: vec!["the server-side-apply dry run was refused by the API server".into()],
+        identity: None,
     }
 }
 
@@ -260,6 +280,9 @@ pub fn render_text(results: &[LiveResult]) -> String {
         }
         if let Some(i) = &r.invalid {
             s.push_str(&format!("  invalid: {i}\n"));
+        }
+        for l in r.identity.iter().flat_map(IdentityReport::lines) {
+            s.push_str(&format!("  {l}\n"));
         }
         for n in &r.notes {
             s.push_str(&format!("  note: {n}\n"));
@@ -409,7 +432,7 @@ spec:
         let cfg = Config::from_yaml(CFG).unwrap();
         let m = manifest(DB);
         let live = live_db(true);
-        let r = judge_manifest(&m, Some(&live), None, "", &cfg, None).unwrap();
+        let r = judge_manifest(&m, Some(&live), None, "", &cfg, None, None).unwrap();
         assert_eq!(r.operation, "UPDATE");
         assert_eq!(r.verdict, "denied");
         assert_eq!(r.findings[0].rule, "immutable-field");
@@ -435,7 +458,16 @@ spec:
     #[test]
     fn before_creation_the_same_change_is_allowed() {
         let cfg = Config::from_yaml(CFG).unwrap();
-        let r = judge_manifest(&manifest(DB), Some(&live_db(false)), None, "", &cfg, None).unwrap();
+        let r = judge_manifest(
+            &manifest(DB),
+            Some(&live_db(false)),
+            None,
+            "",
+            &cfg,
+            None,
+            None,
+        )
+        .unwrap();
         assert_eq!(
             (r.operation.as_str(), r.verdict.as_str()),
             ("UPDATE", "allowed")
@@ -455,6 +487,7 @@ spec:
             "system:serviceaccount:crossplane-system:provider-aws",
             &cfg,
             None,
+            None,
         )
         .unwrap();
         assert_eq!(r.verdict, "allowed");
@@ -464,14 +497,14 @@ spec:
     fn no_live_object_is_a_create_and_an_equal_one_is_unchanged() {
         let cfg = Config::from_yaml(CFG).unwrap();
         let m = manifest(DB);
-        let r = judge_manifest(&m, None, None, "", &cfg, None).unwrap();
+        let r = judge_manifest(&m, None, None, "", &cfg, None, None).unwrap();
         assert_eq!(
             (r.operation.as_str(), r.verdict.as_str()),
             ("CREATE", "allowed")
         );
         let mut live = merge::with_last_applied(&m.object);
         live["spec"]["deletionPolicy"] = json!("Delete");
-        let r = judge_manifest(&m, Some(&live), None, "", &cfg, None).unwrap();
+        let r = judge_manifest(&m, Some(&live), None, "", &cfg, None, None).unwrap();
         assert_eq!(r.verdict, "unchanged");
     }
 
@@ -482,7 +515,7 @@ spec:
         let live = live_db(true);
         let mut result = live.clone();
         result["spec"]["forProvider"]["region"] = json!("eu-west-1");
-        let r = judge_manifest(&m, Some(&live), Some(result), "", &cfg, None).unwrap();
+        let r = judge_manifest(&m, Some(&live), Some(result), "", &cfg, None, None).unwrap();
         assert_eq!(r.verdict, "denied");
         assert!(r.notes.is_empty());
     }

@@ -1,0 +1,165 @@
+//! The live MRs whose external identity can collide with one MR's, for
+//! `explain` and `check --live` (docs/rules.md, `external-identity`).
+//!
+//! Identities meet across the kinds of one folded group: the legacy
+//! `s3.aws.upbound.io` Bucket and the namespaced `s3.aws.m.upbound.io`
+//! Bucket name one bucket. This finds those kinds through discovery (which
+//! every authenticated user may read), lists their MRs in every namespace,
+//! and keeps only the index entries (`mrguard_policy::identity::report`
+//! computes them as the replicas' watches do).
+
+use std::collections::HashMap;
+
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use mrguard_policy::config::Config;
+use mrguard_policy::identity::report::entry_of;
+use mrguard_policy::identity::{fold_group, Claim, IdentityIndex, MrKey};
+
+/// Page size of the lists, as the audit's.
+const PAGE: u32 = 500;
+
+/// Why the claimants could not be listed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClaimantsError {
+    /// Discovery failed.
+    #[error("failed to discover the API groups: {0}")]
+    Discovery(#[source] kube::Error),
+    /// A kind's MRs could not be listed (e.g. RBAC forbids it).
+    #[error("failed to list {resource} in all namespaces: {source}")]
+    List {
+        /// `plural.group`.
+        resource: String,
+        /// The API server's answer.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The listed MRs of every kind that shares one folded group and kind.
+#[derive(Debug, Default)]
+pub(crate) struct Family {
+    /// The kinds listed, as `plural.group`, sorted.
+    pub resources: Vec<String>,
+    /// One index entry per MR (key, claim, whether deleting it deletes).
+    entries: Vec<(MrKey, Option<Claim>, bool)>,
+}
+
+impl Family {
+    /// Lists the MRs of `kind` in every served group that folds to
+    /// `group`'s folded group.
+    pub(crate) async fn list(
+        client: &kube::Client,
+        config: &Config,
+        group: &str,
+        kind: &str,
+    ) -> Result<Self, ClaimantsError> {
+        let mut family = Family::default();
+        for ar in colliding_kinds(client, group, kind).await? {
+            let resource = format!("{}.{}", ar.plural, ar.group);
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+            let mut lp = ListParams::default().limit(PAGE);
+            loop {
+                let page = api.list(&lp).await.map_err(|source| ClaimantsError::List {
+                    resource: resource.clone(),
+                    source,
+                })?;
+                for o in &page.items {
+                    let Ok(v) = serde_json::to_value(o) else {
+                        continue;
+                    };
+                    family
+                        .entries
+                        .extend(entry_of(&v, &ar.group, &ar.kind, config));
+                }
+                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(c) => lp.continue_token = Some(c),
+                    None => break,
+                }
+            }
+            family.resources.push(resource);
+        }
+        family.resources.sort();
+        Ok(family)
+    }
+
+    /// Records every listed MR in `index`.
+    pub(crate) fn fill(&self, index: &IdentityIndex) {
+        for (key, claim, deletes) in &self.entries {
+            index.upsert(key.clone(), *claim, *deletes);
+        }
+    }
+}
+
+/// The served kinds named `kind` whose group folds to `group`'s: the
+/// legacy and the `.m.` namespaced kind of one provider family.
+pub(crate) async fn colliding_kinds(
+    client: &kube::Client,
+    group: &str,
+    kind: &str,
+) -> Result<Vec<ApiResource>, ClaimantsError> {
+    let folded = fold_group(group);
+    let groups = client
+        .list_api_groups()
+        .await
+        .map_err(ClaimantsError::Discovery)?;
+    let mut out = Vec::new();
+    for g in groups
+        .groups
+        .iter()
+        .filter(|g| fold_group(&g.name) == folded)
+    {
+        let Some(gv) = g
+            .preferred_version
+            .as_ref()
+            .or(g.versions.first())
+            .map(|v| v.group_version.clone())
+        else {
+            continue;
+        };
+        let resources = client
+            .list_api_group_resources(&gv)
+            .await
+            .map_err(ClaimantsError::Discovery)?;
+        let version = gv.rsplit_once('/').map_or(gv.as_str(), |(_, v)| v);
+        for r in resources
+            .resources
+            .iter()
+            .filter(|r| r.kind == kind && !r.name.contains('/'))
+        {
+            out.push(ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(&g.name, version, kind),
+                &r.name,
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// The families listed so far, by folded group and kind, so that many
+/// manifests of one kind list it once; a failure is kept as its message.
+#[derive(Debug, Default)]
+pub(crate) struct Families(HashMap<(String, String), Result<Family, String>>);
+
+impl Families {
+    /// The family of `group`/`kind`, listed on first use.
+    pub(crate) async fn get(
+        &mut self,
+        client: &kube::Client,
+        config: &Config,
+        group: &str,
+        kind: &str,
+    ) -> Result<&Family, &str> {
+        let key = (fold_group(group), kind.to_string());
+        if !self.0.contains_key(&key) {
+            let listed = Family::list(client, config, group, kind)
+                .await
+                .map_err(|e| e.to_string());
+            self.0.insert(key.clone(), listed);
+        }
+        match &self.0[&key] {
+            Ok(f) => Ok(f),
+            Err(e) => Err(e.as_str()),
+        }
+    }
+}
