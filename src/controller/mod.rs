@@ -38,6 +38,7 @@ pub mod coverage;
 mod documented;
 pub(crate) mod identity;
 mod leader;
+mod list_limit;
 pub(crate) mod metrics;
 pub(crate) mod replica;
 pub mod reports;
