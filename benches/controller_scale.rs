@@ -68,6 +68,9 @@ struct Args {
     /// replica keeps the identity index).
     #[arg(long, default_value_t = 2)]
     replicas: usize,
+    /// Full audit passes to wait for.
+    #[arg(long, default_value_t = 2)]
+    audit_passes: usize,
     /// Install the wgpolicyk8s report CRDs and set
     /// `controller.policyReports: wgpolicyk8s`.
     #[arg(long)]
@@ -659,10 +662,7 @@ impl Bench {
         eprintln!("controller_scale: one more replica (a follower) from cold");
         let t = Instant::now();
         let i = {
-            self.release
-                .start_replica()
-                .await
-                .map_err(|e| anyhow!(e))?;
+            self.release.start_replica().await.map_err(|e| anyhow!(e))?;
             self.release.replicas.len() - 1
         };
         let pid = self.release.replicas[i].process.pid();
@@ -670,8 +670,12 @@ impl Bench {
             self.release.replicas[i].log().lines().find_map(|l| {
                 let v: Value = serde_json::from_str(l).ok()?;
                 let f = &v["fields"];
-                (f["message"] == "identity index synced")
-                    .then(|| (f["kinds"].as_u64().unwrap_or(0), f["claims"].as_u64().unwrap_or(0)))
+                (f["message"] == "identity index synced").then(|| {
+                    (
+                        f["kinds"].as_u64().unwrap_or(0),
+                        f["claims"].as_u64().unwrap_or(0),
+                    )
+                })
             })
         };
         let ready = self
@@ -730,17 +734,19 @@ impl Bench {
             .collect()
     }
 
-    /// Waits for two passes that read every MR; reports every pass so far.
+    /// Waits for `--audit-passes` passes that read every MR; reports every pass so far.
     async fn phase_audit(&mut self) -> anyhow::Result<()> {
         let n = self.args.mrs as u64;
-        eprintln!("controller_scale: waiting for two audit passes over every MR");
+        eprintln!("controller_scale: waiting for full audit passes over every MR");
         let t = Instant::now();
         self.sampler.take_max_conns();
         let cpu0 = self.sampler.sample().cpu;
         self.wait_until(
             "two full audit passes",
             Duration::from_secs(900),
-            || async { self.audit_passes().iter().filter(|p| p.1 >= n).count() >= 2 },
+            || async {
+                self.audit_passes().iter().filter(|p| p.1 >= n).count() >= self.args.audit_passes
+            },
         )
         .await?;
         let cpu = self.sampler.sample().cpu - cpu0;
@@ -920,10 +926,7 @@ impl Bench {
         let failover = self.release.replicas.iter().any(|r| !r.killed);
         let t = Instant::now();
         if !failover {
-            self.release
-                .start_replica()
-                .await
-                .map_err(|e| anyhow!(e))?;
+            self.release.start_replica().await.map_err(|e| anyhow!(e))?;
         }
         self.find_leader().await?;
         let covered = self

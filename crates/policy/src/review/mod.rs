@@ -55,9 +55,7 @@ impl<'de> Deserialize<'de> for RawObject {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::DeserializeSeed;
         // Everything kept, big arrays trimmed (see `prune`).
-        prune::Pruned { skip: &[] }
-            .deserialize(d)
-            .map(Self::new)
+        prune::Pruned { skip: &[] }.deserialize(d).map(Self::new)
     }
 }
 

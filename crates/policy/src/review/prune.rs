@@ -167,7 +167,10 @@ mod tests {
             let v = pruned(&text, skip);
             let mut full: Value = serde_json::from_str(&text).unwrap();
             if !skip.is_empty() {
-                full["metadata"].as_object_mut().unwrap().remove("managedFields");
+                full["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("managedFields");
             }
             assert_eq!(v, full);
             let outer = v["spec"]["rows"].as_array().unwrap();
