@@ -16,6 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use hyper::http;
 use tokio::sync::Semaphore;
@@ -25,6 +26,10 @@ use tokio::sync::Semaphore;
 /// Lease renewal queued behind them in the flow answers in well under a
 /// second.
 pub(crate) const COLLECTION_READS: usize = 8;
+
+/// The longest a read keeps its place while its response has not started:
+/// one that hangs must not stop every other list of the process.
+const HOLD_AT_MOST: Duration = Duration::from_secs(30);
 
 /// Whether a request reads a collection: a GET of `/api/v1/<plural>`,
 /// `/apis/<group>/<version>/<plural>`, or either under
@@ -104,10 +109,17 @@ where
         let permits = self.permits.clone();
         Box::pin(async move {
             // The semaphore is never closed.
-            let _permit = permits.acquire_owned().await.ok();
-            // Held until the response starts: a list's body follows at
-            // once, a watch's never ends.
-            inner.call(req).await
+            let permit = permits.acquire_owned().await.ok();
+            // Held until the response starts (a list's body follows at
+            // once, a watch's never ends), or for HOLD_AT_MOST.
+            let call = inner.call(req);
+            tokio::pin!(call);
+            tokio::select! {
+                r = &mut call => return r,
+                _ = tokio::time::sleep(HOLD_AT_MOST) => {}
+            }
+            drop(permit);
+            call.await
         })
     }
 }
@@ -116,7 +128,6 @@ where
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
     use tower::{Layer, Service, ServiceExt};
 
     fn get(path: &str) -> http::Request<()> {
@@ -226,5 +237,27 @@ mod tests {
             }
         }
         assert_eq!(server.most.load(Ordering::SeqCst), COLLECTION_READS);
+    }
+
+    /// Reads whose responses never start give up their places after
+    /// HOLD_AT_MOST: the next list still reaches the server.
+    #[tokio::test(start_paused = true)]
+    async fn hanging_reads_do_not_hold_their_places_forever() {
+        let server = Server {
+            in_flight: Arc::default(),
+            most: Arc::default(),
+            release: Arc::new(tokio::sync::Notify::new()),
+        };
+        let svc = CollectionReadLimit::new(2).layer(server.clone());
+        let mut lists = tokio::task::JoinSet::new();
+        for _ in 0..3 {
+            let svc = svc.clone();
+            lists.spawn(svc.oneshot(get("/apis/ec2.aws.upbound.io/v1beta1/vpcs")));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(server.in_flight.load(Ordering::SeqCst), 2);
+        tokio::time::sleep(HOLD_AT_MOST).await;
+        assert_eq!(server.in_flight.load(Ordering::SeqCst), 3);
+        lists.abort_all();
     }
 }
