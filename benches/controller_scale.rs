@@ -64,6 +64,17 @@ struct Args {
     /// Skip the API server restart and the cold start.
     #[arg(long)]
     no_restarts: bool,
+    /// mrguard replicas from the start: the leader and followers (every
+    /// replica keeps the identity index).
+    #[arg(long, default_value_t = 2)]
+    replicas: usize,
+    /// Full audit passes to wait for.
+    #[arg(long, default_value_t = 2)]
+    audit_passes: usize,
+    /// Install the wgpolicyk8s report CRDs and set
+    /// `controller.policyReports: wgpolicyk8s`.
+    #[arg(long)]
+    policy_reports: bool,
     /// Also write the Markdown report here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -159,6 +170,9 @@ struct Audited {
     at: jiff::Timestamp,
     verb: String,
     uri: String,
+    /// The response code, on `ResponseComplete` records (None on
+    /// `RequestReceived`, which every request has once).
+    code: Option<u64>,
 }
 
 impl Audited {
@@ -179,9 +193,16 @@ fn audit_log(cluster: &Cluster) -> Vec<Audited> {
                 at: v["requestReceivedTimestamp"].as_str()?.parse().ok()?,
                 verb: v["verb"].as_str()?.to_string(),
                 uri: v["requestURI"].as_str()?.to_string(),
+                code: (v["stage"] == "ResponseComplete")
+                    .then(|| v["responseStatus"]["code"].as_u64().unwrap_or(0)),
             })
         })
         .collect()
+}
+
+/// Each request once (its `RequestReceived` record).
+fn received(log: &[Audited]) -> impl Iterator<Item = &Audited> {
+    log.iter().filter(|a| a.code.is_none())
 }
 
 struct Bench {
@@ -191,6 +212,8 @@ struct Bench {
     release: Release,
     kinds: Vec<Kind>,
     sampler: Sampler,
+    /// The index of the Lease holder in `release.replicas`.
+    leader: usize,
     report: String,
 }
 
@@ -200,7 +223,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("controller_scale: starting etcd and kube-apiserver");
     // Every request of mrguard's service accounts, once, when received.
     let policy = format!(
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [ResponseStarted, ResponseComplete]\n\
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [ResponseStarted]\n\
          rules:\n- level: Metadata\n  userGroups: [\"system:serviceaccounts:{RELEASE}-system\"]\n- level: None\n"
     );
     let cluster: &'static Cluster = Box::leak(Box::new(
@@ -212,6 +235,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .map_err(|e| anyhow!(e))?,
     ));
     let client = cluster.admin().await.map_err(|e| anyhow!(e))?;
+    if args.policy_reports {
+        for file in [
+            "wgpolicyk8s.io_policyreports.yaml",
+            "wgpolicyk8s.io_clusterpolicyreports.yaml",
+        ] {
+            let path = mrguard_envtest::fixtures_dir()
+                .join("policy-reports")
+                .join(file);
+            let v: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path)?)
+                .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+            let crd: CustomResourceDefinition = serde_json::from_value(v)?;
+            mrguard_envtest::cluster::create_crd(&client, &crd)
+                .await
+                .map_err(|e| anyhow!(e))?;
+        }
+    }
     eprintln!("controller_scale: installing mrguard from the chart");
     let release = Release::install(
         cluster,
@@ -221,12 +260,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
             audit_interval: args.audit_interval.clone(),
             log_level: "info".into(),
             extra_args: args.mrguard_arg.clone(),
+            replicas: args.replicas.max(1),
+            values: args
+                .policy_reports
+                .then(|| "controller:\n  policyReports: wgpolicyk8s\n".to_string()),
             ..Options::default()
         },
     )
     .await
     .map_err(|e| anyhow!(e))?;
-    let sampler = Sampler::start(release.replicas[0].process.pid(), cluster.port());
+    let t = Instant::now();
+    let leader = loop {
+        if let Some(i) = release.leader().await {
+            break i;
+        }
+        if t.elapsed() > Duration::from_secs(120) {
+            bail!("no replica took the Lease within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let sampler = Sampler::start(release.replicas[leader].process.pid(), cluster.port());
     let kinds = kinds(args.crds, &groups);
     let mut bench = Bench {
         args,
@@ -235,20 +288,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         release,
         kinds,
         sampler,
+        leader,
         report: String::new(),
     };
     bench.header(&groups);
     let r = bench.phases().await;
+    bench.leases();
     let _ = writeln!(
         bench.report,
         "\nThe whole run took {:.1} minutes. mrguard's log: {}",
         started.elapsed().as_secs_f64() / 60.0,
-        bench
-            .release
-            .replicas
-            .last()
-            .map(|r| r.process.log_path().display().to_string())
-            .unwrap_or_default()
+        bench.release.replicas[bench.leader]
+            .process
+            .log_path()
+            .display()
     );
     println!("{}", bench.report);
     if let Some(out) = &bench.args.out {
@@ -258,6 +311,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 impl Bench {
+    /// Lease trouble over the whole run: the Lease requests by response
+    /// code, and each replica's "lost the lease".
+    fn leases(&mut self) {
+        let mut codes: BTreeMap<u64, usize> = BTreeMap::new();
+        for a in audit_log(self.cluster) {
+            if let (true, Some(c)) = (a.uri.contains("/leases/"), a.code) {
+                *codes.entry(c).or_default() += 1;
+            }
+        }
+        let lost: Vec<usize> = self
+            .release
+            .replicas
+            .iter()
+            .map(|r| r.log().matches("\"lost the lease\"").count())
+            .collect();
+        let _ = writeln!(
+            self.report,
+            "\nLease requests over the run by response code: {codes:?}; \"lost the lease\" per replica: {lost:?}."
+        );
+    }
+
     fn header(&mut self, groups: &[String]) {
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         let cpus = std::fs::read_to_string("/proc/cpuinfo")
@@ -280,32 +354,73 @@ impl Bench {
         );
         let _ = writeln!(
             self.report,
-            "| moment | leader RSS MiB | peak RSS MiB | connections to the API server (now / highest since the last row) | leader CPU s (cumulative) | watches of generated kinds |"
+            "| moment | leader RSS MiB | peak RSS MiB | connections to the API server (now / highest since the last row) | leader CPU s (cumulative) | watches of generated kinds | followers' RSS (peak) MiB | kube-apiserver RSS (peak) MiB |"
         );
-        let _ = writeln!(self.report, "|---|---|---|---|---|---|");
+        let _ = writeln!(self.report, "|---|---|---|---|---|---|---|---|");
     }
 
     async fn row(&mut self, moment: &str) {
         let s = self.sampler.sample();
         let max = self.sampler.take_max_conns().max(s.conns);
         let watches = self.watches().await.unwrap_or(0);
+        let followers = self
+            .release
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| *i != self.leader && !r.killed)
+            .filter_map(|(_, r)| procfs::rss(r.process.pid()))
+            .map(|(rss, hwm)| format!("{:.1} ({:.1})", mib(rss), mib(hwm)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (a, ahwm) = procfs::rss(self.cluster.apiserver_pid()).unwrap_or_default();
         let _ = writeln!(
             self.report,
-            "| {moment} | {:.1} | {:.1} | {} / {} | {:.1} | {} |",
+            "| {moment} | {:.1} | {:.1} | {} / {} | {:.1} | {} | {followers} | {:.0} ({:.0}) |",
             mib(s.rss),
             mib(s.hwm),
             s.conns,
             max,
             s.cpu,
-            watches
+            watches,
+            mib(a),
+            mib(ahwm),
         );
         eprintln!(
-            "controller_scale: {moment}: RSS {:.1} MiB (peak {:.1}), {} connections (max {max}), CPU {:.1} s, {watches} watches",
+            "controller_scale: {moment}: RSS {:.1} MiB (peak {:.1}), {} connections (max {max}), CPU {:.1} s, {watches} watches; followers {followers}; kube-apiserver {:.0} MiB (peak {:.0})",
             mib(s.rss),
             mib(s.hwm),
             s.conns,
-            s.cpu
+            s.cpu,
+            mib(a),
+            mib(ahwm),
         );
+    }
+
+    /// Watches of the generated kinds when every replica watches them
+    /// all: the leader's MR watch, and every replica's identity-index
+    /// watch.
+    fn expected_watches(&self) -> usize {
+        let live = self.release.replicas.iter().filter(|r| !r.killed).count();
+        self.kinds.len() * (1 + live)
+    }
+
+    /// Sets `leader` to the replica holding the Lease.
+    async fn find_leader(&mut self) -> anyhow::Result<()> {
+        let t = Instant::now();
+        loop {
+            if let Some(i) = self.release.leader().await {
+                if !self.release.replicas[i].killed {
+                    self.leader = i;
+                    self.sampler.follow(self.release.replicas[i].process.pid());
+                    return Ok(());
+                }
+            }
+            if t.elapsed() > Duration::from_secs(120) {
+                bail!("no live replica took the Lease within 120 s");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     async fn apiserver_metrics(&self) -> anyhow::Result<Metrics> {
@@ -390,6 +505,7 @@ impl Bench {
         self.row("installed, 8 fixture kinds").await;
         self.phase_crds().await?;
         self.phase_mrs().await?;
+        self.phase_new_replica().await?;
         self.phase_audit().await?;
         self.phase_quiet().await?;
         if !self.args.no_restarts {
@@ -436,13 +552,13 @@ impl Bench {
             .wait_until(
                 "a watch on every generated kind",
                 Duration::from_secs(600),
-                || async { self.watches().await.unwrap_or(0) >= n },
+                || async { self.watches().await.unwrap_or(0) >= self.expected_watches() },
             )
             .await?;
         let _ = writeln!(
             self.report,
             "| (CRDs: {n} created in {:.1} s; both configurations covered all {:.1} s after the last \
-             create ({:.1} s after the first); every kind watched {:.1} s after that) | | | | | |",
+             create ({:.1} s after the first); every kind watched by every replica {:.1} s after that) | | | | | | | |",
             created.as_secs_f64(),
             covered.as_secs_f64(),
             (created + covered).as_secs_f64(),
@@ -454,14 +570,7 @@ impl Bench {
     }
 
     async fn gauge_sum(&self, state: &str) -> f64 {
-        let Ok(m) = self
-            .release
-            .replicas
-            .last()
-            .expect("a replica")
-            .metrics()
-            .await
-        else {
+        let Ok(m) = self.release.replicas[self.leader].metrics().await else {
             return -1.0;
         };
         let mut total = 0.0;
@@ -537,7 +646,7 @@ impl Bench {
         let _ = writeln!(
             self.report,
             "| (MRs: {n} created in {:.1} s, {:.0}/s; the gauges counted all {paused} paused and {incomplete} \
-             creation-incomplete {:.1} s after the last create) | | | | | |",
+             creation-incomplete {:.1} s after the last create) | | | | | | | |",
             created.as_secs_f64(),
             n as f64 / created.as_secs_f64(),
             followed.as_secs_f64()
@@ -546,9 +655,70 @@ impl Bench {
         Ok(())
     }
 
+    /// One more replica, started with every CRD and MR in place: the time
+    /// until its identity index is synced (what `/readyz` waits for), and
+    /// its RSS then. It is stopped afterwards.
+    async fn phase_new_replica(&mut self) -> anyhow::Result<()> {
+        eprintln!("controller_scale: one more replica (a follower) from cold");
+        let t = Instant::now();
+        let i = {
+            self.release.start_replica().await.map_err(|e| anyhow!(e))?;
+            self.release.replicas.len() - 1
+        };
+        let pid = self.release.replicas[i].process.pid();
+        let synced = || {
+            self.release.replicas[i].log().lines().find_map(|l| {
+                let v: Value = serde_json::from_str(l).ok()?;
+                let f = &v["fields"];
+                (f["message"] == "identity index synced").then(|| {
+                    (
+                        f["kinds"].as_u64().unwrap_or(0),
+                        f["claims"].as_u64().unwrap_or(0),
+                    )
+                })
+            })
+        };
+        let ready = self
+            .wait_until(
+                "the new replica's identity index",
+                Duration::from_secs(600),
+                || async { synced().is_some() },
+            )
+            .await?;
+        let (kinds, claims) = synced().unwrap_or_default();
+        let (rss0, _) = procfs::rss(pid).unwrap_or_default();
+        let cpu0 = procfs::cpu_seconds(pid).unwrap_or_default();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let (rss, hwm) = procfs::rss(pid).unwrap_or_default();
+        let _ = writeln!(
+            self.report,
+            "| (a new follower, started with all {} MRs in place: identity index synced, so /readyz ready, \
+             {:.1} s after its start ({kinds} kinds, {claims} claims; {:.1} s CPU); RSS then {:.1} MiB, \
+             10 s later {:.1} MiB, peak {:.1} MiB) | | | | | | | |",
+            self.args.mrs,
+            ready.as_secs_f64(),
+            cpu0,
+            mib(rss0),
+            mib(rss),
+            mib(hwm)
+        );
+        eprintln!(
+            "controller_scale: new follower synced in {:.1} s; RSS {:.1} MiB, peak {:.1}",
+            (t.elapsed() - Duration::from_secs(10)).as_secs_f64(),
+            mib(rss),
+            mib(hwm)
+        );
+        let r = &mut self.release.replicas[i];
+        r.process.signal("TERM");
+        r.killed = true;
+        let port = r.port;
+        self.release.remove_endpoint(port);
+        Ok(())
+    }
+
     /// The "audit pass done" lines of the current leader's log.
     fn audit_passes(&self) -> Vec<(u64, u64, f64)> {
-        let log = self.release.replicas.last().expect("a replica").log();
+        let log = self.release.replicas[self.leader].log();
         log.lines()
             .filter_map(|l| {
                 let v: Value = serde_json::from_str(l).ok()?;
@@ -564,17 +734,19 @@ impl Bench {
             .collect()
     }
 
-    /// Waits for two passes that read every MR; reports every pass so far.
+    /// Waits for `--audit-passes` passes that read every MR; reports every pass so far.
     async fn phase_audit(&mut self) -> anyhow::Result<()> {
         let n = self.args.mrs as u64;
-        eprintln!("controller_scale: waiting for two audit passes over every MR");
+        eprintln!("controller_scale: waiting for full audit passes over every MR");
         let t = Instant::now();
         self.sampler.take_max_conns();
         let cpu0 = self.sampler.sample().cpu;
         self.wait_until(
             "two full audit passes",
             Duration::from_secs(900),
-            || async { self.audit_passes().iter().filter(|p| p.1 >= n).count() >= 2 },
+            || async {
+                self.audit_passes().iter().filter(|p| p.1 >= n).count() >= self.args.audit_passes
+            },
         )
         .await?;
         let cpu = self.sampler.sample().cpu - cpu0;
@@ -610,7 +782,7 @@ impl Bench {
         let mut by_verb: BTreeMap<String, usize> = BTreeMap::new();
         let mut mr = 0;
         let mut examples: BTreeMap<String, String> = BTreeMap::new();
-        for a in log.iter().filter(|a| a.at >= from && a.at < to) {
+        for a in received(&log).filter(|a| a.at >= from && a.at < to) {
             *by_verb.entry(a.verb.clone()).or_default() += 1;
             mr += usize::from(a.plural().is_some());
             examples
@@ -654,16 +826,24 @@ impl Bench {
         let down = t.elapsed();
         let back = self
             .wait_until("every watch back", Duration::from_secs(600), || async {
-                self.watches().await.unwrap_or(0) >= n
+                self.watches().await.unwrap_or(0) >= self.expected_watches()
             })
             .await?;
         // Settle: anything more would be a storm.
         tokio::time::sleep(Duration::from_secs(30)).await;
         let log = audit_log(self.cluster);
-        let after: Vec<&Audited> = log
-            .iter()
+        let after: Vec<&Audited> = received(&log)
             .filter(|a| a.at >= from && a.plural().is_some())
             .collect();
+        // The watchers' lists by response code.
+        let mut codes: BTreeMap<u64, usize> = BTreeMap::new();
+        for a in log.iter().filter(|a| {
+            a.at >= from && a.verb == "list" && a.plural().is_some() && !a.uri.contains("limit=250")
+        }) {
+            if let Some(c) = a.code {
+                *codes.entry(c).or_default() += 1;
+            }
+        }
         // The watchers' relists ask for resourceVersion=0 (from the watch
         // cache); the audit lists pages of 250 and is counted apart.
         let mut relists: BTreeMap<&str, usize> = BTreeMap::new();
@@ -692,7 +872,9 @@ impl Bench {
              SIGTERM until it was ready again: {:.1} s (it drains for up to a minute); every generated kind \
              watched again {:.1} s after it was ready. From the restart to 30 s after that, on the {n} \
              generated kinds: {} relists by the watchers over {} kinds (at most {} for one kind), spread \
-             over {spread:.1} s; {} watch requests (at most {} for one kind); {audit_lists} audit lists.\n",
+             over {spread:.1} s (their responses by code: {codes:?}); {} watch requests (at most {} for one kind); \
+             {audit_lists} audit lists. Watchers per kind: the leader's MR watch and identity-index watch, \
+             and one identity-index watch per follower ({} replicas).\n",
             down.as_secs_f64(),
             back.as_secs_f64(),
             relists.values().sum::<usize>(),
@@ -700,6 +882,7 @@ impl Bench {
             relists.values().max().copied().unwrap_or(0),
             watches.values().sum::<usize>(),
             watches.values().max().copied().unwrap_or(0),
+            self.release.replicas.iter().filter(|r| !r.killed).count(),
         );
         self.row("after the API server restart").await;
         Ok(())
@@ -710,21 +893,15 @@ impl Bench {
     async fn phase_cold_start(&mut self) -> anyhow::Result<()> {
         eprintln!("controller_scale: cold start");
         let n = self.kinds.len();
+        let leader = self.leader;
         {
-            let old = self.release.replicas.last_mut().expect("a replica");
+            let old = &mut self.release.replicas[leader];
             // SIGTERM releases the Lease, so the next replica leads at once.
             old.process.signal("TERM");
             let port = old.port;
             old.killed = true;
             let deadline = Instant::now() + Duration::from_secs(30);
-            while self
-                .release
-                .replicas
-                .last()
-                .expect("a replica")
-                .process
-                .alive()
-            {
+            while self.release.replicas[leader].process.alive() {
                 if Instant::now() > deadline {
                     bail!("mrguard did not stop on SIGTERM");
                 }
@@ -744,14 +921,14 @@ impl Bench {
             .validating()
             .patch(&self.release.fullname, &pp, &empty)
             .await?;
-        let pid = self
-            .release
-            .start_replica()
-            .await
-            .map_err(|e| anyhow!(e))?
-            .process
-            .pid();
-        self.sampler.follow(pid);
+        // With a follower running, it takes over (a failover); alone, a
+        // new replica starts (a cold start).
+        let failover = self.release.replicas.iter().any(|r| !r.killed);
+        let t = Instant::now();
+        if !failover {
+            self.release.start_replica().await.map_err(|e| anyhow!(e))?;
+        }
+        self.find_leader().await?;
         let covered = self
             .wait_until(
                 "coverage after a cold start",
@@ -764,21 +941,29 @@ impl Bench {
                 "the gauges after a cold start",
                 Duration::from_secs(600),
                 || async {
-                    self.gauge_sum("paused").await > 0.0 && self.watches().await.unwrap_or(0) >= n
+                    self.gauge_sum("paused").await > 0.0
+                        && self.watches().await.unwrap_or(0) >= self.expected_watches()
                 },
             )
             .await?;
+        let what = if failover {
+            "The leader stopped (SIGTERM), both configurations' rules emptied, a follower took over"
+        } else {
+            "A new replica, with every CRD and MR in place and both configurations' rules emptied"
+        };
         let _ = writeln!(
             self.report,
-            "### Cold start\n\nA new replica, with every CRD and MR in place and both configurations' rules emptied: \
-             rules covering all {n} kinds {:.1} s after the process started; every kind watched {:.1} s after that.\n",
-            covered.as_secs_f64(),
+            "### {}\n\n{what}: rules covering all {n} kinds {:.1} s after {}; every kind watched {:.1} s after that.\n",
+            if failover { "Failover" } else { "Cold start" },
+            (t.elapsed() - counted).as_secs_f64(),
+            if failover { "the rules were emptied" } else { "the process started" },
             counted.as_secs_f64()
         );
+        let _ = covered;
         tokio::time::sleep(Duration::from_secs(10)).await;
         let _ = writeln!(
             self.report,
-            "| moment | leader RSS MiB | peak RSS MiB | connections (now / highest) | leader CPU s | watches |\n|---|---|---|---|---|---|"
+            "| moment | leader RSS MiB | peak RSS MiB | connections (now / highest) | leader CPU s | watches | followers' RSS (peak) MiB | kube-apiserver RSS (peak) MiB |\n|---|---|---|---|---|---|---|---|"
         );
         self.row("the new leader, 10 s after its coverage").await;
         Ok(())

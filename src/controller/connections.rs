@@ -103,6 +103,10 @@ fn http2_client(
         .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
+        // Outside the retries: a retried list keeps its place.
+        .layer(super::list_limit::CollectionReadLimit::new(
+            super::list_limit::COLLECTION_READS,
+        ))
         .option_layer(retry)
         .option_layer(config.auth_layer().map_err(setup)?)
         .layer(config.extra_headers_layer().map_err(setup)?)

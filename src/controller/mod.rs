@@ -42,6 +42,7 @@ pub(crate) mod crds;
 mod documented;
 pub(crate) mod identity;
 mod leader;
+mod list_limit;
 pub(crate) mod metrics;
 mod reflect;
 pub(crate) mod replica;

@@ -320,7 +320,8 @@ impl Cluster {
     }
 
     async fn wait_ready(&self) -> Result<(), String> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        // Thousands of CRDs take the API server minutes to serve again.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
         loop {
             self.check_alive()?;
             if let Ok(client) = self.admin().await {
@@ -337,7 +338,7 @@ impl Cluster {
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(format!(
-                    "kube-apiserver was not ready within 90 s; last lines:\n{}",
+                    "kube-apiserver was not ready within 300 s; last lines:\n{}",
                     self.apiserver().log_tail(40)
                 ));
             }

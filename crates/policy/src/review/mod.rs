@@ -53,7 +53,9 @@ impl RawObject {
 
 impl<'de> Deserialize<'de> for RawObject {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Value::deserialize(d).map(Self::new)
+        use serde::de::DeserializeSeed;
+        // Everything kept, big arrays trimmed (see `prune`).
+        prune::Pruned { skip: &[] }.deserialize(d).map(Self::new)
     }
 }
 

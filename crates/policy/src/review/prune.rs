@@ -5,6 +5,11 @@
 //! The API server sends `metadata.managedFields` in every review, about a
 //! fifth of the bytes of the reviews it sent us (tests/fixtures/reviews),
 //! and no rule reads it unless a CEL rule names it.
+//!
+//! Arrays are built here too, and trimmed once complete: a `Vec` grows by
+//! doubling, and for a review that is mostly arrays (the worst shape for
+//! the tree, BENCHMARKS.md "Memory per request") the unused capacity was
+//! a fifth of the request's peak memory.
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
@@ -18,13 +23,14 @@ pub(super) struct Pruned {
     pub(super) skip: &'static [&'static str],
 }
 
+/// Unused array capacity, in bytes, worth a reallocation: smaller arrays
+/// (most of a real object's) keep theirs, so parsing costs no more.
+const TRIM_BYTES: usize = 256;
+
 impl<'de> DeserializeSeed<'de> for Pruned {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        if self.skip.is_empty() {
-            return serde::Deserialize::deserialize(d);
-        }
         d.deserialize_any(self)
     }
 }
@@ -37,14 +43,18 @@ impl<'de> Visitor<'de> for Pruned {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let (first, rest) = match self.skip {
-            [first, rest @ ..] => (*first, rest),
-            [] => ("", self.skip),
+        const ALL: Pruned = Pruned { skip: &[] };
+        let Some((first, rest)) = self.skip.split_first() else {
+            let mut out = Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                out.insert(key, map.next_value_seed(ALL)?);
+            }
+            return Ok(Value::Object(out));
         };
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            if key != first {
-                out.insert(key, map.next_value()?);
+            if key != *first {
+                out.insert(key, map.next_value_seed(ALL)?);
             } else if rest.is_empty() {
                 map.next_value::<IgnoredAny>()?;
             } else {
@@ -58,8 +68,11 @@ impl<'de> Visitor<'de> for Pruned {
     // Anything but an object has nothing to skip: the plain value.
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(v) = seq.next_element()? {
+        while let Some(v) = seq.next_element_seed(Pruned { skip: &[] })? {
             out.push(v);
+        }
+        if (out.capacity() - out.len()) * std::mem::size_of::<Value>() >= TRIM_BYTES {
+            out.shrink_to_fit();
         }
         Ok(Value::Array(out))
     }
@@ -104,6 +117,7 @@ impl<'de> Visitor<'de> for Pruned {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn pruned(text: &str, skip: &'static [&'static str]) -> Value {
         let mut de = serde_json::Deserializer::from_str(text);
@@ -136,6 +150,38 @@ mod tests {
         ] {
             let full: Value = serde_json::from_str(text).unwrap();
             assert_eq!(pruned(text, MANAGED_FIELDS), full, "{text}");
+        }
+    }
+
+    /// Arrays come out trimmed (the peak memory of a review that is
+    /// mostly arrays), small ones as they are, and the tree equals
+    /// serde_json's own, key "" included.
+    #[test]
+    fn big_arrays_are_trimmed_and_the_tree_is_serde_jsons() {
+        let row: Vec<u32> = (0..10).cycle().take(100).collect();
+        let rows = vec![row; 1000];
+        let text = serde_json::to_string(&json!({"metadata": {"managedFields": [1], "": 2},
+            "spec": {"rows": rows, "small": [1, 2, 3], "": [{"": null}]}}))
+        .unwrap();
+        for skip in [MANAGED_FIELDS, &[]] {
+            let v = pruned(&text, skip);
+            let mut full: Value = serde_json::from_str(&text).unwrap();
+            if !skip.is_empty() {
+                full["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("managedFields");
+            }
+            assert_eq!(v, full);
+            let outer = v["spec"]["rows"].as_array().unwrap();
+            assert_eq!(outer.capacity(), outer.len(), "1000 rows");
+            for r in outer {
+                let r = r.as_array().unwrap();
+                assert_eq!(r.capacity(), r.len(), "a row of 100");
+            }
+            // Without the trim, serde_json's doubling left 128 places.
+            let plain: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(plain["spec"]["rows"][0].as_array().unwrap().capacity(), 128);
         }
     }
 
