@@ -6,19 +6,25 @@
 //!   and supported functions only, and metering of the work.
 //! - [`Scope`] holds the variables of one evaluation; JSON is converted by
 //!   [`json`] with integers as `int`.
+//! - Configured rules are also compiled to a tree evaluated directly over
+//!   the request's JSON ([`compiled`]); what that does not cover runs in
+//!   the interpreter, per rule ([`CelProgram::mode`]).
 //! - Evaluation runs under a budget ([`budget`]): at most
 //!   [`budget::COST_LIMIT`] cost units and [`budget::TIME_LIMIT`] of wall
 //!   time per evaluation. A program that runs out fails with an evaluation
 //!   error; it never stalls the server.
 
 pub mod budget;
+mod compiled;
 mod env;
 mod escaping;
 mod json;
 pub mod limits;
 mod reads;
 
-use std::sync::Arc;
+use std::cell::OnceCell;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use cel::common::ast::IdedExpr;
 use cel::common::types::{CelBool, CelNull, CelOptional, CelString};
@@ -28,6 +34,7 @@ use serde_json::Value;
 use crate::model::{Action, Operation, Violation};
 use crate::review::Request;
 
+pub use compiled::{Fail, Inputs};
 pub use env::FUNCTIONS;
 pub use escaping::escape_property;
 pub use reads::{Need, Reads};
@@ -43,6 +50,8 @@ pub struct CelProgram {
     expr: Arc<IdedExpr>,
     uses_old_self: bool,
     reads: Arc<Reads>,
+    /// The compiled fast path, or why there is none.
+    fast: Result<Arc<compiled::Compiled>, Arc<str>>,
 }
 
 impl std::fmt::Debug for CelProgram {
@@ -101,11 +110,52 @@ impl CelProgram {
             let facts = limits::check(&mut expr, vars).map_err(CompileError)?;
             Ok((expr, facts))
         })?;
+        // The fast path binds variables as configured rules do.
+        let fast = if vars == CONFIG_VARS {
+            compiled::compile(&expr)
+                .map(Arc::new)
+                .map_err(|why| Arc::from(why.as_str()))
+        } else {
+            Err(Arc::from("not a configured rule"))
+        };
         Ok(Self {
             expr: Arc::new(expr),
             uses_old_self: facts.mentions_old_self,
             reads: Arc::new(facts.reads),
+            fast,
         })
+    }
+
+    /// How a configured rule runs: `Ok` when compiled, else why it is
+    /// interpreted (`calls `replace``, say).
+    pub fn mode(&self) -> Result<(), &str> {
+        self.fast.as_ref().map(|_| ()).map_err(|why| &**why)
+    }
+
+    /// Evaluates a configured rule on the compiled path; `None` when it
+    /// hands over to the interpreter (not compiled, an error whose message
+    /// the interpreter words, or a case the compiled path does not model).
+    pub fn eval_compiled(&self, inputs: Inputs<'_>) -> Option<Result<bool, EvalError>> {
+        let fast = self.fast.as_ref().ok()?;
+        let guard = budget::Guard::arm(budget::COST_LIMIT, budget::TIME_LIMIT);
+        let result = fast.eval(inputs);
+        if let Some(why) = guard.exceeded() {
+            return Some(Err(exceeded(why)));
+        }
+        result.ok().map(Ok)
+    }
+
+    /// The compiled path's own answer, without handing over: for the
+    /// differential fuzz target and tests. `None` when not compiled.
+    #[doc(hidden)]
+    pub fn eval_compiled_raw(&self, inputs: Inputs<'_>) -> Option<Result<bool, Fail>> {
+        let fast = self.fast.as_ref().ok()?;
+        let guard = budget::Guard::arm(budget::COST_LIMIT, budget::TIME_LIMIT);
+        let result = fast.eval(inputs);
+        if guard.exceeded().is_some() {
+            return Some(Err(Fail::Error));
+        }
+        Some(result)
     }
 
     /// Whether the expression reads `oldSelf`: in a CRD, a transition rule.
@@ -139,14 +189,7 @@ impl CelProgram {
         let guard = budget::Guard::arm(budget::COST_LIMIT, budget::TIME_LIMIT);
         let result = cel::Value::resolve_val(&self.expr, &scope.ctx);
         if let Some(why) = guard.exceeded() {
-            let what = match why {
-                budget::Exceeded::Cost => format!("cost limit of {} exceeded", budget::COST_LIMIT),
-                budget::Exceeded::Time => format!(
-                    "time limit of {}ms exceeded",
-                    budget::TIME_LIMIT.as_millis()
-                ),
-            };
-            return Err(EvalError::Exceeded(what));
+            return Err(exceeded(why));
         }
         match result {
             Ok(v) => read(v.as_ref()),
@@ -171,6 +214,16 @@ impl CelProgram {
                 .ok_or_else(|| EvalError::NotString(v.get_type().name().to_string()))
         })
     }
+}
+
+fn exceeded(why: budget::Exceeded) -> EvalError {
+    EvalError::Exceeded(match why {
+        budget::Exceeded::Cost => format!("cost limit of {} exceeded", budget::COST_LIMIT),
+        budget::Exceeded::Time => format!(
+            "time limit of {}ms exceeded",
+            budget::TIME_LIMIT.as_millis()
+        ),
+    })
 }
 
 /// Runs the parser on a thread of its own with a large stack. The ANTLR
@@ -401,6 +454,68 @@ pub fn failure_message(
         Some(m) if !m.trim().is_empty() => m.to_string(),
         _ => format!("failed rule: {}", expression.trim()),
     }
+}
+
+/// The variables of configured rules for one request: the compiled path
+/// reads the JSON directly, and the interpreter's [`Scope`] is built on
+/// first use only (a rule not compiled, a failure message to evaluate).
+pub struct RuleScope<'v> {
+    inputs: Inputs<'v>,
+    reads: &'v Reads,
+    scope: OnceCell<Scope<'v>>,
+}
+
+impl<'v> RuleScope<'v> {
+    /// `reads`: what the rules read ([`CelRules::reads`]).
+    pub fn new(inputs: Inputs<'v>, reads: &'v Reads) -> Self {
+        RuleScope {
+            inputs,
+            reads,
+            scope: OnceCell::new(),
+        }
+    }
+
+    /// The interpreter's scope, built on first use.
+    pub fn scope(&self) -> &Scope<'v> {
+        self.scope.get_or_init(|| {
+            let i = self.inputs;
+            Scope::for_request(i.request, i.object, i.old, self.reads)
+        })
+    }
+}
+
+/// Evaluates a configured rule, compiled when it can be; `Some` when it
+/// fails or cannot be evaluated. The verdict and message are those of
+/// [`check_rule`].
+pub fn check_configured(rule: &CelRule, at: &RuleScope<'_>) -> Option<Violation> {
+    match rule.program.eval_compiled(at.inputs) {
+        Some(Ok(true)) => None,
+        Some(Ok(false)) => Some(Violation::new(failure_message(
+            &rule.expression,
+            rule.message.as_deref(),
+            rule.message_program.as_ref(),
+            at.scope(),
+        ))),
+        Some(Err(e)) => Some(Violation::new(format!("evaluation error: {e}"))),
+        None => check_rule(rule, at.scope()),
+    }
+}
+
+/// Receives how long each configured rule's evaluation took, by rule name
+/// (`cel:<name>`). Set by the server to feed its histogram.
+pub type Observer = Arc<dyn Fn(&str, Duration) + Send + Sync>;
+
+static OBSERVER: RwLock<Option<Observer>> = RwLock::new(None);
+
+/// Sets (or clears) the [`Observer`] of rule timings, process-wide.
+pub fn set_observer(observer: Option<Observer>) {
+    let mut o = OBSERVER.write().unwrap_or_else(|e| e.into_inner());
+    *o = observer;
+}
+
+/// The current [`Observer`], if any: read once per request.
+pub fn observer() -> Option<Observer> {
+    OBSERVER.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// Evaluates a configured rule; `Some` when it fails or cannot be evaluated.

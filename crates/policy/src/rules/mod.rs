@@ -237,8 +237,17 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
             findings.extend(decide(ctx, Cow::Borrowed(rule.name()), configured, v));
         }
     }
-    // Built once per request, only when a CEL rule applies.
-    let mut scope = None;
+    if ctx.resource.cel_rules.is_empty() {
+        return findings;
+    }
+    let inputs = crate::cel::Inputs {
+        request: ctx.request,
+        object: ctx.object,
+        old: ctx.old_object,
+    };
+    // The interpreter's scope is built only if a rule needs it.
+    let scope = crate::cel::RuleScope::new(inputs, ctx.resource.cel_rules.reads());
+    let observe = crate::cel::observer();
     for cel in &ctx.resource.cel_rules {
         if !cel.operations.contains(&ctx.operation) {
             continue;
@@ -248,15 +257,12 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
         if configured.action == Action::Off {
             continue;
         }
-        let scope = scope.get_or_insert_with(|| {
-            crate::cel::Scope::for_request(
-                ctx.request,
-                ctx.object,
-                ctx.old_object,
-                ctx.resource.cel_rules.reads(),
-            )
-        });
-        if let Some(v) = crate::cel::check_rule(cel, scope) {
+        let start = observe.as_ref().map(|_| std::time::Instant::now());
+        let found = crate::cel::check_configured(cel, &scope);
+        if let (Some(o), Some(s)) = (&observe, start) {
+            o(&name, s.elapsed());
+        }
+        if let Some(v) = found {
             findings.extend(decide(ctx, Cow::Owned(name), configured, v));
         }
     }
