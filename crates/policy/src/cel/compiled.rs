@@ -260,9 +260,7 @@ struct Compiler {
 /// with the interpreter.
 pub(super) fn compile(e: &IdedExpr) -> Result<Compiled, Why> {
     let mut c = Compiler { scope: Vec::new() };
-    Ok(Compiled {
-        root: c.node(e)?,
-    })
+    Ok(Compiled { root: c.node(e)? })
 }
 
 fn boxed(n: Node) -> Box<Node> {
@@ -548,7 +546,9 @@ fn eval<'a>(n: &'a Node, env: &mut Env<'a>) -> R<'a> {
             let value = eval(operand, env)?;
             let index = eval(index, env)?;
             match (value, index) {
-                (V::Json(Value::Object(m)), V::Str(k)) => m.get(k).map(from_json).ok_or(Fail::Error),
+                (V::Json(Value::Object(m)), V::Str(k)) => {
+                    m.get(k).map(from_json).ok_or(Fail::Error)
+                }
                 (V::Json(Value::Array(a)), V::Int(i)) => usize::try_from(i)
                     .ok()
                     .and_then(|i| a.get(i))
@@ -783,5 +783,8 @@ fn run_loop<'a>(c: &'a Comp, range: V<'a>, env: &mut Env<'a>) -> R<'a> {
 }
 
 fn absorbs(fold: Fold, v: &V<'_>) -> bool {
-    matches!((fold, v), (Fold::And, V::Bool(false)) | (Fold::Or, V::Bool(true)))
+    matches!(
+        (fold, v),
+        (Fold::And, V::Bool(false)) | (Fold::Or, V::Bool(true))
+    )
 }

@@ -518,6 +518,66 @@ pub fn observer() -> Option<Observer> {
     OBSERVER.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
+/// How the compiled path fared on one evaluation, in [`differential`].
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agreement {
+    /// The expression is not compiled.
+    NotCompiled,
+    /// The compiled path handed over to the interpreter.
+    HandedOver,
+    /// The compiled path answered as the interpreter did.
+    Agreed,
+}
+
+/// Compiles `source` as a configured rule and evaluates it both ways on
+/// `inputs`: `Err` describes a disagreement (a different verdict, or a
+/// verdict where the interpreter fails, or the reverse, or a different
+/// outcome once the hand-over is taken into account). For the differential
+/// fuzz target and the unit tests.
+#[doc(hidden)]
+pub fn differential(source: &str, inputs: Inputs<'_>) -> Result<Agreement, String> {
+    let Ok(p) = CelProgram::compile(source) else {
+        return Ok(Agreement::NotCompiled);
+    };
+    let scope = Scope::for_request(inputs.request, inputs.object, inputs.old, p.reads());
+    let interpreted = p.eval_bool(&scope);
+    let Some(raw) = p.eval_compiled_raw(inputs) else {
+        return Ok(Agreement::NotCompiled);
+    };
+    let agreed = match (&raw, &interpreted) {
+        (Ok(a), Ok(b)) => a == b,
+        (Err(Fail::Error), Err(_)) => true,
+        (Err(Fail::Fallback), _) => true,
+        _ => false,
+    };
+    if !agreed {
+        return Err(format!(
+            "{source}: compiled {raw:?}, interpreted {interpreted:?}"
+        ));
+    }
+    let combined = p
+        .eval_compiled(inputs)
+        .unwrap_or_else(|| interpreted.clone());
+    // Which limit stops a runaway program first depends on the clock.
+    let both_stopped = matches!(
+        (&combined, &interpreted),
+        (Err(EvalError::Exceeded(_)), Err(EvalError::Exceeded(_)))
+    );
+    if combined != interpreted && !both_stopped {
+        return Err(format!(
+            "{source}: with hand-over {combined:?}, interpreted {interpreted:?}"
+        ));
+    }
+    Ok(match raw {
+        Err(Fail::Fallback) => Agreement::HandedOver,
+        Err(Fail::Error) if !matches!(interpreted, Err(EvalError::Exceeded(_))) => {
+            Agreement::HandedOver
+        }
+        _ => Agreement::Agreed,
+    })
+}
+
 /// Evaluates a configured rule; `Some` when it fails or cannot be evaluated.
 pub fn check_rule(rule: &CelRule, scope: &Scope<'_>) -> Option<Violation> {
     match rule.program.eval_bool(scope) {
