@@ -197,6 +197,30 @@ impl<'a> V<'a> {
         matches!(self, V::Json(_) | V::Lits(_) | V::Strs(_))
     }
 
+    fn is_list(&self) -> bool {
+        matches!(self, V::Json(Value::Array(_)) | V::Lits(_) | V::Strs(_))
+    }
+
+    /// The length of a list ([`Self::is_list`]).
+    fn len(&self) -> usize {
+        match self {
+            V::Json(Value::Array(a)) => a.len(),
+            V::Lits(l) => l.len(),
+            V::Strs(s) => s.len(),
+            _ => 0,
+        }
+    }
+
+    /// Element `i` of a list ([`Self::is_list`]), `i` below its length.
+    fn item(&self, i: usize) -> V<'a> {
+        match *self {
+            V::Json(Value::Array(a)) => a.get(i).map_or(V::Null, from_json),
+            V::Lits(l) => l.get(i).map_or(V::Null, Lit::val),
+            V::Strs(s) => s.get(i).map_or(V::Null, |s| V::Str(s)),
+            _ => V::Null,
+        }
+    }
+
     /// What the budget charges for handing this value over ([`budget::size_of`]).
     fn cost(&self) -> u64 {
         let n = match self {
@@ -230,12 +254,35 @@ impl<'a> V<'a> {
         ord.ok_or(Fail::Error)
     }
 
-    /// `==`, as `cel`'s `equals`: numbers across types, containers only
-    /// with containers (which this path leaves to the interpreter).
+    /// `==`, as `cel`'s `equals`: numbers across types, lists element by
+    /// element, maps key by key. JSON keys are strings, and so are the keys
+    /// of every map this path sees.
     fn equals(&self, other: &V<'_>) -> Result<bool, Fail> {
         use V::*;
         Ok(match (*self, *other) {
-            (a, b) if a.is_container() && b.is_container() => return Err(Fail::Fallback),
+            (Json(Value::Object(a)), Json(Value::Object(b))) => {
+                if a.len() != b.len() {
+                    return Ok(false);
+                }
+                for (k, v) in a {
+                    match b.get(k) {
+                        Some(w) if from_json(v).equals(&from_json(w))? => {}
+                        _ => return Ok(false),
+                    }
+                }
+                true
+            }
+            (a, b) if a.is_list() && b.is_list() => {
+                if a.len() != b.len() {
+                    return Ok(false);
+                }
+                for i in 0..a.len() {
+                    if !a.item(i).equals(&b.item(i))? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
             (a, b) if a.is_container() || b.is_container() => false,
             (Null, Null) => true,
             (Bool(a), Bool(b)) => a == b,
@@ -536,30 +583,32 @@ fn eval<'a>(n: &'a Node, env: &mut Env<'a>) -> R<'a> {
         Node::Local(slot) => Ok(env.locals[*slot]),
         Node::Select(operand, field) => match eval(operand, env)? {
             V::Json(Value::Object(m)) => m.get(field).map(from_json).ok_or(Fail::Error),
-            _ => Err(Fail::Fallback),
+            _ => Err(Fail::Error),
         },
         Node::Has(operand, field) => match eval(operand, env)? {
             V::Json(Value::Object(m)) => Ok(V::Bool(m.contains_key(field))),
-            _ => Err(Fail::Fallback),
+            _ => Err(Fail::Error),
         },
         Node::Index(operand, index) => {
             let value = eval(operand, env)?;
             let index = eval(index, env)?;
             match (value, index) {
+                // Keys are strings: any other key is missing or no key.
                 (V::Json(Value::Object(m)), V::Str(k)) => {
                     m.get(k).map(from_json).ok_or(Fail::Error)
                 }
-                (V::Json(Value::Array(a)), V::Int(i)) => usize::try_from(i)
-                    .ok()
-                    .and_then(|i| a.get(i))
-                    .map(from_json)
-                    .ok_or(Fail::Error),
-                (V::Json(Value::Array(a)), V::UInt(i)) => usize::try_from(i)
-                    .ok()
-                    .and_then(|i| a.get(i))
-                    .map(from_json)
-                    .ok_or(Fail::Error),
-                _ => Err(Fail::Fallback),
+                (V::Json(Value::Object(_)), _) => Err(Fail::Error),
+                // A whole double indexes a list as an int does.
+                (l, V::Double(_)) if l.is_list() => Err(Fail::Fallback),
+                (l, V::Int(i)) if l.is_list() => match usize::try_from(i) {
+                    Ok(i) if i < l.len() => Ok(l.item(i)),
+                    _ => Err(Fail::Error),
+                },
+                (l, V::UInt(i)) if l.is_list() => match usize::try_from(i) {
+                    Ok(i) if i < l.len() => Ok(l.item(i)),
+                    _ => Err(Fail::Error),
+                },
+                _ => Err(Fail::Error),
             }
         }
         Node::And(a, b) => {
@@ -621,9 +670,7 @@ fn eval<'a>(n: &'a Node, env: &mut Env<'a>) -> R<'a> {
         Node::Cmp(op, a, b) => {
             let l = eval(a, env)?;
             let r = eval(b, env)?;
-            if l.is_container() || r.is_container() {
-                return Err(Fail::Fallback);
-            }
+            // Lists and maps have no order: compare() fails on them.
             let o = l.compare(&r)?;
             Ok(V::Bool(match op {
                 Cmp::Lt => o == Ordering::Less,
@@ -644,7 +691,7 @@ fn eval<'a>(n: &'a Node, env: &mut Env<'a>) -> R<'a> {
                 V::Json(Value::Object(o)) => o.len(),
                 V::Lits(l) => l.len(),
                 V::Strs(s) => s.len(),
-                _ => return Err(Fail::Fallback),
+                _ => return Err(Fail::Error),
             };
             Ok(V::Int(n as i64))
         }
@@ -652,7 +699,7 @@ fn eval<'a>(n: &'a Node, env: &mut Env<'a>) -> R<'a> {
             let arg = eval(arg, env)?;
             let target = eval(target, env)?;
             let (V::Str(t), V::Str(a)) = (target, arg) else {
-                return Err(Fail::Fallback);
+                return Err(Fail::Error);
             };
             Ok(V::Bool(match f {
                 StrFn::StartsWith => t.starts_with(a),
@@ -662,7 +709,7 @@ fn eval<'a>(n: &'a Node, env: &mut Env<'a>) -> R<'a> {
         }
         Node::Matches(target, re) => match eval(target, env)? {
             V::Str(s) => Ok(V::Bool(re.is_match(s))),
-            _ => Err(Fail::Fallback),
+            _ => Err(Fail::Error),
         },
         Node::Cost(a) => {
             let v = eval(a, env)?;
@@ -709,9 +756,9 @@ fn contains(hay: V<'_>, needle: V<'_>) -> Result<bool, Fail> {
         V::Json(Value::Object(m)) => match needle {
             V::Str(k) => Ok(m.contains_key(k)),
             V::Bool(_) | V::Int(_) | V::UInt(_) | V::Double(_) => Ok(false),
-            _ => Err(Fail::Fallback),
+            _ => Err(Fail::Error),
         },
-        _ => Err(Fail::Fallback),
+        _ => Err(Fail::Error),
     }
 }
 
@@ -774,7 +821,7 @@ fn run_loop<'a>(c: &'a Comp, range: V<'a>, env: &mut Env<'a>) -> R<'a> {
                 }
             }
         }
-        _ => return Err(Fail::Fallback),
+        _ => return Err(Fail::Error),
     }
     if pending {
         return Err(Fail::Error);

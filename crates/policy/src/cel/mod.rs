@@ -18,6 +18,8 @@ pub mod budget;
 mod compiled;
 mod env;
 mod escaping;
+#[doc(hidden)]
+pub mod gen;
 mod json;
 pub mod limits;
 mod reads;
@@ -526,7 +528,8 @@ pub enum Agreement {
     NotCompiled,
     /// The compiled path handed over to the interpreter.
     HandedOver,
-    /// The compiled path answered as the interpreter did.
+    /// The compiled path answered as the interpreter did: the same
+    /// verdict, or an error (whose message the interpreter then gives).
     Agreed,
 }
 
@@ -571,9 +574,6 @@ pub fn differential(source: &str, inputs: Inputs<'_>) -> Result<Agreement, Strin
     }
     Ok(match raw {
         Err(Fail::Fallback) => Agreement::HandedOver,
-        Err(Fail::Error) if !matches!(interpreted, Err(EvalError::Exceeded(_))) => {
-            Agreement::HandedOver
-        }
         _ => Agreement::Agreed,
     })
 }
