@@ -395,6 +395,9 @@ pub struct CelRule {
 pub struct CelRules {
     rules: Vec<CelRule>,
     reads: Reads,
+    /// What the interpreter reads when the compiled rules answer: the rules
+    /// that are not compiled, and every message expression.
+    interpreted_reads: Reads,
 }
 
 impl CelRules {
@@ -402,18 +405,33 @@ impl CelRules {
     /// expressions read.
     pub fn new(rules: Vec<CelRule>) -> Self {
         let mut reads = Reads::default();
+        let mut interpreted_reads = Reads::default();
         for r in &rules {
             reads.union(r.program.reads());
+            if r.program.mode().is_err() {
+                interpreted_reads.union(r.program.reads());
+            }
             if let Some(m) = &r.message_program {
                 reads.union(m.reads());
+                interpreted_reads.union(m.reads());
             }
         }
-        CelRules { rules, reads }
+        CelRules {
+            rules,
+            reads,
+            interpreted_reads,
+        }
     }
 
     /// What the rules read: the argument of [`Scope::for_request`].
     pub fn reads(&self) -> &Reads {
         &self.reads
+    }
+
+    /// What the rules read in the interpreter when every compiled rule
+    /// answers on the compiled path: the argument of [`RuleScope::new`].
+    pub fn interpreted_reads(&self) -> &Reads {
+        &self.interpreted_reads
     }
 }
 
@@ -463,26 +481,39 @@ pub fn failure_message(
 /// first use only (a rule not compiled, a failure message to evaluate).
 pub struct RuleScope<'v> {
     inputs: Inputs<'v>,
-    reads: &'v Reads,
+    rules: &'v CelRules,
+    /// For what the interpreter reads when compiled rules answer.
     scope: OnceCell<Scope<'v>>,
+    /// For everything: a compiled rule handed over reads what `scope`
+    /// may leave out.
+    whole: OnceCell<Scope<'v>>,
 }
 
 impl<'v> RuleScope<'v> {
-    /// `reads`: what the rules read ([`CelRules::reads`]).
-    pub fn new(inputs: Inputs<'v>, reads: &'v Reads) -> Self {
+    /// The scope of `rules` on `inputs`.
+    pub fn new(inputs: Inputs<'v>, rules: &'v CelRules) -> Self {
         RuleScope {
             inputs,
-            reads,
+            rules,
             scope: OnceCell::new(),
+            whole: OnceCell::new(),
         }
+    }
+
+    fn build(&self, reads: &'v Reads) -> Scope<'v> {
+        let i = self.inputs;
+        Scope::for_request(i.request, i.object, i.old, reads)
     }
 
     /// The interpreter's scope, built on first use.
     pub fn scope(&self) -> &Scope<'v> {
-        self.scope.get_or_init(|| {
-            let i = self.inputs;
-            Scope::for_request(i.request, i.object, i.old, self.reads)
-        })
+        self.scope
+            .get_or_init(|| self.build(self.rules.interpreted_reads()))
+    }
+
+    /// A scope for every rule and message, built on first use.
+    fn whole(&self) -> &Scope<'v> {
+        self.whole.get_or_init(|| self.build(self.rules.reads()))
     }
 }
 
@@ -499,8 +530,27 @@ pub fn check_configured(rule: &CelRule, at: &RuleScope<'_>) -> Option<Violation>
             at.scope(),
         ))),
         Some(Err(e)) => Some(Violation::new(format!("evaluation error: {e}"))),
+        // A compiled rule handing over reads what the interpreter's scope
+        // may have left out (errors are the rare case).
+        None if rule.program.mode().is_ok() => check_rule(rule, at.whole()),
         None => check_rule(rule, at.scope()),
     }
+}
+
+/// How each configured rule runs, one line per rule for `mrguard config
+/// check`: `resources[0].celRules[team]: compiled`, or `interpreted` and why.
+pub fn mode_notes(config: &crate::config::Config) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, r) in config.resources.iter().enumerate() {
+        for rule in &r.cel_rules {
+            let how = match rule.program.mode() {
+                Ok(()) => "compiled".to_string(),
+                Err(why) => format!("interpreted ({why})"),
+            };
+            out.push(format!("resources[{i}].celRules[{}]: {how}", rule.name));
+        }
+    }
+    out
 }
 
 /// Receives how long each configured rule's evaluation took, by rule name

@@ -246,7 +246,7 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
         old: ctx.old_object,
     };
     // The interpreter's scope is built only if a rule needs it.
-    let scope = crate::cel::RuleScope::new(inputs, ctx.resource.cel_rules.reads());
+    let scope = crate::cel::RuleScope::new(inputs, &ctx.resource.cel_rules);
     let observe = crate::cel::observer();
     for cel in &ctx.resource.cel_rules {
         if !cel.operations.contains(&ctx.operation) {
