@@ -359,7 +359,7 @@ impl Compiler {
         match name {
             "self" => Ok(Node::SelfVar),
             "oldSelf" => Ok(Node::OldSelf),
-            "request" => Err("uses `request` whole (only its fields are compiled)".into()),
+            "request" => Err("uses `request` whole; only its fields are compiled".into()),
             other => Err(format!("uses the name `{other}`")),
         }
     }

@@ -24,8 +24,8 @@ mod json;
 pub mod limits;
 mod reads;
 
-use std::cell::OnceCell;
-use std::sync::{Arc, RwLock};
+use std::cell::{OnceCell, RefCell};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cel::common::ast::IdedExpr;
@@ -554,20 +554,32 @@ pub fn mode_notes(config: &crate::config::Config) -> Vec<String> {
 }
 
 /// Receives how long each configured rule's evaluation took, by rule name
-/// (`cel:<name>`). Set by the server to feed its histogram.
+/// (`cel:<name>`): the server's histogram.
 pub type Observer = Arc<dyn Fn(&str, Duration) + Send + Sync>;
 
-static OBSERVER: RwLock<Option<Observer>> = RwLock::new(None);
-
-/// Sets (or clears) the [`Observer`] of rule timings, process-wide.
-pub fn set_observer(observer: Option<Observer>) {
-    let mut o = OBSERVER.write().unwrap_or_else(|e| e.into_inner());
-    *o = observer;
+thread_local! {
+    /// Set by [`with_observer`] for one decision on this thread: each
+    /// server (and test server) times its own requests only.
+    static OBSERVER: RefCell<Option<Observer>> = const { RefCell::new(None) };
 }
 
-/// The current [`Observer`], if any: read once per request.
-pub fn observer() -> Option<Observer> {
-    OBSERVER.read().unwrap_or_else(|e| e.into_inner()).clone()
+/// Runs `f` (a decision) with `observer` timing each configured rule it
+/// evaluates on this thread. Without one, rules are not timed at all.
+pub fn with_observer<R>(observer: &Observer, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Observer>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            OBSERVER.with(|o| *o.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(OBSERVER.with(|o| o.borrow_mut().replace(observer.clone())));
+    f()
+}
+
+/// The [`Observer`] of this decision, if any: read once per request.
+pub(crate) fn observer() -> Option<Observer> {
+    OBSERVER.with(|o| o.borrow().clone())
 }
 
 /// How the compiled path fared on one evaluation, in [`differential`].
