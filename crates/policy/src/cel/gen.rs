@@ -132,7 +132,7 @@ impl Gen<'_, '_> {
             };
         }
         match self.c.below(10) {
-            0 | 1 | 2 => self.path(),
+            0..=2 => self.path(),
             3 | 4 => self.literal(),
             5 => format!("size({})", self.value(depth - 1)),
             6 => format!("{}.size()", self.path()),
