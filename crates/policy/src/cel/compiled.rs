@@ -5,7 +5,7 @@
 //!
 //! It covers field selection, `has()`, `==`/`!=`/`<`/`<=`/`>`/`>=`, `in`,
 //! `size`, `startsWith`, `endsWith`, `contains`, `matches` (a literal
-//! pattern, compiled once), `all`/`exists` (any comprehension whose parts are
+//! pattern, compiled once), `split` (a literal separator), `int`, `all`/`exists` (any comprehension whose parts are
 //! covered), `&&`, `||`, `!`, `?:`, literals and constant lists, `self`,
 //! `oldSelf` and the fields of `request`. [`compile`] says why anything else
 //! stays with the interpreter.
@@ -126,6 +126,10 @@ enum Node {
     /// Target, then argument; evaluated argument first, as the interpreter does.
     Str(StrFn, Box<Node>, Box<Node>),
     Matches(Box<Node>, Box<regex::Regex>),
+    /// `x.split('sep')` with a literal, non-empty separator.
+    Split(Box<Node>, String),
+    /// `int(x)`.
+    Int(Box<Node>),
     /// The budget charge the compiler wrapped around an operand.
     Cost(Box<Node>),
     Comp(Box<Comp>),
@@ -164,6 +168,8 @@ enum V<'a> {
     Lits(&'a [Lit]),
     /// `request.userInfo.groups`.
     Strs(&'a [String]),
+    /// The list `s.split(sep)`, its parts found when read.
+    Split(&'a str, &'a str),
 }
 
 /// How an evaluation that produced no value ended.
@@ -194,11 +200,14 @@ fn from_json(v: &Value) -> V<'_> {
 
 impl<'a> V<'a> {
     fn is_container(&self) -> bool {
-        matches!(self, V::Json(_) | V::Lits(_) | V::Strs(_))
+        matches!(self, V::Json(_) | V::Lits(_) | V::Strs(_) | V::Split(..))
     }
 
     fn is_list(&self) -> bool {
-        matches!(self, V::Json(Value::Array(_)) | V::Lits(_) | V::Strs(_))
+        matches!(
+            self,
+            V::Json(Value::Array(_)) | V::Lits(_) | V::Strs(_) | V::Split(..)
+        )
     }
 
     /// The length of a list ([`Self::is_list`]).
@@ -207,6 +216,7 @@ impl<'a> V<'a> {
             V::Json(Value::Array(a)) => a.len(),
             V::Lits(l) => l.len(),
             V::Strs(s) => s.len(),
+            V::Split(s, sep) => s.split(sep).count(),
             _ => 0,
         }
     }
@@ -217,6 +227,7 @@ impl<'a> V<'a> {
             V::Json(Value::Array(a)) => a.get(i).map_or(V::Null, from_json),
             V::Lits(l) => l.get(i).map_or(V::Null, Lit::val),
             V::Strs(s) => s.get(i).map_or(V::Null, |s| V::Str(s)),
+            V::Split(s, sep) => s.split(sep).nth(i).map_or(V::Null, V::Str),
             _ => V::Null,
         }
     }
@@ -229,6 +240,7 @@ impl<'a> V<'a> {
             V::Str(s) => s.len() / 8,
             V::Lits(l) => l.len(),
             V::Strs(s) => s.len(),
+            V::Split(..) => self.len(),
             _ => 0,
         };
         1 + n as u64
@@ -472,6 +484,16 @@ impl Compiler {
                 let arg = boxed(self.node(&args[0])?);
                 Ok(Node::Str(which, boxed(self.node(t)?), arg))
             }
+            (Some(t), "split", 1) => {
+                let Expr::Literal(LiteralValue::String(sep)) = &args[0].expr else {
+                    return Err("`split` with a computed separator".into());
+                };
+                if sep.inner().is_empty() {
+                    return Err("`split` on the empty separator".into());
+                }
+                Ok(Node::Split(boxed(self.node(t)?), sep.inner().to_string()))
+            }
+            (None, "int", 1) => Ok(Node::Int(boxed(self.node(&args[0])?))),
             (Some(_), MATCHES_FN, 1) | (None, MATCHES_FN, 2) => {
                 let (this, pattern) = match &c.target {
                     Some(t) => (&**t, &args[0]),
@@ -690,6 +712,7 @@ fn eval<'a>(n: &'a Node, env: &mut Env<'a>) -> R<'a> {
                 V::Json(Value::Array(a)) => a.len(),
                 V::Json(Value::Object(o)) => o.len(),
                 V::Lits(l) => l.len(),
+                l @ V::Split(..) => l.len(),
                 V::Strs(s) => s.len(),
                 _ => return Err(Fail::Error),
             };
@@ -709,6 +732,18 @@ fn eval<'a>(n: &'a Node, env: &mut Env<'a>) -> R<'a> {
         }
         Node::Matches(target, re) => match eval(target, env)? {
             V::Str(s) => Ok(V::Bool(re.is_match(s))),
+            _ => Err(Fail::Error),
+        },
+        Node::Split(target, sep) => match eval(target, env)? {
+            V::Str(s) => Ok(V::Split(s, sep)),
+            _ => Err(Fail::Error),
+        },
+        // As `cel`'s `int` overloads.
+        Node::Int(a) => match eval(a, env)? {
+            V::Int(i) => Ok(V::Int(i)),
+            V::UInt(u) => i64::try_from(u).map(V::Int).map_err(|_| Fail::Error),
+            V::Double(d) if d > i64::MIN as f64 && d < i64::MAX as f64 => Ok(V::Int(d as i64)),
+            V::Str(s) => s.parse::<i64>().map(V::Int).map_err(|_| Fail::Error),
             _ => Err(Fail::Error),
         },
         Node::Cost(a) => {
@@ -751,6 +786,14 @@ fn contains(hay: V<'_>, needle: V<'_>) -> Result<bool, Fail> {
             Ok(false)
         }
         V::Strs(items) => Ok(matches!(needle, V::Str(s) if items.iter().any(|x| x == s))),
+        V::Split(s, sep) => {
+            for x in s.split(sep) {
+                if V::Str(x).equals(&needle)? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
         // JSON keys are strings; other numbers and bools are keys that
         // cannot be there.
         V::Json(Value::Object(m)) => match needle {
@@ -816,6 +859,13 @@ fn run_loop<'a>(c: &'a Comp, range: V<'a>, env: &mut Env<'a>) -> R<'a> {
         }
         V::Strs(items) => {
             for x in items {
+                if !step(V::Str(x), env)? {
+                    break;
+                }
+            }
+        }
+        V::Split(s, sep) => {
+            for x in s.split(sep) {
                 if !step(V::Str(x), env)? {
                     break;
                 }

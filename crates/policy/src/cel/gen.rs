@@ -37,7 +37,20 @@ impl<'a> Choices<'a> {
 
 const KEYS: &[&str] = &["a", "b", "name", "tags", "items", "n"];
 
-const STRINGS: &[&str] = &["", "a", "ab", "b", "bucket-a", "ünï", "CREATE", "team"];
+const STRINGS: &[&str] = &[
+    "",
+    "a",
+    "ab",
+    "b",
+    "bucket-a",
+    "ünï",
+    "CREATE",
+    "team",
+    "10.0.0.0/16",
+    "7",
+    "+7",
+    "a/b/",
+];
 
 fn scalar(c: &mut Choices<'_>) -> Value {
     match c.below(12) {
@@ -134,7 +147,15 @@ impl Gen<'_, '_> {
         match self.c.below(10) {
             0..=2 => self.path(),
             3 | 4 => self.literal(),
-            5 => format!("size({})", self.value(depth - 1)),
+            5 => match self.c.below(3) {
+                0 => format!("size({})", self.value(depth - 1)),
+                1 => format!("int({})", self.value(depth - 1)),
+                _ => format!(
+                    "{}.split('{}')",
+                    self.value(depth - 1),
+                    ["/", "-", "b"][self.c.below(3)]
+                ),
+            },
             6 => format!("{}.size()", self.path()),
             7 => {
                 let items: Vec<String> = (0..self.c.below(4)).map(|_| self.literal()).collect();

@@ -829,6 +829,7 @@ fn which_rules_are_compiled_and_why_others_are_not() {
         "request.operation == 'CREATE' && 'admins' in request.userInfo.groups",
         "request.userInfo.username != '' && request.namespace == request.name && !request.dryRun",
         "self.spec.size >= 1u && self.spec.ratio <= 2.5 && null == self.spec.x",
+        "!has(self.spec.cidr) || int(self.spec.cidr.split('/')[1]) >= 16",
     ] {
         let p = CelProgram::compile(expr).unwrap();
         assert_eq!(p.mode(), Ok(()), "{expr}");
@@ -836,6 +837,15 @@ fn which_rules_are_compiled_and_why_others_are_not() {
     for (expr, why) in [
         ("self.spec.name.replace('a', 'b') == 'c'", "calls `replace`"),
         ("self.spec.size + 1 == 2", "calls `+`"),
+        (
+            "self.spec.name.split('') == []",
+            "`split` on the empty separator",
+        ),
+        (
+            "self.spec.name.split(self.spec.sep) == []",
+            "`split` with a computed separator",
+        ),
+        ("self.spec.name.split('/', 2) == []", "calls `split`"),
         (
             "self.spec.name.matches(self.spec.pattern)",
             "computed pattern",
@@ -928,6 +938,15 @@ fn compiled_verdicts_agree_with_the_interpreter() {
         ("self.spec.items.all(i, i.name.size() > 1)", false),
         ("self.spec.items.exists(i, i.name == 'a')", true),
         ("self.spec.items.exists(i, i.n == 3)", true),
+        // split with a literal separator, and int.
+        ("int('16') == 16 && int('+7') == 7 && int('-3') == -3", true),
+        ("int(self.spec.ratio) == 0 && int(2.9) == 2 && int(3u) == 3 && int(self.spec.neg) == -1", true),
+        ("'10.0.0.0/16'.split('/')[1] == '16' && int('10.0.0.0/16'.split('/')[1]) >= 16", true),
+        ("size('a/b/c'.split('/')) == 3 && size('abc'.split('/')) == 1 && size(''.split('/')) == 1", true),
+        ("'b' in 'a/b'.split('/') && !('c' in 'a/b'.split('/'))", true),
+        ("'a//b'.split('/').exists(x, x == '') && 'a/b'.split('/').all(x, size(x) == 1)", true),
+        ("'a/b'.split('/') == ['a', 'b'] && 'a/b'.split('/') != ['a']", true),
+        ("self.metadata.name.split('-')[0] == 'bucket'", true),
     ];
     for (expr, want) in agreed {
         assert_eq!(compiled(expr, &obj), Some(Ok(want)), "{expr}");
@@ -956,6 +975,14 @@ fn compiled_verdicts_agree_with_the_interpreter() {
         "1 in self.spec.size",
         "null in self.spec.tags",
         "self.spec.size.all(x, true)",
+        "int('x') == 1",
+        "int('1.5') == 1",
+        "int(self.spec.big) == 1",
+        "int(18446744073709551615u) == 1",
+        "int(self.spec.nothing) == 1",
+        "int(self.spec.tags) == 1",
+        "self.spec.size.split('/')[0] == 'a'",
+        "'a/b'.split('/')[2] == 'a'",
     ];
     for expr in errors {
         assert_eq!(compiled(expr, &obj), Some(Err(Fail::Error)), "{expr}");
