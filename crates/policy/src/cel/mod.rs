@@ -398,6 +398,8 @@ pub struct CelRules {
     /// What the interpreter reads when the compiled rules answer: the rules
     /// that are not compiled, and every message expression.
     interpreted_reads: Reads,
+    /// `cel:<name>` of each rule, made once rather than per request.
+    finding_names: Vec<String>,
 }
 
 impl CelRules {
@@ -416,11 +418,20 @@ impl CelRules {
                 interpreted_reads.union(m.reads());
             }
         }
+        let finding_names = rules.iter().map(|r| format!("cel:{}", r.name)).collect();
         CelRules {
             rules,
             reads,
             interpreted_reads,
+            finding_names,
         }
+    }
+
+    /// Each rule with its finding name, `cel:<name>`.
+    pub fn named(&self) -> impl Iterator<Item = (&CelRule, &str)> {
+        self.rules
+            .iter()
+            .zip(self.finding_names.iter().map(String::as_str))
     }
 
     /// What the rules read: the argument of [`Scope::for_request`].

@@ -248,22 +248,21 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
     // The interpreter's scope is built only if a rule needs it.
     let scope = crate::cel::RuleScope::new(inputs, &ctx.resource.cel_rules);
     let observe = crate::cel::observer();
-    for cel in &ctx.resource.cel_rules {
+    for (cel, name) in ctx.resource.cel_rules.named() {
         if !cel.operations.contains(&ctx.operation) {
             continue;
         }
-        let name = format!("cel:{}", cel.name);
-        let configured = ctx.config.rule_action(ctx.resource, &name, cel.action);
+        let configured = ctx.config.rule_action(ctx.resource, name, cel.action);
         if configured.action == Action::Off {
             continue;
         }
         let start = observe.as_ref().map(|_| std::time::Instant::now());
         let found = crate::cel::check_configured(cel, &scope);
         if let (Some(o), Some(s)) = (&observe, start) {
-            o(&name, s.elapsed());
+            o(name, s.elapsed());
         }
         if let Some(v) = found {
-            findings.extend(decide(ctx, Cow::Owned(name), configured, v));
+            findings.extend(decide(ctx, Cow::Owned(name.to_string()), configured, v));
         }
     }
     findings
