@@ -259,14 +259,13 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
         if configured.action == Action::Off {
             continue;
         }
-        let found = crate::cel::check_configured(cel, &scope);
+        if let Some(v) = crate::cel::check_configured(cel, &scope) {
+            findings.extend(decide(ctx, Cow::Owned(name.to_string()), configured, v));
+        }
         if let (Some(o), Some(start)) = (&observe, &mut last) {
             let now = std::time::Instant::now();
             o(name, now - *start);
             *start = now;
-        }
-        if let Some(v) = found {
-            findings.extend(decide(ctx, Cow::Owned(name.to_string()), configured, v));
         }
     }
     findings
