@@ -305,7 +305,7 @@ fn config_notes(config: &mrguard_policy::config::Config) -> Vec<String> {
         }
     }
     // Which CEL rules run compiled, and why the others are interpreted.
-    out.extend(mrguard_policy::cel::mode_notes(config));
+    out.extend(config.cel_mode_notes());
     out
 }
 

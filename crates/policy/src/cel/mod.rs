@@ -548,22 +548,6 @@ pub fn check_configured(rule: &CelRule, at: &RuleScope<'_>) -> Option<Violation>
     }
 }
 
-/// How each configured rule runs, one line per rule for `mrguard config
-/// check`: `resources[0].celRules[team]: compiled`, or `interpreted` and why.
-pub fn mode_notes(config: &crate::config::Config) -> Vec<String> {
-    let mut out = Vec::new();
-    for (i, r) in config.resources.iter().enumerate() {
-        for rule in &r.cel_rules {
-            let how = match rule.program.mode() {
-                Ok(()) => "compiled".to_string(),
-                Err(why) => format!("interpreted ({why})"),
-            };
-            out.push(format!("resources[{i}].celRules[{}]: {how}", rule.name));
-        }
-    }
-    out
-}
-
 /// Receives how long each configured rule's evaluation took, by rule name
 /// (`cel:<name>`): the server's histogram.
 pub type Observer = Arc<dyn Fn(&str, Duration) + Send + Sync>;
