@@ -63,6 +63,10 @@ seed() {
     config)
       cp -n crates/policy/src/config/builtin.yaml "$dir"/builtin.yaml
       ;;
+    cel_differential)
+      # Any bytes are a program (cel::gen); a few fixed starting points.
+      for i in 1 2 3 4; do seq "$i" 7 400 | tr -d '\n' | head -c 256 >"$dir/seq-$i"; done
+      ;;
   esac
 }
 

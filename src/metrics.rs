@@ -36,6 +36,9 @@ pub struct AdmissionMetrics {
     duration: HistogramVec,
     findings: IntCounterVec,
     exceptions: IntCounterVec,
+    cel_rules: HistogramVec,
+    /// Feeds `cel_rules` ([`Self::cel_observer`]).
+    cel_observer: mrguard_policy::cel::Observer,
     known: Arc<KnownKinds>,
 }
 
@@ -84,6 +87,27 @@ impl AdmissionMetrics {
             ),
             &["exception", "rule"],
         )?;
+        // Rule names come from the configuration, so the label is bounded
+        // by it. Buckets from 1 µs: a compiled rule takes well under that
+        // to a few µs, an interpreted one tens of µs, the limit is 250 ms.
+        let cel_rules = HistogramVec::new(
+            HistogramOpts::new(
+                "mrguard_cel_rule_duration_seconds",
+                "Time to evaluate one configured CEL rule (celRules), by rule (cel:<name>).",
+            )
+            .buckets(vec![
+                0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.001,
+                0.01, 0.1, 0.25,
+            ]),
+            &["rule"],
+        )?;
+        let histogram = cel_rules.clone();
+        let cel_observer: mrguard_policy::cel::Observer =
+            Arc::new(move |rule: &str, took: std::time::Duration| {
+                histogram
+                    .with_label_values(&[rule])
+                    .observe(took.as_secs_f64())
+            });
         // Every series exists from the start, so a rate over it is 0, not absent.
         for webhook in [Webhook::Mutate, Webhook::Validate] {
             for reason in RejectReason::ALL {
@@ -96,6 +120,8 @@ impl AdmissionMetrics {
             duration,
             findings,
             exceptions,
+            cel_rules,
+            cel_observer,
             known: Arc::default(),
         };
         m.collectors()
@@ -112,7 +138,15 @@ impl AdmissionMetrics {
             Box::new(self.duration.clone()),
             Box::new(self.findings.clone()),
             Box::new(self.exceptions.clone()),
+            Box::new(self.cel_rules.clone()),
         ]
+    }
+
+    /// What times each configured CEL rule of a decision into
+    /// `mrguard_cel_rule_duration_seconds` (see
+    /// [`mrguard_policy::cel::with_observer`]).
+    pub fn cel_observer(&self) -> &mrguard_policy::cel::Observer {
+        &self.cel_observer
     }
 
     /// Shares the controller's covered kinds with these metrics.

@@ -113,5 +113,7 @@ fn config_notes(config: &mrguard_policy::config::Config) -> Vec<String> {
             }
         }
     }
+    // Which CEL rules run compiled, and why the others are interpreted.
+    out.extend(config.cel_mode_notes());
     out
 }

@@ -176,7 +176,12 @@ async fn answer(State(endpoint): State<Endpoint>, arrived: Arrived, req: Request
         Ok(r) => r,
         Err(rejection) => return endpoint.refuse(rejection, arrived),
     };
-    let decision = decide(endpoint.webhook, &request, &config, &endpoint.cluster);
+    let decide = || decide(endpoint.webhook, &request, &config, &endpoint.cluster);
+    // Each configured CEL rule is timed into the metrics' histogram.
+    let decision = match &endpoint.metrics {
+        Some(m) => mrguard_policy::cel::with_observer(m.cel_observer(), decide),
+        None => decide(),
+    };
     endpoint.observe(&request, &decision, arrived, &config);
     drop(request);
     let response = (

@@ -81,7 +81,28 @@ async fn configured_rules_deny_warn_and_report_evaluation_errors() {
         metrics.contains("mrguard_rule_findings_total{action=\"Deny\",rule=\"cel:team\"} 1"),
         "{metrics}"
     );
+    // Each rule evaluated is timed, compiled (team) or erroring and handed
+    // to the interpreter (broken): three CREATEs, three observations each;
+    // the UPDATE-only rule was never evaluated.
+    for rule in ["cel:team", "cel:broken", "cel:robots"] {
+        let count = format!("mrguard_cel_rule_duration_seconds_count{{rule=\"{rule}\"}} 3");
+        assert!(metrics.contains(&count), "{count}\n{metrics}");
+        let sum = metric_value(
+            &metrics,
+            &format!("mrguard_cel_rule_duration_seconds_sum{{rule=\"{rule}\"}}"),
+        );
+        assert!(sum > 0.0 && sum < 1.0, "{rule}: {sum}");
+    }
+    assert!(!metrics.contains("rule=\"cel:type-frozen\""), "{metrics}");
     h.stop().await;
+}
+
+/// The value of the series named exactly `series` in an exposition.
+fn metric_value(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
 }
 
 #[tokio::test]

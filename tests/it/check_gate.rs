@@ -296,6 +296,13 @@ fn config_check_warns_about_empty_files_and_lost_protections() {
     let o = mrguard(&["config", "check", &path]);
     assert_eq!(o.status.code(), Some(0));
     let err = stderr(&o);
+    // The rule runs on the compiled path, and says so.
+    assert!(
+        err.contains(&format!(
+            "{path}: note: resources[0].celRules[team]: compiled"
+        )),
+        "{err}"
+    );
     assert!(!err.contains("the file is empty"), "{err}");
     assert!(!err.contains("exemptUsernames"), "{err}");
     assert!(
@@ -384,4 +391,42 @@ fn an_allowed_immutable_change_says_why_it_was_allowed() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("[immutable-field]"));
     assert!(!stderr(&o).contains("note:"), "{}", stderr(&o));
+}
+
+/// Issue 22: `config check` says which CEL rules run compiled and why the
+/// others run in the interpreter, one note per rule.
+#[test]
+fn config_check_says_which_cel_rules_are_compiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "cel.yaml",
+        r#"resources:
+  - apiGroups: ['*']
+    kinds: ['*']
+    celRules:
+      - {name: region, expression: "self.spec.forProvider.region.startsWith('eu-')"}
+      - {name: renamed, expression: "self.metadata.name.replace('-', '') != ''"}
+  - apiGroups: ['ec2.aws.upbound.io']
+    kinds: ['VPC']
+    celRules:
+      - {name: whole, expression: "request != null"}
+"#,
+    );
+    let o = mrguard(&["config", "check", &path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), format!("{path}: valid"));
+    let notes: Vec<String> = stderr(&o)
+        .lines()
+        .filter(|l| l.contains("celRules"))
+        .map(|l| l.trim_start_matches(&format!("{path}: note: ")).to_string())
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "resources[0].celRules[region]: compiled",
+            "resources[0].celRules[renamed]: interpreted (calls `replace`)",
+            "resources[1].celRules[whole]: interpreted (uses `request` whole; only its fields are compiled)",
+        ]
+    );
 }

@@ -7,6 +7,9 @@
 //! - `scope/*`: what binding `self` and `oldSelf` for the ten rules costs,
 //!   converting the whole objects or only what the rules read.
 //! - single expressions against `true`.
+//! - `rule_interpreted/i` and `rule_compiled/i`: rule i of the ten, on the
+//!   interpreter (its scope built once, outside the loop) and on the
+//!   compiled path (no scope at all).
 //!
 //! After divan's table, the run prints the per-rule cost and the ratios to
 //! the baseline, from rounds that alternate the configurations (so a busy
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use divan::{black_box, Bencher};
 use mrguard_policy::admission::validate;
-use mrguard_policy::cel::{CelProgram, Reads, Scope, CONFIG_VARS, CRD_VARS};
+use mrguard_policy::cel::{CelProgram, Inputs, Reads, Scope, CONFIG_VARS, CRD_VARS};
 use mrguard_policy::config::Config;
 use mrguard_policy::review::{Request, RequestBuilder};
 use serde_json::{json, Value};
@@ -144,6 +147,37 @@ fn ten_programs() -> Vec<CelProgram> {
         .collect()
 }
 
+/// The objects of `req`: (new, old).
+fn objects(req: &Request) -> (&Value, Option<&Value>) {
+    let new = &req.object.as_ref().expect("object").value;
+    (new, req.old_object.as_ref().map(|o| &o.value))
+}
+
+/// Rule `i` of the ten, interpreted, on a scope built once.
+#[divan::bench(args = 0..10)]
+fn rule_interpreted(bencher: Bencher<'_, '_>, i: usize) {
+    let req = update_request();
+    let (new, old) = objects(&req);
+    let p = &ten_programs()[i];
+    let scope = Scope::for_request(&req, new, old, p.reads());
+    assert_eq!(p.eval_bool(&scope), Ok(true), "rule {i}");
+    bencher.bench_local(|| black_box(p).eval_bool(black_box(&scope)));
+}
+
+/// Rule `i` of the ten on the compiled path (`None`: not compiled).
+#[divan::bench(args = 0..10)]
+fn rule_compiled(bencher: Bencher<'_, '_>, i: usize) {
+    let req = update_request();
+    let (new, old) = objects(&req);
+    let p = &ten_programs()[i];
+    let inputs = Inputs {
+        request: &req,
+        object: new,
+        old,
+    };
+    bencher.bench_local(|| black_box(p).eval_compiled(black_box(inputs)));
+}
+
 /// Binding `self` and `oldSelf` converted whole: what every request paid
 /// before the conversion became lazy.
 #[divan::bench]
@@ -224,8 +258,78 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Each of the ten rules interpreted and compiled, from alternating rounds.
+fn per_rule() {
+    const ROUNDS: usize = 9;
+    let req = update_request();
+    let (new, old) = objects(&req);
+    let inputs = Inputs {
+        request: &req,
+        object: new,
+        old,
+    };
+    let programs = ten_programs();
+    let mut reads = Reads::default();
+    for p in &programs {
+        reads.union(p.reads());
+    }
+    let scope = Scope::for_request(&req, new, old, &reads);
+    let (mut interpreted, mut compiled) = (vec![Vec::new(); 10], vec![Vec::new(); 10]);
+    let mut binding = Vec::new();
+    for _ in 0..ROUNDS {
+        binding.push(
+            time(2_000, || {
+                black_box(Scope::for_request(&req, new, old, &reads));
+            })
+            .as_secs_f64()
+                * 1e9,
+        );
+        for (i, p) in programs.iter().enumerate() {
+            interpreted[i].push(
+                time(5_000, || {
+                    black_box(p.eval_bool(black_box(&scope))).ok();
+                })
+                .as_secs_f64()
+                    * 1e9,
+            );
+            compiled[i].push(
+                time(5_000, || {
+                    black_box(p.eval_compiled(black_box(inputs)));
+                })
+                .as_secs_f64()
+                    * 1e9,
+            );
+        }
+    }
+    println!("\nEach rule, interpreted and compiled (ns, median of {ROUNDS} alternating rounds)");
+    println!("| rule | interpreted | compiled | speed-up |");
+    println!("|---|---|---|---|");
+    let (mut ti, mut tc) = (0.0, 0.0);
+    for (i, p) in programs.iter().enumerate() {
+        let a = median(interpreted[i].clone());
+        ti += a;
+        match p.mode() {
+            Ok(()) => {
+                let b = median(compiled[i].clone());
+                tc += b;
+                println!("| r{i} | {a:.0} | {b:.0} | {:.1}x |", a / b);
+            }
+            Err(why) => {
+                tc += a;
+                println!("| r{i} | {a:.0} | interpreted: {why} | 1.0x |");
+            }
+        }
+    }
+    let bind = median(binding);
+    println!(
+        "| all ten | {ti:.0} + {bind:.0} binding the scope | {tc:.0} + binding for the interpreted ones | {:.1}x |",
+        (ti + bind) / tc
+    );
+}
+
 /// Per-rule cost and ratios to the baseline, from alternating rounds.
 fn ratios() {
+    per_rule();
     const ROUNDS: usize = 15;
     let req = update_request();
     let counts = [0usize, 1, 10, 50];

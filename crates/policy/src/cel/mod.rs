@@ -6,19 +6,27 @@
 //!   and supported functions only, and metering of the work.
 //! - [`Scope`] holds the variables of one evaluation; JSON is converted by
 //!   [`json`] with integers as `int`.
+//! - Configured rules are also compiled to a tree evaluated directly over
+//!   the request's JSON ([`compiled`]); what that does not cover runs in
+//!   the interpreter, per rule ([`CelProgram::mode`]).
 //! - Evaluation runs under a budget ([`budget`]): at most
 //!   [`budget::COST_LIMIT`] cost units and [`budget::TIME_LIMIT`] of wall
 //!   time per evaluation. A program that runs out fails with an evaluation
 //!   error; it never stalls the server.
 
 pub mod budget;
+mod compiled;
 mod env;
 mod escaping;
+#[doc(hidden)]
+pub mod gen;
 mod json;
 pub mod limits;
 mod reads;
 
+use std::cell::{OnceCell, RefCell};
 use std::sync::Arc;
+use std::time::Duration;
 
 use cel::common::ast::IdedExpr;
 use cel::common::types::{CelBool, CelNull, CelOptional, CelString};
@@ -28,6 +36,7 @@ use serde_json::Value;
 use crate::model::{Action, Operation, Violation};
 use crate::review::Request;
 
+pub use compiled::{Fail, Inputs};
 pub use env::FUNCTIONS;
 pub use escaping::escape_property;
 pub use reads::{Need, Reads};
@@ -43,6 +52,8 @@ pub struct CelProgram {
     expr: Arc<IdedExpr>,
     uses_old_self: bool,
     reads: Arc<Reads>,
+    /// The compiled fast path, or why there is none.
+    fast: Result<Arc<compiled::Compiled>, Arc<str>>,
 }
 
 impl std::fmt::Debug for CelProgram {
@@ -101,11 +112,52 @@ impl CelProgram {
             let facts = limits::check(&mut expr, vars).map_err(CompileError)?;
             Ok((expr, facts))
         })?;
+        // The fast path binds variables as configured rules do.
+        let fast = if vars == CONFIG_VARS {
+            compiled::compile(&expr)
+                .map(Arc::new)
+                .map_err(|why| Arc::from(why.as_str()))
+        } else {
+            Err(Arc::from("not a configured rule"))
+        };
         Ok(Self {
             expr: Arc::new(expr),
             uses_old_self: facts.mentions_old_self,
             reads: Arc::new(facts.reads),
+            fast,
         })
+    }
+
+    /// How a configured rule runs: `Ok` when compiled, else why it is
+    /// interpreted (`calls `replace``, say).
+    pub fn mode(&self) -> Result<(), &str> {
+        self.fast.as_ref().map(|_| ()).map_err(|why| &**why)
+    }
+
+    /// Evaluates a configured rule on the compiled path; `None` when it
+    /// hands over to the interpreter (not compiled, an error whose message
+    /// the interpreter words, or a case the compiled path does not model).
+    pub fn eval_compiled(&self, inputs: Inputs<'_>) -> Option<Result<bool, EvalError>> {
+        let fast = self.fast.as_ref().ok()?;
+        let guard = budget::Guard::arm(budget::COST_LIMIT, budget::TIME_LIMIT);
+        let result = fast.eval(inputs);
+        if let Some(why) = guard.exceeded() {
+            return Some(Err(exceeded(why)));
+        }
+        result.ok().map(Ok)
+    }
+
+    /// The compiled path's own answer, without handing over: for the
+    /// differential fuzz target and tests. `None` when not compiled.
+    #[doc(hidden)]
+    pub fn eval_compiled_raw(&self, inputs: Inputs<'_>) -> Option<Result<bool, Fail>> {
+        let fast = self.fast.as_ref().ok()?;
+        let guard = budget::Guard::arm(budget::COST_LIMIT, budget::TIME_LIMIT);
+        let result = fast.eval(inputs);
+        if guard.exceeded().is_some() {
+            return Some(Err(Fail::Error));
+        }
+        Some(result)
     }
 
     /// Whether the expression reads `oldSelf`: in a CRD, a transition rule.
@@ -139,14 +191,7 @@ impl CelProgram {
         let guard = budget::Guard::arm(budget::COST_LIMIT, budget::TIME_LIMIT);
         let result = cel::Value::resolve_val(&self.expr, &scope.ctx);
         if let Some(why) = guard.exceeded() {
-            let what = match why {
-                budget::Exceeded::Cost => format!("cost limit of {} exceeded", budget::COST_LIMIT),
-                budget::Exceeded::Time => format!(
-                    "time limit of {}ms exceeded",
-                    budget::TIME_LIMIT.as_millis()
-                ),
-            };
-            return Err(EvalError::Exceeded(what));
+            return Err(exceeded(why));
         }
         match result {
             Ok(v) => read(v.as_ref()),
@@ -171,6 +216,16 @@ impl CelProgram {
                 .ok_or_else(|| EvalError::NotString(v.get_type().name().to_string()))
         })
     }
+}
+
+fn exceeded(why: budget::Exceeded) -> EvalError {
+    EvalError::Exceeded(match why {
+        budget::Exceeded::Cost => format!("cost limit of {} exceeded", budget::COST_LIMIT),
+        budget::Exceeded::Time => format!(
+            "time limit of {}ms exceeded",
+            budget::TIME_LIMIT.as_millis()
+        ),
+    })
 }
 
 /// Runs the parser on a thread of its own with a large stack. The ANTLR
@@ -340,6 +395,11 @@ pub struct CelRule {
 pub struct CelRules {
     rules: Vec<CelRule>,
     reads: Reads,
+    /// What the interpreter reads when the compiled rules answer: the rules
+    /// that are not compiled, and every message expression.
+    interpreted_reads: Reads,
+    /// `cel:<name>` of each rule, made once rather than per request.
+    finding_names: Vec<String>,
 }
 
 impl CelRules {
@@ -347,18 +407,42 @@ impl CelRules {
     /// expressions read.
     pub fn new(rules: Vec<CelRule>) -> Self {
         let mut reads = Reads::default();
+        let mut interpreted_reads = Reads::default();
         for r in &rules {
             reads.union(r.program.reads());
+            if r.program.mode().is_err() {
+                interpreted_reads.union(r.program.reads());
+            }
             if let Some(m) = &r.message_program {
                 reads.union(m.reads());
+                interpreted_reads.union(m.reads());
             }
         }
-        CelRules { rules, reads }
+        let finding_names = rules.iter().map(|r| format!("cel:{}", r.name)).collect();
+        CelRules {
+            rules,
+            reads,
+            interpreted_reads,
+            finding_names,
+        }
+    }
+
+    /// Each rule with its finding name, `cel:<name>`.
+    pub fn named(&self) -> impl Iterator<Item = (&CelRule, &str)> {
+        self.rules
+            .iter()
+            .zip(self.finding_names.iter().map(String::as_str))
     }
 
     /// What the rules read: the argument of [`Scope::for_request`].
     pub fn reads(&self) -> &Reads {
         &self.reads
+    }
+
+    /// What the rules read in the interpreter when every compiled rule
+    /// answers on the compiled path: the argument of [`RuleScope::new`].
+    pub fn interpreted_reads(&self) -> &Reads {
+        &self.interpreted_reads
     }
 }
 
@@ -401,6 +485,154 @@ pub fn failure_message(
         Some(m) if !m.trim().is_empty() => m.to_string(),
         _ => format!("failed rule: {}", expression.trim()),
     }
+}
+
+/// The variables of configured rules for one request: the compiled path
+/// reads the JSON directly, and the interpreter's [`Scope`] is built on
+/// first use only (a rule not compiled, a failure message to evaluate).
+pub struct RuleScope<'v> {
+    inputs: Inputs<'v>,
+    rules: &'v CelRules,
+    /// For what the interpreter reads when compiled rules answer.
+    scope: OnceCell<Scope<'v>>,
+    /// For everything: a compiled rule handed over reads what `scope`
+    /// may leave out.
+    whole: OnceCell<Scope<'v>>,
+}
+
+impl<'v> RuleScope<'v> {
+    /// The scope of `rules` on `inputs`.
+    pub fn new(inputs: Inputs<'v>, rules: &'v CelRules) -> Self {
+        RuleScope {
+            inputs,
+            rules,
+            scope: OnceCell::new(),
+            whole: OnceCell::new(),
+        }
+    }
+
+    fn build(&self, reads: &'v Reads) -> Scope<'v> {
+        let i = self.inputs;
+        Scope::for_request(i.request, i.object, i.old, reads)
+    }
+
+    /// The interpreter's scope, built on first use.
+    pub fn scope(&self) -> &Scope<'v> {
+        self.scope
+            .get_or_init(|| self.build(self.rules.interpreted_reads()))
+    }
+
+    /// A scope for every rule and message, built on first use.
+    fn whole(&self) -> &Scope<'v> {
+        self.whole.get_or_init(|| self.build(self.rules.reads()))
+    }
+}
+
+/// Evaluates a configured rule, compiled when it can be; `Some` when it
+/// fails or cannot be evaluated. The verdict and message are those of
+/// [`check_rule`].
+pub fn check_configured(rule: &CelRule, at: &RuleScope<'_>) -> Option<Violation> {
+    match rule.program.eval_compiled(at.inputs) {
+        Some(Ok(true)) => None,
+        Some(Ok(false)) => Some(Violation::new(failure_message(
+            &rule.expression,
+            rule.message.as_deref(),
+            rule.message_program.as_ref(),
+            at.scope(),
+        ))),
+        Some(Err(e)) => Some(Violation::new(format!("evaluation error: {e}"))),
+        // A compiled rule handing over reads what the interpreter's scope
+        // may have left out (errors are the rare case).
+        None if rule.program.mode().is_ok() => check_rule(rule, at.whole()),
+        None => check_rule(rule, at.scope()),
+    }
+}
+
+/// Receives how long each configured rule's evaluation took, by rule name
+/// (`cel:<name>`): the server's histogram.
+pub type Observer = Arc<dyn Fn(&str, Duration) + Send + Sync>;
+
+thread_local! {
+    /// Set by [`with_observer`] for one decision on this thread: each
+    /// server (and test server) times its own requests only.
+    static OBSERVER: RefCell<Option<Observer>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (a decision) with `observer` timing each configured rule it
+/// evaluates on this thread. Without one, rules are not timed at all.
+pub fn with_observer<R>(observer: &Observer, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Observer>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            OBSERVER.with(|o| *o.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(OBSERVER.with(|o| o.borrow_mut().replace(observer.clone())));
+    f()
+}
+
+/// The [`Observer`] of this decision, if any: read once per request.
+pub(crate) fn observer() -> Option<Observer> {
+    OBSERVER.with(|o| o.borrow().clone())
+}
+
+/// How the compiled path fared on one evaluation, in [`differential`].
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agreement {
+    /// The expression is not compiled.
+    NotCompiled,
+    /// The compiled path handed over to the interpreter.
+    HandedOver,
+    /// The compiled path answered as the interpreter did: the same
+    /// verdict, or an error (whose message the interpreter then gives).
+    Agreed,
+}
+
+/// Compiles `source` as a configured rule and evaluates it both ways on
+/// `inputs`: `Err` describes a disagreement (a different verdict, or a
+/// verdict where the interpreter fails, or the reverse, or a different
+/// outcome once the hand-over is taken into account). For the differential
+/// fuzz target and the unit tests.
+#[doc(hidden)]
+pub fn differential(source: &str, inputs: Inputs<'_>) -> Result<Agreement, String> {
+    let Ok(p) = CelProgram::compile(source) else {
+        return Ok(Agreement::NotCompiled);
+    };
+    let scope = Scope::for_request(inputs.request, inputs.object, inputs.old, p.reads());
+    let interpreted = p.eval_bool(&scope);
+    let Some(raw) = p.eval_compiled_raw(inputs) else {
+        return Ok(Agreement::NotCompiled);
+    };
+    let agreed = match (&raw, &interpreted) {
+        (Ok(a), Ok(b)) => a == b,
+        (Err(Fail::Error), Err(_)) => true,
+        (Err(Fail::Fallback), _) => true,
+        _ => false,
+    };
+    if !agreed {
+        return Err(format!(
+            "{source}: compiled {raw:?}, interpreted {interpreted:?}"
+        ));
+    }
+    let combined = p
+        .eval_compiled(inputs)
+        .unwrap_or_else(|| interpreted.clone());
+    // Which limit stops a runaway program first depends on the clock.
+    let both_stopped = matches!(
+        (&combined, &interpreted),
+        (Err(EvalError::Exceeded(_)), Err(EvalError::Exceeded(_)))
+    );
+    if combined != interpreted && !both_stopped {
+        return Err(format!(
+            "{source}: with hand-over {combined:?}, interpreted {interpreted:?}"
+        ));
+    }
+    Ok(match raw {
+        Err(Fail::Fallback) => Agreement::HandedOver,
+        _ => Agreement::Agreed,
+    })
 }
 
 /// Evaluates a configured rule; `Some` when it fails or cannot be evaluated.

@@ -24,6 +24,16 @@ fn eval_with_old(expr: &str, this: &Value, old: Option<&Value>) -> Result<bool, 
         "{expr}: reads {:?}",
         p.reads().paths()
     );
+    // And the compiled path agrees with both.
+    let req = crate::review::RequestBuilder::new(Operation::Create).build();
+    let inputs = Inputs {
+        request: &req,
+        object: this,
+        old,
+    };
+    if let Err(e) = differential(expr, inputs) {
+        panic!("{e}");
+    }
     whole
 }
 
@@ -784,4 +794,365 @@ fn matches_keeps_cel_semantics_with_a_cached_regex() {
     // Twice: an invalid pattern is not cached as valid.
     let e = eval_on("self.name.matches(self.bad)", &obj).unwrap_err();
     assert!(e.to_string().contains("not a valid regex"), "{e}");
+}
+
+// The compiled fast path (compiled.rs). Every test above that goes through
+// `eval_with_old` also checks that it agrees with the interpreter.
+
+fn inputs<'v>(req: &'v crate::review::Request, this: &'v Value) -> Inputs<'v> {
+    Inputs {
+        request: req,
+        object: this,
+        old: None,
+    }
+}
+
+/// The compiled path's own verdict, checked against the interpreter.
+fn compiled(expr: &str, this: &Value) -> Option<Result<bool, Fail>> {
+    let req = crate::review::RequestBuilder::new(Operation::Create).build();
+    differential(expr, inputs(&req, this)).unwrap_or_else(|e| panic!("{e}"));
+    CelProgram::compile(expr)
+        .unwrap()
+        .eval_compiled_raw(inputs(&req, this))
+}
+
+#[test]
+fn which_rules_are_compiled_and_why_others_are_not() {
+    for expr in [
+        "self.spec.forProvider.region == 'us-east-1'",
+        "has(self.spec.tags) && 'team' in self.spec.tags",
+        "self.metadata.name.startsWith('a') || self.metadata.name.endsWith('z')",
+        "self.metadata.name.contains('x') ? size(self.metadata.name) < 10 : !false",
+        "self.metadata.name.matches('^[a-z]+$')",
+        "self.spec.items.all(i, i.name.size() > 0) && self.spec.tags.exists(k, k == 'a')",
+        "self.metadata.labels['app'] != oldSelf.metadata.labels['app']",
+        "request.operation == 'CREATE' && 'admins' in request.userInfo.groups",
+        "request.userInfo.username != '' && request.namespace == request.name && !request.dryRun",
+        "self.spec.size >= 1u && self.spec.ratio <= 2.5 && null == self.spec.x",
+        "!has(self.spec.cidr) || int(self.spec.cidr.split('/')[1]) >= 16",
+    ] {
+        let p = CelProgram::compile(expr).unwrap();
+        assert_eq!(p.mode(), Ok(()), "{expr}");
+    }
+    for (expr, why) in [
+        ("self.spec.name.replace('a', 'b') == 'c'", "calls `replace`"),
+        ("self.spec.size + 1 == 2", "calls `+`"),
+        (
+            "self.spec.name.split('') == []",
+            "`split` on the empty separator",
+        ),
+        (
+            "self.spec.name.split(self.spec.sep) == []",
+            "`split` with a computed separator",
+        ),
+        ("self.spec.name.split('/', 2) == []", "calls `split`"),
+        (
+            "self.spec.name.matches(self.spec.pattern)",
+            "computed pattern",
+        ),
+        ("self.spec.items.map(i, i.name).size() > 0", "calls `+`"),
+        ("self.spec == {'a': 1}", "a map literal"),
+        ("self.spec.a in [self.spec.b]", "computed elements"),
+        ("request.userInfo == {}", "selects `request.userInfo`"),
+        ("has(request.name)", "uses `request` whole"),
+        ("type(self.spec.a) == int", "calls `type`"),
+        ("self.spec.?a.hasValue()", "calls `hasValue`"),
+        ("self.spec.tags.exists_one(k, k == 'a')", "calls `+`"),
+    ] {
+        let p = CelProgram::compile(expr).unwrap();
+        let got = p.mode().unwrap_err();
+        assert!(got.contains(why), "{expr}: {got}");
+    }
+    // CRD rules and VAP expressions keep the interpreter.
+    let crd = CelProgram::compile_with("self.a == 1", CRD_VARS).unwrap();
+    assert_eq!(crd.mode(), Err("not a configured rule"));
+}
+
+#[test]
+fn compiled_verdicts_agree_with_the_interpreter() {
+    let obj = json!({
+        "metadata": {"name": "bucket-a", "labels": {"app": "web", "tier": "1"}},
+        "spec": {
+            "size": 3, "big": 18446744073709551615u64, "ratio": 0.5, "neg": -1,
+            "name": "ünïcode", "empty": "", "nothing": null, "flag": true,
+            "tags": {"team": "a", "env": "prod"},
+            "list": [1, 2.0, "x", null, true, {"a": 1}, [1]],
+            "items": [{"name": "a", "n": 1}, {"name": "bb"}, {"n": 3}],
+        }
+    });
+    let agreed = [
+        ("self.spec.size == 3", true),
+        ("self.spec.size == 3.0", true),
+        ("self.spec.size == 3u", true),
+        ("self.spec.size < 3.5 && self.spec.size > 2u", true),
+        ("self.spec.neg < 0u", true),
+        ("self.spec.big > 9223372036854775807", true),
+        ("self.spec.ratio == 0.5 && self.spec.ratio < 1", true),
+        ("self.spec.size == 'a'", false),
+        ("self.spec.size != null", true),
+        ("self.spec.nothing == null", true),
+        ("self.spec.tags == null", false),
+        ("self.spec.tags != 'a'", true),
+        ("'a' < 'b' && 'b' >= 'b' && true > false", true),
+        ("size(self.spec.name) == 7 && self.spec.name.size() == 7", true),
+        ("size(self.spec.tags) == 2 && size(self.spec.list) == 7", true),
+        ("size([1, 2]) == 2", true),
+        ("self.spec.empty.startsWith('') && 'abc'.endsWith('bc')", true),
+        ("self.metadata.name.contains('et-')", true),
+        ("self.metadata.name.matches('^bucket-[a-z]$')", true),
+        ("matches(self.metadata.name, 'x')", false),
+        ("'team' in self.spec.tags && !('owner' in self.spec.tags)", true),
+        ("1 in self.spec.tags || true in self.spec.tags", false),
+        ("2 in self.spec.list && 'x' in self.spec.list && null in self.spec.list", true),
+        ("2u in self.spec.list && 1.0 in self.spec.list", true),
+        ("'y' in self.spec.list", false),
+        ("self.spec.size in [1, 2, 3] && !(4 in [1, 2, 3])", true),
+        ("'prod' in ['dev', 'prod']", true),
+        ("has(self.spec.tags) && !has(self.spec.missing)", true),
+        ("has(self.spec.nothing)", true),
+        ("has(self.metadata.labels.app)", true),
+        ("self.metadata.labels['app'] == 'web'", true),
+        ("self.spec.list[0] == 1 && self.spec.list[2u] == 'x'", true),
+        ("self.spec.items.all(i, has(i.name) || has(i.n))", true),
+        ("self.spec.items.exists(i, has(i.name) && i.name == 'bb')", true),
+        ("self.spec.tags.all(k, k.size() > 2)", true),
+        ("self.spec.tags.exists(k, self.spec.tags[k] == 'prod')", true),
+        ("[1, 2, 3].all(x, x > 0) && ![1, 2].exists(x, x > 5)", true),
+        (
+            "self.spec.items.all(i, self.spec.items.exists(j, has(j.n) && has(i.n) ? j.n == i.n : true))",
+            true,
+        ),
+        ("self.spec.flag ? self.spec.size == 3 : false", true),
+        ("oldSelf == null", true),
+        ("self.spec.tags == self.spec.tags && self.spec.list == self.spec.list", true),
+        ("self.spec.items[0] == self.spec.items[1]", false),
+        ("[1, 2] == [1u, 2.0] && [1] != [1, 2]", true),
+        ("[1] in self.spec.list && ['a'] != self.spec.list", true),
+        ("[1, 2][1] == 2 && self.spec.list[5]['a'] == 1", true),
+        // Commutative error absorption.
+        ("self.spec.missing == 1 || true", true),
+        ("true || self.spec.missing == 1", true),
+        ("self.spec.missing == 1 && false", false),
+        ("false && self.spec.missing == 1", false),
+        ("self.spec.size || true", true),
+        ("self.spec.items.all(i, i.name.size() > 1)", false),
+        ("self.spec.items.exists(i, i.name == 'a')", true),
+        ("self.spec.items.exists(i, i.n == 3)", true),
+        // split with a literal separator, and int.
+        ("int('16') == 16 && int('+7') == 7 && int('-3') == -3", true),
+        ("int(self.spec.ratio) == 0 && int(2.9) == 2 && int(3u) == 3 && int(self.spec.neg) == -1", true),
+        ("'10.0.0.0/16'.split('/')[1] == '16' && int('10.0.0.0/16'.split('/')[1]) >= 16", true),
+        ("size('a/b/c'.split('/')) == 3 && size('abc'.split('/')) == 1 && size(''.split('/')) == 1", true),
+        ("'b' in 'a/b'.split('/') && !('c' in 'a/b'.split('/'))", true),
+        ("'a//b'.split('/').exists(x, x == '') && 'a/b'.split('/').all(x, size(x) == 1)", true),
+        ("'a/b'.split('/') == ['a', 'b'] && 'a/b'.split('/') != ['a']", true),
+        ("self.metadata.name.split('-')[0] == 'bucket'", true),
+    ];
+    for (expr, want) in agreed {
+        assert_eq!(compiled(expr, &obj), Some(Ok(want)), "{expr}");
+    }
+    let errors = [
+        "self.spec.missing == 1",
+        "self.spec.missing == 1 || false",
+        "true && self.spec.missing == 1",
+        "self.spec.size < 'a'",
+        "self.spec.nothing < 1",
+        "!self.spec.size",
+        "self.spec.size ? true : false",
+        "self.spec.size && true",
+        "self.spec.items.all(i, i.name != '')",
+        "self.spec.items.exists(i, i.n == 5)",
+        "self.metadata.labels['nope'] == 'x'",
+        "self.spec.list[7] == 1",
+        "self.spec.list[-1] == 1",
+        "self.spec.nothing.x == 1",
+        "self.spec.list.x == 1",
+        "has(self.spec.name.x)",
+        "has(self.spec.list.x)",
+        "self.spec.size.startsWith('a')",
+        "size(self.spec.size) == 1",
+        "self.spec.list < self.spec.list",
+        "1 in self.spec.size",
+        "null in self.spec.tags",
+        "self.spec.size.all(x, true)",
+        "int('x') == 1",
+        "int('1.5') == 1",
+        "int(self.spec.big) == 1",
+        "int(18446744073709551615u) == 1",
+        "int(self.spec.nothing) == 1",
+        "int(self.spec.tags) == 1",
+        "self.spec.size.split('/')[0] == 'a'",
+        "'a/b'.split('/')[2] == 'a'",
+    ];
+    for expr in errors {
+        assert_eq!(compiled(expr, &obj), Some(Err(Fail::Error)), "{expr}");
+    }
+    // Shapes the compiled path leaves to the interpreter at run time.
+    let handed_over = ["self.spec.list[1.0] == 2", "self.spec.size"];
+    for expr in handed_over {
+        assert_eq!(compiled(expr, &obj), Some(Err(Fail::Fallback)), "{expr}");
+    }
+}
+
+#[test]
+fn request_fields_on_the_compiled_path() {
+    let obj = json!({"metadata": {"name": "n1", "namespace": "team-a"}, "spec": {}});
+    let req = crate::review::RequestBuilder::new(Operation::Update)
+        .object(obj.clone())
+        .username("bob")
+        .groups(vec!["admins".to_string()])
+        .dry_run(true)
+        .build();
+    for (expr, want) in [
+        ("request.operation == 'UPDATE'", true),
+        (
+            "request.namespace == 'team-a' && request.name == 'n1'",
+            true,
+        ),
+        ("request.dryRun", true),
+        ("request.userInfo.username == 'bob'", true),
+        ("'admins' in request.userInfo.groups", true),
+        ("request.userInfo.groups.all(g, g.startsWith('ad'))", true),
+        ("size(request.userInfo.groups) == 2", false),
+    ] {
+        let i = inputs(&req, &obj);
+        assert_eq!(differential(expr, i), Ok(Agreement::Agreed), "{expr}");
+        let p = CelProgram::compile(expr).unwrap();
+        assert_eq!(p.eval_compiled(i), Some(Ok(want)), "{expr}");
+    }
+    // No username, no groups: empty, as the interpreter binds them.
+    let anon = crate::review::RequestBuilder::new(Operation::Create)
+        .object(obj.clone())
+        .build();
+    for expr in [
+        "request.userInfo.username == '' && size(request.userInfo.groups) == 0",
+        "!('x' in request.userInfo.groups)",
+    ] {
+        assert_eq!(
+            differential(expr, inputs(&anon, &obj)),
+            Ok(Agreement::Agreed),
+            "{expr}"
+        );
+    }
+}
+
+#[test]
+fn the_compiled_path_keeps_the_budget() {
+    // Each charge of a 4 KB string is about 500 units: the cost limit is
+    // reached within a few thousand iterations, well before the clock.
+    let items: Vec<String> = (0..200)
+        .map(|i| format!("item-{i}-{}", "a".repeat(4000)))
+        .collect();
+    let obj = json!({"spec": {"l": items}});
+    let expr = "self.spec.l.all(x, self.spec.l.all(y, y.startsWith('item')))";
+    let p = CelProgram::compile(expr).unwrap();
+    assert_eq!(p.mode(), Ok(()));
+    let req = crate::review::RequestBuilder::new(Operation::Create).build();
+    let i = inputs(&req, &obj);
+    let want = Err(EvalError::Exceeded(format!(
+        "cost limit of {} exceeded",
+        budget::COST_LIMIT
+    )));
+    assert_eq!(p.eval_compiled(i), Some(want.clone()));
+    // The interpreter, slower, may hit the time limit first.
+    let scope = Scope::for_request(&req, &obj, None, p.reads());
+    assert!(matches!(p.eval_bool(&scope), Err(EvalError::Exceeded(_))));
+    // An exhausted budget is not absorbed by `||`.
+    let absorbed = format!("({expr}) || true");
+    let p = CelProgram::compile(&absorbed).unwrap();
+    assert_eq!(p.eval_compiled(i), Some(want));
+    // Within budget, the same rule answers on the compiled path.
+    let small = json!({"spec": {"l": ["item-1", "item-2"]}});
+    assert_eq!(
+        CelProgram::compile(expr)
+            .unwrap()
+            .eval_compiled(inputs(&req, &small)),
+        Some(Ok(true))
+    );
+}
+
+#[test]
+fn configured_rules_give_the_same_findings_compiled_or_not() {
+    // One rule of each kind: compiled and passing, compiled and failing
+    // with a message expression, compiled and erroring (handed over for
+    // the interpreter's message), and interpreted.
+    let yaml = r#"
+resources:
+  - apiGroups: ["*"]
+    kinds: ["*"]
+    celRules:
+      - name: region
+        expression: "self.spec.forProvider.region == 'us-east-1'"
+        messageExpression: "'region ' + self.spec.forProvider.region + ' is not allowed'"
+      - name: missing
+        expression: "self.spec.forProvider.missing == 1"
+        action: Warn
+      - name: interpreted
+        expression: "self.metadata.name + 'x' == 'nx'"
+      - name: fine
+        expression: "has(self.spec.forProvider)"
+"#;
+    let obj = mr(json!({"forProvider": {"region": "eu-west-1"}}));
+    let f: Vec<_> = Case::create(obj)
+        .config(yaml)
+        .evaluate()
+        .into_iter()
+        .filter(|f| f.rule.starts_with("cel:"))
+        .map(|f| (f.rule.into_owned(), f.action, f.message))
+        .collect();
+    let names: Vec<_> = f.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["cel:region", "cel:missing", "cel:interpreted"]);
+    assert_eq!(f[0].2, "region eu-west-1 is not allowed");
+    assert_eq!(f[1].1, Action::Warn);
+    assert!(
+        f[1].2.starts_with("evaluation error: ") && f[1].2.contains("missing"),
+        "{}",
+        f[1].2
+    );
+}
+
+/// The differential test of the `cel_differential` fuzz target, on
+/// pseudo-random bytes: a few thousand generated programs and objects on
+/// every test run.
+#[test]
+fn generated_programs_agree_compiled_and_interpreted() {
+    generated_programs(0x9e37_79b9_7f4a_7c15, 3000);
+}
+
+/// More of them, from another seed: `MRGUARD_CEL_DIFF_CASES=200000 cargo
+/// test -p mrguard-policy --lib cel::tests::many -- --ignored`.
+#[test]
+#[ignore]
+fn many_generated_programs_agree_compiled_and_interpreted() {
+    let n = std::env::var("MRGUARD_CEL_DIFF_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    generated_programs(0x2545_f491_4f6c_dd1d, n);
+}
+
+fn generated_programs(seed: u64, cases: usize) {
+    let mut state = seed;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut agreed, mut handed, mut interpreted) = (0, 0, 0);
+    for _ in 0..cases {
+        let len = 16 + (next() % 200) as usize;
+        let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        match gen::run(&data) {
+            Ok(Agreement::Agreed) => agreed += 1,
+            Ok(Agreement::HandedOver) => handed += 1,
+            Ok(Agreement::NotCompiled) => interpreted += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // The generator reaches the compiled path most of the time.
+    assert!(
+        agreed > cases / 2 && handed > 0,
+        "{agreed} agreed, {handed} handed over, {interpreted} interpreted"
+    );
 }

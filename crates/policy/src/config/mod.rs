@@ -456,6 +456,23 @@ impl Config {
             .unwrap_or(default.into())
     }
 
+    /// How each configured CEL rule runs, one line per rule for `mrguard
+    /// config check`: `resources[0].celRules[team]: compiled`, or
+    /// `interpreted` and why.
+    pub fn cel_mode_notes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, r) in self.resources.iter().enumerate() {
+            for rule in &r.cel_rules {
+                let how = match rule.program.mode() {
+                    Ok(()) => "compiled".to_string(),
+                    Err(why) => format!("interpreted ({why})"),
+                };
+                out.push(format!("resources[{i}].celRules[{}]: {how}", rule.name));
+            }
+        }
+        out
+    }
+
     /// A rule's action in force now (a staged `Deny` is `Warn` until its date).
     pub fn action(&self, entry: &ResourceConfig, rule: &str, default: Action) -> Action {
         self.rule_action(entry, rule, default)

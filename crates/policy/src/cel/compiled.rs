@@ -1,0 +1,887 @@
+//! The compiled fast path of configured rules: the checked and metered AST
+//! (see [`super::limits`]) turned into a tree of [`Node`]s evaluated
+//! directly over the request's JSON, with no conversion to CEL values and
+//! no allocation for the common shapes.
+//!
+//! It covers field selection, `has()`, `==`/`!=`/`<`/`<=`/`>`/`>=`, `in`,
+//! `size`, `startsWith`, `endsWith`, `contains`, `matches` (a literal
+//! pattern, compiled once), `split` (a literal separator), `int`, `all`/`exists` (any comprehension whose parts are
+//! covered), `&&`, `||`, `!`, `?:`, literals and constant lists, `self`,
+//! `oldSelf` and the fields of `request`. [`compile`] says why anything else
+//! stays with the interpreter.
+//!
+//! Semantics follow `cel` 0.15's interpreter step by step, including the
+//! order operands are evaluated in, so the cost charged (and so whether a
+//! budget runs out) is the same. An evaluation ends in one of three ways:
+//! a value; [`Fail::Error`], an error the interpreter raises at the same
+//! point (absorbed by `&&`, `||` and `all`/`exists` exactly as there); or
+//! [`Fail::Fallback`], a case this path does not model, which is never
+//! absorbed and hands the whole rule to the interpreter. An error that
+//! reaches the top is also handed over, so messages are the interpreter's.
+
+use std::cmp::Ordering;
+
+use cel::common::ast::{operators, CallExpr, ComprehensionExpr, Expr, IdedExpr, LiteralValue};
+use serde_json::Value;
+
+use super::budget;
+use super::env::MATCHES_FN;
+use crate::model::Operation;
+use crate::review::Request;
+
+/// Most comprehension variables alive at once: two per level, and
+/// [`super::limits::MAX_COMPREHENSION_NESTING`] levels.
+const SLOTS: usize = 2 * super::limits::MAX_COMPREHENSION_NESTING;
+
+/// What a configured rule's variables are bound to.
+#[derive(Clone, Copy)]
+pub struct Inputs<'v> {
+    /// The admission request (`request`).
+    pub request: &'v Request,
+    /// The object under judgment (`self`).
+    pub object: &'v Value,
+    /// The old object (`oldSelf`), `null` when absent.
+    pub old: Option<&'v Value>,
+}
+
+/// A literal, owned by the program.
+#[derive(Debug, Clone)]
+enum Lit {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Double(f64),
+    Str(String),
+}
+
+impl Lit {
+    fn val(&self) -> V<'_> {
+        match self {
+            Lit::Null => V::Null,
+            Lit::Bool(b) => V::Bool(*b),
+            Lit::Int(i) => V::Int(*i),
+            Lit::UInt(u) => V::UInt(*u),
+            Lit::Double(d) => V::Double(*d),
+            Lit::Str(s) => V::Str(s),
+        }
+    }
+}
+
+/// The fields of `request` (docs/configuration.md).
+#[derive(Debug, Clone, Copy)]
+enum ReqField {
+    Operation,
+    Namespace,
+    Name,
+    DryRun,
+    Username,
+    Groups,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Cmp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum StrFn {
+    StartsWith,
+    EndsWith,
+    Contains,
+}
+
+/// `all` folds with `&&`, `exists` with `||`: their loop steps may defer an
+/// error, as the interpreter's `DeferredErrors` does.
+#[derive(Debug, Clone, Copy)]
+enum Fold {
+    And,
+    Or,
+}
+
+#[derive(Debug)]
+enum Node {
+    Lit(Lit),
+    List(Vec<Lit>),
+    SelfVar,
+    OldSelf,
+    Request(ReqField),
+    Local(usize),
+    Select(Box<Node>, String),
+    Has(Box<Node>, String),
+    Index(Box<Node>, Box<Node>),
+    And(Box<Node>, Box<Node>),
+    Or(Box<Node>, Box<Node>),
+    Not(Box<Node>),
+    NotStrictlyFalse(Box<Node>),
+    Cond(Box<Node>, Box<Node>, Box<Node>),
+    Eq(Box<Node>, Box<Node>),
+    Ne(Box<Node>, Box<Node>),
+    Cmp(Cmp, Box<Node>, Box<Node>),
+    In(Box<Node>, Box<Node>),
+    Size(Box<Node>),
+    /// Target, then argument; evaluated argument first, as the interpreter does.
+    Str(StrFn, Box<Node>, Box<Node>),
+    Matches(Box<Node>, Box<regex::Regex>),
+    /// `x.split('sep')` with a literal, non-empty separator.
+    Split(Box<Node>, String),
+    /// `int(x)`.
+    Int(Box<Node>),
+    /// The budget charge the compiler wrapped around an operand.
+    Cost(Box<Node>),
+    Comp(Box<Comp>),
+}
+
+#[derive(Debug)]
+struct Comp {
+    range: Node,
+    init: Node,
+    accu: usize,
+    iter: usize,
+    cond: Node,
+    step: Node,
+    result: Node,
+    fold: Option<Fold>,
+}
+
+/// A configured rule, compiled.
+#[derive(Debug)]
+pub(super) struct Compiled {
+    root: Node,
+}
+
+/// A value during evaluation. Containers are the JSON they come from.
+#[derive(Debug, Clone, Copy)]
+enum V<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Double(f64),
+    Str(&'a str),
+    /// A JSON array or object.
+    Json(&'a Value),
+    /// A constant list of the program.
+    Lits(&'a [Lit]),
+    /// `request.userInfo.groups`.
+    Strs(&'a [String]),
+    /// The list `s.split(sep)`, its parts found when read.
+    Split(&'a str, &'a str),
+}
+
+/// How an evaluation that produced no value ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fail {
+    /// An error the interpreter raises at the same point.
+    Error,
+    /// A case this path does not model: the interpreter decides.
+    Fallback,
+}
+
+type R<'a> = Result<V<'a>, Fail>;
+
+fn from_json(v: &Value) -> V<'_> {
+    match v {
+        Value::Null => V::Null,
+        Value::Bool(b) => V::Bool(*b),
+        // As super::json converts: an integer within i64 is an int, any
+        // other number a double.
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => V::Int(i),
+            None => V::Double(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => V::Str(s),
+        Value::Array(_) | Value::Object(_) => V::Json(v),
+    }
+}
+
+impl<'a> V<'a> {
+    fn is_container(&self) -> bool {
+        matches!(self, V::Json(_) | V::Lits(_) | V::Strs(_) | V::Split(..))
+    }
+
+    fn is_list(&self) -> bool {
+        matches!(
+            self,
+            V::Json(Value::Array(_)) | V::Lits(_) | V::Strs(_) | V::Split(..)
+        )
+    }
+
+    /// The length of a list ([`Self::is_list`]).
+    fn len(&self) -> usize {
+        match self {
+            V::Json(Value::Array(a)) => a.len(),
+            V::Lits(l) => l.len(),
+            V::Strs(s) => s.len(),
+            V::Split(s, sep) => s.split(sep).count(),
+            _ => 0,
+        }
+    }
+
+    /// Element `i` of a list ([`Self::is_list`]), `i` below its length.
+    fn item(&self, i: usize) -> V<'a> {
+        match *self {
+            V::Json(Value::Array(a)) => a.get(i).map_or(V::Null, from_json),
+            V::Lits(l) => l.get(i).map_or(V::Null, Lit::val),
+            V::Strs(s) => s.get(i).map_or(V::Null, |s| V::Str(s)),
+            V::Split(s, sep) => s.split(sep).nth(i).map_or(V::Null, V::Str),
+            _ => V::Null,
+        }
+    }
+
+    /// What the budget charges for handing this value over ([`budget::size_of`]).
+    fn cost(&self) -> u64 {
+        let n = match self {
+            V::Json(Value::Array(a)) => a.len(),
+            V::Json(Value::Object(o)) => o.len(),
+            V::Str(s) => s.len() / 8,
+            V::Lits(l) => l.len(),
+            V::Strs(s) => s.len(),
+            V::Split(..) => self.len(),
+            _ => 0,
+        };
+        1 + n as u64
+    }
+
+    /// Numeric and same-type ordering, as `cel`'s comparers.
+    fn compare(&self, other: &V<'_>) -> Result<Ordering, Fail> {
+        use V::*;
+        let ord = match (*self, *other) {
+            (Int(a), Int(b)) => Some(a.cmp(&b)),
+            (UInt(a), UInt(b)) => Some(a.cmp(&b)),
+            (Int(a), UInt(b)) => Some(u64::try_from(a).map_or(Ordering::Less, |a| a.cmp(&b))),
+            (UInt(a), Int(b)) => Some(i64::try_from(a).map_or(Ordering::Greater, |a| a.cmp(&b))),
+            (Int(a), Double(b)) => (a as f64).partial_cmp(&b),
+            (UInt(a), Double(b)) => (a as f64).partial_cmp(&b),
+            (Double(a), Double(b)) => a.partial_cmp(&b),
+            (Double(a), Int(b)) => a.partial_cmp(&(b as f64)),
+            (Double(a), UInt(b)) => a.partial_cmp(&(b as f64)),
+            (Str(a), Str(b)) => Some(a.cmp(b)),
+            (Bool(a), Bool(b)) => Some(a.cmp(&b)),
+            _ => None,
+        };
+        ord.ok_or(Fail::Error)
+    }
+
+    /// `==`, as `cel`'s `equals`: numbers across types, lists element by
+    /// element, maps key by key. JSON keys are strings, and so are the keys
+    /// of every map this path sees.
+    fn equals(&self, other: &V<'_>) -> Result<bool, Fail> {
+        use V::*;
+        Ok(match (*self, *other) {
+            (Json(Value::Object(a)), Json(Value::Object(b))) => {
+                if a.len() != b.len() {
+                    return Ok(false);
+                }
+                for (k, v) in a {
+                    match b.get(k) {
+                        Some(w) if from_json(v).equals(&from_json(w))? => {}
+                        _ => return Ok(false),
+                    }
+                }
+                true
+            }
+            (a, b) if a.is_list() && b.is_list() => {
+                if a.len() != b.len() {
+                    return Ok(false);
+                }
+                for i in 0..a.len() {
+                    if !a.item(i).equals(&b.item(i))? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
+            (a, b) if a.is_container() || b.is_container() => false,
+            (Null, Null) => true,
+            (Bool(a), Bool(b)) => a == b,
+            (Str(a), Str(b)) => a == b,
+            (Int(_) | UInt(_) | Double(_), Int(_) | UInt(_) | Double(_)) => {
+                self.compare(other) == Ok(Ordering::Equal)
+            }
+            _ => false,
+        })
+    }
+}
+
+/// Why a program stays with the interpreter.
+pub(super) type Why = String;
+
+struct Compiler {
+    /// Comprehension variables in scope, innermost last, with their slots.
+    scope: Vec<(String, usize)>,
+}
+
+/// Compiles a checked, metered configured rule; `Err` says why it stays
+/// with the interpreter.
+pub(super) fn compile(e: &IdedExpr) -> Result<Compiled, Why> {
+    let mut c = Compiler { scope: Vec::new() };
+    Ok(Compiled { root: c.node(e)? })
+}
+
+fn boxed(n: Node) -> Box<Node> {
+    Box::new(n)
+}
+
+impl Compiler {
+    fn node(&mut self, e: &IdedExpr) -> Result<Node, Why> {
+        match &e.expr {
+            Expr::Literal(l) => Ok(Node::Lit(lit(l)?)),
+            Expr::Ident(name) => self.ident(name),
+            Expr::Select(s) => {
+                if let Some(field) = self.request_field(e)? {
+                    return Ok(Node::Request(field));
+                }
+                let operand = boxed(self.node(&s.operand)?);
+                Ok(if s.test {
+                    Node::Has(operand, s.field.clone())
+                } else {
+                    Node::Select(operand, s.field.clone())
+                })
+            }
+            Expr::List(l) => {
+                if !l.optional_indices.is_empty() {
+                    return Err("optional list elements".into());
+                }
+                let items = l
+                    .elements
+                    .iter()
+                    .map(|x| match &x.expr {
+                        Expr::Literal(l) => lit(l),
+                        _ => Err("a list literal with computed elements".to_string()),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Node::List(items))
+            }
+            Expr::Map(_) => Err("a map literal".into()),
+            Expr::Struct(_) => Err("a message literal".into()),
+            Expr::Unspecified => Err("an unspecified node".into()),
+            Expr::Comprehension(c) => self.comprehension(c),
+            Expr::Call(c) => self.call(c),
+        }
+    }
+
+    fn ident(&self, name: &str) -> Result<Node, Why> {
+        if let Some((_, slot)) = self.scope.iter().rev().find(|(n, _)| n == name) {
+            return Ok(Node::Local(*slot));
+        }
+        match name {
+            "self" => Ok(Node::SelfVar),
+            "oldSelf" => Ok(Node::OldSelf),
+            "request" => Err("uses `request` whole; only its fields are compiled".into()),
+            other => Err(format!("uses the name `{other}`")),
+        }
+    }
+
+    /// `request.x` and `request.userInfo.x`, when `request` is the variable.
+    fn request_field(&self, e: &IdedExpr) -> Result<Option<ReqField>, Why> {
+        let mut path = Vec::new();
+        let mut at = e;
+        loop {
+            match &at.expr {
+                Expr::Select(s) if !s.test => {
+                    path.push(s.field.as_str());
+                    at = &s.operand;
+                }
+                Expr::Ident(n) if n == "request" && !self.scope.iter().any(|(s, _)| s == n) => {
+                    break
+                }
+                _ => return Ok(None),
+            }
+        }
+        path.reverse();
+        let field = match path.as_slice() {
+            ["operation"] => ReqField::Operation,
+            ["namespace"] => ReqField::Namespace,
+            ["name"] => ReqField::Name,
+            ["dryRun"] => ReqField::DryRun,
+            ["userInfo", "username"] => ReqField::Username,
+            ["userInfo", "groups"] => ReqField::Groups,
+            _ => {
+                return Err(format!(
+                    "selects `request.{}`, which is not compiled",
+                    path.join(".")
+                ))
+            }
+        };
+        Ok(Some(field))
+    }
+
+    fn comprehension(&mut self, c: &ComprehensionExpr) -> Result<Node, Why> {
+        if c.iter_var2.is_some() {
+            return Err("a two-variable comprehension".into());
+        }
+        let range = self.node(&c.iter_range)?;
+        let init = self.node(&c.accu_init)?;
+        let base = self.scope.len();
+        let (accu, iter) = (base, base + 1);
+        if iter >= SLOTS {
+            return Err("comprehensions nested too deeply".into());
+        }
+        self.scope.push((c.accu_var.clone(), accu));
+        self.scope.push((c.iter_var.clone(), iter));
+        let parts = (|| {
+            Ok::<_, Why>((
+                self.node(&c.loop_cond)?,
+                self.node(&c.loop_step)?,
+                self.node(&c.result)?,
+            ))
+        })();
+        self.scope.truncate(base);
+        let (cond, step, result) = parts?;
+        Ok(Node::Comp(Box::new(Comp {
+            range,
+            init,
+            accu,
+            iter,
+            cond,
+            step,
+            result,
+            fold: fold_of(c),
+        })))
+    }
+
+    fn call(&mut self, c: &CallExpr) -> Result<Node, Why> {
+        let f = c.func_name.as_str();
+        let args = c.args.as_slice();
+        let two = |s: &mut Self| -> Result<(Box<Node>, Box<Node>), Why> {
+            Ok((boxed(s.node(&args[0])?), boxed(s.node(&args[1])?)))
+        };
+        match (&c.target, f, args.len()) {
+            (None, operators::LOGICAL_AND, 2) => two(self).map(|(a, b)| Node::And(a, b)),
+            (None, operators::LOGICAL_OR, 2) => two(self).map(|(a, b)| Node::Or(a, b)),
+            (None, operators::LOGICAL_NOT, 1) => Ok(Node::Not(boxed(self.node(&args[0])?))),
+            (None, operators::NOT_STRICTLY_FALSE, 1) => {
+                Ok(Node::NotStrictlyFalse(boxed(self.node(&args[0])?)))
+            }
+            (None, operators::CONDITIONAL, 3) => Ok(Node::Cond(
+                boxed(self.node(&args[0])?),
+                boxed(self.node(&args[1])?),
+                boxed(self.node(&args[2])?),
+            )),
+            (None, operators::EQUALS, 2) => two(self).map(|(a, b)| Node::Eq(a, b)),
+            (None, operators::NOT_EQUALS, 2) => two(self).map(|(a, b)| Node::Ne(a, b)),
+            (None, operators::LESS, 2) => two(self).map(|(a, b)| Node::Cmp(Cmp::Lt, a, b)),
+            (None, operators::LESS_EQUALS, 2) => two(self).map(|(a, b)| Node::Cmp(Cmp::Le, a, b)),
+            (None, operators::GREATER, 2) => two(self).map(|(a, b)| Node::Cmp(Cmp::Gt, a, b)),
+            (None, operators::GREATER_EQUALS, 2) => {
+                two(self).map(|(a, b)| Node::Cmp(Cmp::Ge, a, b))
+            }
+            (None, operators::IN, 2) => two(self).map(|(a, b)| Node::In(a, b)),
+            (None, operators::INDEX, 2) => two(self).map(|(a, b)| Node::Index(a, b)),
+            (None, budget::COST_FN, 1) => Ok(Node::Cost(boxed(self.node(&args[0])?))),
+            (None, "size", 1) => Ok(Node::Size(boxed(self.node(&args[0])?))),
+            (Some(t), "size", 0) => Ok(Node::Size(boxed(self.node(t)?))),
+            (Some(t), "startsWith" | "endsWith" | "contains", 1) => {
+                let which = match f {
+                    "startsWith" => StrFn::StartsWith,
+                    "endsWith" => StrFn::EndsWith,
+                    _ => StrFn::Contains,
+                };
+                let arg = boxed(self.node(&args[0])?);
+                Ok(Node::Str(which, boxed(self.node(t)?), arg))
+            }
+            (Some(t), "split", 1) => {
+                let Expr::Literal(LiteralValue::String(sep)) = &args[0].expr else {
+                    return Err("`split` with a computed separator".into());
+                };
+                if sep.inner().is_empty() {
+                    return Err("`split` on the empty separator".into());
+                }
+                Ok(Node::Split(boxed(self.node(t)?), sep.inner().to_string()))
+            }
+            (None, "int", 1) => Ok(Node::Int(boxed(self.node(&args[0])?))),
+            (Some(_), MATCHES_FN, 1) | (None, MATCHES_FN, 2) => {
+                let (this, pattern) = match &c.target {
+                    Some(t) => (&**t, &args[0]),
+                    None => (&args[0], &args[1]),
+                };
+                let Expr::Literal(LiteralValue::String(p)) = &pattern.expr else {
+                    return Err("`matches` with a computed pattern".into());
+                };
+                // The settings of `matches` (super::env), so a pattern that
+                // compiles here compiles there.
+                let re = regex::Regex::new(p.inner())
+                    .map_err(|_| "`matches` with an invalid pattern".to_string())?;
+                Ok(Node::Matches(boxed(self.node(this)?), Box::new(re)))
+            }
+            (_, name, _) => Err(format!("calls `{}`", display_name(name))),
+        }
+    }
+}
+
+/// A function's name as the user wrote it.
+fn display_name(f: &str) -> &str {
+    match f {
+        super::env::REPLACE_FN => "replace",
+        MATCHES_FN => "matches",
+        operators::ADD => "+",
+        operators::SUBSTRACT => "-",
+        operators::MULTIPLY => "*",
+        operators::DIVIDE => "/",
+        operators::MODULO => "%",
+        operators::NEGATE => "-",
+        operators::OPT_INDEX => "[?]",
+        operators::OPT_SELECT => ".?",
+        other => other,
+    }
+}
+
+fn lit(l: &LiteralValue) -> Result<Lit, Why> {
+    Ok(match l {
+        LiteralValue::Null => Lit::Null,
+        LiteralValue::Boolean(b) => Lit::Bool(*b.inner()),
+        LiteralValue::Int(i) => Lit::Int(*i.inner()),
+        LiteralValue::UInt(u) => Lit::UInt(*u.inner()),
+        LiteralValue::Double(d) => Lit::Double(*d.inner()),
+        LiteralValue::String(s) => Lit::Str(s.inner().to_string()),
+        LiteralValue::Bytes(_) => return Err("a bytes literal".into()),
+    })
+}
+
+/// The interpreter's test for a logical fold: the loop step is
+/// `accu && x` or `accu || x`.
+fn fold_of(c: &ComprehensionExpr) -> Option<Fold> {
+    let Expr::Call(call) = &c.loop_step.expr else {
+        return None;
+    };
+    let folds = call.target.is_none()
+        && matches!(call.args.first().map(|a| &a.expr), Some(Expr::Ident(n)) if *n == c.accu_var);
+    match call.func_name.as_str() {
+        operators::LOGICAL_AND if folds => Some(Fold::And),
+        operators::LOGICAL_OR if folds => Some(Fold::Or),
+        _ => None,
+    }
+}
+
+/// The variables of one evaluation.
+struct Env<'a> {
+    inputs: Inputs<'a>,
+    locals: [V<'a>; SLOTS],
+}
+
+fn try_bool(r: R<'_>) -> Result<bool, Fail> {
+    match r? {
+        V::Bool(b) => Ok(b),
+        _ => Err(Fail::Error),
+    }
+}
+
+/// A boolean operand of `&&`/`||`: a non-bool value is an error there.
+fn logical(r: R<'_>) -> Result<bool, Fail> {
+    match r {
+        Ok(V::Bool(b)) => Ok(b),
+        Ok(_) => Err(Fail::Error),
+        Err(f) => Err(f),
+    }
+}
+
+impl Compiled {
+    /// Evaluates the rule. Charges the budget armed on this thread as the
+    /// interpreter would; the caller checks whether it ran out.
+    pub(super) fn eval<'a>(&'a self, inputs: Inputs<'a>) -> Result<bool, Fail> {
+        let mut env = Env {
+            inputs,
+            locals: [V::Null; SLOTS],
+        };
+        match eval(&self.root, &mut env)? {
+            V::Bool(b) => Ok(b),
+            // The interpreter words the type of what came back.
+            _ => Err(Fail::Fallback),
+        }
+    }
+}
+
+fn eval<'a>(n: &'a Node, env: &mut Env<'a>) -> R<'a> {
+    match n {
+        Node::Lit(l) => Ok(l.val()),
+        Node::List(items) => Ok(V::Lits(items)),
+        Node::SelfVar => Ok(from_json(env.inputs.object)),
+        Node::OldSelf => Ok(env.inputs.old.map_or(V::Null, from_json)),
+        Node::Request(f) => Ok(request_field(env.inputs.request, *f)),
+        Node::Local(slot) => Ok(env.locals[*slot]),
+        Node::Select(operand, field) => match eval(operand, env)? {
+            V::Json(Value::Object(m)) => m.get(field).map(from_json).ok_or(Fail::Error),
+            _ => Err(Fail::Error),
+        },
+        Node::Has(operand, field) => match eval(operand, env)? {
+            V::Json(Value::Object(m)) => Ok(V::Bool(m.contains_key(field))),
+            _ => Err(Fail::Error),
+        },
+        Node::Index(operand, index) => {
+            let value = eval(operand, env)?;
+            let index = eval(index, env)?;
+            match (value, index) {
+                // Keys are strings: any other key is missing or no key.
+                (V::Json(Value::Object(m)), V::Str(k)) => {
+                    m.get(k).map(from_json).ok_or(Fail::Error)
+                }
+                (V::Json(Value::Object(_)), _) => Err(Fail::Error),
+                // A whole double indexes a list as an int does.
+                (l, V::Double(_)) if l.is_list() => Err(Fail::Fallback),
+                (l, V::Int(i)) if l.is_list() => match usize::try_from(i) {
+                    Ok(i) if i < l.len() => Ok(l.item(i)),
+                    _ => Err(Fail::Error),
+                },
+                (l, V::UInt(i)) if l.is_list() => match usize::try_from(i) {
+                    Ok(i) if i < l.len() => Ok(l.item(i)),
+                    _ => Err(Fail::Error),
+                },
+                _ => Err(Fail::Error),
+            }
+        }
+        Node::And(a, b) => {
+            let left = logical(eval(a, env));
+            if left == Ok(false) {
+                return Ok(V::Bool(false));
+            }
+            if left == Err(Fail::Fallback) {
+                return Err(Fail::Fallback);
+            }
+            let right = eval(b, env)?;
+            match (left, right) {
+                (Ok(true), V::Bool(r)) => Ok(V::Bool(r)),
+                (Err(_), V::Bool(false)) => Ok(V::Bool(false)),
+                _ => Err(Fail::Error),
+            }
+        }
+        Node::Or(a, b) => {
+            let left = logical(eval(a, env));
+            if left == Ok(true) {
+                return Ok(V::Bool(true));
+            }
+            if left == Err(Fail::Fallback) {
+                return Err(Fail::Fallback);
+            }
+            let right = eval(b, env)?;
+            match (left, right) {
+                (Ok(false), V::Bool(r)) => Ok(V::Bool(r)),
+                (Err(_), V::Bool(true)) => Ok(V::Bool(true)),
+                _ => Err(Fail::Error),
+            }
+        }
+        Node::Not(a) => match eval(a, env)? {
+            V::Bool(b) => Ok(V::Bool(!b)),
+            _ => Err(Fail::Error),
+        },
+        Node::NotStrictlyFalse(a) => match eval(a, env) {
+            Ok(V::Bool(b)) => Ok(V::Bool(b)),
+            Err(Fail::Fallback) => Err(Fail::Fallback),
+            _ => Ok(V::Bool(true)),
+        },
+        Node::Cond(c, a, b) => {
+            if try_bool(eval(c, env))? {
+                eval(a, env)
+            } else {
+                eval(b, env)
+            }
+        }
+        Node::Eq(a, b) => {
+            let l = eval(a, env)?;
+            let r = eval(b, env)?;
+            l.equals(&r).map(V::Bool)
+        }
+        Node::Ne(a, b) => {
+            let l = eval(a, env)?;
+            let r = eval(b, env)?;
+            l.equals(&r).map(|e| V::Bool(!e))
+        }
+        Node::Cmp(op, a, b) => {
+            let l = eval(a, env)?;
+            let r = eval(b, env)?;
+            // Lists and maps have no order: compare() fails on them.
+            let o = l.compare(&r)?;
+            Ok(V::Bool(match op {
+                Cmp::Lt => o == Ordering::Less,
+                Cmp::Le => o != Ordering::Greater,
+                Cmp::Gt => o == Ordering::Greater,
+                Cmp::Ge => o != Ordering::Less,
+            }))
+        }
+        Node::In(a, b) => {
+            let needle = eval(a, env)?;
+            let hay = eval(b, env)?;
+            contains(hay, needle).map(V::Bool)
+        }
+        Node::Size(a) => {
+            let n = match eval(a, env)? {
+                V::Str(s) => s.chars().count(),
+                V::Json(Value::Array(a)) => a.len(),
+                V::Json(Value::Object(o)) => o.len(),
+                V::Lits(l) => l.len(),
+                l @ V::Split(..) => l.len(),
+                V::Strs(s) => s.len(),
+                _ => return Err(Fail::Error),
+            };
+            Ok(V::Int(n as i64))
+        }
+        Node::Str(f, target, arg) => {
+            let arg = eval(arg, env)?;
+            let target = eval(target, env)?;
+            let (V::Str(t), V::Str(a)) = (target, arg) else {
+                return Err(Fail::Error);
+            };
+            Ok(V::Bool(match f {
+                StrFn::StartsWith => t.starts_with(a),
+                StrFn::EndsWith => t.ends_with(a),
+                StrFn::Contains => t.contains(a),
+            }))
+        }
+        Node::Matches(target, re) => match eval(target, env)? {
+            V::Str(s) => Ok(V::Bool(re.is_match(s))),
+            _ => Err(Fail::Error),
+        },
+        Node::Split(target, sep) => match eval(target, env)? {
+            V::Str(s) => Ok(V::Split(s, sep)),
+            _ => Err(Fail::Error),
+        },
+        // As `cel`'s `int` overloads.
+        Node::Int(a) => match eval(a, env)? {
+            V::Int(i) => Ok(V::Int(i)),
+            V::UInt(u) => i64::try_from(u).map(V::Int).map_err(|_| Fail::Error),
+            V::Double(d) if d > i64::MIN as f64 && d < i64::MAX as f64 => Ok(V::Int(d as i64)),
+            V::Str(s) => s.parse::<i64>().map(V::Int).map_err(|_| Fail::Error),
+            _ => Err(Fail::Error),
+        },
+        Node::Cost(a) => {
+            let v = eval(a, env)?;
+            budget::charge(v.cost()).map_err(|_| Fail::Error)?;
+            Ok(v)
+        }
+        Node::Comp(c) => comprehension(c, env),
+    }
+}
+
+fn request_field(req: &Request, f: ReqField) -> V<'_> {
+    match f {
+        ReqField::Operation => V::Str(Operation::from(&req.operation).as_str()),
+        ReqField::Namespace => V::Str(req.namespace.as_deref().unwrap_or("")),
+        ReqField::Name => V::Str(&req.name),
+        ReqField::DryRun => V::Bool(req.dry_run),
+        ReqField::Username => V::Str(req.user_info.username.as_deref().unwrap_or("")),
+        ReqField::Groups => V::Strs(req.user_info.groups.as_deref().unwrap_or(&[])),
+    }
+}
+
+/// `needle in hay`, as `cel`'s containers answer it.
+fn contains(hay: V<'_>, needle: V<'_>) -> Result<bool, Fail> {
+    match hay {
+        V::Json(Value::Array(items)) => {
+            for x in items {
+                if from_json(x).equals(&needle)? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
+        V::Lits(items) => {
+            for x in items {
+                if x.val().equals(&needle)? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
+        V::Strs(items) => Ok(matches!(needle, V::Str(s) if items.iter().any(|x| x == s))),
+        V::Split(s, sep) => {
+            for x in s.split(sep) {
+                if V::Str(x).equals(&needle)? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
+        // JSON keys are strings; other numbers and bools are keys that
+        // cannot be there.
+        V::Json(Value::Object(m)) => match needle {
+            V::Str(k) => Ok(m.contains_key(k)),
+            V::Bool(_) | V::Int(_) | V::UInt(_) | V::Double(_) => Ok(false),
+            _ => Err(Fail::Error),
+        },
+        _ => Err(Fail::Error),
+    }
+}
+
+fn comprehension<'a>(c: &'a Comp, env: &mut Env<'a>) -> R<'a> {
+    // The interpreter evaluates the initial accumulator before the range.
+    let init = eval(&c.init, env)?;
+    let range = eval(&c.range, env)?;
+    let saved = (env.locals[c.accu], env.locals[c.iter]);
+    env.locals[c.accu] = init;
+    let out = run_loop(c, range, env);
+    (env.locals[c.accu], env.locals[c.iter]) = saved;
+    out
+}
+
+fn run_loop<'a>(c: &'a Comp, range: V<'a>, env: &mut Env<'a>) -> R<'a> {
+    let mut pending = false;
+    let mut step = |item: V<'a>, env: &mut Env<'a>| -> Result<bool, Fail> {
+        if !try_bool(eval(&c.cond, env))? {
+            return Ok(false);
+        }
+        env.locals[c.iter] = item;
+        match (eval(&c.step, env), c.fold) {
+            (Err(Fail::Fallback), _) => return Err(Fail::Fallback),
+            (Err(_), Some(_)) => pending = true,
+            (Err(e), None) => return Err(e),
+            (Ok(accu), Some(fold)) if pending && !absorbs(fold, &accu) => {}
+            (Ok(accu), _) => {
+                pending = false;
+                env.locals[c.accu] = accu;
+            }
+        }
+        Ok(true)
+    };
+    match range {
+        V::Json(Value::Array(items)) => {
+            for x in items {
+                if !step(from_json(x), env)? {
+                    break;
+                }
+            }
+        }
+        V::Json(Value::Object(m)) => {
+            for k in m.keys() {
+                if !step(V::Str(k), env)? {
+                    break;
+                }
+            }
+        }
+        V::Lits(items) => {
+            for x in items {
+                if !step(x.val(), env)? {
+                    break;
+                }
+            }
+        }
+        V::Strs(items) => {
+            for x in items {
+                if !step(V::Str(x), env)? {
+                    break;
+                }
+            }
+        }
+        V::Split(s, sep) => {
+            for x in s.split(sep) {
+                if !step(V::Str(x), env)? {
+                    break;
+                }
+            }
+        }
+        _ => return Err(Fail::Error),
+    }
+    if pending {
+        return Err(Fail::Error);
+    }
+    eval(&c.result, env)
+}
+
+fn absorbs(fold: Fold, v: &V<'_>) -> bool {
+    matches!(
+        (fold, v),
+        (Fold::And, V::Bool(false)) | (Fold::Or, V::Bool(true))
+    )
+}
