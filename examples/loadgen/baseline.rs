@@ -55,24 +55,39 @@ pub(crate) fn serve(listen: SocketAddr, cert: &Path, key: &Path) -> anyhow::Resu
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
-        let pair = PemPair::read(cert, key)?;
-        let store = CertStore::new(pair.certified_key()?, None);
-        let app = router();
-        let listener = tokio::net::TcpListener::bind(listen).await?;
-        let server = HttpsServer::new(
-            listener,
-            store.server_config(),
-            app,
-            ConnLimits {
-                header_read_timeout: Duration::from_secs(1),
-                idle_timeout: Duration::from_secs(120),
-                drain_timeout: Duration::from_secs(1),
-                max_connections: None,
-            },
-        );
-        let (_trigger, signal) = mrguard::shutdown::channel();
-        server.run(signal).await;
-        Ok(())
-    })
+    runtime.block_on(serve_https(
+        listen,
+        cert,
+        key,
+        router(),
+        Duration::from_secs(1),
+    ))
+}
+
+/// `app` over mrguard's HTTPS stack on `listen`, with `serve`'s connection
+/// limits, until the process is killed.
+pub(crate) async fn serve_https(
+    listen: SocketAddr,
+    cert: &Path,
+    key: &Path,
+    app: axum::Router,
+    drain_timeout: Duration,
+) -> anyhow::Result<()> {
+    let pair = PemPair::read(cert, key)?;
+    let store = CertStore::new(pair.certified_key()?, None);
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let server = HttpsServer::new(
+        listener,
+        store.server_config(),
+        app,
+        ConnLimits {
+            header_read_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(120),
+            drain_timeout,
+            max_connections: None,
+        },
+    );
+    let (_trigger, signal) = mrguard::shutdown::channel();
+    server.run(signal).await;
+    Ok(())
 }

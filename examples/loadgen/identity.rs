@@ -13,9 +13,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mrguard::pki::PemPair;
-use mrguard::server::{ConnLimits, HttpsServer};
-use mrguard::tls::CertStore;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
 use mrguard_policy::identity::report::record;
@@ -87,24 +84,8 @@ pub(crate) fn serve(
             cluster.identities().len()
         );
         let app = super::mrguard_router(config, cluster)?;
-        let pair = PemPair::read(cert, key)?;
-        let store = CertStore::new(pair.certified_key()?, None);
-        let listener = tokio::net::TcpListener::bind(listen).await?;
-        // `serve`'s defaults.
-        let server = HttpsServer::new(
-            listener,
-            store.server_config(),
-            app,
-            ConnLimits {
-                header_read_timeout: Duration::from_secs(1),
-                idle_timeout: Duration::from_secs(120),
-                drain_timeout: Duration::from_secs(10),
-                max_connections: None,
-            },
-        );
-        let (_trigger, signal) = mrguard::shutdown::channel();
-        server.run(signal).await;
-        Ok(())
+        // `serve`'s drain timeout.
+        super::baseline::serve_https(listen, cert, key, app, Duration::from_secs(10)).await
     })
 }
 
