@@ -37,8 +37,9 @@ use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
 use crate::config::ConfigStore;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
+use mrguard_policy::identity::report::entry_of;
 use mrguard_policy::identity::{Claim, MrKey, ProviderConfigFacts};
-use mrguard_policy::mr::{DeletionOutcome, Mr, EXTERNAL_NAME};
+use mrguard_policy::mr::EXTERNAL_NAME;
 
 /// How often the configuration is compared with the one the claims were
 /// computed with.
@@ -213,15 +214,22 @@ impl IdentityView {
         kind: &MrKind,
         config: &Config,
     ) -> Option<(MrKey, Option<Claim>, bool)> {
+        // The fields the view keeps, as an object for the one conversion
+        // that `check --live` and `explain` use on listed MRs too.
         let name = self.metadata.name.as_deref()?;
-        let namespace = self.metadata.namespace.as_deref().unwrap_or("");
-        let external = self
+        let mut obj = json!({"metadata": {"name": name}, "spec": {"forProvider": {}}});
+        if let Some(ns) = &self.metadata.namespace {
+            obj["metadata"]["namespace"] = json!(ns);
+        }
+        if let Some(t) = &self.metadata.deletion_timestamp {
+            obj["metadata"]["deletionTimestamp"] = json!(t.0.to_string());
+        }
+        if let Some(e) = self
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(EXTERNAL_NAME));
-        let mut obj = json!({"metadata": {"name": name}, "spec": {"forProvider": {}}});
-        if let Some(e) = external {
+            .and_then(|a| a.get(EXTERNAL_NAME))
+        {
             obj["metadata"]["annotations"] = json!({ EXTERNAL_NAME: e });
         }
         if let Some(r) = &self.spec.for_provider.region {
@@ -236,21 +244,7 @@ impl IdentityView {
         if let Some(p) = &self.spec.deletion_policy {
             obj["spec"]["deletionPolicy"] = p.clone();
         }
-        let deletes = Mr(&obj).deletion_outcome() == DeletionOutcome::Delete;
-        let claim = Claim::of(
-            &obj,
-            &kind.group,
-            &kind.kind,
-            namespace,
-            config.resource(&kind.group, &kind.kind),
-            &config.provider_config,
-            self.metadata.deletion_timestamp.is_some(),
-        );
-        Some((
-            MrKey::new(&kind.group, &kind.kind, namespace, name),
-            claim,
-            deletes,
-        ))
+        entry_of(&obj, &kind.group, &kind.kind, config)
     }
 }
 
