@@ -227,19 +227,13 @@ impl Clock for SystemClock {
 /// The one backoff of the controller, for failed calls and failed watches
 /// alike: exponential, each delay drawn from [d, 2d) (up to 100% jitter, as
 /// kube's and client-go's) while d doubles up to `max`, and reset on
-/// progress. For watches it is also kube's [`StreamBackoff`] policy
-/// (`kube::runtime::utils::Backoff`); see `retry::backoff_on_failure` for
-/// what counts as progress there.
-///
-/// [`StreamBackoff`]: kube::runtime::utils::StreamBackoff
+/// progress. See `retry::backoff_on_failure` for what counts as progress
+/// for a watch.
 #[derive(Debug, Clone)]
 pub(crate) struct Backoff {
     min: Duration,
     max: Duration,
     current: Duration,
-    /// When set, `reset` only resets after this flag was raised (progress),
-    /// and lowers it.
-    progress: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Backoff {
@@ -248,7 +242,6 @@ impl Backoff {
             min,
             max,
             current: min,
-            progress: None,
         }
     }
 
@@ -258,13 +251,9 @@ impl Backoff {
         Self::new(Duration::from_millis(250), Duration::from_secs(30))
     }
 
-    /// Watches: kube's default, 0.8 s doubling to 30 s, reset only when
-    /// `progress` was raised since the last reset.
-    pub(crate) fn for_watches(progress: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
-        Self {
-            progress: Some(progress),
-            ..Self::new(Duration::from_millis(800), Duration::from_secs(30))
-        }
+    /// Watches: kube's default, 0.8 s doubling to 30 s.
+    pub(crate) fn for_watches() -> Self {
+        Self::new(Duration::from_millis(800), Duration::from_secs(30))
     }
 
     pub(crate) fn next_delay(&mut self) -> Duration {
@@ -274,33 +263,13 @@ impl Backoff {
     }
 
     pub(crate) fn reset(&mut self) {
-        let progressed = self
-            .progress
-            .as_ref()
-            .is_none_or(|p| p.swap(false, std::sync::atomic::Ordering::Relaxed));
-        if progressed {
-            self.current = self.min;
-        }
+        self.current = self.min;
     }
 }
 
 impl Default for Backoff {
     fn default() -> Self {
         Self::for_calls()
-    }
-}
-
-impl Iterator for Backoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        Some(self.next_delay())
-    }
-}
-
-impl kube::runtime::utils::Backoff for Backoff {
-    fn reset(&mut self) {
-        Backoff::reset(self);
     }
 }
 
@@ -357,21 +326,5 @@ mod tests {
         assert!(d[5] >= ms(800) && d[5] < ms(1600), "{d:?}");
         b.reset();
         assert!(b.next_delay() < ms(200));
-    }
-
-    /// A watch's backoff resets only after progress was flagged.
-    #[test]
-    fn a_watch_backoff_resets_only_on_progress() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let flag = std::sync::Arc::new(AtomicBool::new(false));
-        let mut b = Backoff::for_watches(flag.clone());
-        b.next_delay();
-        b.next_delay();
-        b.reset();
-        assert!(b.next_delay() >= Duration::from_millis(3200));
-        flag.store(true, Ordering::Relaxed);
-        b.reset();
-        assert!(b.next_delay() < Duration::from_millis(1600));
-        assert!(!flag.load(Ordering::Relaxed));
     }
 }

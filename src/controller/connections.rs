@@ -91,7 +91,10 @@ fn http2_client(
 ) -> Result<kube::Client, ControllerError> {
     let https = config.cluster_url.scheme_str() == Some("https");
     if streams_per_connection == 0 || !https || config.proxy_url.is_some() {
-        return kube::Client::try_from(config).map_err(setup);
+        return Ok(kube::client::ClientBuilder::try_from(config)
+            .map_err(setup)?
+            .with_layer(&super::reachable::AnswersLayer::default())
+            .build());
     }
     let balancer = Balancer {
         connections: Arc::new(Mutex::new(Vec::new())),
@@ -108,6 +111,9 @@ fn http2_client(
             super::list_limit::COLLECTION_READS,
         ))
         .option_layer(retry)
+        // Inside the retries: each attempt's answer tells the watches
+        // whether the server is back.
+        .layer(super::reachable::AnswersLayer::default())
         .option_layer(config.auth_layer().map_err(setup)?)
         .layer(config.extra_headers_layer().map_err(setup)?)
         .map_err(BoxError::from)

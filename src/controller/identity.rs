@@ -1,7 +1,9 @@
 //! Every replica's external-identity index (`external-identity`,
 //! docs/controller.md): the shared CRD store (`crds`) names the MR kinds,
 //! and one watch per kind feeds `Cluster::identities` with the identity of
-//! each MR.
+//! each MR, and [`MrStates`] (the gauges and the leader's `PossiblyLeaked`
+//! Events, `watch.rs`) with whether it is paused or its creation
+//! incomplete. That is the only watch of MRs a replica holds.
 //!
 //! Every replica answers admission, so every replica runs these watches,
 //! leader or not. The objects are decoded into a small view (name,
@@ -34,6 +36,7 @@ use super::coverage::{Coverage, CrdSummary, MrKind};
 use super::crds::Crds;
 use super::metrics::ControllerMetrics;
 use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
+use super::watch::{MrStates, ObjState, QUIET_NOT_FOUND};
 use crate::config::ConfigStore;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
@@ -207,6 +210,13 @@ fn provider_config_kinds<'a>(
 }
 
 impl IdentityView {
+    /// The MR's UID and what the gauges count of it.
+    pub(crate) fn state(&self, kind: &MrKind) -> Option<(String, ObjState)> {
+        let uid = self.metadata.uid.clone()?;
+        let state = ObjState::of(kind, &self.metadata, self.spec.management_policies.as_ref());
+        Some((uid, state))
+    }
+
     /// The index key and claim of this MR of `kind` (no claim when it has
     /// no identity yet), and whether deleting it deletes its resource.
     pub(crate) fn claim(
@@ -255,6 +265,7 @@ pub(crate) async fn run(
     crds: Crds,
     config: Arc<ConfigStore>,
     cluster: Arc<Cluster>,
+    states: MrStates,
     metrics: Arc<ControllerMetrics>,
 ) {
     let index = cluster.identities();
@@ -323,6 +334,7 @@ pub(crate) async fn run(
                     handle.abort();
                     if !key.starts_with("pc:") {
                         index.drop_kind(&kind.group, &kind.kind);
+                        states.drop_kind(kind);
                     }
                 }
                 keep
@@ -346,6 +358,7 @@ pub(crate) async fn run(
                         kind.clone(),
                         applied.clone(),
                         cluster.clone(),
+                        states.clone(),
                         done_tx.clone(),
                         metrics.clone(),
                     ))
@@ -371,61 +384,85 @@ pub(crate) async fn run(
     }
 }
 
-/// One kind's watch: a fresh list replaces the kind's claims, events
-/// update them.
+/// One kind's watch: a fresh list replaces the kind's claims and states,
+/// events update them.
 async fn watch_kind(
     client: kube::Client,
     kind: MrKind,
     config: Arc<Config>,
     cluster: Arc<Cluster>,
+    states: MrStates,
     done: mpsc::UnboundedSender<String>,
     metrics: Arc<ControllerMetrics>,
 ) {
     let index = cluster.identities();
     let api: Api<IdentityView> = Api::all_with(client, &kind.api_resource());
     let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
-    let mut listing: Option<Vec<(MrKey, Option<Claim>, bool)>> = None;
+    type Listing = (Vec<(MrKey, Option<Claim>, bool)>, Vec<(String, ObjState)>);
+    let mut listing: Option<Listing> = None;
     let mut watch_error = ErrorOnce::default();
     let mut not_found = 0;
-    let what = format!("identity watch of {}", kind.key());
+    let what = format!("watch of {}", kind.key());
     let key = kind.key();
     while let Some(ev) = stream.next().await {
         if watcher_progress(&ev) {
             watch_error.ok(&what);
+            not_found = 0;
+            states.set_forbidden(&kind, false);
         }
         match ev {
-            Ok(watcher::Event::Init) => listing = Some(Vec::new()),
+            Ok(watcher::Event::Init) => listing = Some(Default::default()),
             Ok(watcher::Event::InitApply(o)) => {
-                if let (Some(l), Some(entry)) = (listing.as_mut(), o.claim(&kind, &config)) {
-                    l.push(entry);
+                if let Some((claims, objs)) = listing.as_mut() {
+                    claims.extend(o.claim(&kind, &config));
+                    objs.extend(o.state(&kind));
                 }
             }
             Ok(watcher::Event::InitDone) => {
-                index.replace_kind(&kind.group, &kind.kind, listing.take().unwrap_or_default());
+                let (claims, objs) = listing.take().unwrap_or_default();
+                index.replace_kind(&kind.group, &kind.kind, claims);
+                states.replace_kind(&kind, objs);
                 let _ = done.send(key.clone());
             }
             Ok(watcher::Event::Apply(o)) => {
                 if let Some((k, c, deletes)) = o.claim(&kind, &config) {
                     index.upsert(k, c, deletes);
                 }
+                if let Some((uid, s)) = o.state(&kind) {
+                    states.upsert(&kind, &uid, s);
+                }
             }
             Ok(watcher::Event::Delete(o)) => {
                 if let Some((k, _, _)) = o.claim(&kind, &config) {
                     index.remove(&k);
                 }
+                if let Some(uid) = o.metadata.uid.as_deref() {
+                    states.remove(&kind, uid);
+                }
             }
             Err(e) => {
-                // Apart from the leader's MR watch, whose retries are counted alone.
-                let e = ControllerError::watch("managed resources (identity index)", kind.key(), e);
+                let e = ControllerError::watch("managed resources", kind.key(), e);
                 // A kind this replica may not list, or not yet served, must
                 // not keep the replica unready: it counts as listed (with
-                // nothing) and is retried.
-                if matches!(e.status_code(), Some(403 | 404)) {
-                    let _ = done.send(key.clone());
+                // nothing) and is retried. A forbidden kind is reported in
+                // mrguard_controller_forbidden_kinds (the chart's RBAC lists
+                // groups; a provider outside them).
+                match e.status_code() {
+                    Some(403) => {
+                        states.set_forbidden(&kind, true);
+                        let _ = done.send(key.clone());
+                    }
+                    Some(404) => {
+                        let _ = done.send(key.clone());
+                    }
+                    _ => {}
                 }
-                // A new CRD is not served for a moment: its first 404s are
-                // expected (as for the leader's MR watch, watch.rs).
-                if e.is_not_found() && not_found < super::watch::QUIET_NOT_FOUND {
+                // A CRD is not served for a moment after it is created (or
+                // before its deletion reaches the coverage): a 404 on the
+                // first tries is expected, and installing a provider family
+                // logged a warning (and a "recovered") per kind, 1,000 of
+                // each. One that lasts is logged.
+                if e.is_not_found() && not_found < QUIET_NOT_FOUND {
                     not_found += 1;
                     e.count(Some(&metrics));
                     tracing::debug!(error = %e, "{what}: not served yet; retrying with backoff");
@@ -434,7 +471,7 @@ async fn watch_kind(
                 watch_error.failed(
                     &e,
                     Some(&metrics),
-                    "identity index: failed to watch an MR kind; retrying with backoff",
+                    "failed to watch MRs; retrying with backoff",
                 );
             }
         }
@@ -610,5 +647,73 @@ mod tests {
             .claim(&kind("ec2.aws.upbound.io", "VPC", false), &cfg)
             .unwrap();
         assert!(!deletes);
+    }
+
+    /// The one watch per kind feeds the identity index and the MR states
+    /// (a follower's, unpublished, then the leader's gauges), and a kind
+    /// RBAC forbids counts in mrguard_controller_forbidden_kinds until its
+    /// list works.
+    #[tokio::test]
+    async fn one_watch_feeds_the_index_and_the_states() {
+        use crate::controller::mock::{self, list, status, Reply};
+        use crate::controller::watch::tests::{objects, vpc_kind};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let allowed = Arc::new(AtomicBool::new(false));
+        let a = allowed.clone();
+        let (client, api) = mock::client(move |r| {
+            if r.query.contains("watch=true") {
+                return Reply::Hang;
+            }
+            if a.load(Ordering::SeqCst) {
+                Reply::Json(
+                    200,
+                    list("VPCList", "ec2.aws.upbound.io/v1beta1", objects()),
+                )
+            } else {
+                Reply::Json(
+                    403,
+                    status(403, "Forbidden", "vpcs.ec2.aws.upbound.io is forbidden"),
+                )
+            }
+        });
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let states = MrStates::new(metrics.clone());
+        states.publish(true);
+        let cluster = Arc::new(Cluster::default());
+        let (done, mut done_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(watch_kind(
+            client,
+            vpc_kind(),
+            Arc::new(Config::builtin()),
+            cluster.clone(),
+            states.clone(),
+            done,
+            metrics.clone(),
+        ));
+        // A forbidden kind counts as listed, and as forbidden.
+        assert_eq!(done_rx.recv().await.unwrap(), "vpcs.ec2.aws.upbound.io");
+        assert_eq!(metrics.forbidden_kinds.get(), 1);
+        allowed.store(true, Ordering::SeqCst);
+        // The next relist (after the first backoff step) succeeds.
+        assert_eq!(done_rx.recv().await.unwrap(), "vpcs.ec2.aws.upbound.io");
+        assert_eq!(metrics.forbidden_kinds.get(), 0);
+        let g = |state: &str| {
+            metrics
+                .managed_resources
+                .with_label_values(&["ec2.aws.upbound.io", "VPC", state])
+                .get()
+        };
+        assert_eq!((g("paused"), g("creation_incomplete")), (2, 1));
+        // Five MRs, named by their external names (NameAsIdentifier VPCs
+        // claim nothing without one), all in the index.
+        assert_eq!(cluster.identities().len(), 5);
+        // One request per list and per watch: nothing else watches VPCs.
+        let lists = api
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains("/vpcs") && !r.query.contains("watch=true"))
+            .count();
+        assert_eq!(lists, 2);
+        task.abort();
     }
 }

@@ -3,8 +3,8 @@
 //! kube-apiserver's priority and fairness puts every request of one user
 //! in one flow, served in order, and every replica runs as the same
 //! service account. At 1,000 MR kinds two replicas started 3,000 watchers
-//! at once (the leader's MR watch and every replica's identity watch, each
-//! a list and then a watch): the Lease renewals queued behind them, were
+//! at once (then the leader's MR watch and every replica's identity watch,
+//! each a list and then a watch): the Lease renewals queued behind them, were
 //! refused with 429 after 3.7 s, and the leader lost its Lease for 47 s
 //! (BENCHMARKS.md, "The controller at 100,000 MRs"). The same burst
 //! follows an API server restart, when every watcher relists. Reads of a

@@ -27,7 +27,6 @@ pub(crate) struct Recorded {
     pub(crate) path: String,
     pub(crate) query: String,
     pub(crate) content_type: String,
-    pub(crate) accept: String,
     pub(crate) body: Value,
 }
 
@@ -85,7 +84,6 @@ where
                 path: parts.uri.path().to_string(),
                 query: parts.uri.query().unwrap_or("").to_string(),
                 content_type: header("content-type"),
-                accept: header("accept"),
                 body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
             };
             let reply = respond(&rec);

@@ -20,8 +20,9 @@
 //! - `coverage`: reads the CRD store; the `managed` category names the MRs;
 //! - `webhooks`: `caBundle` and `rules` of both webhook configurations,
 //!   repaired from a watch, never recreated once deleted;
-//! - `watch`: metadata-only watches over existing MRs (gauges, one
-//!   `PossiblyLeaked` Event per creation-incomplete MR);
+//! - `watch::report_leaks`: one `PossiblyLeaked` Event per
+//!   creation-incomplete MR, from the states every replica's identity
+//!   watches keep (which also feed the gauges it publishes);
 //! - `audit`: the validation rules over every existing MR.
 //!
 //! Losing the Lease stops those tasks; serving admission never stops. The
@@ -44,6 +45,7 @@ pub(crate) mod identity;
 mod leader;
 mod list_limit;
 pub(crate) mod metrics;
+mod reachable;
 mod reflect;
 pub(crate) mod replica;
 pub mod reports;
@@ -207,14 +209,17 @@ impl Controller {
                 .instrument(tracing::info_span!("documented_immutables")),
         );
 
-        // Not ready until the identity watches have listed once.
+        // Not ready until the identity watches have listed once. The same
+        // watches keep the MR states behind the leader's gauges and Events.
         cluster.identities().set_synced(false);
+        let states = watch::MrStates::new(metrics.clone());
         let identities = tokio::spawn(
             identity::run(
                 client.clone(),
                 crds.clone(),
                 config.clone(),
                 cluster.clone(),
+                states.clone(),
                 metrics.clone(),
             )
             .instrument(tracing::info_span!("identity_index")),
@@ -241,14 +246,15 @@ impl Controller {
         // ran for a while.
         let mut sit_out = api::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 
-        let dedup = watch::EventDedup::default();
         loop {
             tokio::select! {
                 r = leader_rx.wait_for(|l| *l) => if r.is_err() { break },
                 _ = shutdown.wait() => break,
             }
             metrics.leader.set(1);
-            tracing::info!("leading: managing certificates, webhook configurations and MR watches");
+            tracing::info!(
+                "leading: managing certificates, webhook configurations, MR gauges and events"
+            );
             let mut tasks = tokio::task::JoinSet::new();
             let shared = LeaderContext {
                 client: client.clone(),
@@ -258,11 +264,12 @@ impl Controller {
                 metrics: metrics.clone(),
                 clock: clock.clone(),
                 secret: secret_rx.clone(),
-                dedup: dedup.clone(),
+                states: states.clone(),
                 cluster: cluster.clone(),
                 crds: crds.clone(),
             };
             let names = shared.spawn_all(&mut tasks, &hook);
+            states.publish(true);
             let started = tokio::time::Instant::now();
             let died = tokio::select! {
                 r = leader_rx.wait_for(|l| !*l) => { let _ = r; None }
@@ -271,6 +278,7 @@ impl Controller {
             };
             tasks.abort_all();
             while tasks.join_next().await.is_some() {}
+            states.publish(false);
             metrics.clear_leader_state();
             if let Some(ended) = died {
                 let name = |id| names.get(&id).copied().unwrap_or("unknown");
@@ -390,7 +398,8 @@ pub(crate) struct LeaderContext {
     pub(crate) metrics: Arc<ControllerMetrics>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) secret: channel::Receiver<secret::SecretView>,
-    pub(crate) dedup: watch::EventDedup,
+    /// Every replica's MR states (fed by the identity watches).
+    pub(crate) states: watch::MrStates,
     /// Shared with admission; the audit reads the identity index.
     pub(crate) cluster: Arc<mrguard_policy::cluster::Cluster>,
     /// The replica's CRD store, which the coverage reads.
@@ -450,20 +459,13 @@ impl LeaderContext {
             .instrument(tracing::info_span!("webhooks"))
             .boxed(),
         );
-        let states = watch::MrStates::new(self.metrics.clone());
         let recorder =
-            watch::EventRecorder::new(self.client.clone(), s.identity.clone(), self.dedup.clone());
+            watch::EventRecorder::new(self.client.clone(), s.identity.clone(), self.states.dedup());
         spawn(
-            "mr_watch",
-            watch::run(
-                self.client.clone(),
-                coverage_rx.clone(),
-                states.clone(),
-                recorder,
-                self.metrics.clone(),
-            )
-            .instrument(tracing::info_span!("mr_watch"))
-            .boxed(),
+            "leak_events",
+            watch::report_leaks(self.states.clone(), recorder, self.metrics.clone())
+                .instrument(tracing::info_span!("leak_events"))
+                .boxed(),
         );
         spawn(
             "audit",
@@ -471,7 +473,7 @@ impl LeaderContext {
                 self.client.clone(),
                 coverage_rx,
                 self.config.clone(),
-                states,
+                self.states.clone(),
                 self.metrics.clone(),
                 s.audit_interval,
                 s.policy_reports

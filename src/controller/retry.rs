@@ -8,13 +8,13 @@
 //! against a real API server: 340 KB of log in 3 minutes). Here the backoff
 //! (kube's client-go-like default: 0.8 s doubling to 30 s, jittered) and the
 //! log latch reset only when a list or watch really delivered something.
-//! The backoff is the controller's one [`Backoff`], in its watch flavour.
+//! The backoff is the controller's one [`Backoff`], in its watch flavour;
+//! unlike kube's `StreamBackoff`, its sleep ends when the API server
+//! recovers (`reachable`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use kube::runtime::utils::StreamBackoff;
 use kube::runtime::watcher;
 
 use super::api::{Backoff, ControllerError};
@@ -27,9 +27,11 @@ pub(crate) fn watcher_progress<K>(item: &Result<watcher::Event<K>, watcher::Erro
     matches!(item, Ok(e) if !matches!(e, watcher::Event::Init))
 }
 
-/// Wraps a watch stream in kube's [`StreamBackoff`] with a backoff that
-/// grows across relists and resets only on items for which `progress` is
-/// true.
+/// Waits out a backoff after every error of `stream`: the delay grows
+/// across relists and resets only on items for which `progress` is true.
+/// A sleeping stream wakes early when the API server recovers
+/// (`reachable`): after a restart the watches are back within seconds of
+/// the server, not after up to 60 s of backoff each.
 pub(crate) fn backoff_on_failure<S, T, E>(
     stream: S,
     progress: fn(&Result<T, E>) -> bool,
@@ -39,24 +41,66 @@ where
     T: Send,
     E: Send,
 {
-    let progressed = Arc::new(AtomicBool::new(false));
-    let flag = progressed.clone();
-    let marked = stream.inspect(move |item| {
-        if progress(item) {
-            flag.store(true, Ordering::Relaxed);
-        }
-    });
-    StreamBackoff::new(marked, Backoff::for_watches(progressed))
+    backoff_until_recovery(stream, progress, super::reachable::recoveries())
 }
 
-/// A watcher stream with [`backoff_on_failure`].
+/// [`backoff_on_failure`] woken by `recoveries`.
+fn backoff_until_recovery<S, T, E>(
+    stream: S,
+    progress: fn(&Result<T, E>) -> bool,
+    recoveries: tokio::sync::watch::Receiver<u64>,
+) -> impl Stream<Item = Result<T, E>> + Send
+where
+    S: Stream<Item = Result<T, E>> + Send,
+    T: Send,
+    E: Send,
+{
+    struct State<S> {
+        inner: std::pin::Pin<Box<S>>,
+        backoff: Backoff,
+        wait: Option<Duration>,
+        recoveries: tokio::sync::watch::Receiver<u64>,
+    }
+    let state = State {
+        inner: Box::pin(stream),
+        backoff: Backoff::for_watches(),
+        wait: None,
+        recoveries,
+    };
+    futures::stream::unfold(state, move |mut st| async move {
+        if let Some(d) = st.wait.take() {
+            tokio::select! {
+                () = tokio::time::sleep(d) => {}
+                Ok(()) = st.recoveries.changed() => {}
+            }
+        }
+        let item = st.inner.next().await?;
+        if progress(&item) {
+            st.backoff.reset();
+        }
+        if item.is_err() {
+            st.wait = Some(st.backoff.next_delay());
+            // Only a recovery after this failure ends the wait early.
+            st.recoveries.borrow_and_update();
+        }
+        Some((item, st))
+    })
+}
+
+/// A watcher stream with [`backoff_on_failure`]. An expired watch (410
+/// Gone: after an API-server restart, every watch) counts as progress, as
+/// the server answered: its relist waits the shortest step, not the delay
+/// that grew while the server was away.
 pub(crate) fn backoff_watcher<K: Send, S>(
     stream: S,
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
 where
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 {
-    backoff_on_failure(stream, watcher_progress::<K>)
+    backoff_on_failure(stream, |item| {
+        watcher_progress(item)
+            || matches!(item, Err(watcher::Error::WatchError(s)) if s.code == 410)
+    })
 }
 
 /// Logs a watch's failure once per failure streak: the first error of a
@@ -118,7 +162,7 @@ mod tests {
     use crate::controller::mock::{self, list, status, Reply};
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::Api;
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
     /// A forbidden list, then (from the fifth try on) an allowed one:
@@ -195,6 +239,44 @@ mod tests {
         let t = list_times(false).await;
         let gaps: Vec<f64> = t.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect();
         assert!(gaps.iter().all(|g| *g < 1.61), "{gaps:?}");
+    }
+
+    /// A stream asleep in its backoff retries when the API server
+    /// recovers, not when the delay is over; a recovery before the failure
+    /// does not cut the wait short.
+    #[tokio::test(start_paused = true)]
+    async fn a_recovery_ends_the_backoff() {
+        let start = tokio::time::Instant::now();
+        let polled = Arc::new(Mutex::new(Vec::new()));
+        let p = polled.clone();
+        let failures = futures::stream::repeat_with(move || {
+            p.lock().unwrap().push(start.elapsed());
+            Err::<(), ()>(())
+        });
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let mut s = Box::pin(backoff_until_recovery(failures, |_| false, rx));
+        // A recovery before the failures is old news: six failures wait
+        // 0.8 + 1.6 + 3.2 + 6.4 + 12.8 s at least.
+        tx.send_modify(|n| *n += 1);
+        for _ in 0..6 {
+            s.next().await;
+        }
+        let failed_at = start.elapsed();
+        assert!(failed_at >= Duration::from_millis(24_800), "{failed_at:?}");
+        // Asleep (25.6 s or more) when the server comes back after 3 s.
+        let wake = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            tx.send_modify(|n| *n += 1);
+            tx
+        });
+        s.next().await;
+        let retried = start.elapsed() - failed_at;
+        assert!(
+            retried >= Duration::from_secs(3) && retried < Duration::from_millis(3100),
+            "retried {retried:?} after the failure, not when the server recovered (3 s)"
+        );
+        assert_eq!(polled.lock().unwrap().len(), 7);
+        drop(wake);
     }
 
     /// A 410 Gone is a watch restart, counted apart, never a logged

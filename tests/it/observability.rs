@@ -22,8 +22,6 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
-use mrguard::controller::coverage::MrKind;
-use mrguard::controller::watch::{MrStates, ObjState};
 use mrguard::controller::ControllerMetrics;
 use mrguard::metrics::{AdmissionMetrics, RequestLabels};
 use mrguard_policy::admission::{Outcome, Webhook};
@@ -195,24 +193,13 @@ fn registered_metrics() -> &'static str {
                 );
             }
         }
-        // Sets both `state` series of the kind, as the MR watch does.
-        let kind = MrKind {
-            group: "ec2.aws.upbound.io".into(),
-            kind: "VPC".into(),
-            plural: "vpcs".into(),
-            versions: vec!["v1beta1".into()],
-            read_version: "v1beta1".into(),
-            namespaced: false,
-        };
-        MrStates::new(controller.clone()).upsert(
-            &kind,
-            "uid-1",
-            ObjState {
-                paused_annotation: true,
-                paused_policy: false,
-                pending: Some("2025-01-01T00:00:00Z".into()),
-            },
-        );
+        // Both `state` series of a kind, as the leader's MR states set them.
+        for state in ["paused", "creation_incomplete"] {
+            controller
+                .managed_resources
+                .with_label_values(&["ec2.aws.upbound.io", "VPC", state])
+                .set(1);
+        }
         // Families whose label values come from call sites, not from a type.
         controller
             .audit_violations
