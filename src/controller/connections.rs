@@ -93,7 +93,7 @@ fn http2_client(
     if streams_per_connection == 0 || !https || config.proxy_url.is_some() {
         return Ok(kube::client::ClientBuilder::try_from(config)
             .map_err(setup)?
-            .with_layer(&super::reachable::AnswersLayer::default())
+            .with_layer(&super::reachable::answers_layer())
             .build());
     }
     let balancer = Balancer {
@@ -113,7 +113,7 @@ fn http2_client(
         .option_layer(retry)
         // Inside the retries: each attempt's answer tells the watches
         // whether the server is back.
-        .layer(super::reachable::AnswersLayer::default())
+        .layer(super::reachable::answers_layer())
         .option_layer(config.auth_layer().map_err(setup)?)
         .layer(config.extra_headers_layer().map_err(setup)?)
         .map_err(BoxError::from)

@@ -5,7 +5,7 @@
 //! and backs off, doubling up to 30 s plus up to 100 % jitter. When the
 //! server was ready again, most watchers were still asleep: every kind was
 //! watched again only 117 s later (BENCHMARKS.md, "The controller at
-//! 100,000 MRs"). The client's stack ([`AnswersLayer`]) sees every
+//! 100,000 MRs"). The client's stack ([`answers_layer`]) sees every
 //! response; the first success after a transport failure or a 503 is a
 //! recovery, and [`recoveries`] wakes the sleeping watchers
 //! (`retry::backoff_on_failure`). They then list one by one behind the
@@ -14,11 +14,8 @@
 //! One signal per process: every client of the process talks to the same
 //! API server.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use hyper::http;
@@ -76,64 +73,30 @@ pub(crate) fn recoveries() -> watch::Receiver<u64> {
     global().tx.subscribe()
 }
 
-/// A [`tower::Layer`] that reports what the API server's answers say of it.
-#[derive(Clone, Copy)]
-pub(crate) struct AnswersLayer(&'static Signal);
+/// One response, or the failure to get one.
+type Answered<R, E> = Result<http::Response<R>, E>;
 
-impl Default for AnswersLayer {
-    /// Reports to the process's signal, [`recoveries`].
-    fn default() -> Self {
-        Self(global())
-    }
+/// A [`tower::Layer`] that reports what the API server's answers say of
+/// it to the process's signal ([`recoveries`]).
+pub(crate) fn answers_layer<R, E>(
+) -> tower::util::MapResultLayer<impl FnOnce(Answered<R, E>) -> Answered<R, E> + Clone> {
+    observe_answers(global())
 }
 
-impl<S> tower::Layer<S> for AnswersLayer {
-    type Service = Answers<S>;
-
-    fn layer(&self, inner: S) -> Answers<S> {
-        Answers {
-            inner,
-            signal: self.0,
-        }
-    }
-}
-
-/// The service of [`AnswersLayer`].
-#[derive(Clone)]
-pub(crate) struct Answers<S> {
-    inner: S,
+fn observe_answers<R, E>(
     signal: &'static Signal,
-}
-
-impl<S, B, R> tower::Service<http::Request<B>> for Answers<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let call = self.inner.call(req);
-        let signal = self.signal;
-        Box::pin(async move {
-            let r = call.await;
-            match &r {
-                Err(_) => signal.saw_failure(),
-                Ok(resp) if resp.status() == http::StatusCode::SERVICE_UNAVAILABLE => {
-                    signal.saw_failure()
-                }
-                Ok(resp) if resp.status().is_success() => signal.saw_answer(),
-                Ok(_) => {}
+) -> tower::util::MapResultLayer<impl FnOnce(Answered<R, E>) -> Answered<R, E> + Clone> {
+    tower::util::MapResultLayer::new(move |r: Answered<R, E>| {
+        match &r {
+            Err(_) => signal.saw_failure(),
+            Ok(resp) if resp.status() == http::StatusCode::SERVICE_UNAVAILABLE => {
+                signal.saw_failure()
             }
-            r
-        })
-    }
+            Ok(resp) if resp.status().is_success() => signal.saw_answer(),
+            Ok(_) => {}
+        }
+        r
+    })
 }
 
 #[cfg(test)]
@@ -150,7 +113,7 @@ mod tests {
         let status = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(200));
         let s = status.clone();
         let mut svc =
-            AnswersLayer(signal).layer(tower::service_fn(move |_req: http::Request<()>| {
+            observe_answers(signal).layer(tower::service_fn(move |_req: http::Request<()>| {
                 let code = s.load(Ordering::SeqCst);
                 async move {
                     if code == 0 {
