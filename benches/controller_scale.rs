@@ -311,11 +311,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 impl Bench {
-    /// Lease trouble over the whole run: the Lease requests by response
-    /// code, and each replica's "lost the lease".
+    /// Over the whole run, from one read of the audit log: the Lease
+    /// requests by response code, each replica's "lost the lease", and the
+    /// policy-report writes.
     fn leases(&mut self) {
+        let log = audit_log(self.cluster);
         let mut codes: BTreeMap<u64, usize> = BTreeMap::new();
-        for a in audit_log(self.cluster) {
+        for a in &log {
             if let (true, Some(c)) = (a.uri.contains("/leases/"), a.code) {
                 *codes.entry(c).or_default() += 1;
             }
@@ -332,7 +334,7 @@ impl Bench {
         );
         // Policy-report writes (`--policy-reports`), by verb and code.
         let mut writes: BTreeMap<(String, u64), usize> = BTreeMap::new();
-        for a in audit_log(self.cluster) {
+        for a in &log {
             let report =
                 a.uri.contains("/policyreports") || a.uri.contains("/clusterpolicyreports");
             let read = matches!(a.verb.as_str(), "get" | "list" | "watch");

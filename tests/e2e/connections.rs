@@ -204,32 +204,26 @@ async fn every_replica_lists_and_watches_crds_once() {
     // The leader's coverage has run once a new kind is covered.
     a_new_kind_is_watched(&r, "E2eCrdWatchProbe", WAIT).await;
     let log = std::fs::read_to_string(cluster.audit_log()).unwrap();
-    let crd_requests = |verb: &str| {
+    let requests = |verb: &str, collection: &str| {
         log.lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|v| {
                 v["verb"] == verb
-                    && v["requestURI"].as_str().is_some_and(|u| {
-                        u.starts_with("/apis/apiextensions.k8s.io/v1/customresourcedefinitions?")
-                    })
+                    && v["requestURI"]
+                        .as_str()
+                        .is_some_and(|u| u.starts_with(&format!("{collection}?")))
             })
             .count()
     };
-    let (watches, lists) = (crd_requests("watch"), crd_requests("list"));
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let (watches, lists) = (requests("watch", crds), requests("list", crds));
     eprintln!("{test}: 2 replicas made {watches} CRD watches and {lists} CRD lists");
     // A watch starts only after its list worked, so this counts watchers
     // (a new CRD's first lists may be 404s).
-    let probe = format!("/apis/{GROUP}/v1alpha1/e2ecrdwatchprobes?");
-    let mr_watches = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| {
-            v["verb"] == "watch"
-                && v["requestURI"]
-                    .as_str()
-                    .is_some_and(|u| u.starts_with(&probe))
-        })
-        .count();
+    let mr_watches = requests(
+        "watch",
+        &format!("/apis/{GROUP}/v1alpha1/e2ecrdwatchprobes"),
+    );
     assert_eq!(
         mr_watches,
         2,
