@@ -568,6 +568,7 @@ impl Bench {
             .await?;
         // kube-apiserver 1.24 takes its time to serve new CRDs: 121 s for
         // 1,000, and at 5,000 only about a third was served after 600 s.
+        let api_cpu = procfs::cpu_seconds(self.cluster.apiserver_pid()).unwrap_or_default();
         let watched = self
             .wait_until(
                 "a watch on every generated kind",
@@ -575,10 +576,15 @@ impl Bench {
                 || async { self.watches().await.unwrap_or(0) >= self.expected_watches() },
             )
             .await?;
+        // Whether kube-apiserver was the bound: the cores it used meanwhile.
+        let api_cores = (procfs::cpu_seconds(self.cluster.apiserver_pid()).unwrap_or_default()
+            - api_cpu)
+            / watched.as_secs_f64().max(0.001);
         let _ = writeln!(
             self.report,
             "| (CRDs: {n} created in {:.1} s; both configurations covered all {:.1} s after the last \
-             create ({:.1} s after the first); every kind watched by every replica {:.1} s after that) | | | | | | | |",
+             create ({:.1} s after the first); every kind watched by every replica {:.1} s after that, \
+             kube-apiserver using {api_cores:.2} cores meanwhile) | | | | | | | |",
             created.as_secs_f64(),
             covered.as_secs_f64(),
             (created + covered).as_secs_f64(),
@@ -844,11 +850,15 @@ impl Bench {
             .await
             .map_err(|e| anyhow!(e))?;
         let down = t.elapsed();
+        let api_pid = self.cluster.apiserver_pid();
+        let api_cpu = procfs::cpu_seconds(api_pid).unwrap_or_default();
         let back = self
             .wait_until("every watch back", Duration::from_secs(600), || async {
                 self.watches().await.unwrap_or(0) >= self.expected_watches()
             })
             .await?;
+        let api_cores = (procfs::cpu_seconds(api_pid).unwrap_or_default() - api_cpu)
+            / back.as_secs_f64().max(0.001);
         // Settle: anything more would be a storm.
         tokio::time::sleep(Duration::from_secs(30)).await;
         let log = audit_log(self.cluster);
@@ -890,7 +900,7 @@ impl Bench {
             self.report,
             "### kube-apiserver restarted\n\n\
              SIGTERM until it was ready again: {:.1} s (it drains for up to a minute); every generated kind \
-             watched again {:.1} s after it was ready. From the restart to 30 s after that, on the {n} \
+             watched again {:.1} s after it was ready (kube-apiserver using {api_cores:.2} cores meanwhile). From the restart to 30 s after that, on the {n} \
              generated kinds: {} relists by the watchers over {} kinds (at most {} for one kind), spread \
              over {spread:.1} s (their responses by code: {codes:?}); {} watch requests (at most {} for one kind); \
              {audit_lists} audit lists. Watchers per kind: one per replica ({} replicas).\n",

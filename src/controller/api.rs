@@ -304,6 +304,13 @@ where
 /// The client error inside a watcher error, for uniform logging.
 pub(crate) fn watcher_source(e: watcher::Error) -> kube::Error {
     match e {
+        // kube-client reads a watch line that does not decode as a Status
+        // if it can, and any JSON object can: code 0, no message. The
+        // object of that event is skipped.
+        // As `retry::undecoded_event`.
+        watcher::Error::WatchFailed(kube::Error::Api(s)) if s.code == 0 && s.message.is_empty() => {
+            kube::Error::Service("a watch event did not decode; its object was skipped".into())
+        }
         watcher::Error::InitialListFailed(e)
         | watcher::Error::WatchStartFailed(e)
         | watcher::Error::WatchFailed(e) => e,
@@ -315,6 +322,19 @@ pub(crate) fn watcher_source(e: watcher::Error) -> kube::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What kube-client makes of a watch line that does not decode.
+    #[test]
+    fn an_undecodable_watch_event_is_named_as_such() {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({})).unwrap();
+        let e = ControllerError::watch(
+            "managed resources",
+            "vpcs",
+            watcher::Error::WatchFailed(kube::Error::Api(Box::new(status))),
+        );
+        assert!(e.to_string().contains("did not decode"), "{e}");
+        assert_eq!(e.status_code(), None);
+    }
 
     #[test]
     fn backoff_grows_with_jitter_and_resets() {

@@ -37,7 +37,6 @@ pub(crate) const MANAGED_CATEGORY: &str = "managed";
 /// CRDs of big providers carry large schemas: list them in small pages.
 pub(crate) const CRD_PAGE_SIZE: u32 = 50;
 
-/// The parts of a CustomResourceDefinition the controller reads. The
 /// A CRD type read from the CRD API: both shapes below are a
 /// CustomResourceDefinition to kube, with their metadata at `$($meta).+`.
 macro_rules! crd_resource {
@@ -68,6 +67,7 @@ macro_rules! crd_resource {
     };
 }
 
+/// The parts of a CustomResourceDefinition the controller reads. The
 /// schemas, often most of a provider CRD's size, are skipped while decoding.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub(crate) struct CrdSummary {
@@ -121,6 +121,9 @@ pub(crate) struct Crd {
     pub(crate) summary: CrdSummary,
     /// For an MR CRD, the immutable fields its schema documents.
     pub(crate) documented: Option<Arc<KindFields>>,
+    /// Whether the API server serves its kind: the `Established` condition.
+    /// Until then a list of the kind is a 404.
+    pub(crate) established: bool,
 }
 
 /// A CRD as it comes off the wire, for one object at a time.
@@ -130,6 +133,10 @@ struct RawCrd {
     metadata: ObjectMeta,
     #[serde(default)]
     spec: Value,
+    /// Read leniently: a new CRD's `conditions` is `null`, and an event
+    /// that fails to decode is lost (kube turns it into an error item).
+    #[serde(default)]
+    status: Value,
 }
 
 /// The annotation kubectl fills with a whole copy of the object.
@@ -137,7 +144,15 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 impl From<RawCrd> for Crd {
     fn from(raw: RawCrd) -> Self {
-        let RawCrd { mut metadata, spec } = raw;
+        let RawCrd {
+            mut metadata,
+            spec,
+            status,
+        } = raw;
+        let established = status["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        });
         // Neither is read; both can be as big as the rest of the summary.
         metadata.managed_fields = None;
         if let Some(a) = metadata.annotations.as_mut() {
@@ -165,6 +180,7 @@ impl From<RawCrd> for Crd {
                 spec: spec_summary,
             },
             documented,
+            established,
         }
     }
 }
@@ -285,6 +301,26 @@ mod tests {
         ))
         .unwrap();
         assert!(other.documented.is_none());
+        // Served only once the API server says so. A CRD just created has
+        // `conditions: null` (no omitempty in the API types): its ADDED
+        // event must decode, or the watch loses it.
+        assert!(!other.established);
+        let mut created = crd("accounts.storage.azure.upbound.io", json!(["managed"]));
+        created["status"] = json!({"conditions": null, "storedVersions": null,
+                                   "acceptedNames": {"kind": "", "plural": ""}});
+        let created: Crd = serde_json::from_value(created).unwrap();
+        assert!(!created.established && created.documented.is_some());
+        let mut served = crd("accounts.storage.azure.upbound.io", json!(["managed"]));
+        served["status"] = json!({"conditions": [
+            {"type": "NamesAccepted", "status": "True"},
+            {"type": "Established", "status": "True"}]});
+        assert!(
+            serde_json::from_value::<Crd>(served.clone())
+                .unwrap()
+                .established
+        );
+        served["status"]["conditions"][1]["status"] = json!("False");
+        assert!(!serde_json::from_value::<Crd>(served).unwrap().established);
     }
 
     /// One list and one watch serve every reader: three readers, one

@@ -319,6 +319,7 @@ impl WebhookApi {
         backoff_on_failure(
             watcher::watch_object(self.api(kind), self.name(kind)),
             Result::is_ok,
+            Result::is_err,
         )
         .map(move |r| match r {
             Ok(o) => Update::Seen(kind, o.as_ref().map(ObservedConfig::from)),

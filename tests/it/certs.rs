@@ -111,3 +111,35 @@ fn bad_flags_and_a_broken_ca_fail_with_a_reason() {
         String::from_utf8_lossy(&forced.stderr)
     );
 }
+
+/// An unverifiable `--cert-extra-names` value stops `serve` before it does
+/// anything, naming the flag (or its variable) and the value, as clap's
+/// exit code 2; the controller never issues a certificate it cannot check.
+#[test]
+fn an_unverifiable_extra_name_stops_serve_with_the_flag_and_value() {
+    let run = |args: &[&str], env: Option<&str>| {
+        let mut c = bin::mrguard();
+        c.args(["serve", "--controller", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("MRGUARD_CERT_EXTRA_NAMES")
+            .env("KUBECONFIG", "/nonexistent/kubeconfig");
+        if let Some(v) = env {
+            c.env("MRGUARD_CERT_EXTRA_NAMES", v);
+        }
+        c.output().unwrap()
+    };
+    for (args, env) in [
+        (&["--cert-extra-names", "10.0.0.7,two words"][..], None),
+        (&[][..], Some("10.0.0.7,two words")),
+    ] {
+        let out = run(args, env);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("--cert-extra-names"), "{err}");
+        assert!(err.contains("\"two words\" is neither"), "{err}");
+    }
+    // A wildcard that covers a whole top-level domain is refused too.
+    let out = run(&["--cert-extra-names=*.test"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("\"*.test\""));
+}
