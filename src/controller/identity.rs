@@ -668,24 +668,12 @@ mod tests {
             .into_iter()
             .find(|c| c["spec"]["names"]["kind"] == "VPC")
             .unwrap();
-        let crd = vpc_crd.clone();
+        let crds = [vpc_crd.clone()];
         let (client, api) = mock::client(move |r| {
-            let watch = r.query.contains("watch=true");
-            if r.path.contains("customresourcedefinitions") {
-                return if watch {
-                    Reply::Watch(vec![])
-                } else {
-                    Reply::Json(
-                        200,
-                        list(
-                            "CustomResourceDefinitionList",
-                            "apiextensions.k8s.io/v1",
-                            vec![crd.clone()],
-                        ),
-                    )
-                };
+            if let Some(reply) = mock::crds_reply(r, &crds) {
+                return reply;
             }
-            if watch {
+            if r.query.contains("watch=true") {
                 return Reply::Hang;
             }
             Reply::Json(200, list("VPCList", "ec2.aws.upbound.io/v1beta1", vec![]))

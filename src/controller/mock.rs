@@ -189,6 +189,26 @@ pub(crate) fn list(kind: &str, api_version: &str, items: Vec<Value>) -> Value {
     json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": "100"}, "items": items})
 }
 
+/// The answer to a request for CRDs (`None` for any other): a list of
+/// `items`, or a watch that stays open for events the test pushes.
+pub(crate) fn crds_reply(r: &Recorded, items: &[Value]) -> Option<Reply> {
+    if !r.path.contains("customresourcedefinitions") {
+        return None;
+    }
+    Some(if r.query.contains("watch=true") {
+        Reply::Watch(vec![])
+    } else {
+        Reply::Json(
+            200,
+            list(
+                "CustomResourceDefinitionList",
+                "apiextensions.k8s.io/v1",
+                items.to_vec(),
+            ),
+        )
+    })
+}
+
 /// A clock the test moves by hand.
 pub(crate) struct ManualClock(Mutex<Timestamp>);
 

@@ -601,19 +601,8 @@ mod tests {
                     }
                 };
             }
-            if path.contains("customresourcedefinitions") {
-                return if watch {
-                    Reply::Watch(vec![])
-                } else {
-                    Reply::Json(
-                        200,
-                        list(
-                            "CustomResourceDefinitionList",
-                            "apiextensions.k8s.io/v1",
-                            crds.clone(),
-                        ),
-                    )
-                };
+            if let Some(reply) = mock::crds_reply(r, &crds) {
+                return reply;
             }
             if path.contains("endpointslices") {
                 return Reply::Json(
