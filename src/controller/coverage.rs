@@ -190,6 +190,14 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// `crd` as the API server has it once it serves the kind.
+    pub(crate) fn established(mut crd: Value) -> Value {
+        crd["status"] = serde_json::json!({"conditions": [
+            {"type": "NamesAccepted", "status": "True"},
+            {"type": "Established", "status": "True"}]});
+        crd
+    }
+
     pub(crate) fn summaries(crds: &[Value]) -> Vec<CrdSummary> {
         crds.iter()
             .map(|v| serde_json::from_value(v.clone()).unwrap())

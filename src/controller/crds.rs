@@ -240,6 +240,14 @@ impl Crds {
     pub(crate) fn snapshot(&self) -> Vec<Arc<Crd>> {
         self.store.state()
     }
+
+    /// The CRDs whose kinds the API server serves (`Established`): what is
+    /// worth listing. Before that a list is a 404.
+    pub(crate) fn served(&self) -> Vec<Arc<Crd>> {
+        let mut crds = self.snapshot();
+        crds.retain(|c| c.established);
+        crds
+    }
 }
 
 /// One reader's wake-ups from [`Crds`].

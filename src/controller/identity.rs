@@ -294,10 +294,9 @@ pub(crate) async fn run(
                 // new CRD met 404s until it was established and backed off
                 // up to 30 s after that (at 1,000 new CRDs, every kind was
                 // watched 121 s after the last create).
-                let snapshot = crds.snapshot();
-                let served = || snapshot.iter().filter(|c| c.established).map(|c| &c.summary);
-                current = Coverage::from_crds(served());
-                configs = provider_config_kinds(served());
+                let served = crds.served();
+                current = Coverage::from_crds(served.iter().map(|c| &c.summary));
+                configs = provider_config_kinds(served.iter().map(|c| &c.summary));
                 crds_synced = true;
                 changed = true;
             }
@@ -703,11 +702,8 @@ mod tests {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(vpc_requests(), 0, "listed before it was served");
-        let mut established = vpc_crd;
+        let mut established = crate::controller::coverage::tests::established(vpc_crd);
         established["metadata"]["resourceVersion"] = json!("2");
-        established["status"] = json!({"conditions": [
-            {"type": "NamesAccepted", "status": "True"},
-            {"type": "Established", "status": "True"}]});
         api.wait_watch("customresourcedefinitions").await;
         assert_eq!(
             api.push("customresourcedefinitions", "MODIFIED", established),

@@ -453,7 +453,7 @@ impl LeaderContext {
             webhooks::run(
                 webhooks::WebhookApi::new(self.client.clone(), s.webhooks.clone()),
                 self.secret.clone(),
-                coverage_rx.clone(),
+                coverage_rx,
                 self.metrics.clone(),
             )
             .instrument(tracing::info_span!("webhooks"))
@@ -471,7 +471,7 @@ impl LeaderContext {
             "audit",
             audit::run(
                 self.client.clone(),
-                coverage_rx,
+                self.crds.clone(),
                 self.config.clone(),
                 self.states.clone(),
                 self.metrics.clone(),
