@@ -292,8 +292,7 @@ pub(crate) async fn run(
                 }
                 // Only kinds the API server serves: a watch started on a
                 // new CRD met 404s until it was established and backed off
-                // up to 30 s after that (at 1,000 new CRDs, every kind was
-                // watched 121 s after the last create).
+                // up to 30 s after that.
                 let served = crds.served();
                 current = Coverage::from_crds(served.iter().map(|c| &c.summary));
                 configs = provider_config_kinds(served.iter().map(|c| &c.summary));
