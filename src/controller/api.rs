@@ -304,11 +304,9 @@ where
 /// The client error inside a watcher error, for uniform logging.
 pub(crate) fn watcher_source(e: watcher::Error) -> kube::Error {
     match e {
-        // kube-client reads a watch line that does not decode as a Status
-        // if it can, and any JSON object can: code 0, no message. The
-        // object of that event is skipped.
-        // As `retry::undecoded_event`.
-        watcher::Error::WatchFailed(kube::Error::Api(s)) if s.code == 0 && s.message.is_empty() => {
+        // Named for what it is: the error kube-client makes of it has code
+        // 0 and no message. The object of that event is skipped.
+        e if super::retry::undecoded(&e) => {
             kube::Error::Service("a watch event did not decode; its object was skipped".into())
         }
         watcher::Error::InitialListFailed(e)

@@ -318,10 +318,10 @@ mod tests {
                                    "acceptedNames": {"kind": "", "plural": ""}});
         let created: Crd = serde_json::from_value(created).unwrap();
         assert!(!created.established && created.documented.is_some());
-        let mut served = crd("accounts.storage.azure.upbound.io", json!(["managed"]));
-        served["status"] = json!({"conditions": [
-            {"type": "NamesAccepted", "status": "True"},
-            {"type": "Established", "status": "True"}]});
+        let mut served = crate::controller::coverage::tests::established(crd(
+            "accounts.storage.azure.upbound.io",
+            json!(["managed"]),
+        ));
         assert!(
             serde_json::from_value::<Crd>(served.clone())
                 .unwrap()
