@@ -301,12 +301,19 @@ where
     })
 }
 
+/// A watch event kube-client could not decode: it reads the line as a
+/// Status, which any JSON object is (code 0, no message).
+pub(crate) fn undecoded(e: &watcher::Error) -> bool {
+    matches!(e, watcher::Error::WatchFailed(kube::Error::Api(s))
+        if s.code == 0 && s.message.is_empty())
+}
+
 /// The client error inside a watcher error, for uniform logging.
 pub(crate) fn watcher_source(e: watcher::Error) -> kube::Error {
     match e {
         // Named for what it is: the error kube-client makes of it has code
         // 0 and no message. The object of that event is skipped.
-        e if super::retry::undecoded(&e) => {
+        e if undecoded(&e) => {
             kube::Error::Service("a watch event did not decode; its object was skipped".into())
         }
         watcher::Error::InitialListFailed(e)

@@ -120,16 +120,10 @@ where
     )
 }
 
-/// A watch event kube-client could not decode: it reads the line as a
-/// Status, which any JSON object is (code 0, no message).
-pub(crate) fn undecoded(e: &watcher::Error) -> bool {
-    matches!(e, watcher::Error::WatchFailed(kube::Error::Api(s))
-        if s.code == 0 && s.message.is_empty())
-}
-
-/// An item that is an [`undecoded`] event.
+/// An item that is a watch event kube-client could not decode
+/// ([`super::api::undecoded`]).
 pub(crate) fn undecoded_event<K>(item: &Result<watcher::Event<K>, watcher::Error>) -> bool {
-    item.as_ref().err().is_some_and(undecoded)
+    item.as_ref().err().is_some_and(super::api::undecoded)
 }
 
 /// Logs a watch's failure once per failure streak: the first error of a
