@@ -1,6 +1,7 @@
-//! What a body will cost once parsed, found by one scan of its bytes
-//! before anything is built, so that no input can make a tree much larger
-//! than its body (docs/security.md, "Memory budget").
+//! What a body will cost once parsed, found from its bytes before anything
+//! is built, so that no input can make a tree much larger than its body
+//! (docs/security.md, "Memory budget"): a bound from byte counts first,
+//! the exact scan only when the bound does not clear the body.
 //!
 //! A `serde_json::Value` is 32 bytes; an array element costs that plus the
 //! `Vec`'s spare capacity, and a non-empty object allocates B-tree nodes of
@@ -30,6 +31,65 @@ const MAX_DEPTH: usize = 256;
 /// The most heap bytes a body of `body_len` bytes may cost once parsed.
 pub fn tree_limit(body_len: usize) -> usize {
     body_len.saturating_mul(AMPLIFICATION).max(MIN_TREE_BYTES)
+}
+
+/// Whether a body of this shape may be parsed: `Err((cost, limit))`
+/// when its tree would cost more than [`tree_limit`] allows.
+///
+/// [`cost_bound`] answers for nearly every real review (about 79 k against
+/// the limit of 1 MiB for the 6 KB VPC UPDATE); only a body it cannot
+/// clear pays for the exact [`tree_cost`].
+pub fn check_budget(json: &[u8]) -> Result<(), (usize, usize)> {
+    let limit = tree_limit(json.len());
+    if cost_bound(json) <= limit {
+        return Ok(());
+    }
+    match tree_cost(json) {
+        cost if cost > limit => Err((cost, limit)),
+        _ => Ok(()),
+    }
+}
+
+/// An upper bound on [`tree_cost`] from four byte counts, which the
+/// compiler turns into vector instructions (about 0.5 instructions a byte
+/// against the exact scan's 5; callgrind, BENCHMARKS.md).
+///
+/// Why it is a bound: a string costs its bytes plus [`STRING`], and starts
+/// at a quote; a container with `c` commas directly inside has at most
+/// `c + 1` members, so an object costs at most `NODE + NODE / 6 * c` and
+/// an array `ELEMENT * (c + 1)`. A comma inside a string, or any other
+/// byte the scan would not count, only makes the bound larger.
+pub fn cost_bound(json: &[u8]) -> usize {
+    // The per-lane counters are bytes: a block of 255 chunks cannot
+    // overflow them.
+    const LANES: usize = 32;
+    let (mut quotes, mut objects, mut arrays, mut commas) = (0usize, 0usize, 0usize, 0usize);
+    for block in json.chunks(255 * LANES) {
+        let mut count = [[0u8; LANES]; 4];
+        let mut chunks = block.chunks_exact(LANES);
+        for chunk in &mut chunks {
+            for (j, &b) in chunk.iter().enumerate() {
+                count[0][j] += u8::from(b == b'"');
+                count[1][j] += u8::from(b == b'{');
+                count[2][j] += u8::from(b == b'[');
+                count[3][j] += u8::from(b == b',');
+            }
+        }
+        let sum = |lanes: &[u8; LANES]| lanes.iter().map(|&n| usize::from(n)).sum::<usize>();
+        let rest = chunks.remainder();
+        let tail = |c: u8| rest.iter().filter(|&&b| b == c).count();
+        quotes += sum(&count[0]) + tail(b'"');
+        objects += sum(&count[1]) + tail(b'{');
+        arrays += sum(&count[2]) + tail(b'[');
+        commas += sum(&count[3]) + tail(b',');
+    }
+    let per_comma = (NODE / PER_NODE + 1).max(ELEMENT);
+    32usize
+        .saturating_add(json.len())
+        .saturating_add(quotes.saturating_mul(STRING))
+        .saturating_add(objects.saturating_mul(NODE))
+        .saturating_add(arrays.saturating_mul(ELEMENT))
+        .saturating_add(commas.saturating_mul(per_comma))
 }
 
 /// An estimate, from above, of the heap bytes `json` takes as a
@@ -215,6 +275,60 @@ mod tests {
         ) {
             prop_assert_eq!(tree_cost(&bytes), reference(&bytes));
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        /// The counted bound is never below the exact scan, whatever the
+        /// bytes (long enough to cross the counters' blocks).
+        #[test]
+        fn the_counted_bound_is_never_below_the_scan(
+            bytes in proptest::collection::vec(
+                prop::sample::select(b"{}[],:\"\\ \na1".to_vec()), 0..20_000),
+        ) {
+            prop_assert!(cost_bound(&bytes) >= tree_cost(&bytes));
+        }
+    }
+
+    /// The shape that each term of the bound is there for: without the
+    /// term, the bound falls below the exact cost.
+    #[test]
+    fn the_bound_holds_on_the_shape_each_of_its_terms_is_for() {
+        let n = 10_000;
+        for shape in [
+            format!("{{{}1}}", "1,".repeat(n)),
+            format!("{}0{}", "{\"\":".repeat(n), "}".repeat(n)),
+            format!("{}1{}", "[".repeat(200), "]".repeat(200)),
+            format!("{{{}\"\":\"\"}}", "\"\":\"\",".repeat(n)),
+        ] {
+            let json = shape.as_bytes();
+            assert!(cost_bound(json) >= tree_cost(json), "{}", &shape[..40]);
+        }
+        // Every byte counted, across the byte-wide counters' blocks.
+        let commas = vec![b','; 20_000];
+        assert_eq!(cost_bound(&commas), 32 + 20_000 + 20_000 * 106);
+    }
+
+    #[test]
+    fn the_bound_decides_alone_for_the_recorded_reviews_and_the_scan_refuses_the_rest() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reviews");
+        for e in std::fs::read_dir(dir).unwrap() {
+            let body = std::fs::read(e.unwrap().path()).unwrap();
+            assert!(cost_bound(&body) >= tree_cost(&body));
+            assert!(cost_bound(&body) <= tree_limit(body.len()));
+        }
+        // Objects of one entry: over the bound and over the exact limit.
+        let objects = format!("[{}{{\"a\":1}}]", "{\"a\":1},".repeat(100_000));
+        let (cost, limit) = check_budget(objects.as_bytes()).unwrap_err();
+        assert_eq!(
+            (cost, limit),
+            (tree_cost(objects.as_bytes()), tree_limit(objects.len()))
+        );
+        // Commas inside strings: over the bound, but the exact scan clears them.
+        let quoted = format!("[\"{}\"]", ",".repeat(2_000_000));
+        assert!(cost_bound(quoted.as_bytes()) > tree_limit(quoted.len()));
+        assert_eq!(check_budget(quoted.as_bytes()), Ok(()));
     }
 
     #[test]
