@@ -265,14 +265,27 @@ mod tests {
         cost
     }
 
+    /// The bodies of the reviews a real API server sent.
+    fn recorded_reviews() -> Vec<Vec<u8>> {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reviews");
+        let reviews: Vec<Vec<u8>> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+            .collect();
+        assert!(!reviews.is_empty());
+        reviews
+    }
+
+    /// Any sequence of the bytes the scans look at, well-formed or not.
+    fn scanned_bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(prop::sample::select(b"{}[],:\"\\ \na1".to_vec()), 0..max)
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4096))]
-        /// Any sequence of the bytes the scan looks at, well-formed or not.
         #[test]
-        fn the_fast_scan_agrees_with_the_byte_loop(
-            bytes in proptest::collection::vec(
-                prop::sample::select(b"{}[],:\"\\ \na1".to_vec()), 0..300),
-        ) {
+        fn the_fast_scan_agrees_with_the_byte_loop(bytes in scanned_bytes(300)) {
             prop_assert_eq!(tree_cost(&bytes), reference(&bytes));
         }
     }
@@ -282,10 +295,7 @@ mod tests {
         /// The counted bound is never below the exact scan, whatever the
         /// bytes (long enough to cross the counters' blocks).
         #[test]
-        fn the_counted_bound_is_never_below_the_scan(
-            bytes in proptest::collection::vec(
-                prop::sample::select(b"{}[],:\"\\ \na1".to_vec()), 0..20_000),
-        ) {
+        fn the_counted_bound_is_never_below_the_scan(bytes in scanned_bytes(20_000)) {
             prop_assert!(cost_bound(&bytes) >= tree_cost(&bytes));
         }
     }
@@ -311,10 +321,7 @@ mod tests {
 
     #[test]
     fn the_bound_decides_alone_for_the_recorded_reviews_and_the_scan_refuses_the_rest() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reviews");
-        for e in std::fs::read_dir(dir).unwrap() {
-            let body = std::fs::read(e.unwrap().path()).unwrap();
+        for body in recorded_reviews() {
             assert!(cost_bound(&body) >= tree_cost(&body));
             assert!(cost_bound(&body) <= tree_limit(body.len()));
         }
@@ -333,10 +340,7 @@ mod tests {
 
     #[test]
     fn the_fast_scan_agrees_on_the_recorded_reviews_and_deep_input() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reviews");
-        for e in std::fs::read_dir(dir).unwrap() {
-            let body = std::fs::read(e.unwrap().path()).unwrap();
+        for body in recorded_reviews() {
             assert_eq!(tree_cost(&body), reference(&body));
         }
         let deep = b"[".repeat(MAX_DEPTH + 10);
