@@ -16,7 +16,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::api::{api_err, list_pages, ControllerError};
-use super::coverage::{Coverage, CrdSummary, MrKind, CRD_PAGE_SIZE};
+use super::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
+use super::crds::Crd;
 use super::identity::IdentityView;
 use super::metrics::ControllerMetrics;
 use super::watch::MrStates;
@@ -237,9 +238,11 @@ pub(crate) async fn index_identities(
     }
 }
 
-/// The MR kinds the cluster serves now.
+/// The MR kinds the cluster serves now: those whose CRDs are
+/// `Established`. Another CRD's kind answers 404 (a name conflict keeps it
+/// so for good), which would fail the command.
 pub(crate) async fn discover(client: &kube::Client) -> Result<Coverage, ControllerError> {
-    let crds: Vec<CrdSummary> = list_pages(
+    let crds: Vec<Crd> = list_pages(
         Api::all(client.clone()),
         ListParams::default().limit(CRD_PAGE_SIZE),
     )
@@ -250,7 +253,9 @@ pub(crate) async fn discover(client: &kube::Client) -> Result<Coverage, Controll
         "customresourcedefinitions.apiextensions.k8s.io",
         "",
     ))?;
-    Ok(Coverage::from_crds(&crds))
+    Ok(Coverage::from_crds(
+        crds.iter().filter(|c| c.established).map(|c| &c.summary),
+    ))
 }
 
 /// Collects one audit pass into the input of [`mrguard_policy::reports::plan`].

@@ -586,3 +586,63 @@ async fn a_forbidden_kind_is_logged_once_backs_off_and_the_audit_still_succeeds(
     let v: Value = serde_json::from_str(audit[0]).unwrap();
     assert_eq!(v["fields"]["complete"], true, "{v}");
 }
+
+/// `mrguard audit` leaves out a kind whose CRD is not established: its
+/// list would answer 404 and fail the command (exit 2). A second CRD
+/// claiming a kind already taken in its group never is (NamesAccepted
+/// False).
+#[tokio::test]
+async fn the_audit_command_leaves_out_a_kind_whose_crd_is_not_established() {
+    const GROUP: &str = "conflict.e2e.mrguard.dev";
+    const TWIN: &str = "e2econflicttwins";
+    let Some(cluster) = support::require_cluster(
+        "the_audit_command_leaves_out_a_kind_whose_crd_is_not_established",
+    )
+    .await
+    else {
+        return;
+    };
+    let client = cluster.admin().await.unwrap();
+    let crd = |plural: &str| -> CustomResourceDefinition {
+        serde_json::from_value(support::managed_crd(
+            GROUP,
+            "v1alpha1",
+            "E2eConflict",
+            plural,
+            "Cluster",
+        ))
+        .unwrap()
+    };
+    support::cluster::create_crd(&client, &crd("e2econflicts"))
+        .await
+        .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &crd(TWIN))
+        .await
+        .unwrap();
+    let twin = format!("{TWIN}.{GROUP}");
+    wait_for("the second CRD's name conflict", WAIT, || async {
+        let c = crds.get(&twin).await.ok()?;
+        c.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "NamesAccepted" && c.status == "False")
+            .then_some(())
+    })
+    .await
+    .unwrap();
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrguard"))
+        .args(["audit", "--quiet", "--kubeconfig"])
+        .arg(cluster.admin_kubeconfig())
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    for name in [twin.clone(), format!("e2econflicts.{GROUP}")] {
+        crds.delete(&name, &DeleteParams::default()).await.unwrap();
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains(TWIN), "{stderr}");
+    assert!(stderr.contains("finding(s) in"), "{stderr}");
+}
