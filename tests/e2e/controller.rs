@@ -621,16 +621,9 @@ async fn the_audit_command_leaves_out_a_kind_whose_crd_is_not_established() {
         .await
         .unwrap();
     let twin = format!("{TWIN}.{GROUP}");
-    wait_for("the second CRD's name conflict", WAIT, || async {
-        let c = crds.get(&twin).await.ok()?;
-        c.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "NamesAccepted" && c.status == "False")
-            .then_some(())
-    })
-    .await
-    .unwrap();
+    support::cluster::wait_for_crd_condition(&client, &twin, "NamesAccepted", "False")
+        .await
+        .unwrap();
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrguard"))
         .args(["audit", "--quiet", "--kubeconfig"])

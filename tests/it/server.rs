@@ -77,8 +77,16 @@ async fn health_readiness_and_unknown_paths() {
 async fn bad_bodies_get_400_naming_the_problem_and_the_server_keeps_serving() {
     let h = TestServer::start().await;
     let mut conn = h.connect(Proto::Http1).await;
-    let cases: Vec<(Vec<u8>, &str)> =
-        vec![
+    // A real review with one byte of a name that is not UTF-8.
+    let mut not_utf8 =
+        serde_json::to_vec(&fixtures::review("002_validate_CREATE_VPC_sample-vpc.json")).unwrap();
+    let at = not_utf8
+        .windows(10)
+        .position(|w| w == b"sample-vpc")
+        .unwrap();
+    not_utf8[at] = 0xc3;
+    let at_0 = "not UTF-8 (an invalid byte at offset 0)";
+    let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"not json".to_vec(), "failed to decode AdmissionReview"),
         (b"{}".to_vec(), "failed to decode AdmissionReview"),
         (
@@ -112,17 +120,8 @@ async fn bad_bodies_get_400_naming_the_problem_and_the_server_keeps_serving() {
             .unwrap(),
             "uid is empty",
         ),
-        (vec![0xff, 0xfe, 0x00], "not UTF-8 (an invalid byte at offset 0)"),
-        // A real review with one byte of a name that is not UTF-8.
-        {
-            let mut body = serde_json::to_vec(&fixtures::review(
-                "002_validate_CREATE_VPC_sample-vpc.json",
-            ))
-            .unwrap();
-            let at = body.windows(10).position(|w| w == b"sample-vpc").unwrap();
-            body[at] = 0xc3;
-            (body, "not UTF-8")
-        },
+        (vec![0xff, 0xfe, 0x00], at_0),
+        (not_utf8, "not UTF-8"),
     ];
     for (body, needle) in cases {
         for path in ["/mutate", "/validate"] {

@@ -437,15 +437,25 @@ pub async fn create_crd(
     api.create(&PostParams::default(), crd)
         .await
         .map_err(|e| format!("failed to create CRD {name}: {e}"))?;
-    wait_for(&format!("CRD {name} to be established"), WAIT, || {
+    wait_for_crd_condition(client, &name, "Established", "True").await
+}
+
+/// Waits until the CRD `name` has the condition `type_` with `status`.
+pub async fn wait_for_crd_condition(
+    client: &kube::Client,
+    name: &str,
+    type_: &str,
+    status: &str,
+) -> Result<(), String> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    wait_for(&format!("CRD {name} to be {type_}={status}"), WAIT, || {
         let api = api.clone();
-        let name = name.clone();
         async move {
-            let c = api.get(&name).await.ok()?;
+            let c = api.get(name).await.ok()?;
             c.status?
                 .conditions?
                 .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
+                .any(|c| c.type_ == type_ && c.status == status)
                 .then_some(())
         }
     })
