@@ -15,6 +15,13 @@ use prometheus::{
 use mrguard_policy::admission::{Outcome, Webhook};
 use mrguard_policy::model::Finding;
 
+mod per_thread;
+
+use per_thread::PerThread;
+
+type CounterVec = PerThread<IntCounterVec>;
+type HistogramsVec = PerThread<HistogramVec>;
+
 /// A registry with the standard process metrics.
 pub fn registry() -> Registry {
     let r = Registry::new();
@@ -30,13 +37,15 @@ pub fn registry() -> Registry {
 
 /// The admission webhooks' metrics: requests, rejections, durations,
 /// findings and applied exceptions, with bounded kind labels.
+///
+/// What every request writes is kept per thread ([`per_thread`]).
 pub struct AdmissionMetrics {
-    requests: IntCounterVec,
+    requests: CounterVec,
     rejected: IntCounterVec,
-    duration: HistogramVec,
-    findings: IntCounterVec,
+    duration: HistogramsVec,
+    findings: CounterVec,
     exceptions: IntCounterVec,
-    cel_rules: HistogramVec,
+    cel_rules: HistogramsVec,
     /// Feeds `cel_rules` ([`Self::cel_observer`]).
     cel_observer: mrguard_policy::cel::Observer,
     known: Arc<KnownKinds>,
@@ -47,13 +56,15 @@ pub use crate::controller::metrics::KnownKinds;
 impl AdmissionMetrics {
     /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "mrguard_admission_requests_total",
-                "Admission requests by webhook, operation, kind and result.",
-            ),
-            &["webhook", "operation", "group", "kind", "result"],
-        )?;
+        let requests = PerThread::new(|| {
+            IntCounterVec::new(
+                Opts::new(
+                    "mrguard_admission_requests_total",
+                    "Admission requests by webhook, operation, kind and result.",
+                ),
+                &["webhook", "operation", "group", "kind", "result"],
+            )
+        })?;
         let rejected = IntCounterVec::new(
             Opts::new(
                 "mrguard_admission_rejected_total",
@@ -62,24 +73,28 @@ impl AdmissionMetrics {
             ),
             &["webhook", "reason"],
         )?;
-        let duration = HistogramVec::new(
-            HistogramOpts::new(
-                "mrguard_admission_duration_seconds",
-                "Time to answer an admission request.",
+        let duration = PerThread::new(|| {
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "mrguard_admission_duration_seconds",
+                    "Time to answer an admission request.",
+                )
+                .buckets(vec![
+                    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                    0.25, 0.5, 1.0,
+                ]),
+                &["webhook"],
             )
-            .buckets(vec![
-                0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                0.25, 0.5, 1.0,
-            ]),
-            &["webhook"],
-        )?;
-        let findings = IntCounterVec::new(
-            Opts::new(
-                "mrguard_rule_findings_total",
-                "Rule findings by rule and action (Audit, Warn or Deny).",
-            ),
-            &["rule", "action"],
-        )?;
+        })?;
+        let findings = PerThread::new(|| {
+            IntCounterVec::new(
+                Opts::new(
+                    "mrguard_rule_findings_total",
+                    "Rule findings by rule and action (Audit, Warn or Deny).",
+                ),
+                &["rule", "action"],
+            )
+        })?;
         let exceptions = IntCounterVec::new(
             Opts::new(
                 "mrguard_exceptions_applied_total",
@@ -90,17 +105,19 @@ impl AdmissionMetrics {
         // Rule names come from the configuration, so the label is bounded
         // by it. Buckets from 1 µs: a compiled rule takes well under that
         // to a few µs, an interpreted one tens of µs, the limit is 250 ms.
-        let cel_rules = HistogramVec::new(
-            HistogramOpts::new(
-                "mrguard_cel_rule_duration_seconds",
-                "Time to evaluate one configured CEL rule (celRules), by rule (cel:<name>).",
+        let cel_rules = PerThread::new(|| {
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "mrguard_cel_rule_duration_seconds",
+                    "Time to evaluate one configured CEL rule (celRules), by rule (cel:<name>).",
+                )
+                .buckets(vec![
+                    0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025,
+                    0.001, 0.01, 0.1, 0.25,
+                ]),
+                &["rule"],
             )
-            .buckets(vec![
-                0.000001, 0.0000025, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.001,
-                0.01, 0.1, 0.25,
-            ]),
-            &["rule"],
-        )?;
+        })?;
         let children = RuleHistograms::new(cel_rules.clone());
         let cel_observer: mrguard_policy::cel::Observer =
             Arc::new(move |rule: &str, took: std::time::Duration| {
@@ -357,7 +374,7 @@ pub(crate) fn app(registry: Registry) -> Router {
 /// request made it 3.9 k of the 27 k instructions the rules cost
 /// (BENCHMARKS.md, "The compiled CEL path").
 struct RuleHistograms {
-    vec: HistogramVec,
+    vec: HistogramsVec,
     /// Tells this registry's entries from another's in the thread's cache.
     id: usize,
 }
@@ -373,7 +390,7 @@ thread_local! {
 }
 
 impl RuleHistograms {
-    fn new(vec: HistogramVec) -> Self {
+    fn new(vec: HistogramsVec) -> Self {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         Self {
             vec,
@@ -404,15 +421,23 @@ impl RuleHistograms {
 mod tests {
     use super::*;
 
-    fn count(vec: &HistogramVec, rule: &str) -> u64 {
-        vec.with_label_values(&[rule]).get_sample_count()
+    fn count(vec: &HistogramsVec, rule: &str) -> u64 {
+        use prometheus::core::Collector;
+        vec.collect()[0]
+            .get_metric()
+            .iter()
+            .filter(|m| m.get_label()[0].value() == rule)
+            .map(|m| m.get_histogram().get_sample_count())
+            .sum()
     }
 
     /// Each registry's observer times into its own series, though the
     /// series are cached per thread.
     #[test]
     fn cached_series_stay_with_their_registry() {
-        let vec = || HistogramVec::new(HistogramOpts::new("t", "t"), &["rule"]).unwrap();
+        let vec = || {
+            PerThread::new(|| HistogramVec::new(HistogramOpts::new("t", "t"), &["rule"])).unwrap()
+        };
         let (a, b) = (RuleHistograms::new(vec()), RuleHistograms::new(vec()));
         for _ in 0..3 {
             a.observe("cel:x", 0.001);

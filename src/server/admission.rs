@@ -110,6 +110,9 @@ where
     S: Clone + Send + Sync + 'static,
 {
     let max = endpoint.max_body_bytes;
+    // Cloned per request, by axum and by the error layer: one reference
+    // count both server threads write, not one per field.
+    let endpoint = Arc::new(endpoint);
     let refused = {
         let endpoint = endpoint.clone();
         move |arrived: Arrived, error: BoxError| {
@@ -141,7 +144,7 @@ fn declared_length(req: &Request) -> Option<u64> {
 }
 
 /// Budget → read → decode → decide → encode.
-async fn answer(State(endpoint): State<Endpoint>, arrived: Arrived, req: Request) -> Response {
+async fn answer(State(endpoint): State<Arc<Endpoint>>, arrived: Arrived, req: Request) -> Response {
     let declared = declared_length(&req).map(|n| n as usize);
     // Without a length, the largest body it may turn out to be.
     let mut permit = match endpoint

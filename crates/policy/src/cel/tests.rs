@@ -947,12 +947,22 @@ fn compiled_verdicts_agree_with_the_interpreter() {
         ("'a//b'.split('/').exists(x, x == '') && 'a/b'.split('/').all(x, size(x) == 1)", true),
         ("'a/b'.split('/') == ['a', 'b'] && 'a/b'.split('/') != ['a']", true),
         ("self.metadata.name.split('-')[0] == 'bucket'", true),
+        // Separators longer than a byte take the substring search.
+        ("'a, b'.split(', ') == ['a', 'b'] && 'aéb'.split('é') == ['a', 'b']", true),
+        ("size('ab'.split('ab')) == 2 && 'x--y'.split('--')[1] == 'y'", true),
+        // Chains of selections on a comprehension variable.
+        ("self.spec.items.exists(i, has(i.name) && i.name.size() == 2)", true),
     ];
     for (expr, want) in agreed {
         assert_eq!(compiled(expr, &obj), Some(Ok(want)), "{expr}");
     }
     let errors = [
         "self.spec.missing == 1",
+        // A chain of selections stops at a value that is not an object.
+        "self.spec.list.a == 1",
+        "self.spec.name.x == 1",
+        "self.spec.nothing.x == 1",
+        "oldSelf.spec.x == 1",
         "self.spec.missing == 1 || false",
         "true && self.spec.missing == 1",
         "self.spec.size < 'a'",
