@@ -19,6 +19,7 @@
 //! absorbed and hands the whole rule to the interpreter. An error that
 //! reaches the top is also handed over, so messages are the interpreter's.
 
+use std::cell::Cell;
 use std::cmp::Ordering;
 
 use cel::common::ast::{operators, CallExpr, ComprehensionExpr, Expr, IdedExpr, LiteralValue};
@@ -111,7 +112,7 @@ enum Node {
     Request(ReqField),
     Local(usize),
     /// `root.a.b…`: a chain of selections on a variable, walked in one step.
-    Path(Root, Box<[String]>),
+    Path(Box<Path>),
     Select(Box<Node>, String),
     Has(Box<Node>, String),
     Index(Box<Node>, Box<Node>),
@@ -138,11 +139,104 @@ enum Node {
 }
 
 /// The variable a [`Node::Path`] starts at.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Root {
     SelfVar,
     OldSelf,
     Local(usize),
+}
+
+#[derive(Debug)]
+struct Path {
+    root: Root,
+    /// At least one.
+    fields: Box<[String]>,
+    /// Hash of the root and every field but the last: the [`PathMemo`] key
+    /// of the object the last field is read from.
+    key: u64,
+}
+
+impl Path {
+    fn new(root: Root, fields: Box<[String]>) -> Self {
+        // FNV-1a: stable, and enough to spread a handful of prefixes.
+        let mut key: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |b: u8| key = (key ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        eat(match root {
+            Root::SelfVar => 1,
+            Root::OldSelf => 2,
+            Root::Local(_) => 3,
+        });
+        for f in &fields[..fields.len() - 1] {
+            f.bytes().for_each(&mut eat);
+            eat(b'.');
+        }
+        Path { root, fields, key }
+    }
+}
+
+/// Slots of a [`PathMemo`].
+const MEMO_SLOTS: usize = 16;
+
+/// The objects chains of selections on `self` and `oldSelf` reached during
+/// one request, shared by its rules. Rules read the same few objects over
+/// and over (every rule of the bench config starts at
+/// `self.spec.forProvider`), and each step is a search of a map's keys:
+/// with the memo, a chain costs one step once its parent is known.
+///
+/// A slot holds the last prefix hashed to it; a hit is checked field by
+/// field, so a collision only costs a walk.
+#[derive(Default)]
+pub struct PathMemo<'v> {
+    slots: [Cell<Option<Memo<'v>>>; MEMO_SLOTS],
+}
+
+#[derive(Clone, Copy)]
+struct Memo<'v> {
+    key: u64,
+    root: Root,
+    prefix: &'v [String],
+    /// `None`: the walk failed (a missing field, or not an object).
+    at: Option<&'v Value>,
+}
+
+impl<'v> PathMemo<'v> {
+    fn get_or(
+        &self,
+        key: u64,
+        root: Root,
+        prefix: &'v [String],
+        walk: impl FnOnce() -> Option<&'v Value>,
+    ) -> Option<&'v Value> {
+        let slot = &self.slots[key as usize % MEMO_SLOTS];
+        if let Some(m) = slot.get() {
+            if m.key == key
+                && m.root == root
+                && (std::ptr::eq(m.prefix, prefix) || m.prefix == prefix)
+            {
+                return m.at;
+            }
+        }
+        let at = walk();
+        slot.set(Some(Memo {
+            key,
+            root,
+            prefix,
+            at,
+        }));
+        at
+    }
+}
+
+/// `start.f1.f2…`, as nested selections: each step needs an object that
+/// has the field.
+fn walk<'a>(start: V<'a>, fields: &[String]) -> Option<&'a Value> {
+    let V::Json(mut at) = start else {
+        return None;
+    };
+    for f in fields {
+        at = at.as_object()?.get(f)?;
+    }
+    Some(at)
 }
 
 #[derive(Debug)]
@@ -379,17 +473,20 @@ impl Compiler {
                 // A selection on a variable, or on such a chain, extends the
                 // chain: one node, not one per field.
                 let root = match operand {
-                    Node::Path(root, fields) => {
-                        let mut fields = fields.into_vec();
+                    Node::Path(p) => {
+                        let mut fields = p.fields.into_vec();
                         fields.push(s.field.clone());
-                        return Ok(Node::Path(root, fields.into()));
+                        return Ok(Node::Path(Box::new(Path::new(p.root, fields.into()))));
                     }
                     Node::SelfVar => Root::SelfVar,
                     Node::OldSelf => Root::OldSelf,
                     Node::Local(slot) => Root::Local(slot),
                     other => return Ok(Node::Select(boxed(other), s.field.clone())),
                 };
-                Ok(Node::Path(root, Box::new([s.field.clone()])))
+                Ok(Node::Path(Box::new(Path::new(
+                    root,
+                    Box::new([s.field.clone()]),
+                ))))
             }
             Expr::List(l) => {
                 if !l.optional_indices.is_empty() {
@@ -607,9 +704,10 @@ fn fold_of(c: &ComprehensionExpr) -> Option<Fold> {
 }
 
 /// The variables of one evaluation.
-struct Env<'a> {
+struct Env<'a, 'm> {
     inputs: Inputs<'a>,
     locals: [V<'a>; SLOTS],
+    memo: Option<&'m PathMemo<'a>>,
 }
 
 fn try_bool(r: R<'_>) -> Result<bool, Fail> {
@@ -631,10 +729,15 @@ fn logical(r: R<'_>) -> Result<bool, Fail> {
 impl Compiled {
     /// Evaluates the rule. Charges the budget armed on this thread as the
     /// interpreter would; the caller checks whether it ran out.
-    pub(super) fn eval<'a>(&'a self, inputs: Inputs<'a>) -> Result<bool, Fail> {
+    pub(super) fn eval<'a>(
+        &'a self,
+        inputs: Inputs<'a>,
+        memo: Option<&PathMemo<'a>>,
+    ) -> Result<bool, Fail> {
         let mut env = Env {
             inputs,
             locals: [V::Null; SLOTS],
+            memo,
         };
         match eval(&self.root, &mut env)? {
             V::Bool(b) => Ok(b),
@@ -644,7 +747,7 @@ impl Compiled {
     }
 }
 
-fn eval<'a>(n: &'a Node, env: &mut Env<'a>) -> R<'a> {
+fn eval<'a>(n: &'a Node, env: &mut Env<'a, '_>) -> R<'a> {
     match n {
         Node::Lit(l) => Ok(l.val()),
         Node::List(items) => Ok(V::Lits(items)),
@@ -652,23 +755,23 @@ fn eval<'a>(n: &'a Node, env: &mut Env<'a>) -> R<'a> {
         Node::OldSelf => Ok(env.inputs.old.map_or(V::Null, from_json)),
         Node::Request(f) => Ok(request_field(env.inputs.request, *f)),
         Node::Local(slot) => Ok(env.locals[*slot]),
-        Node::Path(root, fields) => {
-            let start = match *root {
+        Node::Path(p) => {
+            let start = match p.root {
                 Root::SelfVar => from_json(env.inputs.object),
                 Root::OldSelf => env.inputs.old.map_or(V::Null, from_json),
                 Root::Local(slot) => env.locals[slot],
             };
-            // As nested selections: each step needs an object that has the field.
-            let V::Json(mut at) = start else {
-                return Err(Fail::Error);
+            let (prefix, last) = p.fields.split_at(p.fields.len() - 1);
+            // Comprehension variables change within a rule: never memoised.
+            let parent = match env.memo {
+                Some(memo) if !prefix.is_empty() && !matches!(p.root, Root::Local(_)) => {
+                    memo.get_or(p.key, p.root, prefix, || walk(start, prefix))
+                }
+                _ => walk(start, prefix),
             };
-            for field in fields.iter() {
-                at = match at {
-                    Value::Object(m) => m.get(field).ok_or(Fail::Error)?,
-                    _ => return Err(Fail::Error),
-                };
-            }
-            Ok(from_json(at))
+            walk(parent.map_or(V::Null, V::Json), last)
+                .map(from_json)
+                .ok_or(Fail::Error)
         }
         Node::Select(operand, field) => match eval(operand, env)? {
             V::Json(Value::Object(m)) => m.get(field).map(from_json).ok_or(Fail::Error),
@@ -872,7 +975,7 @@ fn contains(hay: V<'_>, needle: V<'_>) -> Result<bool, Fail> {
     }
 }
 
-fn comprehension<'a>(c: &'a Comp, env: &mut Env<'a>) -> R<'a> {
+fn comprehension<'a>(c: &'a Comp, env: &mut Env<'a, '_>) -> R<'a> {
     // The interpreter evaluates the initial accumulator before the range.
     let init = eval(&c.init, env)?;
     let range = eval(&c.range, env)?;
@@ -883,9 +986,9 @@ fn comprehension<'a>(c: &'a Comp, env: &mut Env<'a>) -> R<'a> {
     out
 }
 
-fn run_loop<'a>(c: &'a Comp, range: V<'a>, env: &mut Env<'a>) -> R<'a> {
+fn run_loop<'a>(c: &'a Comp, range: V<'a>, env: &mut Env<'a, '_>) -> R<'a> {
     let mut pending = false;
-    let mut step = |item: V<'a>, env: &mut Env<'a>| -> Result<bool, Fail> {
+    let mut step = |item: V<'a>, env: &mut Env<'a, '_>| -> Result<bool, Fail> {
         if !try_bool(eval(&c.cond, env))? {
             return Ok(false);
         }
@@ -951,4 +1054,93 @@ fn absorbs(fold: Fold, v: &V<'_>) -> bool {
         (fold, v),
         (Fold::And, V::Bool(false)) | (Fold::Or, V::Bool(true))
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fields(f: &[&str]) -> Vec<String> {
+        f.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// A slot answers only for the prefix and root it holds: a prefix
+    /// that lands on the same slot (here, the same key) is walked, and the
+    /// walk's answer replaces the slot's.
+    #[test]
+    fn a_memo_slot_answers_only_for_its_own_prefix() {
+        fn get<'v>(
+            memo: &PathMemo<'v>,
+            walked: &Cell<u32>,
+            obj: &'v Value,
+            root: Root,
+            prefix: &'v [String],
+        ) -> Option<&'v Value> {
+            memo.get_or(7, root, prefix, || {
+                walked.set(walked.get() + 1);
+                walk(V::Json(obj), prefix)
+            })
+        }
+        let obj = json!({"spec": {"a": 1}, "status": {"b": 2}});
+        let (spec, status) = (fields(&["spec"]), fields(&["status"]));
+        // An equal prefix from another rule: another allocation.
+        let again = fields(&["status"]);
+        let memo = PathMemo::default();
+        let walked = Cell::new(0);
+        let get = |root, prefix| get(&memo, &walked, &obj, root, prefix);
+        assert_eq!(get(Root::SelfVar, &spec), Some(&obj["spec"]));
+        assert_eq!(get(Root::SelfVar, &spec), Some(&obj["spec"]));
+        assert_eq!(walked.get(), 1, "the second read is a hit");
+        assert_eq!(get(Root::SelfVar, &status), Some(&obj["status"]));
+        assert_eq!(get(Root::OldSelf, &status), Some(&obj["status"]));
+        assert_eq!(walked.get(), 3, "another prefix or root is walked");
+        assert_eq!(get(Root::OldSelf, &again), Some(&obj["status"]));
+        assert_eq!(walked.get(), 3, "an equal prefix is a hit");
+    }
+
+    /// Rules sharing one memo answer as each does alone, whichever runs
+    /// first: `self` and `oldSelf` with the same fields, a failed walk, a
+    /// chain on a comprehension variable.
+    #[test]
+    fn rules_sharing_a_memo_answer_as_alone() {
+        let new =
+            json!({"spec": {"p": {"region": "us-1", "tags": {"a": "1"}}, "list": [{"x": 1}]}});
+        let old = json!({"spec": {"p": {"region": "eu-1"}}});
+        let req = crate::review::RequestBuilder::new(crate::model::Operation::Update)
+            .object(new.clone())
+            .old_object(old.clone())
+            .build();
+        let inputs = Inputs {
+            request: &req,
+            object: &new,
+            old: Some(&old),
+        };
+        let rules = [
+            "self.spec.p.region == 'us-1'",
+            "oldSelf.spec.p.region == 'eu-1'",
+            "has(oldSelf.spec.p.tags) == false",
+            "has(self.spec.p.tags) && 'a' in self.spec.p.tags",
+            "self.spec.q.region == 'x'",
+            "self.spec.list.all(i, i.x == 1)",
+            "self.spec.p.region != oldSelf.spec.p.region",
+        ];
+        let programs: Vec<_> = rules
+            .iter()
+            .map(|r| super::super::CelProgram::compile(r).unwrap())
+            .collect();
+        let alone: Vec<_> = programs
+            .iter()
+            .map(|p| p.eval_compiled_raw(inputs, None))
+            .collect();
+        assert_eq!(alone[0], Some(Ok(true)));
+        assert_eq!(alone[4], Some(Err(Fail::Error)));
+        for order in [[0, 1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1, 0]] {
+            let memo = PathMemo::default();
+            for i in order {
+                let got = programs[i].eval_compiled_raw(inputs, Some(&memo));
+                assert_eq!(got, alone[i], "{}", rules[i]);
+            }
+        }
+    }
 }

@@ -36,7 +36,7 @@ use serde_json::Value;
 use crate::model::{Action, Operation, Violation};
 use crate::review::Request;
 
-pub use compiled::{Fail, Inputs};
+pub use compiled::{Fail, Inputs, PathMemo};
 pub use env::FUNCTIONS;
 pub use escaping::escape_property;
 pub use reads::{Need, Reads};
@@ -138,9 +138,19 @@ impl CelProgram {
     /// hands over to the interpreter (not compiled, an error whose message
     /// the interpreter words, or a case the compiled path does not model).
     pub fn eval_compiled(&self, inputs: Inputs<'_>) -> Option<Result<bool, EvalError>> {
+        self.eval_compiled_in(inputs, None)
+    }
+
+    /// [`Self::eval_compiled`], reading objects other rules of the same
+    /// request already reached from `memo`.
+    pub fn eval_compiled_in<'v>(
+        &'v self,
+        inputs: Inputs<'v>,
+        memo: Option<&PathMemo<'v>>,
+    ) -> Option<Result<bool, EvalError>> {
         let fast = self.fast.as_ref().ok()?;
         let guard = budget::Guard::arm(budget::COST_LIMIT, budget::TIME_LIMIT);
-        let result = fast.eval(inputs);
+        let result = fast.eval(inputs, memo);
         if let Some(why) = guard.exceeded() {
             return Some(Err(exceeded(why)));
         }
@@ -150,10 +160,14 @@ impl CelProgram {
     /// The compiled path's own answer, without handing over: for the
     /// differential fuzz target and tests. `None` when not compiled.
     #[doc(hidden)]
-    pub fn eval_compiled_raw(&self, inputs: Inputs<'_>) -> Option<Result<bool, Fail>> {
+    pub fn eval_compiled_raw<'v>(
+        &'v self,
+        inputs: Inputs<'v>,
+        memo: Option<&PathMemo<'v>>,
+    ) -> Option<Result<bool, Fail>> {
         let fast = self.fast.as_ref().ok()?;
         let guard = budget::Guard::arm(budget::COST_LIMIT, budget::TIME_LIMIT);
-        let result = fast.eval(inputs);
+        let result = fast.eval(inputs, memo);
         if guard.exceeded().is_some() {
             return Some(Err(Fail::Error));
         }
@@ -498,6 +512,8 @@ pub struct RuleScope<'v> {
     /// For everything: a compiled rule handed over reads what `scope`
     /// may leave out.
     whole: OnceCell<Scope<'v>>,
+    /// What the compiled rules' selections reached.
+    memo: PathMemo<'v>,
 }
 
 impl<'v> RuleScope<'v> {
@@ -508,6 +524,7 @@ impl<'v> RuleScope<'v> {
             rules,
             scope: OnceCell::new(),
             whole: OnceCell::new(),
+            memo: PathMemo::default(),
         }
     }
 
@@ -531,8 +548,8 @@ impl<'v> RuleScope<'v> {
 /// Evaluates a configured rule, compiled when it can be; `Some` when it
 /// fails or cannot be evaluated. The verdict and message are those of
 /// [`check_rule`].
-pub fn check_configured(rule: &CelRule, at: &RuleScope<'_>) -> Option<Violation> {
-    match rule.program.eval_compiled(at.inputs) {
+pub fn check_configured<'v>(rule: &'v CelRule, at: &RuleScope<'v>) -> Option<Violation> {
+    match rule.program.eval_compiled_in(at.inputs, Some(&at.memo)) {
         Some(Ok(true)) => None,
         Some(Ok(false)) => Some(Violation::new(failure_message(
             &rule.expression,
@@ -602,9 +619,20 @@ pub fn differential(source: &str, inputs: Inputs<'_>) -> Result<Agreement, Strin
     };
     let scope = Scope::for_request(inputs.request, inputs.object, inputs.old, p.reads());
     let interpreted = p.eval_bool(&scope);
-    let Some(raw) = p.eval_compiled_raw(inputs) else {
+    let Some(raw) = p.eval_compiled_raw(inputs, None) else {
         return Ok(Agreement::NotCompiled);
     };
+    // The memo never changes an answer: neither filling it nor reading it
+    // back (the second pass finds every object the first reached).
+    let memo = PathMemo::default();
+    for pass in ["filling", "reading"] {
+        let memoised = p.eval_compiled_raw(inputs, Some(&memo));
+        if memoised != Some(raw) {
+            return Err(format!(
+                "{source}: compiled {raw:?}, {pass} the memo {memoised:?}"
+            ));
+        }
+    }
     let agreed = match (&raw, &interpreted) {
         (Ok(a), Ok(b)) => a == b,
         (Err(Fail::Error), Err(_)) => true,

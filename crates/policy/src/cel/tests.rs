@@ -813,7 +813,7 @@ fn compiled(expr: &str, this: &Value) -> Option<Result<bool, Fail>> {
     differential(expr, inputs(&req, this)).unwrap_or_else(|e| panic!("{e}"));
     CelProgram::compile(expr)
         .unwrap()
-        .eval_compiled_raw(inputs(&req, this))
+        .eval_compiled_raw(inputs(&req, this), None)
 }
 
 #[test]
