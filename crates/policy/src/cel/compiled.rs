@@ -21,6 +21,8 @@
 
 use std::cell::Cell;
 use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering as AtomicOrdering};
 
 use cel::common::ast::{operators, CallExpr, ComprehensionExpr, Expr, IdedExpr, LiteralValue};
 use serde_json::Value;
@@ -138,8 +140,52 @@ enum Node {
     Comp(Box<Comp>),
 }
 
+impl Node {
+    fn for_each_path(&self, f: &mut dyn FnMut(&Path)) {
+        match self {
+            Node::Path(p) => f(p),
+            Node::Lit(_)
+            | Node::List(_)
+            | Node::SelfVar
+            | Node::OldSelf
+            | Node::Request(_)
+            | Node::Local(_) => {}
+            Node::Select(a, _)
+            | Node::Has(a, _)
+            | Node::Not(a)
+            | Node::NotStrictlyFalse(a)
+            | Node::Size(a)
+            | Node::Matches(a, _)
+            | Node::Split(a, _)
+            | Node::Int(a)
+            | Node::Cost(a) => a.for_each_path(f),
+            Node::Index(a, b)
+            | Node::And(a, b)
+            | Node::Or(a, b)
+            | Node::Eq(a, b)
+            | Node::Ne(a, b)
+            | Node::Cmp(_, a, b)
+            | Node::In(a, b)
+            | Node::Str(_, a, b) => {
+                a.for_each_path(f);
+                b.for_each_path(f);
+            }
+            Node::Cond(a, b, c) => {
+                a.for_each_path(f);
+                b.for_each_path(f);
+                c.for_each_path(f);
+            }
+            Node::Comp(c) => {
+                for n in [&c.range, &c.init, &c.cond, &c.step, &c.result] {
+                    n.for_each_path(f);
+                }
+            }
+        }
+    }
+}
+
 /// The variable a [`Node::Path`] starts at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Root {
     SelfVar,
     OldSelf,
@@ -151,31 +197,31 @@ struct Path {
     root: Root,
     /// At least one.
     fields: Box<[String]>,
-    /// Hash of the root and every field but the last: the [`PathMemo`] key
-    /// of the object the last field is read from.
-    key: u64,
+    /// Where a [`PathMemo`] keeps the object the last field is read from:
+    /// the numbering's owner in the high half, the slot in the low half; 0
+    /// when not numbered ([`Compiled::number_paths`]).
+    slot: AtomicU64,
 }
 
 impl Path {
     fn new(root: Root, fields: Box<[String]>) -> Self {
-        // FNV-1a: stable, and enough to spread a handful of prefixes.
-        let mut key: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut eat = |b: u8| key = (key ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        eat(match root {
-            Root::SelfVar => 1,
-            Root::OldSelf => 2,
-            Root::Local(_) => 3,
-        });
-        for f in &fields[..fields.len() - 1] {
-            f.bytes().for_each(&mut eat);
-            eat(b'.');
+        Path {
+            root,
+            fields,
+            slot: AtomicU64::new(0),
         }
-        Path { root, fields, key }
+    }
+
+    /// The fields but the last, when a memo may keep what they reach:
+    /// comprehension variables change within a rule.
+    fn prefix(&self) -> Option<&[String]> {
+        let prefix = &self.fields[..self.fields.len() - 1];
+        (!prefix.is_empty() && !matches!(self.root, Root::Local(_))).then_some(prefix)
     }
 }
 
-/// Slots of a [`PathMemo`].
-const MEMO_SLOTS: usize = 16;
+/// Slots of a [`PathMemo`]: distinct prefixes beyond these are walked.
+const MEMO_SLOTS: usize = 32;
 
 /// The objects chains of selections on `self` and `oldSelf` reached during
 /// one request, shared by its rules. Rules read the same few objects over
@@ -183,47 +229,74 @@ const MEMO_SLOTS: usize = 16;
 /// `self.spec.forProvider`), and each step is a search of a map's keys:
 /// with the memo, a chain costs one step once its parent is known.
 ///
-/// A slot holds the last prefix hashed to it; a hit is checked field by
-/// field, so a collision only costs a walk.
-#[derive(Default)]
+/// [`MemoNumbering`] gives each distinct prefix of a set of rules a slot;
+/// a memo answers only paths numbered by its own numbering, so a rule
+/// from another set is walked, never answered from a wrong slot.
 pub struct PathMemo<'v> {
-    slots: [Cell<Option<Memo<'v>>>; MEMO_SLOTS],
-}
-
-#[derive(Clone, Copy)]
-struct Memo<'v> {
-    key: u64,
-    root: Root,
-    prefix: &'v [String],
-    /// `None`: the walk failed (a missing field, or not an object).
-    at: Option<&'v Value>,
+    owner: u32,
+    slots: [Cell<Option<Option<&'v Value>>>; MEMO_SLOTS],
 }
 
 impl<'v> PathMemo<'v> {
-    fn get_or(
-        &self,
-        key: u64,
-        root: Root,
-        prefix: &'v [String],
-        walk: impl FnOnce() -> Option<&'v Value>,
-    ) -> Option<&'v Value> {
-        let slot = &self.slots[key as usize % MEMO_SLOTS];
-        if let Some(m) = slot.get() {
-            if m.key == key
-                && m.root == root
-                && (std::ptr::eq(m.prefix, prefix) || m.prefix == prefix)
-            {
-                return m.at;
-            }
+    /// An empty memo for the paths `numbering` numbered.
+    pub fn new(numbering: &MemoNumbering) -> Self {
+        PathMemo {
+            owner: numbering.owner,
+            slots: Default::default(),
+        }
+    }
+
+    fn get_or(&self, path: &Path, walk: impl FnOnce() -> Option<&'v Value>) -> Option<&'v Value> {
+        let slot = path.slot.load(AtomicOrdering::Relaxed);
+        if slot >> 32 != u64::from(self.owner) {
+            return walk();
+        }
+        let cell = &self.slots[(slot & 0xffff_ffff) as usize];
+        if let Some(at) = cell.get() {
+            return at;
         }
         let at = walk();
-        slot.set(Some(Memo {
-            key,
-            root,
-            prefix,
-            at,
-        }));
+        cell.set(Some(at));
         at
+    }
+}
+
+/// Slots for the distinct prefixes of a set of rules (see [`PathMemo`]).
+#[derive(Debug, Clone)]
+pub struct MemoNumbering {
+    /// Never 0, so that an unnumbered path matches no memo.
+    owner: u32,
+    slots: HashMap<(Root, Vec<String>), u32>,
+}
+
+impl Default for MemoNumbering {
+    fn default() -> Self {
+        static OWNERS: AtomicU32 = AtomicU32::new(1);
+        MemoNumbering {
+            owner: OWNERS.fetch_add(1, AtomicOrdering::Relaxed).max(1),
+            slots: HashMap::new(),
+        }
+    }
+}
+
+impl MemoNumbering {
+    fn number(&mut self, path: &Path) {
+        let Some(prefix) = path.prefix() else {
+            return;
+        };
+        let next = self.slots.len() as u32;
+        let slot = *self
+            .slots
+            .entry((path.root, prefix.to_vec()))
+            .or_insert(next);
+        // A program numbered again (by another set it belongs to) answers
+        // only to that set's memo.
+        let value = if (slot as usize) < MEMO_SLOTS {
+            u64::from(self.owner) << 32 | u64::from(slot)
+        } else {
+            0
+        };
+        path.slot.store(value, AtomicOrdering::Relaxed);
     }
 }
 
@@ -727,6 +800,11 @@ fn logical(r: R<'_>) -> Result<bool, Fail> {
 }
 
 impl Compiled {
+    /// Gives this rule's prefixes their slots in `numbering`'s memos.
+    pub(super) fn number_paths(&self, numbering: &mut MemoNumbering) {
+        self.root.for_each_path(&mut |p| numbering.number(p));
+    }
+
     /// Evaluates the rule. Charges the budget armed on this thread as the
     /// interpreter would; the caller checks whether it ran out.
     pub(super) fn eval<'a>(
@@ -762,11 +840,8 @@ fn eval<'a>(n: &'a Node, env: &mut Env<'a, '_>) -> R<'a> {
                 Root::Local(slot) => env.locals[slot],
             };
             let (prefix, last) = p.fields.split_at(p.fields.len() - 1);
-            // Comprehension variables change within a rule: never memoised.
-            let parent = match env.memo {
-                Some(memo) if !prefix.is_empty() && !matches!(p.root, Root::Local(_)) => {
-                    memo.get_or(p.key, p.root, prefix, || walk(start, prefix))
-                }
+            let parent = match (env.memo, p.prefix()) {
+                (Some(memo), Some(_)) => memo.get_or(p, || walk(start, prefix)),
                 _ => walk(start, prefix),
             };
             walk(parent.map_or(V::Null, V::Json), last)
@@ -1065,38 +1140,72 @@ mod tests {
         f.iter().map(|s| s.to_string()).collect()
     }
 
-    /// A slot answers only for the prefix and root it holds: a prefix
-    /// that lands on the same slot (here, the same key) is walked, and the
-    /// walk's answer replaces the slot's.
+    fn program(source: &str) -> super::super::CelProgram {
+        super::super::CelProgram::compile(source).unwrap()
+    }
+
+    /// Equal prefixes of different rules share a slot; another root or
+    /// another prefix gets its own; a chain on a comprehension variable,
+    /// or of one field, gets none.
     #[test]
-    fn a_memo_slot_answers_only_for_its_own_prefix() {
-        fn get<'v>(
-            memo: &PathMemo<'v>,
-            walked: &Cell<u32>,
-            obj: &'v Value,
-            root: Root,
-            prefix: &'v [String],
-        ) -> Option<&'v Value> {
-            memo.get_or(7, root, prefix, || {
-                walked.set(walked.get() + 1);
-                walk(V::Json(obj), prefix)
-            })
+    fn the_numbering_gives_each_distinct_prefix_a_slot() {
+        let rules = [
+            "self.spec.p.a == 1 && has(self.spec.p.b)",
+            "self.spec.p.c == 1 && oldSelf.spec.p.a == 1",
+            "self.spec.q.a == 1 && self.x == 1",
+            "self.spec.l.all(i, i.m.n == 1)",
+        ];
+        let programs: Vec<_> = rules.iter().map(|r| program(r)).collect();
+        let mut numbering = MemoNumbering::default();
+        for p in &programs {
+            p.number_paths(&mut numbering);
         }
-        let obj = json!({"spec": {"a": 1}, "status": {"b": 2}});
-        let (spec, status) = (fields(&["spec"]), fields(&["status"]));
-        // An equal prefix from another rule: another allocation.
-        let again = fields(&["status"]);
-        let memo = PathMemo::default();
-        let walked = Cell::new(0);
-        let get = |root, prefix| get(&memo, &walked, &obj, root, prefix);
-        assert_eq!(get(Root::SelfVar, &spec), Some(&obj["spec"]));
-        assert_eq!(get(Root::SelfVar, &spec), Some(&obj["spec"]));
-        assert_eq!(walked.get(), 1, "the second read is a hit");
-        assert_eq!(get(Root::SelfVar, &status), Some(&obj["status"]));
-        assert_eq!(get(Root::OldSelf, &status), Some(&obj["status"]));
-        assert_eq!(walked.get(), 3, "another prefix or root is walked");
-        assert_eq!(get(Root::OldSelf, &again), Some(&obj["status"]));
-        assert_eq!(walked.get(), 3, "an equal prefix is a hit");
+        let mut got: Vec<(Root, Vec<String>)> = numbering.slots.keys().cloned().collect();
+        got.sort_by_key(|(r, f)| (format!("{r:?}"), f.clone()));
+        let want = [
+            (Root::OldSelf, fields(&["spec", "p"])),
+            (Root::SelfVar, fields(&["spec"])),
+            (Root::SelfVar, fields(&["spec", "p"])),
+            (Root::SelfVar, fields(&["spec", "q"])),
+        ];
+        assert_eq!(got, want);
+    }
+
+    /// A memo answers only the rules its own numbering numbered: a rule
+    /// numbered by another set reads the object itself.
+    #[test]
+    fn a_memo_answers_only_its_own_rules() {
+        let obj = json!({"spec": {"p": {"a": 1}}});
+        let other = json!({"spec": {"p": {"a": 2}}});
+        let req = crate::review::RequestBuilder::new(crate::model::Operation::Create)
+            .object(obj.clone())
+            .build();
+        let (mine, theirs) = (program("self.spec.p.a == 1"), program("self.spec.p.a == 1"));
+        let (mut a, mut b) = (MemoNumbering::default(), MemoNumbering::default());
+        mine.number_paths(&mut a);
+        theirs.number_paths(&mut b);
+        let memo = PathMemo::new(&a);
+        let on = |o| Inputs {
+            request: &req,
+            object: o,
+            old: None,
+        };
+        // Fill the memo from `obj`; then a rule of the other set, on
+        // another object, must not see `obj`'s `spec.p`.
+        assert_eq!(
+            mine.eval_compiled_raw(on(&obj), Some(&memo)),
+            Some(Ok(true))
+        );
+        assert_eq!(
+            theirs.eval_compiled_raw(on(&other), Some(&memo)),
+            Some(Ok(false))
+        );
+        // Its own rule is answered from the memo, even on another object:
+        // a memo lives for one request, whose objects do not change.
+        assert_eq!(
+            mine.eval_compiled_raw(on(&other), Some(&memo)),
+            Some(Ok(true))
+        );
     }
 
     /// Rules sharing one memo answer as each does alone, whichever runs
@@ -1125,10 +1234,11 @@ mod tests {
             "self.spec.list.all(i, i.x == 1)",
             "self.spec.p.region != oldSelf.spec.p.region",
         ];
-        let programs: Vec<_> = rules
-            .iter()
-            .map(|r| super::super::CelProgram::compile(r).unwrap())
-            .collect();
+        let programs: Vec<_> = rules.iter().map(|r| program(r)).collect();
+        let mut numbering = MemoNumbering::default();
+        for p in &programs {
+            p.number_paths(&mut numbering);
+        }
         let alone: Vec<_> = programs
             .iter()
             .map(|p| p.eval_compiled_raw(inputs, None))
@@ -1136,7 +1246,7 @@ mod tests {
         assert_eq!(alone[0], Some(Ok(true)));
         assert_eq!(alone[4], Some(Err(Fail::Error)));
         for order in [[0, 1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1, 0]] {
-            let memo = PathMemo::default();
+            let memo = PathMemo::new(&numbering);
             for i in order {
                 let got = programs[i].eval_compiled_raw(inputs, Some(&memo));
                 assert_eq!(got, alone[i], "{}", rules[i]);

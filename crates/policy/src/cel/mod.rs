@@ -36,7 +36,7 @@ use serde_json::Value;
 use crate::model::{Action, Operation, Violation};
 use crate::review::Request;
 
-pub use compiled::{Fail, Inputs, PathMemo};
+pub use compiled::{Fail, Inputs, MemoNumbering, PathMemo};
 pub use env::FUNCTIONS;
 pub use escaping::escape_property;
 pub use reads::{Need, Reads};
@@ -172,6 +172,14 @@ impl CelProgram {
             return Some(Err(Fail::Error));
         }
         Some(result)
+    }
+
+    /// Gives the prefixes of this rule's selection chains their slots in
+    /// `numbering`'s memos ([`PathMemo`]); an interpreted rule has none.
+    pub fn number_paths(&self, numbering: &mut MemoNumbering) {
+        if let Ok(fast) = &self.fast {
+            fast.number_paths(numbering);
+        }
     }
 
     /// Whether the expression reads `oldSelf`: in a CRD, a transition rule.
@@ -414,6 +422,8 @@ pub struct CelRules {
     interpreted_reads: Reads,
     /// `cel:<name>` of each rule, made once rather than per request.
     finding_names: Vec<String>,
+    /// The slots of a request's [`PathMemo`], shared by these rules.
+    numbering: MemoNumbering,
 }
 
 impl CelRules {
@@ -433,11 +443,16 @@ impl CelRules {
             }
         }
         let finding_names = rules.iter().map(|r| format!("cel:{}", r.name)).collect();
+        let mut numbering = MemoNumbering::default();
+        for r in &rules {
+            r.program.number_paths(&mut numbering);
+        }
         CelRules {
             rules,
             reads,
             interpreted_reads,
             finding_names,
+            numbering,
         }
     }
 
@@ -524,7 +539,7 @@ impl<'v> RuleScope<'v> {
             rules,
             scope: OnceCell::new(),
             whole: OnceCell::new(),
-            memo: PathMemo::default(),
+            memo: PathMemo::new(&rules.numbering),
         }
     }
 
@@ -624,7 +639,9 @@ pub fn differential(source: &str, inputs: Inputs<'_>) -> Result<Agreement, Strin
     };
     // The memo never changes an answer: neither filling it nor reading it
     // back (the second pass finds every object the first reached).
-    let memo = PathMemo::default();
+    let mut numbering = MemoNumbering::default();
+    p.number_paths(&mut numbering);
+    let memo = PathMemo::new(&numbering);
     for pass in ["filling", "reading"] {
         let memoised = p.eval_compiled_raw(inputs, Some(&memo));
         if memoised != Some(raw) {
