@@ -1144,6 +1144,16 @@ mod tests {
         super::super::CelProgram::compile(source).unwrap()
     }
 
+    /// The rules compiled, and numbered together as a rule set is.
+    fn numbered(rules: &[&str]) -> (Vec<super::super::CelProgram>, MemoNumbering) {
+        let programs: Vec<_> = rules.iter().map(|r| program(r)).collect();
+        let mut numbering = MemoNumbering::default();
+        for p in &programs {
+            p.number_paths(&mut numbering);
+        }
+        (programs, numbering)
+    }
+
     /// Equal prefixes of different rules share a slot; another root or
     /// another prefix gets its own; a chain on a comprehension variable,
     /// or of one field, gets none.
@@ -1155,11 +1165,7 @@ mod tests {
             "self.spec.q.a == 1 && self.x == 1",
             "self.spec.l.all(i, i.m.n == 1)",
         ];
-        let programs: Vec<_> = rules.iter().map(|r| program(r)).collect();
-        let mut numbering = MemoNumbering::default();
-        for p in &programs {
-            p.number_paths(&mut numbering);
-        }
+        let (_programs, numbering) = numbered(&rules);
         let mut got: Vec<(Root, Vec<String>)> = numbering.slots.keys().cloned().collect();
         got.sort_by_key(|(r, f)| (format!("{r:?}"), f.clone()));
         let want = [
@@ -1234,11 +1240,7 @@ mod tests {
             "self.spec.list.all(i, i.x == 1)",
             "self.spec.p.region != oldSelf.spec.p.region",
         ];
-        let programs: Vec<_> = rules.iter().map(|r| program(r)).collect();
-        let mut numbering = MemoNumbering::default();
-        for p in &programs {
-            p.number_paths(&mut numbering);
-        }
+        let (programs, numbering) = numbered(&rules);
         let alone: Vec<_> = programs
             .iter()
             .map(|p| p.eval_compiled_raw(inputs, None))
