@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::api::{api_err, list_pages, ControllerError};
 use super::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
-use super::crds::Crd;
+use super::crds::ServedCrd;
 use super::identity::IdentityView;
 use super::metrics::ControllerMetrics;
 use super::watch::MrStates;
@@ -242,7 +242,7 @@ pub(crate) async fn index_identities(
 /// `Established`. Another CRD's kind answers 404 (a name conflict keeps it
 /// so for good), which would fail the command.
 pub(crate) async fn discover(client: &kube::Client) -> Result<Coverage, ControllerError> {
-    let crds: Vec<Crd> = list_pages(
+    let crds: Vec<ServedCrd> = list_pages(
         Api::all(client.clone()),
         ListParams::default().limit(CRD_PAGE_SIZE),
     )

@@ -149,10 +149,7 @@ impl From<RawCrd> for Crd {
             spec,
             status,
         } = raw;
-        let established = status["conditions"].as_array().is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Established" && c["status"] == "True")
-        });
+        let established = is_established(&status);
         // Neither is read; both can be as big as the rest of the summary.
         metadata.managed_fields = None;
         if let Some(a) = metadata.annotations.as_mut() {
@@ -186,6 +183,49 @@ impl From<RawCrd> for Crd {
 }
 
 crd_resource!(Crd, summary.metadata);
+
+/// Whether a CRD's `status` has `Established=True`.
+fn is_established(status: &Value) -> bool {
+    status["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Established" && c["status"] == "True")
+    })
+}
+
+/// A CRD's summary and whether it is established, without the documented
+/// fields [`Crd`] derives from the schema: for one-shot readers such as
+/// the `audit` command, which need only the kinds the cluster serves.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(from = "RawServedCrd")]
+pub(crate) struct ServedCrd {
+    pub(crate) summary: CrdSummary,
+    pub(crate) established: bool,
+}
+
+/// Read as it streams: the schemas are skipped, not buffered.
+#[derive(Deserialize)]
+struct RawServedCrd {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: CrdSummarySpec,
+    #[serde(default)]
+    status: Value,
+}
+
+impl From<RawServedCrd> for ServedCrd {
+    fn from(raw: RawServedCrd) -> Self {
+        ServedCrd {
+            established: is_established(&raw.status),
+            summary: CrdSummary {
+                metadata: raw.metadata,
+                spec: raw.spec,
+            },
+        }
+    }
+}
+
+crd_resource!(ServedCrd, summary.metadata);
 
 /// The shared CRD store and its change signal. Cheap to clone.
 #[derive(Clone)]
@@ -329,6 +369,27 @@ mod tests {
         );
         served["status"]["conditions"][1]["status"] = json!("False");
         assert!(!serde_json::from_value::<Crd>(served).unwrap().established);
+    }
+
+    /// The audit command's read of a CRD: the same summary and the same
+    /// `Established` verdict as the watch's, for a null, a true and a false
+    /// condition.
+    #[test]
+    fn a_served_crd_reads_as_the_watch_reads_it() {
+        let name = "accounts.storage.azure.upbound.io";
+        let mut created = crd(name, json!(["managed"]));
+        created["status"] = json!({"conditions": null});
+        let served = crate::controller::coverage::tests::established(crd(name, json!(["managed"])));
+        let mut refused = served.clone();
+        refused["status"]["conditions"][1]["status"] = json!("False");
+        for (v, want) in [(created, false), (served, true), (refused, false)] {
+            let s: ServedCrd = serde_json::from_value(v.clone()).unwrap();
+            let c: Crd = serde_json::from_value(v).unwrap();
+            assert_eq!((s.established, c.established), (want, want));
+            assert_eq!(s.summary.spec.names.kind, "Account");
+            assert_eq!(s.summary.spec.versions[0].name, "v1beta1");
+            assert_eq!(s.summary.metadata.name.as_deref(), Some(name));
+        }
     }
 
     /// One list and one watch serve every reader: three readers, one
