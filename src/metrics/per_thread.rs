@@ -65,9 +65,9 @@ impl<V: Collector + Clone + 'static> PerThread<V> {
         })
     }
 
-    /// The first copy: for series that must exist before anything is
-    /// counted, and for tests.
-    pub(crate) fn first(&self) -> &V {
+    /// The registering thread's copy; a thread whose copy cannot be made
+    /// writes this one.
+    fn first(&self) -> &V {
         &self.shared.first
     }
 
@@ -91,6 +91,11 @@ impl<V: Collector + Clone + 'static> PerThread<V> {
         self.copies().push(copy.clone());
         COPIES.with(|c| c.borrow_mut().push((id, Box::new(copy.clone()))));
         copy
+    }
+
+    /// Tells this vector's copies from another's in a thread's caches.
+    pub(crate) fn id(&self) -> usize {
+        self.shared.id
     }
 
     fn copies(&self) -> std::sync::MutexGuard<'_, Vec<V>> {
@@ -122,7 +127,7 @@ impl<V: Collector + Clone + 'static> Collector for PerThread<V> {
 
 /// Adds up the families each copy collected: a series' counts are the sum
 /// of its counts in every copy; a series only some copies have is kept.
-pub(crate) fn sum(collected: impl IntoIterator<Item = Vec<MetricFamily>>) -> Vec<MetricFamily> {
+fn sum(collected: impl IntoIterator<Item = Vec<MetricFamily>>) -> Vec<MetricFamily> {
     let mut out: Vec<MetricFamily> = Vec::new();
     let mut series: Vec<BTreeMap<Vec<(String, String)>, Metric>> = Vec::new();
     for families in collected {

@@ -840,9 +840,11 @@ fn eval<'a>(n: &'a Node, env: &mut Env<'a, '_>) -> R<'a> {
                 Root::Local(slot) => env.locals[slot],
             };
             let (prefix, last) = p.fields.split_at(p.fields.len() - 1);
-            let parent = match (env.memo, p.prefix()) {
-                (Some(memo), Some(_)) => memo.get_or(p, || walk(start, prefix)),
-                _ => walk(start, prefix),
+            // A path the numbering left out (on a comprehension variable,
+            // or of one field) has no slot, and the memo walks it.
+            let parent = match env.memo {
+                Some(memo) => memo.get_or(p, || walk(start, prefix)),
+                None => walk(start, prefix),
             };
             walk(parent.map_or(V::Null, V::Json), last)
                 .map(from_json)
