@@ -104,6 +104,13 @@ pub(crate) struct Args {
     /// fill it). Use with --endpoint validate.
     #[arg(long)]
     identities: Option<usize>,
+    /// Cores for the server and for the load, as SERVER,CLIENT (the
+    /// issue's method: server on core 0, load on core 1), or "none". Each
+    /// server, baseline and mrguard alike, then runs one worker thread on
+    /// its own core, and the client cannot take CPU from it. Ignored with
+    /// fewer than two CPUs.
+    #[arg(long, default_value = "0,1")]
+    pin: String,
     /// Internal: serve the baseline on this address.
     #[arg(long, hide = true)]
     serve_baseline: Option<SocketAddr>,
@@ -140,6 +147,10 @@ fn main() -> anyhow::Result<()> {
     if let Some(n) = args.inproc {
         return inproc(&args, n);
     }
+    // Before the runtime: its threads inherit the main thread's affinity.
+    if let Some((_, client)) = pinning(&args)? {
+        pin_self(client)?;
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
@@ -152,6 +163,63 @@ pub(crate) fn config_path(args: &Args) -> Option<PathBuf> {
         Some(p) => Some(PathBuf::from(p)),
         None => Some(Path::new(MANIFEST).join("examples/loadgen/bench-config.yaml")),
     }
+}
+
+/// --pin as (server core, client core); None when off or with one CPU.
+fn pinning(args: &Args) -> anyhow::Result<Option<(usize, usize)>> {
+    if args.pin == "none" || cpus() < 2 {
+        return Ok(None);
+    }
+    let parsed = args
+        .pin
+        .split_once(',')
+        .and_then(|(s, c)| Some((s.trim().parse().ok()?, c.trim().parse().ok()?)));
+    match parsed {
+        Some((s, c)) if s != c => Ok(Some((s, c))),
+        _ => bail!(
+            "--pin {:?}: expected two different cores as SERVER,CLIENT (e.g. 0,1) or none",
+            args.pin
+        ),
+    }
+}
+
+/// Pins this process's main thread (and so every thread it starts) to one core.
+fn pin_self(core: usize) -> anyhow::Result<()> {
+    let status = Command::new("taskset")
+        .args([
+            "-p",
+            "-c",
+            &core.to_string(),
+            &std::process::id().to_string(),
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .context("failed to run taskset (util-linux) for --pin; use --pin none without it")?;
+    anyhow::ensure!(
+        status.success(),
+        "taskset could not pin the load to core {core}"
+    );
+    Ok(())
+}
+
+/// `cmd` run by taskset on one core.
+fn pinned(cmd: &Command, core: usize) -> Command {
+    let mut c = Command::new("taskset");
+    c.arg("-c")
+        .arg(core.to_string())
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    c
+}
+
+/// Online CPUs, whatever this process's affinity.
+fn cpus() -> usize {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count()
+        .max(1)
 }
 
 fn fixtures(args: &Args) -> PathBuf {
@@ -299,6 +367,8 @@ struct Env {
     config: Option<PathBuf>,
     /// With --identities: N, and the configuration with the rule Off.
     identities: Option<(usize, PathBuf)>,
+    /// --pin's server core.
+    server_core: Option<usize>,
 }
 
 struct Spawned {
@@ -394,6 +464,9 @@ async fn spawn(env: &Env, server: Server, ca: &[u8]) -> anyhow::Result<Spawned> 
             c
         }
     };
+    if let Some(core) = env.server_core {
+        cmd = pinned(&cmd, core);
+    }
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -529,9 +602,7 @@ fn machine() -> String {
                 .ok()
         })
         .unwrap_or(0);
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
+    let cpus = cpus();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!(
         "{cpus} CPUs ({model}), {:.1} GiB RAM, Linux {}",
@@ -587,6 +658,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         mrguard,
         config,
         identities,
+        server_core: pinning(&args)?.map(|(s, _)| s),
     };
     let fixtures = fixtures(&args);
     let items = Arc::new(selected(
@@ -602,6 +674,10 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         report.push('\n');
     };
     say(format!("machine: {}", machine()));
+    say(match pinning(&args)? {
+        Some((s, c)) => format!("pinned: servers on core {s}, load on core {c}"),
+        None => "pinned: no (servers and load share the cores)".into(),
+    });
     if let Some((n, off)) = &env.identities {
         say(format!(
             "identity index: {n} live MRs in both servers; \"baseline\" is mrguard with external-identity Off ({}), \"mrguard\" with it on",

@@ -18,6 +18,7 @@
 //! HTTP error (a panic in one is answered by failure policy).
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -94,6 +95,10 @@ impl BodyBudget {
 
     async fn acquire(&self, bytes: usize) -> Result<OwnedSemaphorePermit, Rejection> {
         let share = self.share(bytes);
+        // With room, no timer: the wait is armed only to wait.
+        if let Ok(permit) = self.permits.clone().try_acquire_many_owned(share) {
+            return Ok(permit);
+        }
         match tokio::time::timeout(self.wait, self.permits.clone().acquire_many_owned(share)).await
         {
             Ok(Ok(permit)) => Ok(permit),
@@ -155,13 +160,20 @@ async fn answer(State(endpoint): State<Arc<Endpoint>>, arrived: Arrived, req: Re
         Ok(p) => p,
         Err(rejection) => return endpoint.refuse(rejection, arrived),
     };
-    // Bounds the body's arrival, never a decision under way.
-    let read = tokio::time::timeout(
-        endpoint.request_timeout,
-        read_body(req.into_body(), declared, endpoint.max_body_bytes),
-    )
-    .await
-    .unwrap_or(Err(Rejection::Timeout));
+    // Bounds the body's arrival, never a decision under way. A body that
+    // came with the head is read without arming a timer (a clock read and
+    // two locks of the timer wheel a request).
+    let mut read = std::pin::pin!(read_body(
+        req.into_body(),
+        declared,
+        endpoint.max_body_bytes
+    ));
+    let read = match poll_once(read.as_mut()).await {
+        Some(read) => read,
+        None => tokio::time::timeout(endpoint.request_timeout, read)
+            .await
+            .unwrap_or(Err(Rejection::Timeout)),
+    };
     let body = match read {
         Ok(b) => b,
         Err(rejection) => return endpoint.refuse(rejection, arrived),
@@ -195,6 +207,15 @@ async fn answer(State(endpoint): State<Arc<Endpoint>>, arrived: Arrived, req: Re
         .into_response();
     drop(permit);
     response
+}
+
+/// `future`'s answer if it has one at the first poll.
+async fn poll_once<F: Future>(mut future: std::pin::Pin<&mut F>) -> Option<F::Output> {
+    std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
+        std::task::Poll::Ready(out) => std::task::Poll::Ready(Some(out)),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await
 }
 
 /// Reads a body into one buffer of its announced length: no second copy

@@ -26,6 +26,11 @@ pub const COST_LIMIT: u64 = 1_000_000;
 pub const TIME_LIMIT: Duration = Duration::from_millis(250);
 
 /// The clock is read once every this many charges, to keep charges cheap.
+/// The time limit counts from the first read: an evaluation that charges
+/// fewer times never reads the clock (most rules; arming read it for each
+/// of them, 10 of the 25 clock reads of a request with ten CEL rules), and
+/// the work before it is at most this many charges, each bounded by the
+/// cost limit.
 const CLOCK_EVERY: u32 = 32;
 
 /// The internal function the compiler wraps operands in. `@` cannot start
@@ -36,8 +41,32 @@ pub const COST_FN: &str = "@mrguard_cost";
 struct Meter {
     remaining: u64,
     charges: u32,
-    deadline: Option<Instant>,
+    clock: Clock,
     exceeded: Option<Exceeded>,
+}
+
+/// The time backstop's state: not started until the clock is first read.
+#[derive(Clone, Copy)]
+enum Clock {
+    Unread(Duration),
+    Until(Instant),
+    /// The limit does not fit in an `Instant`.
+    Never,
+}
+
+impl Clock {
+    /// Whether the time is up, starting it on the first call.
+    fn late(&mut self) -> bool {
+        let now = Instant::now();
+        match *self {
+            Clock::Unread(time) => {
+                *self = now.checked_add(time).map_or(Clock::Never, Clock::Until);
+                false
+            }
+            Clock::Until(deadline) => now > deadline,
+            Clock::Never => false,
+        }
+    }
 }
 
 /// Why an evaluation was stopped.
@@ -64,7 +93,7 @@ impl Guard {
         let meter = Meter {
             remaining: limit,
             charges: 0,
-            deadline: Instant::now().checked_add(time),
+            clock: Clock::Unread(time),
             exceeded: None,
         };
         Guard {
@@ -114,8 +143,7 @@ pub fn charge(units: u64) -> Result<(), ExecutionError> {
             Some(Exceeded::Cost)
         } else {
             m.remaining -= units;
-            let late =
-                m.charges % CLOCK_EVERY == 0 && m.deadline.is_some_and(|d| Instant::now() > d);
+            let late = m.charges % CLOCK_EVERY == 0 && m.clock.late();
             late.then_some(Exceeded::Time)
         };
         m.exceeded = why;
@@ -167,10 +195,24 @@ mod tests {
     #[test]
     fn the_clock_stops_long_evaluations() {
         let guard = Guard::arm(u64::MAX, Duration::ZERO);
+        // The clock starts at the first read, after CLOCK_EVERY charges...
+        let first_err = (1..=CLOCK_EVERY).find(|_| charge(1).is_err());
+        assert_eq!(first_err, None);
         std::thread::sleep(Duration::from_millis(2));
+        // ...and the next read finds the time up.
         let first_err = (1..=CLOCK_EVERY).find(|_| charge(1).is_err());
         assert_eq!(first_err, Some(CLOCK_EVERY));
         assert_eq!(guard.exceeded(), Some(Exceeded::Time));
+    }
+
+    #[test]
+    fn a_short_evaluation_never_reads_the_clock() {
+        // With no time at all, fewer charges than CLOCK_EVERY still pass:
+        // the clock was never read, so the limit never started.
+        let guard = Guard::arm(u64::MAX, Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(2));
+        assert!((1..CLOCK_EVERY).all(|_| charge(1).is_ok()));
+        assert_eq!(guard.exceeded(), None);
     }
 
     #[test]
