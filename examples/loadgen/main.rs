@@ -109,8 +109,8 @@ pub(crate) struct Args {
     /// server, baseline and mrguard alike, then runs one worker thread on
     /// its own core, and the client cannot take CPU from it. Ignored with
     /// fewer than two CPUs.
-    #[arg(long, default_value = "0,1")]
-    pin: String,
+    #[arg(long, default_value = "0,1", value_parser = parse_pin)]
+    pin: Pin,
     /// Internal: serve the baseline on this address.
     #[arg(long, hide = true)]
     serve_baseline: Option<SocketAddr>,
@@ -148,7 +148,7 @@ fn main() -> anyhow::Result<()> {
         return inproc(&args, n);
     }
     // Before the runtime: its threads inherit the main thread's affinity.
-    if let Some((_, client)) = pinning(&args)? {
+    if let Some((_, client)) = args.pin.cores() {
         pin_self(client)?;
     }
     tokio::runtime::Builder::new_multi_thread()
@@ -165,21 +165,27 @@ pub(crate) fn config_path(args: &Args) -> Option<PathBuf> {
     }
 }
 
-/// --pin as (server core, client core); None when off or with one CPU.
-fn pinning(args: &Args) -> anyhow::Result<Option<(usize, usize)>> {
-    if args.pin == "none" || cpus() < 2 {
-        return Ok(None);
+/// `--pin`: (server core, client core), or none.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pin(Option<(usize, usize)>);
+
+impl Pin {
+    /// The cores to pin to; none with fewer than two CPUs.
+    fn cores(self) -> Option<(usize, usize)> {
+        self.0.filter(|_| cpus() >= 2)
     }
-    let parsed = args
-        .pin
+}
+
+fn parse_pin(s: &str) -> Result<Pin, String> {
+    if s == "none" {
+        return Ok(Pin(None));
+    }
+    let parsed = s
         .split_once(',')
-        .and_then(|(s, c)| Some((s.trim().parse().ok()?, c.trim().parse().ok()?)));
+        .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
     match parsed {
-        Some((s, c)) if s != c => Ok(Some((s, c))),
-        _ => bail!(
-            "--pin {:?}: expected two different cores as SERVER,CLIENT (e.g. 0,1) or none",
-            args.pin
-        ),
+        Some((a, b)) if a != b => Ok(Pin(Some((a, b)))),
+        _ => Err("expected two different cores as SERVER,CLIENT (e.g. 0,1) or none".into()),
     }
 }
 
@@ -658,7 +664,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         mrguard,
         config,
         identities,
-        server_core: pinning(&args)?.map(|(s, _)| s),
+        server_core: args.pin.cores().map(|(s, _)| s),
     };
     let fixtures = fixtures(&args);
     let items = Arc::new(selected(
@@ -674,7 +680,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         report.push('\n');
     };
     say(format!("machine: {}", machine()));
-    say(match pinning(&args)? {
+    say(match args.pin.cores() {
         Some((s, c)) => format!("pinned: servers on core {s}, load on core {c}"),
         None => "pinned: no (servers and load share the cores)".into(),
     });

@@ -95,7 +95,8 @@ impl BodyBudget {
 
     async fn acquire(&self, bytes: usize) -> Result<OwnedSemaphorePermit, Rejection> {
         let share = self.share(bytes);
-        // With room, no timer: the wait is armed only to wait.
+        // With room, no timer: the wait is armed only to wait. This cannot
+        // pass a queued request: a waiter takes every permit released.
         if let Ok(permit) = self.permits.clone().try_acquire_many_owned(share) {
             return Ok(permit);
         }
