@@ -18,7 +18,6 @@
 //! HTTP error (a panic in one is answered by failure policy).
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -169,9 +168,9 @@ async fn answer(State(endpoint): State<Arc<Endpoint>>, arrived: Arrived, req: Re
         declared,
         endpoint.max_body_bytes
     ));
-    let read = match poll_once(read.as_mut()).await {
-        Some(read) => read,
-        None => tokio::time::timeout(endpoint.request_timeout, read)
+    let read = match futures::poll!(read.as_mut()) {
+        std::task::Poll::Ready(read) => read,
+        std::task::Poll::Pending => tokio::time::timeout(endpoint.request_timeout, read)
             .await
             .unwrap_or(Err(Rejection::Timeout)),
     };
@@ -208,15 +207,6 @@ async fn answer(State(endpoint): State<Arc<Endpoint>>, arrived: Arrived, req: Re
         .into_response();
     drop(permit);
     response
-}
-
-/// `future`'s answer if it has one at the first poll.
-async fn poll_once<F: Future>(mut future: std::pin::Pin<&mut F>) -> Option<F::Output> {
-    std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
-        std::task::Poll::Ready(out) => std::task::Poll::Ready(Some(out)),
-        std::task::Poll::Pending => std::task::Poll::Ready(None),
-    })
-    .await
 }
 
 /// Reads a body into one buffer of its announced length: no second copy

@@ -261,7 +261,11 @@ impl<'v> PathMemo<'v> {
     }
 }
 
-/// Slots for the distinct prefixes of a set of rules (see [`PathMemo`]).
+/// Slots for the distinct prefixes of a set of rules (see [`PathMemo`]),
+/// numbered once by [`MemoNumbering::of`]. Nothing numbers more paths
+/// afterwards, so clones (a cloned configuration's) stay the same numbering
+/// under the same owner: two numberings diverging under one owner would
+/// let a memo answer a path from another prefix's slot.
 #[derive(Debug, Clone)]
 pub struct MemoNumbering {
     /// Never 0, so that an unnumbered path matches no memo.
@@ -280,6 +284,15 @@ impl Default for MemoNumbering {
 }
 
 impl MemoNumbering {
+    /// Numbers the prefixes of `programs`' selection chains, as one set.
+    pub fn of<'p>(programs: impl IntoIterator<Item = &'p super::CelProgram>) -> Self {
+        let mut numbering = Self::default();
+        for p in programs {
+            p.number_paths(&mut numbering);
+        }
+        numbering
+    }
+
     fn number(&mut self, path: &Path) {
         let Some(prefix) = path.prefix() else {
             return;
@@ -1149,10 +1162,7 @@ mod tests {
     /// The rules compiled, and numbered together as a rule set is.
     fn numbered(rules: &[&str]) -> (Vec<super::super::CelProgram>, MemoNumbering) {
         let programs: Vec<_> = rules.iter().map(|r| program(r)).collect();
-        let mut numbering = MemoNumbering::default();
-        for p in &programs {
-            p.number_paths(&mut numbering);
-        }
+        let numbering = MemoNumbering::of(&programs);
         (programs, numbering)
     }
 
@@ -1189,10 +1199,8 @@ mod tests {
             .object(obj.clone())
             .build();
         let (mine, theirs) = (program("self.spec.p.a == 1"), program("self.spec.p.a == 1"));
-        let (mut a, mut b) = (MemoNumbering::default(), MemoNumbering::default());
-        mine.number_paths(&mut a);
-        theirs.number_paths(&mut b);
-        let memo = PathMemo::new(&a);
+        let memo = PathMemo::new(&MemoNumbering::of([&mine]));
+        let _theirs = MemoNumbering::of([&theirs]);
         let on = |o| Inputs {
             request: &req,
             object: o,

@@ -176,7 +176,8 @@ impl CelProgram {
 
     /// Gives the prefixes of this rule's selection chains their slots in
     /// `numbering`'s memos ([`PathMemo`]); an interpreted rule has none.
-    pub fn number_paths(&self, numbering: &mut MemoNumbering) {
+    /// Only [`MemoNumbering::of`] numbers.
+    fn number_paths(&self, numbering: &mut MemoNumbering) {
         if let Ok(fast) = &self.fast {
             fast.number_paths(numbering);
         }
@@ -443,10 +444,7 @@ impl CelRules {
             }
         }
         let finding_names = rules.iter().map(|r| format!("cel:{}", r.name)).collect();
-        let mut numbering = MemoNumbering::default();
-        for r in &rules {
-            r.program.number_paths(&mut numbering);
-        }
+        let numbering = MemoNumbering::of(rules.iter().map(|r| &r.program));
         CelRules {
             rules,
             reads,
@@ -639,9 +637,7 @@ pub fn differential(source: &str, inputs: Inputs<'_>) -> Result<Agreement, Strin
     };
     // The memo never changes an answer: neither filling it nor reading it
     // back (the second pass finds every object the first reached).
-    let mut numbering = MemoNumbering::default();
-    p.number_paths(&mut numbering);
-    let memo = PathMemo::new(&numbering);
+    let memo = PathMemo::new(&MemoNumbering::of([&p]));
     for pass in ["filling", "reading"] {
         let memoised = p.eval_compiled_raw(inputs, Some(&memo));
         if memoised != Some(raw) {
