@@ -3,7 +3,11 @@
 //! (compute each identity from its object, insert it), then the lookup time
 //! of the `external-identity` rule.
 //!
-//! `cargo run --release -p mrguard-policy --example identity_index [N]`
+//! Then the same N MRs spread over K kinds (default 1000), listed kind by
+//! kind as a replica's watches do after a start and after an API-server
+//! restart (`replace_kind`), against filling the index one MR at a time.
+//!
+//! `cargo run --release -p mrguard-policy --example identity_index [N [K]]`
 //! (N defaults to 20000). The heap figure is `IdentityIndex::heap_bytes`
 //! (capacities and key lengths); the process's RSS growth while filling is
 //! printed next to it as a cross-check (Linux only).
@@ -28,6 +32,11 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_000);
+    let kinds: usize = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000)
+        .max(1);
     let config = Config::builtin();
     // Namespaced Buckets in 200 namespaces and VPCs with provider-assigned
     // IDs, half each.
@@ -151,5 +160,52 @@ fn main() {
         rss_growth.map_or("?".into(), |k| k.to_string()),
         fill.as_secs_f64() * 1000.0,
         lookup.as_secs_f64() * 1e6
+    );
+
+    // The same claims over `kinds` kinds, as the watches list them: each
+    // kind's list replaces what the index held of that kind.
+    let group = "ec2.aws.upbound.io";
+    let mut per_kind: Vec<Vec<_>> = vec![Vec::new(); kinds];
+    for (i, (g, k, ns, obj)) in objects.iter().enumerate() {
+        let name = obj["metadata"]["name"].as_str().unwrap();
+        let id = Identity::of(
+            obj,
+            g,
+            k,
+            ns,
+            config.resource(g, k),
+            &config.provider_config,
+        );
+        per_kind[i % kinds].push((
+            MrKey::new(group, &format!("Kind{}", i % kinds), ns, name),
+            id.map(|i| i.claim(false)),
+            true,
+        ));
+    }
+    let by_kind = IdentityIndex::default();
+    let list_all = |index: &IdentityIndex| {
+        let t = Instant::now();
+        for (k, claims) in per_kind.iter().enumerate() {
+            index.replace_kind(group, &format!("Kind{k}"), claims.clone());
+        }
+        t.elapsed()
+    };
+    let first = list_all(&by_kind);
+    let relist = list_all(&by_kind);
+    assert_eq!(by_kind.len(), n);
+    let one_by_one = IdentityIndex::default();
+    let t = Instant::now();
+    for (k, c, d) in per_kind.iter().flatten() {
+        one_by_one.upsert(k.clone(), *c, *d);
+    }
+    let upserts = t.elapsed();
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "{n} MRs in {kinds} kinds: every kind listed {:.1} ms, then relisted {:.1} ms; one upsert per MR {:.1} ms ({:.2}x / {:.2}x of it)",
+        ms(first),
+        ms(relist),
+        ms(upserts),
+        ms(first) / ms(upserts),
+        ms(relist) / ms(upserts)
     );
 }
