@@ -165,6 +165,11 @@ fn mib(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
 }
 
+/// A list by a watcher (kube-runtime's pages of 500), not by the audit.
+fn by_watcher(a: &Audited) -> bool {
+    a.uri.contains("limit=500")
+}
+
 /// One request of mrguard's, from the API server's audit log.
 struct Audited {
     at: jiff::Timestamp,
@@ -867,22 +872,24 @@ impl Bench {
             .collect();
         // The watchers' lists by response code.
         let mut codes: BTreeMap<u64, usize> = BTreeMap::new();
-        for a in log.iter().filter(|a| {
-            a.at >= from && a.verb == "list" && a.plural().is_some() && !a.uri.contains("limit=250")
-        }) {
+        for a in log
+            .iter()
+            .filter(|a| a.at >= from && a.verb == "list" && a.plural().is_some() && by_watcher(a))
+        {
             if let Some(c) = a.code {
                 *codes.entry(c).or_default() += 1;
             }
         }
-        // The watchers' relists ask for resourceVersion=0 (from the watch
-        // cache); the audit lists pages of 250 and is counted apart.
+        // The watchers' relists ask for kube-runtime's pages of 500; the
+        // audit's lists (pages of 250 from etcd, or a small kind whole from
+        // the watch cache) are counted apart.
         let mut relists: BTreeMap<&str, usize> = BTreeMap::new();
         let mut watches: BTreeMap<&str, usize> = BTreeMap::new();
         let (mut audit_lists, mut list_times) = (0, Vec::new());
         for a in &after {
             let p = a.plural().unwrap_or_default();
             match a.verb.as_str() {
-                "list" if a.uri.contains("limit=250") => audit_lists += 1,
+                "list" if !by_watcher(a) => audit_lists += 1,
                 "list" => {
                     *relists.entry(p).or_default() += 1;
                     list_times.push(a.at);
