@@ -260,6 +260,12 @@ impl fmt::Display for Identity {
     }
 }
 
+/// A kind as the index files it: `group/Kind`, the first two parts of its
+/// MRs' keys.
+fn kind_path(group: &str, kind: &str) -> String {
+    format!("{group}/{kind}")
+}
+
 /// One MR, as `group/Kind/namespace/name` in one allocation, shared by
 /// both tables of the index.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -271,7 +277,7 @@ impl MrKey {
         Self(Arc::from(format!("{group}/{kind}/{namespace}/{name}")))
     }
 
-    /// `group/Kind`: the kind's part of the key.
+    /// `group/Kind`: the kind's part of the key, as [`kind_path`] spells it.
     fn kind_path(&self) -> &str {
         let end = self
             .0
@@ -590,7 +596,7 @@ impl IdentityIndex {
         let inner = self.read();
         let mut out: Vec<MrKey> = kinds
             .iter()
-            .filter_map(|(g, kd)| inner.by_kind.get(format!("{g}/{kd}").as_str()))
+            .filter_map(|(g, kd)| inner.by_kind.get(kind_path(g, kd).as_str()))
             .flat_map(HashMap::keys)
             .cloned()
             .collect();
@@ -630,7 +636,7 @@ impl IdentityIndex {
 
     /// Replaces every claim of `group`/`kind` with `claims` (a fresh list).
     pub fn replace_kind(&self, group: &str, kind: &str, claims: Vec<(MrKey, Option<Claim>, bool)>) {
-        let path = format!("{group}/{kind}");
+        let path = kind_path(group, kind);
         let mut inner = self.write();
         inner.drop_kind(&path);
         for (k, claim, deletes) in claims {
@@ -641,7 +647,7 @@ impl IdentityIndex {
 
     /// Forgets every claim of `group`/`kind` (its CRD is gone).
     pub fn drop_kind(&self, group: &str, kind: &str) {
-        let path = format!("{group}/{kind}");
+        let path = kind_path(group, kind);
         let mut inner = self.write();
         inner.drop_kind(&path);
         inner.listed.remove(path.as_str());
@@ -760,7 +766,7 @@ impl IdentityIndex {
     /// listed the kind whole (a watch's list, or a command's listing) and
     /// follows it since; `None` when it does not know.
     pub fn listed_len(&self, group: &str, kind: &str) -> Option<usize> {
-        let path = format!("{group}/{kind}");
+        let path = kind_path(group, kind);
         let inner = self.read();
         inner
             .listed
@@ -1192,5 +1198,9 @@ mod tests {
         assert_eq!(MrKey::new("g.io", "K", "ns", "n").kind_path(), "g.io/K");
         assert_eq!(MrKey::new("g.io", "K", "", "n").kind_path(), "g.io/K");
         assert_eq!(MrKey::new("", "K", "", "n").kind_path(), "/K");
+        assert_eq!(
+            MrKey::new("g.io", "K", "ns", "n").kind_path(),
+            kind_path("g.io", "K")
+        );
     }
 }
