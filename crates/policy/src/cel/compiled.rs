@@ -1200,7 +1200,9 @@ mod tests {
             .build();
         let (mine, theirs) = (program("self.spec.p.a == 1"), program("self.spec.p.a == 1"));
         let memo = PathMemo::new(&MemoNumbering::of([&mine]));
-        let _theirs = MemoNumbering::of([&theirs]);
+        // Numbered by another set: what counts is the owner it leaves on
+        // `theirs`' paths, not the numbering itself.
+        let _ = MemoNumbering::of([&theirs]);
         let on = |o| Inputs {
             request: &req,
             object: o,
