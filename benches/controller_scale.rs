@@ -165,9 +165,11 @@ fn mib(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
 }
 
-/// A list by a watcher (kube-runtime's pages of 500), not by the audit.
+/// A list by a watcher (kube-runtime's pages of 500 from etcd, or a kind
+/// whole from the watch cache with its `resourceVersionMatch`), not by the
+/// audit (pages of 250, or `resourceVersion=0` alone).
 fn by_watcher(a: &Audited) -> bool {
-    a.uri.contains("limit=500")
+    a.uri.contains("limit=500") || a.uri.contains("resourceVersionMatch=NotOlderThan")
 }
 
 /// One request of mrguard's, from the API server's audit log.
@@ -880,12 +882,11 @@ impl Bench {
                 *codes.entry(c).or_default() += 1;
             }
         }
-        // The watchers' relists ask for kube-runtime's pages of 500; the
-        // audit's lists (pages of 250 from etcd, or a small kind whole from
-        // the watch cache) are counted apart.
+        // The watchers' relists ([`by_watcher`]) and the audit's lists are
+        // counted apart.
         let mut relists: BTreeMap<&str, usize> = BTreeMap::new();
         let mut watches: BTreeMap<&str, usize> = BTreeMap::new();
-        let (mut audit_lists, mut list_times) = (0, Vec::new());
+        let (mut audit_lists, mut list_times, mut from_cache) = (0, Vec::new(), 0);
         for a in &after {
             let p = a.plural().unwrap_or_default();
             match a.verb.as_str() {
@@ -893,6 +894,7 @@ impl Bench {
                 "list" => {
                     *relists.entry(p).or_default() += 1;
                     list_times.push(a.at);
+                    from_cache += usize::from(!a.uri.contains("limit=500"));
                 }
                 "watch" => *watches.entry(p).or_default() += 1,
                 _ => {}
@@ -908,8 +910,8 @@ impl Bench {
             "### kube-apiserver restarted\n\n\
              SIGTERM until it was ready again: {:.1} s (it drains for up to a minute); every generated kind \
              watched again {:.1} s after it was ready (kube-apiserver using {api_cores:.2} cores meanwhile). From the restart to 30 s after that, on the {n} \
-             generated kinds: {} relists by the watchers over {} kinds (at most {} for one kind), spread \
-             over {spread:.1} s (their responses by code: {codes:?}); {} watch requests (at most {} for one kind); \
+             generated kinds: {} relists by the watchers over {} kinds (at most {} for one kind; \
+             {from_cache} from the watch cache), spread over {spread:.1} s (their responses by code: {codes:?}); {} watch requests (at most {} for one kind); \
              {audit_lists} audit lists. Watchers per kind: one per replica ({} replicas).\n",
             down.as_secs_f64(),
             back.as_secs_f64(),

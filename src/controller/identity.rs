@@ -390,6 +390,70 @@ pub(crate) async fn run(
     }
 }
 
+/// A watcher's list of one page (kube-runtime's 500): a kind the index has
+/// listed and knows to fit in it is listed from the API server's watch
+/// cache (`resourceVersion=0`), as client-go's reflectors list; any other
+/// from etcd, in pages. After an API-server restart every watcher lists
+/// again, and from etcd a 100-object list cost kube-apiserver 1.24 about 40
+/// ms of CPU against 7 ms from its cache, which ignores `limit` (so a kind
+/// of unknown size is never listed from it). BENCHMARKS.md.
+const CACHE_LIST_MAX: usize = 500;
+
+fn lists_from_cache(index: &mrguard_policy::identity::IdentityIndex, kind: &MrKind) -> bool {
+    index
+        .listed_len(&kind.group, &kind.kind)
+        .is_some_and(|n| n <= CACHE_LIST_MAX)
+}
+
+/// A watcher whose list source is chosen again before each relist (from
+/// the watch cache when `from_cache` says so, else from etcd in pages):
+/// kube-runtime fixes its config when the watcher starts, and relists only
+/// after an error that leaves it no resource version to resume from. A
+/// watch that resumes keeps its watcher.
+fn sized_watcher<K>(
+    api: Api<K>,
+    from_cache: impl Fn() -> bool + Send + Sync + 'static,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    fn config(from_cache: bool) -> watcher::Config {
+        if from_cache {
+            // Without a page size: kube leaves out resourceVersion=0 when
+            // a limit is set, and the list would go to etcd after all.
+            watcher::Config {
+                page_size: None,
+                ..watcher::Config::default().any_semantic()
+            }
+        } else {
+            watcher::Config::default()
+        }
+    }
+    fn relists(e: &watcher::Error) -> bool {
+        match e {
+            watcher::Error::InitialListFailed(_) | watcher::Error::NoResourceVersion => true,
+            watcher::Error::WatchError(s) => s.code == 410,
+            _ => false,
+        }
+    }
+    let cached = from_cache();
+    let inner = watcher(api.clone(), config(cached)).boxed();
+    futures::stream::unfold(
+        (inner, cached, api, from_cache),
+        |(mut inner, cached, api, from_cache)| async move {
+            let item = inner.next().await?;
+            let now = match &item {
+                Err(e) if relists(e) => from_cache(),
+                _ => cached,
+            };
+            if now != cached {
+                inner = watcher(api.clone(), config(now)).boxed();
+            }
+            Some((item, (inner, now, api, from_cache)))
+        },
+    )
+}
+
 /// One kind's watch: a fresh list replaces the kind's claims and states,
 /// events update them.
 async fn watch_kind(
@@ -403,7 +467,12 @@ async fn watch_kind(
 ) {
     let index = cluster.identities();
     let api: Api<IdentityView> = Api::all_with(client, &kind.api_resource());
-    let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
+    let from_cache = {
+        let cluster = cluster.clone();
+        let kind = kind.clone();
+        move || lists_from_cache(cluster.identities(), &kind)
+    };
+    let mut stream = backoff_watcher(sized_watcher(api, from_cache)).boxed();
     type Listing = (Vec<(MrKey, Option<Claim>, bool)>, Vec<(String, ObjState)>);
     let mut listing: Option<Listing> = None;
     let mut watch_error = ErrorOnce::default();
@@ -715,6 +784,98 @@ mod tests {
         .await;
         task.abort();
         crd_task.abort();
+    }
+
+    /// A kind's first list is from etcd; once the index knows the kind
+    /// fits in a page, the relist after an expired watch (a restarted API
+    /// server's cache answers the old resource version with a 410 event)
+    /// comes from the watch cache. A failed watch request does not relist,
+    /// so it keeps its watcher and resumes.
+    #[tokio::test]
+    async fn a_relist_comes_from_the_cache_once_the_kind_is_known_small() {
+        use crate::controller::mock::{self, list, status, Reply};
+        use crate::controller::watch::tests::{objects, vpc_kind};
+        let watches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (client, api) = mock::client({
+            let watches = watches.clone();
+            move |r| {
+                if r.query.contains("watch=true") {
+                    // The first watch request fails outright; the next is
+                    // expired, as after a restart.
+                    return match watches.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                        0 => Reply::Json(500, status(500, "InternalError", "etcd leader changed")),
+                        _ => Reply::Watch(vec![json!({"type": "ERROR",
+                            "object": status(410, "Expired", "too old resource version: 100 (200)")})]),
+                    };
+                }
+                Reply::Json(
+                    200,
+                    list("VPCList", "ec2.aws.upbound.io/v1beta1", objects()),
+                )
+            }
+        });
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let cluster = Arc::new(Cluster::default());
+        let (done, mut done_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(watch_kind(
+            client,
+            vpc_kind(),
+            Arc::new(Config::builtin()),
+            cluster.clone(),
+            MrStates::new(metrics.clone()),
+            done,
+            metrics,
+        ));
+        done_rx.recv().await.unwrap();
+        done_rx.recv().await.unwrap();
+        task.abort();
+        let requests: Vec<String> = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/vpcs"))
+            .map(|r| r.query)
+            .collect();
+        // list (etcd), watch (500), watch again from the same version
+        // (expired), list (cache).
+        assert!(requests.len() >= 4, "{requests:?}");
+        assert!(
+            requests[0].contains("limit=500") && !requests[0].contains("resourceVersion=0"),
+            "{requests:?}"
+        );
+        assert!(
+            requests[1].contains("watch=true") && requests[2].contains("watch=true"),
+            "a failed watch request is retried, not relisted: {requests:?}"
+        );
+        assert!(
+            requests[1].contains("resourceVersion=100")
+                && requests[2].contains("resourceVersion=100"),
+            "{requests:?}"
+        );
+        assert!(
+            requests[3].contains("resourceVersion=0")
+                && !requests[3].contains("limit=")
+                && !requests[3].contains("watch=true"),
+            "{requests:?}"
+        );
+        // The choice follows the kind's size in the index.
+        let kind = vpc_kind();
+        let index = mrguard_policy::identity::IdentityIndex::default();
+        assert!(!lists_from_cache(&index, &kind));
+        let keys = |n: usize| -> Vec<_> {
+            (0..n)
+                .map(|i| {
+                    (
+                        MrKey::new(&kind.group, &kind.kind, "", &format!("v{i}")),
+                        None,
+                        true,
+                    )
+                })
+                .collect()
+        };
+        index.replace_kind(&kind.group, &kind.kind, keys(CACHE_LIST_MAX));
+        assert!(lists_from_cache(&index, &kind));
+        index.replace_kind(&kind.group, &kind.kind, keys(CACHE_LIST_MAX + 1));
+        assert!(!lists_from_cache(&index, &kind));
     }
 
     /// The one watch per kind feeds the identity index and the MR states
