@@ -221,6 +221,9 @@ struct Bench {
     sampler: Sampler,
     /// The index of the Lease holder in `release.replicas`.
     leader: usize,
+    /// Audit passes done when the last MR was created: the next to end was
+    /// under way meanwhile, so only those after it count as full passes.
+    passes_before_quiet: usize,
     report: String,
 }
 
@@ -296,6 +299,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         kinds,
         sampler,
         leader,
+        passes_before_quiet: usize::MAX,
         report: String::new(),
     };
     bench.header(&groups);
@@ -661,6 +665,7 @@ impl Bench {
             r??;
         }
         let created = t0.elapsed();
+        self.passes_before_quiet = self.audit_passes().len() + 1;
         eprintln!(
             "controller_scale: {n} MRs created in {created:.1?} ({:.0}/s)",
             n as f64 / created.as_secs_f64()
@@ -767,7 +772,8 @@ impl Bench {
             .collect()
     }
 
-    /// Waits for `--audit-passes` passes that read every MR; reports every pass so far.
+    /// Waits for `--audit-passes` passes that began after the last MR create
+    /// and read every MR; reports every pass so far.
     async fn phase_audit(&mut self) -> anyhow::Result<()> {
         let n = self.args.mrs as u64;
         eprintln!("controller_scale: waiting for full audit passes over every MR");
@@ -775,23 +781,36 @@ impl Bench {
         self.sampler.take_max_conns();
         let cpu0 = self.sampler.sample().cpu;
         self.wait_until(
-            "two full audit passes",
+            "full audit passes begun after the last MR create",
             Duration::from_secs(900),
             || async {
-                self.audit_passes().iter().filter(|p| p.1 >= n).count() >= self.args.audit_passes
+                self.audit_passes()
+                    .iter()
+                    .skip(self.passes_before_quiet)
+                    .filter(|p| p.1 >= n)
+                    .count()
+                    >= self.args.audit_passes
             },
         )
         .await?;
         let cpu = self.sampler.sample().cpu - cpu0;
         let _ = writeln!(self.report, "\n### Audit passes (the leader's log)\n");
-        let _ = writeln!(self.report, "| pass | kinds | MRs read | seconds | MRs/s |");
-        let _ = writeln!(self.report, "|---|---|---|---|---|");
+        let _ = writeln!(
+            self.report,
+            "| pass | kinds | MRs read | seconds | MRs/s | started after the last MR create |"
+        );
+        let _ = writeln!(self.report, "|---|---|---|---|---|---|");
         for (i, (kinds, objects, secs)) in self.audit_passes().iter().enumerate() {
             let _ = writeln!(
                 self.report,
-                "| {} | {kinds} | {objects} | {secs:.1} | {:.0} |",
+                "| {} | {kinds} | {objects} | {secs:.1} | {:.0} | {} |",
                 i + 1,
-                *objects as f64 / secs
+                *objects as f64 / secs,
+                if i >= self.passes_before_quiet {
+                    "yes"
+                } else {
+                    ""
+                }
             );
         }
         let _ = writeln!(
@@ -857,6 +876,7 @@ impl Bench {
             .await
             .map_err(|e| anyhow!(e))?;
         let down = t.elapsed();
+        let ready = jiff::Timestamp::now();
         let api_pid = self.cluster.apiserver_pid();
         let api_cpu = procfs::cpu_seconds(api_pid).unwrap_or_default();
         let back = self
@@ -882,6 +902,24 @@ impl Bench {
                 *codes.entry(c).or_default() += 1;
             }
         }
+        // Watch requests that ended (open ones have no response yet), by
+        // code: an expired resume, a kind not served yet, a refusal.
+        let mut watch_codes: BTreeMap<u64, usize> = BTreeMap::new();
+        for a in log
+            .iter()
+            .filter(|a| a.at >= from && a.verb == "watch" && a.plural().is_some())
+        {
+            if let Some(c) = a.code {
+                *watch_codes.entry(c).or_default() += 1;
+            }
+        }
+        let since_ready =
+            |t: &jiff::Timestamp| (*t - ready).total(jiff::Unit::Second).unwrap_or(0.0);
+        let last_watch = after
+            .iter()
+            .filter(|a| a.verb == "watch")
+            .map(|a| since_ready(&a.at))
+            .fold(f64::NAN, f64::max);
         // The watchers' relists ([`by_watcher`]) and the audit's lists are
         // counted apart.
         let mut relists: BTreeMap<&str, usize> = BTreeMap::new();
@@ -912,7 +950,9 @@ impl Bench {
              watched again {:.1} s after it was ready (kube-apiserver using {api_cores:.2} cores meanwhile). From the restart to 30 s after that, on the {n} \
              generated kinds: {} relists by the watchers over {} kinds (at most {} for one kind; \
              {from_cache} from the watch cache), spread over {spread:.1} s (their responses by code: {codes:?}); {} watch requests (at most {} for one kind); \
-             {audit_lists} audit lists. Watchers per kind: one per replica ({} replicas).\n",
+             {audit_lists} audit lists. Watchers per kind: one per replica ({} replicas). After the server was ready: \
+             the first relist at {:.1} s, the last at {:.1} s, the last watch request at {last_watch:.1} s; \
+             watch requests that ended, by code: {watch_codes:?}.\n",
             down.as_secs_f64(),
             back.as_secs_f64(),
             relists.values().sum::<usize>(),
@@ -921,6 +961,8 @@ impl Bench {
             watches.values().sum::<usize>(),
             watches.values().max().copied().unwrap_or(0),
             self.release.replicas.iter().filter(|r| !r.killed).count(),
+            list_times.first().map(since_ready).unwrap_or(f64::NAN),
+            list_times.last().map(since_ready).unwrap_or(f64::NAN),
         );
         self.row("after the API server restart").await;
         Ok(())
