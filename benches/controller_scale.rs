@@ -915,6 +915,33 @@ impl Bench {
         }
         let since_ready =
             |t: &jiff::Timestamp| (*t - ready).total(jiff::Unit::Second).unwrap_or(0.0);
+        // Per 10 s after the server was ready: watch requests received,
+        // watch requests ended, relists; where the time to recover goes.
+        let per_10s = |times: &mut dyn Iterator<Item = f64>| -> Vec<usize> {
+            let mut v = Vec::new();
+            for t in times.filter(|t| *t >= 0.0) {
+                let i = (t / 10.0) as usize;
+                if v.len() <= i {
+                    v.resize(i + 1, 0);
+                }
+                v[i] += 1;
+            }
+            v
+        };
+        let watches_received = per_10s(
+            &mut after
+                .iter()
+                .filter(|a| a.verb == "watch")
+                .map(|a| since_ready(&a.at)),
+        );
+        let watches_ended = per_10s(
+            &mut log
+                .iter()
+                .filter(|a| {
+                    a.at >= from && a.verb == "watch" && a.plural().is_some() && a.code.is_some()
+                })
+                .map(|a| since_ready(&a.at)),
+        );
         let last_watch = after
             .iter()
             .filter(|a| a.verb == "watch")
@@ -939,6 +966,7 @@ impl Bench {
             }
         }
         list_times.sort();
+        let relists_per_10s = per_10s(&mut list_times.iter().map(since_ready));
         let spread = match (list_times.first(), list_times.last()) {
             (Some(a), Some(b)) => (*b - *a).total(jiff::Unit::Second).unwrap_or(0.0),
             _ => 0.0,
@@ -952,7 +980,8 @@ impl Bench {
              {from_cache} from the watch cache), spread over {spread:.1} s (their responses by code: {codes:?}); {} watch requests (at most {} for one kind); \
              {audit_lists} audit lists. Watchers per kind: one per replica ({} replicas). After the server was ready: \
              the first relist at {:.1} s, the last at {:.1} s, the last watch request at {last_watch:.1} s; \
-             watch requests that ended, by code: {watch_codes:?}.\n",
+             watch requests that ended, by code: {watch_codes:?}. Per 10 s after ready: watch requests \
+             received {watches_received:?}, ended {watches_ended:?}; relists {relists_per_10s:?}.\n",
             down.as_secs_f64(),
             back.as_secs_f64(),
             relists.values().sum::<usize>(),
