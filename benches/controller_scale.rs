@@ -18,7 +18,9 @@
 //!    number of MRs it read;
 //! 4. a quiet minute: the requests mrguard sends;
 //! 5. kube-apiserver restarted: the relists, and the time until every
-//!    watch is back;
+//!    watch is back (with `--restart-floor`, then restarted again with
+//!    every replica stopped, the bench reading each kind once: the API
+//!    server's own share of that time);
 //! 6. a cold start: mrguard stopped, both configurations' rules emptied, a
 //!    new replica started: the time until the rules cover every kind again.
 //!
@@ -68,6 +70,11 @@ struct Args {
     /// replica keeps the identity index).
     #[arg(long, default_value_t = 2)]
     replicas: usize,
+    /// After the restart, restart kube-apiserver again with every replica
+    /// stopped (SIGSTOP) and read each generated kind once from its watch
+    /// cache: the API server's own share of a recovery.
+    #[arg(long)]
+    restart_floor: bool,
     /// Full audit passes to wait for.
     #[arg(long, default_value_t = 2)]
     audit_passes: usize,
@@ -539,6 +546,9 @@ impl Bench {
         self.phase_quiet().await?;
         if !self.args.no_restarts {
             self.phase_apiserver_restart().await?;
+            if self.args.restart_floor {
+                self.phase_restart_floor().await?;
+            }
             self.phase_cold_start().await?;
         }
         Ok(())
@@ -995,6 +1005,93 @@ impl Bench {
         );
         self.row("after the API server restart").await;
         Ok(())
+    }
+
+    /// The API server's own share of a recovery: every replica stopped
+    /// (SIGSTOP), kube-apiserver restarted, and the bench reads every
+    /// generated kind once from the watch cache (as the watchers relist),
+    /// with as many reads in flight as the replicas' collection-read limits
+    /// together (8 each). The time until every kind has answered is the
+    /// least a watcher of each could take; then the replicas go on.
+    async fn phase_restart_floor(&mut self) -> anyhow::Result<()> {
+        eprintln!("controller_scale: kube-apiserver restarted with mrguard stopped");
+        let live: Vec<usize> = (0..self.release.replicas.len())
+            .filter(|&i| !self.release.replicas[i].killed)
+            .collect();
+        for &i in &live {
+            self.release.replicas[i].process.signal("STOP");
+        }
+        let floor = self.restart_floor(live.len()).await;
+        for &i in &live {
+            self.release.replicas[i].process.signal("CONT");
+        }
+        let (down, served, retries, api_cores) = floor?;
+        let back = self
+            .wait_until(
+                "every watch back after the floor",
+                Duration::from_secs(600),
+                || async { self.watches().await.unwrap_or(0) >= self.expected_watches() },
+            )
+            .await?;
+        self.find_leader().await?;
+        let _ = writeln!(
+            self.report,
+            "### kube-apiserver restarted with mrguard stopped (its own share)\n\n\
+             SIGTERM until it was ready again: {:.1} s. Every generated kind read once from its watch cache \
+             ({} in flight, as admin) {:.1} s after it was ready ({retries} retries after an error; \
+             kube-apiserver using {api_cores:.2} cores meanwhile). mrguard, let go then, watched every kind \
+             again {:.1} s later.\n",
+            down.as_secs_f64(),
+            8 * live.len(),
+            served.as_secs_f64(),
+            back.as_secs_f64(),
+        );
+        Ok(())
+    }
+
+    /// Restarts kube-apiserver and reads every generated kind once:
+    /// (down, every kind served after ready, retries, kube-apiserver cores).
+    async fn restart_floor(
+        &self,
+        replicas: usize,
+    ) -> anyhow::Result<(Duration, Duration, usize, f64)> {
+        let t = Instant::now();
+        self.cluster
+            .restart_apiserver()
+            .await
+            .map_err(|e| anyhow!(e))?;
+        let down = t.elapsed();
+        let api_pid = self.cluster.apiserver_pid();
+        let api_cpu = procfs::cpu_seconds(api_pid).unwrap_or_default();
+        let t = Instant::now();
+        let retries = std::sync::atomic::AtomicUsize::new(0);
+        let read_all = futures::StreamExt::for_each_concurrent(
+            futures::stream::iter(&self.kinds),
+            8 * replicas.max(1),
+            |k| {
+                let retries = &retries;
+                async move {
+                    let path = format!("{}?resourceVersion=0", k.collection());
+                    loop {
+                        let req = hyper::Request::get(&path)
+                            .body(Vec::new())
+                            .expect("a request");
+                        if self.client.request_text(req).await.is_ok() {
+                            return;
+                        }
+                        retries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            },
+        );
+        tokio::time::timeout(Duration::from_secs(600), read_all)
+            .await
+            .context("every generated kind read once: not within 600 s")?;
+        let served = t.elapsed();
+        let api_cores = (procfs::cpu_seconds(api_pid).unwrap_or_default() - api_cpu)
+            / served.as_secs_f64().max(0.001);
+        Ok((down, served, retries.into_inner(), api_cores))
     }
 
     /// Stops mrguard, empties both configurations' rules, starts a new
