@@ -880,15 +880,8 @@ impl Bench {
         eprintln!("controller_scale: restarting kube-apiserver");
         let n = self.kinds.len();
         let from = jiff::Timestamp::now();
-        let t = Instant::now();
-        self.cluster
-            .restart_apiserver()
-            .await
-            .map_err(|e| anyhow!(e))?;
-        let down = t.elapsed();
+        let (down, api_pid, api_cpu) = self.restart_apiserver().await?;
         let ready = jiff::Timestamp::now();
-        let api_pid = self.cluster.apiserver_pid();
-        let api_cpu = procfs::cpu_seconds(api_pid).unwrap_or_default();
         let back = self
             .wait_until("every watch back", Duration::from_secs(600), || async {
                 self.watches().await.unwrap_or(0) >= self.expected_watches()
@@ -1049,20 +1042,26 @@ impl Bench {
         Ok(())
     }
 
-    /// Restarts kube-apiserver and reads every generated kind once:
-    /// (down, every kind served after ready, retries, kube-apiserver cores).
-    async fn restart_floor(
-        &self,
-        replicas: usize,
-    ) -> anyhow::Result<(Duration, Duration, usize, f64)> {
+    /// Restarts kube-apiserver: how long it was down until ready, and the
+    /// new process's pid and CPU seconds so far.
+    async fn restart_apiserver(&self) -> anyhow::Result<(Duration, u32, f64)> {
         let t = Instant::now();
         self.cluster
             .restart_apiserver()
             .await
             .map_err(|e| anyhow!(e))?;
         let down = t.elapsed();
-        let api_pid = self.cluster.apiserver_pid();
-        let api_cpu = procfs::cpu_seconds(api_pid).unwrap_or_default();
+        let pid = self.cluster.apiserver_pid();
+        Ok((down, pid, procfs::cpu_seconds(pid).unwrap_or_default()))
+    }
+
+    /// Restarts kube-apiserver and reads every generated kind once:
+    /// (down, every kind served after ready, retries, kube-apiserver cores).
+    async fn restart_floor(
+        &self,
+        replicas: usize,
+    ) -> anyhow::Result<(Duration, Duration, usize, f64)> {
+        let (down, api_pid, api_cpu) = self.restart_apiserver().await?;
         let t = Instant::now();
         let retries = std::sync::atomic::AtomicUsize::new(0);
         let read_all = futures::StreamExt::for_each_concurrent(

@@ -786,6 +786,31 @@ mod tests {
         crd_task.abort();
     }
 
+    /// The VPC kind's watch on its own task: the task, the kinds it
+    /// reports listed, and the cluster whose index it fills.
+    fn spawn_vpc_watch(
+        client: kube::Client,
+        states: MrStates,
+        metrics: Arc<ControllerMetrics>,
+    ) -> (
+        tokio::task::JoinHandle<()>,
+        mpsc::UnboundedReceiver<String>,
+        Arc<Cluster>,
+    ) {
+        let cluster = Arc::new(Cluster::default());
+        let (done, done_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(watch_kind(
+            client,
+            crate::controller::watch::tests::vpc_kind(),
+            Arc::new(Config::builtin()),
+            cluster.clone(),
+            states,
+            done,
+            metrics,
+        ));
+        (task, done_rx, cluster)
+    }
+
     /// A kind's first list is from etcd; once the index knows the kind
     /// fits in a page, the relist after an expired watch (a restarted API
     /// server's cache answers the old resource version with a 410 event)
@@ -815,17 +840,8 @@ mod tests {
             }
         });
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let cluster = Arc::new(Cluster::default());
-        let (done, mut done_rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(watch_kind(
-            client,
-            vpc_kind(),
-            Arc::new(Config::builtin()),
-            cluster.clone(),
-            MrStates::new(metrics.clone()),
-            done,
-            metrics,
-        ));
+        let (task, mut done_rx, _) =
+            spawn_vpc_watch(client, MrStates::new(metrics.clone()), metrics);
         done_rx.recv().await.unwrap();
         done_rx.recv().await.unwrap();
         task.abort();
@@ -885,7 +901,7 @@ mod tests {
     #[tokio::test]
     async fn one_watch_feeds_the_index_and_the_states() {
         use crate::controller::mock::{self, list, status, Reply};
-        use crate::controller::watch::tests::{objects, vpc_kind};
+        use crate::controller::watch::tests::objects;
         use std::sync::atomic::{AtomicBool, Ordering};
         let allowed = Arc::new(AtomicBool::new(false));
         let a = allowed.clone();
@@ -908,17 +924,7 @@ mod tests {
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
         let states = MrStates::new(metrics.clone());
         states.publish(true);
-        let cluster = Arc::new(Cluster::default());
-        let (done, mut done_rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(watch_kind(
-            client,
-            vpc_kind(),
-            Arc::new(Config::builtin()),
-            cluster.clone(),
-            states.clone(),
-            done,
-            metrics.clone(),
-        ));
+        let (task, mut done_rx, cluster) = spawn_vpc_watch(client, states.clone(), metrics.clone());
         // A forbidden kind counts as listed, and as forbidden.
         assert_eq!(done_rx.recv().await.unwrap(), "vpcs.ec2.aws.upbound.io");
         assert_eq!(metrics.forbidden_kinds.get(), 1);
