@@ -92,6 +92,10 @@ struct Args {
 
 const RELEASE: &str = "scale";
 
+/// mrguard's collection reads in flight per replica
+/// (`src/controller/list_limit.rs`, `COLLECTION_READS`).
+const COLLECTION_READS: usize = 8;
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if !args.bench {
@@ -217,6 +221,28 @@ fn audit_log(cluster: &Cluster) -> Vec<Audited> {
 /// Each request once (its `RequestReceived` record).
 fn received(log: &[Audited]) -> impl Iterator<Item = &Audited> {
     log.iter().filter(|a| a.code.is_none())
+}
+
+/// Responses counted by code.
+fn by_code<'a>(answered: impl Iterator<Item = &'a Audited>) -> BTreeMap<u64, usize> {
+    let mut codes = BTreeMap::new();
+    for c in answered.filter_map(|a| a.code) {
+        *codes.entry(c).or_default() += 1;
+    }
+    codes
+}
+
+/// How many of `seconds` (negative ones left out) fall in each 10 s.
+fn per_10s(seconds: &[f64]) -> Vec<usize> {
+    let mut v = Vec::new();
+    for &t in seconds.iter().filter(|t| **t >= 0.0) {
+        let i = (t / 10.0) as usize;
+        if v.len() <= i {
+            v.resize(i + 1, 0);
+        }
+        v[i] += 1;
+    }
+    v
 }
 
 struct Bench {
@@ -441,6 +467,11 @@ impl Bench {
         self.kinds.len() * live
     }
 
+    /// Whether every live replica watches every generated kind.
+    async fn every_kind_watched(&self) -> bool {
+        self.watches().await.unwrap_or(0) >= self.expected_watches()
+    }
+
     /// Sets `leader` to the replica holding the Lease.
     async fn find_leader(&mut self) -> anyhow::Result<()> {
         let t = Instant::now();
@@ -594,7 +625,7 @@ impl Bench {
             .wait_until(
                 "a watch on every generated kind",
                 Duration::from_secs((n as u64 * 3 / 5).max(600)),
-                || async { self.watches().await.unwrap_or(0) >= self.expected_watches() },
+                || self.every_kind_watched(),
             )
             .await?;
         // Whether kube-apiserver was the bound: the cores it used meanwhile.
@@ -883,8 +914,8 @@ impl Bench {
         let (down, api_pid, api_cpu) = self.restart_apiserver().await?;
         let ready = jiff::Timestamp::now();
         let back = self
-            .wait_until("every watch back", Duration::from_secs(600), || async {
-                self.watches().await.unwrap_or(0) >= self.expected_watches()
+            .wait_until("every watch back", Duration::from_secs(600), || {
+                self.every_kind_watched()
             })
             .await?;
         let api_cores = (procfs::cpu_seconds(api_pid).unwrap_or_default() - api_cpu)
@@ -895,61 +926,34 @@ impl Bench {
         let after: Vec<&Audited> = received(&log)
             .filter(|a| a.at >= from && a.plural().is_some())
             .collect();
+        // Responses on the generated kinds since the restart (open watches
+        // have none yet).
+        let answered: Vec<&Audited> = log
+            .iter()
+            .filter(|a| a.at >= from && a.code.is_some() && a.plural().is_some())
+            .collect();
         // The watchers' lists by response code.
-        let mut codes: BTreeMap<u64, usize> = BTreeMap::new();
-        for a in log
-            .iter()
-            .filter(|a| a.at >= from && a.verb == "list" && a.plural().is_some() && by_watcher(a))
-        {
-            if let Some(c) = a.code {
-                *codes.entry(c).or_default() += 1;
-            }
-        }
-        // Watch requests that ended (open ones have no response yet), by
-        // code: an expired resume, a kind not served yet, a refusal.
-        let mut watch_codes: BTreeMap<u64, usize> = BTreeMap::new();
-        for a in log
-            .iter()
-            .filter(|a| a.at >= from && a.verb == "watch" && a.plural().is_some())
-        {
-            if let Some(c) = a.code {
-                *watch_codes.entry(c).or_default() += 1;
-            }
-        }
+        let codes = by_code(
+            answered
+                .iter()
+                .copied()
+                .filter(|a| a.verb == "list" && by_watcher(a)),
+        );
+        // Watch requests that ended, by code: an expired resume, a kind not
+        // served yet, a refusal.
+        let ended: Vec<&Audited> = answered.into_iter().filter(|a| a.verb == "watch").collect();
+        let watch_codes = by_code(ended.iter().copied());
+        // Where the time to recover goes, in seconds after ready.
         let since_ready =
             |t: &jiff::Timestamp| (*t - ready).total(jiff::Unit::Second).unwrap_or(0.0);
-        // Per 10 s after the server was ready: watch requests received,
-        // watch requests ended, relists; where the time to recover goes.
-        let per_10s = |times: &mut dyn Iterator<Item = f64>| -> Vec<usize> {
-            let mut v = Vec::new();
-            for t in times.filter(|t| *t >= 0.0) {
-                let i = (t / 10.0) as usize;
-                if v.len() <= i {
-                    v.resize(i + 1, 0);
-                }
-                v[i] += 1;
-            }
-            v
-        };
-        let watches_received = per_10s(
-            &mut after
-                .iter()
-                .filter(|a| a.verb == "watch")
-                .map(|a| since_ready(&a.at)),
-        );
-        let watches_ended = per_10s(
-            &mut log
-                .iter()
-                .filter(|a| {
-                    a.at >= from && a.verb == "watch" && a.plural().is_some() && a.code.is_some()
-                })
-                .map(|a| since_ready(&a.at)),
-        );
-        let last_watch = after
+        let watch_times: Vec<f64> = after
             .iter()
             .filter(|a| a.verb == "watch")
             .map(|a| since_ready(&a.at))
-            .fold(f64::NAN, f64::max);
+            .collect();
+        let watches_received = per_10s(&watch_times);
+        let last_watch = watch_times.iter().copied().fold(f64::NAN, f64::max);
+        let watches_ended = per_10s(&ended.iter().map(|a| since_ready(&a.at)).collect::<Vec<_>>());
         // The watchers' relists ([`by_watcher`]) and the audit's lists are
         // counted apart.
         let mut relists: BTreeMap<&str, usize> = BTreeMap::new();
@@ -969,7 +973,7 @@ impl Bench {
             }
         }
         list_times.sort();
-        let relists_per_10s = per_10s(&mut list_times.iter().map(since_ready));
+        let relists_per_10s = per_10s(&list_times.iter().map(since_ready).collect::<Vec<_>>());
         let spread = match (list_times.first(), list_times.last()) {
             (Some(a), Some(b)) => (*b - *a).total(jiff::Unit::Second).unwrap_or(0.0),
             _ => 0.0,
@@ -1004,7 +1008,7 @@ impl Bench {
     /// (SIGSTOP), kube-apiserver restarted, and the bench reads every
     /// generated kind once from the watch cache (as the watchers relist),
     /// with as many reads in flight as the replicas' collection-read limits
-    /// together (8 each). The time until every kind has answered is the
+    /// together ([`COLLECTION_READS`] each). The time until every kind has answered is the
     /// least a watcher of each could take; then the replicas go on.
     async fn phase_restart_floor(&mut self) -> anyhow::Result<()> {
         eprintln!("controller_scale: kube-apiserver restarted with mrguard stopped");
@@ -1014,7 +1018,8 @@ impl Bench {
         for &i in &live {
             self.release.replicas[i].process.signal("STOP");
         }
-        let floor = self.restart_floor(live.len()).await;
+        let in_flight = COLLECTION_READS * live.len().max(1);
+        let floor = self.restart_floor(in_flight).await;
         for &i in &live {
             self.release.replicas[i].process.signal("CONT");
         }
@@ -1023,7 +1028,7 @@ impl Bench {
             .wait_until(
                 "every watch back after the floor",
                 Duration::from_secs(600),
-                || async { self.watches().await.unwrap_or(0) >= self.expected_watches() },
+                || self.every_kind_watched(),
             )
             .await?;
         self.find_leader().await?;
@@ -1035,7 +1040,7 @@ impl Bench {
              kube-apiserver using {api_cores:.2} cores meanwhile). mrguard, let go then, watched every kind \
              again {:.1} s later.\n",
             down.as_secs_f64(),
-            8 * live.len(),
+            in_flight,
             served.as_secs_f64(),
             back.as_secs_f64(),
         );
@@ -1055,18 +1060,19 @@ impl Bench {
         Ok((down, pid, procfs::cpu_seconds(pid).unwrap_or_default()))
     }
 
-    /// Restarts kube-apiserver and reads every generated kind once:
-    /// (down, every kind served after ready, retries, kube-apiserver cores).
+    /// Restarts kube-apiserver and reads every generated kind once,
+    /// `in_flight` at a time: (down, every kind served after ready,
+    /// retries, kube-apiserver cores).
     async fn restart_floor(
         &self,
-        replicas: usize,
+        in_flight: usize,
     ) -> anyhow::Result<(Duration, Duration, usize, f64)> {
         let (down, api_pid, api_cpu) = self.restart_apiserver().await?;
         let t = Instant::now();
         let retries = std::sync::atomic::AtomicUsize::new(0);
         let read_all = futures::StreamExt::for_each_concurrent(
             futures::stream::iter(&self.kinds),
-            8 * replicas.max(1),
+            in_flight,
             |k| {
                 let retries = &retries;
                 async move {
@@ -1146,8 +1152,7 @@ impl Bench {
                 "the gauges after a cold start",
                 Duration::from_secs(600),
                 || async {
-                    self.gauge_sum("paused").await > 0.0
-                        && self.watches().await.unwrap_or(0) >= self.expected_watches()
+                    self.gauge_sum("paused").await > 0.0 && self.every_kind_watched().await
                 },
             )
             .await?;
