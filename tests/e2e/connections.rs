@@ -128,6 +128,36 @@ async fn the_stream_limit_opens_connections_and_zero_speaks_http1() {
     );
 }
 
+/// A test's own API server whose audit log records every request of
+/// `release`'s service accounts (received only), so that it holds this
+/// release's requests only; `None` where the test may skip.
+async fn audited_cluster(test: &str, release: &str) -> Option<&'static Cluster> {
+    support::require_cluster(test).await?;
+    let policy = format!(
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [ResponseStarted, ResponseComplete]\n\
+         rules:\n- level: Metadata\n  userGroups: [\"system:serviceaccounts:{release}-system\"]\n- level: None\n"
+    );
+    let cluster = Cluster::start(&ClusterOptions {
+        audit_policy: Some(policy),
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{test}: the API server did not start: {e}"));
+    Some(Box::leak(Box::new(cluster)))
+}
+
+/// The request URIs of `verb` on `collection` (with any query) in `log`,
+/// the audit log of an [`audited_cluster`], in the order received.
+fn requested(log: &str, verb: &str, collection: &str) -> Vec<String> {
+    let prefix = format!("{collection}?");
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["verb"] == verb)
+        .filter_map(|v| v["requestURI"].as_str().map(str::to_string))
+        .filter(|u| u.starts_with(&prefix))
+        .collect()
+}
+
 /// kube-apiserver restarted (SIGTERM, as in a control-plane upgrade) drops
 /// the leader's HTTP/2 connection; its watches come back on a new one: an
 /// MR of a kind watched before the restart is counted, a kind created
@@ -143,22 +173,10 @@ async fn the_stream_limit_opens_connections_and_zero_speaks_http1() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_come_back_on_a_new_connection_after_the_api_server_restarts() {
     let test = "watches_come_back_on_a_new_connection_after_the_api_server_restarts";
-    if support::require_cluster(test).await.is_none() {
-        return;
-    }
     let release = "e2e-restart";
-    let policy = format!(
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [ResponseStarted, ResponseComplete]\n\
-         rules:\n- level: Metadata\n  userGroups: [\"system:serviceaccounts:{release}-system\"]\n- level: None\n"
-    );
-    let cluster: &'static Cluster = Box::leak(Box::new(
-        Cluster::start(&ClusterOptions {
-            audit_policy: Some(policy),
-            ..ClusterOptions::default()
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{test}: the API server did not start: {e}")),
-    ));
+    let Some(cluster) = audited_cluster(test, release).await else {
+        return;
+    };
     let r = support::install(cluster, release, Options::default()).await;
     a_new_kind_is_watched(&r, "E2eBeforeRestartProbe", WAIT).await;
     cluster
@@ -184,17 +202,14 @@ async fn watches_come_back_on_a_new_connection_after_the_api_server_restarts() {
     // pages from etcd until the kind is known, then from the cache. The
     // audit's reads from the cache carry no resourceVersionMatch.
     let log = std::fs::read_to_string(cluster.audit_log()).unwrap();
-    let collection = format!("/apis/{GROUP}/v1alpha1/e2ebeforerestartprobes?");
-    let lists: Vec<String> = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["verb"] == "list")
-        .filter_map(|v| v["requestURI"].as_str().map(str::to_string))
-        .filter(|u| {
-            u.starts_with(&collection)
-                && (u.contains("limit=500") || u.contains("resourceVersionMatch=NotOlderThan"))
-        })
-        .collect();
+    let lists: Vec<String> = requested(
+        &log,
+        "list",
+        &format!("/apis/{GROUP}/v1alpha1/e2ebeforerestartprobes"),
+    )
+    .into_iter()
+    .filter(|u| u.contains("limit=500") || u.contains("resourceVersionMatch=NotOlderThan"))
+    .collect();
     eprintln!("{test}: the watcher's lists of the probe kind: {lists:?}");
     let from_cache = |u: &String| {
         u.contains("resourceVersion=0")
@@ -222,22 +237,10 @@ async fn watches_come_back_on_a_new_connection_after_the_api_server_restarts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_replica_lists_and_watches_crds_once() {
     let test = "every_replica_lists_and_watches_crds_once";
-    if support::require_cluster(test).await.is_none() {
-        return;
-    }
     let release = "e2e-crdwatch";
-    let policy = format!(
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [ResponseStarted, ResponseComplete]\n\
-         rules:\n- level: Metadata\n  userGroups: [\"system:serviceaccounts:{release}-system\"]\n- level: None\n"
-    );
-    let cluster: &'static Cluster = Box::leak(Box::new(
-        Cluster::start(&ClusterOptions {
-            audit_policy: Some(policy),
-            ..ClusterOptions::default()
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{test}: the API server did not start: {e}")),
-    ));
+    let Some(cluster) = audited_cluster(test, release).await else {
+        return;
+    };
     let r = support::install(
         cluster,
         release,
@@ -250,17 +253,7 @@ async fn every_replica_lists_and_watches_crds_once() {
     // The leader's coverage has run once a new kind is covered.
     a_new_kind_is_watched(&r, "E2eCrdWatchProbe", WAIT).await;
     let log = std::fs::read_to_string(cluster.audit_log()).unwrap();
-    let requests = |verb: &str, collection: &str| {
-        log.lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| {
-                v["verb"] == verb
-                    && v["requestURI"]
-                        .as_str()
-                        .is_some_and(|u| u.starts_with(&format!("{collection}?")))
-            })
-            .count()
-    };
+    let requests = |verb: &str, collection: &str| requested(&log, verb, collection).len();
     let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
     let (watches, lists) = (requests("watch", crds), requests("list", crds));
     eprintln!("{test}: 2 replicas made {watches} CRD watches and {lists} CRD lists");
