@@ -29,7 +29,7 @@ use tracing::Instrument;
 
 use super::metrics::ControllerMetrics;
 use super::reflect::{Missing, Reflected};
-use super::retry::backoff_watcher;
+use super::retry::{backoff_watcher, watch_config};
 
 /// The category Crossplane gives every MR CRD.
 pub(crate) const MANAGED_CATEGORY: &str = "managed";
@@ -247,11 +247,8 @@ impl Crds {
         let (tx, rx) = watch::channel(None);
         let task = async move {
             let api: Api<Crd> = Api::all(client);
-            let mut stream = backoff_watcher(watcher(
-                api,
-                watcher::Config::default().page_size(CRD_PAGE_SIZE),
-            ))
-            .boxed();
+            let mut stream =
+                backoff_watcher(watcher(api, watch_config().page_size(CRD_PAGE_SIZE))).boxed();
             let mut generation = 0u64;
             while let Some(item) = stream.next().await {
                 if !(reflected.apply(item, Some(&metrics)) && reflected.synced()) {

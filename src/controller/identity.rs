@@ -38,7 +38,7 @@ use super::api::ControllerError;
 use super::coverage::{Coverage, CrdSummary, MrKind};
 use super::crds::Crds;
 use super::metrics::ControllerMetrics;
-use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
+use super::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
 use super::watch::{MrStates, ObjState, QUIET_NOT_FOUND};
 use crate::config::ConfigStore;
 use mrguard_policy::cluster::Cluster;
@@ -423,10 +423,10 @@ where
             // a limit is set, and the list would go to etcd after all.
             watcher::Config {
                 page_size: None,
-                ..watcher::Config::default().any_semantic()
+                ..watch_config().any_semantic()
             }
         } else {
-            watcher::Config::default()
+            watch_config()
         }
     }
     fn relists(e: &watcher::Error) -> bool {
@@ -565,7 +565,7 @@ async fn watch_provider_configs(
 ) {
     let index = cluster.identities();
     let api: Api<ProviderConfigView> = Api::all_with(client, &kind.api_resource());
-    let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
+    let mut stream = backoff_watcher(watcher(api, watch_config())).boxed();
     let mut listing: Option<Vec<(MrKey, ProviderConfigFacts)>> = None;
     let mut watch_error = ErrorOnce::default();
     let what = format!("provider config watch of {}", kind.key());

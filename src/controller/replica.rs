@@ -27,7 +27,7 @@ use super::coverage::{CrdSummary, MANAGED_CATEGORY};
 use super::crds::Crds;
 use super::metrics::ControllerMetrics;
 use super::reflect::{Missing, Reflected};
-use super::retry::backoff_watcher;
+use super::retry::{backoff_watcher, watch_config};
 use crate::shutdown::Signal;
 
 /// `/readyz` turns true once every part is in place.
@@ -131,9 +131,9 @@ pub(crate) async fn run_provider_watch(
     let mut crd_changes = crds.subscribe();
     let mut crds_synced = false;
     let revs: Api<DynamicObject> = Api::all_with(client.clone(), &revisions_resource());
-    let mut rev_stream = backoff_watcher(watcher(revs, watcher::Config::default())).boxed();
+    let mut rev_stream = backoff_watcher(watcher(revs, watch_config())).boxed();
     let drcs: Api<DynamicObject> = Api::all_with(client, &runtime_configs_resource());
-    let mut drc_stream = backoff_watcher(watcher(drcs, watcher::Config::default())).boxed();
+    let mut drc_stream = backoff_watcher(watcher(drcs, watch_config())).boxed();
 
     const PURPOSE: &str = "provider accounts";
     let mut rev_src: Reflected<DynamicObject> = Reflected::new(

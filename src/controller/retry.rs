@@ -27,6 +27,22 @@ pub(crate) fn watcher_progress<K>(item: &Result<watcher::Event<K>, watcher::Erro
     matches!(item, Ok(e) if !matches!(e, watcher::Event::Init))
 }
 
+/// kube's watch timeout (`timeoutSeconds`), the longest a watch lasts.
+const WATCH_TIMEOUT_MAX: u32 = 290;
+
+/// A watcher's configuration, with its own watch timeout drawn from
+/// [`WATCH_TIMEOUT_MAX`]/2 to [`WATCH_TIMEOUT_MAX`] s. kube-runtime sends
+/// every watch 290 s: watches that start together (after an API-server
+/// restart, or a provider family installed) end and are renewed together
+/// every 290 s, and at 100,000 MRs one minute saw 765 watch requests and
+/// the minute before none (BENCHMARKS.md). client-go's reflectors draw
+/// each watch's timeout from 5 to 10 minutes for the same reason;
+/// kube-runtime fixes it per watcher, so it is drawn per watcher.
+pub(crate) fn watch_config() -> watcher::Config {
+    let min = WATCH_TIMEOUT_MAX / 2;
+    watcher::Config::default().timeout(fastrand::u32(min..=WATCH_TIMEOUT_MAX))
+}
+
 /// Waits out a backoff after every error of `stream`: the delay grows
 /// across relists and resets only on items for which `progress` is true.
 /// A sleeping stream wakes early when the API server recovers
@@ -187,6 +203,21 @@ mod tests {
     use kube::Api;
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
+
+    /// Each watcher's timeout is its own, within kube's 290 s: watchers
+    /// started together spread their renewals over 145 s.
+    #[test]
+    fn watch_timeouts_are_drawn_per_watcher() {
+        let timeouts: Vec<u32> = (0..1000)
+            .map(|_| watch_config().timeout.expect("a timeout is set"))
+            .collect();
+        assert!(timeouts.iter().all(|t| (145..=290).contains(t)));
+        let distinct: std::collections::BTreeSet<_> = timeouts.iter().collect();
+        // 146 values, 1,000 draws: every value is all but certain.
+        assert!(distinct.len() > 120, "{distinct:?}");
+        let mean = timeouts.iter().map(|&t| f64::from(t)).sum::<f64>() / 1000.0;
+        assert!((200.0..235.0).contains(&mean), "{mean}");
+    }
 
     /// Events that do not decode leave the watch healthy: no wait after
     /// them (paused clock: 100 of them took 100 backoff steps before).

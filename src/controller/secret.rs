@@ -11,7 +11,7 @@ use tokio::sync::watch as channel;
 
 use super::api::ControllerError;
 use super::metrics::ControllerMetrics;
-use super::retry::{backoff_watcher, watcher_progress, ErrorOnce};
+use super::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
 use crate::pki::PemPair;
 use crate::shutdown::Signal;
 use crate::tls::CertStore;
@@ -83,8 +83,7 @@ pub(crate) async fn run_loader(
     metrics: Option<Arc<ControllerMetrics>>,
 ) {
     let fields = format!("metadata.name={name}");
-    let mut stream =
-        backoff_watcher(watcher(secrets, watcher::Config::default().fields(&fields))).boxed();
+    let mut stream = backoff_watcher(watcher(secrets, watch_config().fields(&fields))).boxed();
     let mut last: Option<PemPair> = None;
     let mut seen_in_list = false;
     let mut watch_error = ErrorOnce::default();

@@ -14,7 +14,7 @@ use mrguard_policy::cluster::Cluster;
 use mrguard_policy::composition::XrSchemas;
 
 use super::reflect::{Missing, Reflected};
-use super::retry::backoff_watcher;
+use super::retry::{backoff_watcher, watch_config};
 
 fn resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -42,7 +42,7 @@ fn schemas<'a>(xrds: impl IntoIterator<Item = &'a serde_json::Value>) -> XrSchem
 /// `check` without --crd.
 pub(crate) async fn run(client: kube::Client, cluster: Arc<Cluster>) {
     let api: Api<DynamicObject> = Api::all_with(client, &resource());
-    let mut stream = backoff_watcher(watcher(api, watcher::Config::default())).boxed();
+    let mut stream = backoff_watcher(watcher(api, watch_config())).boxed();
     let mut xrds: Reflected<DynamicObject> = Reflected::new(
         resource(),
         "compositeresourcedefinitions.apiextensions.crossplane.io",

@@ -232,8 +232,9 @@ async fn watches_come_back_on_a_new_connection_after_the_api_server_restarts() {
 /// one store. Before the shared store a leader listed and watched CRDs 4
 /// times, a standby 3 times. Likewise one watch per MR kind per replica:
 /// the identity index's feeds the leader's gauges and Events too (before,
-/// the leader watched each kind twice). Its own API server, so that the
-/// log holds this release's requests only.
+/// the leader watched each kind twice). Each watcher's watches carry its
+/// own timeout, so that they are not renewed in step. Its own API server,
+/// so that the log holds this release's requests only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_replica_lists_and_watches_crds_once() {
     let test = "every_replica_lists_and_watches_crds_once";
@@ -277,4 +278,36 @@ async fn every_replica_lists_and_watches_crds_once() {
     );
     // Each watch's first list; the audit reads the coverage, not CRDs.
     assert_eq!(lists, 2, "one CRD list per replica");
+    // Each watcher draws its own watch timeout, so that watches started
+    // together are not renewed together: kube-runtime sends 290 s to all.
+    let timeouts: Vec<u32> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["verb"] == "watch")
+        // kube's watch_object, two small watches of the webhook
+        // configurations, keeps kube's 290 s.
+        .filter(|v| v["objectRef"]["apiGroup"] != "admissionregistration.k8s.io")
+        .filter_map(|v| {
+            let uri = v["requestURI"].as_str()?;
+            let (_, t) = uri.split_once("timeoutSeconds=")?;
+            t.split('&').next()?.parse().ok()
+        })
+        .collect();
+    let distinct: std::collections::BTreeSet<u32> = timeouts.iter().copied().collect();
+    eprintln!(
+        "{test}: {} watches, {} distinct timeouts: {distinct:?}",
+        timeouts.len(),
+        distinct.len()
+    );
+    assert!(timeouts.len() >= 10, "{timeouts:?}");
+    assert!(
+        timeouts.iter().all(|t| (145..=290).contains(t)),
+        "{timeouts:?}"
+    );
+    // 146 values to draw from; a watch renewed in the test repeats its
+    // watcher's value.
+    assert!(
+        distinct.len() >= (timeouts.len() / 3).min(40),
+        "the watchers' timeouts are spread, not one value: {timeouts:?}"
+    );
 }
