@@ -958,11 +958,11 @@ impl Bench {
         // counted apart.
         let mut relists: BTreeMap<&str, usize> = BTreeMap::new();
         let mut watches: BTreeMap<&str, usize> = BTreeMap::new();
-        let (mut audit_lists, mut list_times, mut from_cache) = (0, Vec::new(), 0);
+        let (mut audit_times, mut list_times, mut from_cache) = (Vec::new(), Vec::new(), 0);
         for a in &after {
             let p = a.plural().unwrap_or_default();
             match a.verb.as_str() {
-                "list" if !by_watcher(a) => audit_lists += 1,
+                "list" if !by_watcher(a) => audit_times.push(since_ready(&a.at)),
                 "list" => {
                     *relists.entry(p).or_default() += 1;
                     list_times.push(a.at);
@@ -974,6 +974,8 @@ impl Bench {
         }
         list_times.sort();
         let relists_per_10s = per_10s(&list_times.iter().map(since_ready).collect::<Vec<_>>());
+        let audit_lists = audit_times.len();
+        let audit_per_10s = per_10s(&audit_times);
         let spread = match (list_times.first(), list_times.last()) {
             (Some(a), Some(b)) => (*b - *a).total(jiff::Unit::Second).unwrap_or(0.0),
             _ => 0.0,
@@ -988,7 +990,7 @@ impl Bench {
              {audit_lists} audit lists. Watchers per kind: one per replica ({} replicas). After the server was ready: \
              the first relist at {:.1} s, the last at {:.1} s, the last watch request at {last_watch:.1} s; \
              watch requests that ended, by code: {watch_codes:?}. Per 10 s after ready: watch requests \
-             received {watches_received:?}, ended {watches_ended:?}; relists {relists_per_10s:?}.\n",
+             received {watches_received:?}, ended {watches_ended:?}; relists {relists_per_10s:?}; audit lists {audit_per_10s:?}.\n",
             down.as_secs_f64(),
             back.as_secs_f64(),
             relists.values().sum::<usize>(),

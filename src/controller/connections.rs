@@ -151,6 +151,13 @@ fn hyper_client(connector: Connector) -> HyperClient<Connector, Body> {
         .http2_keep_alive_interval(KEEP_ALIVE)
         .http2_keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
         .http2_keep_alive_while_idle(true)
+        // The pool holds this one connection for as long as it is open
+        // (the PINGs above find a dead one). hyper's default forgets a
+        // connection no new request used for 90 s, though its watches
+        // still run on it: the next request opened another connection,
+        // and the old one stayed until its watches ended. At 1,000 kinds
+        // a replica held 21 connections, not 11, while watches renewed.
+        .pool_idle_timeout(None)
         .build(connector)
 }
 
@@ -184,6 +191,13 @@ impl Balancer {
                     client: hyper_client(self.connector.clone()),
                     streams: Arc::new(AtomicUsize::new(0)),
                 });
+                // Rare (one per `limit` streams at the peak), and what an
+                // operator counting sockets wants to see.
+                tracing::info!(
+                    connections = conns.len(),
+                    streams_per_connection = self.limit,
+                    "opened another HTTP/2 connection to the API server"
+                );
                 conns.len() - 1
             }
         };
@@ -262,6 +276,61 @@ mod tests {
             connector: connector(&config).unwrap(),
             limit,
         }
+    }
+
+    /// A connection whose streams are all long (watches) and that no new
+    /// request used for longer than hyper's pool idle timeout (90 s) is
+    /// still the one the next request takes: the server accepts one
+    /// connection, not two.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_with_only_long_streams_is_kept() {
+        use hyper_util::rt::TokioIo;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let server = {
+            let accepted = accepted.clone();
+            tokio::spawn(async move {
+                loop {
+                    let (io, _) = listener.accept().await.unwrap();
+                    accepted.fetch_add(1, Ordering::SeqCst);
+                    tokio::spawn(async move {
+                        // Every response is a stream that never ends, as
+                        // a watch with nothing to say.
+                        let service = hyper::service::service_fn(|_req| async {
+                            let body = http_body_util::StreamBody::new(futures::stream::pending::<
+                                Result<Frame<hyper::body::Bytes>, std::convert::Infallible>,
+                            >(
+                            ));
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(body))
+                        });
+                        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                            .timer(TokioTimer::new())
+                            .serve_connection(TokioIo::new(io), service)
+                            .await;
+                    });
+                }
+            })
+        };
+        let b = balancer(10);
+        let get = || {
+            let mut svc = b.clone();
+            let req = hyper::Request::get(format!("http://{addr}/watch"))
+                .body(Body::empty())
+                .unwrap();
+            tokio::spawn(async move { tower::Service::call(&mut svc, req).await })
+        };
+        // Held, as a watch holds its response.
+        let _watch = get().await.unwrap().unwrap();
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        tokio::time::sleep(Duration::from_secs(200)).await;
+        let _next = get().await.unwrap().unwrap();
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "the second request opened another connection"
+        );
+        server.abort();
     }
 
     /// Streams fill one connection up to the limit before another opens,
