@@ -13,21 +13,19 @@
 //! Lease, the webhook configurations, the Secret) never wait.
 //!
 //! Reads made [`in_background`] (the audit's and the policy reports') take
-//! a place only while no other read waits for one: after an API-server
-//! restart every watcher relists at once, and the leader's audit pass,
-//! 1,000 lists at 1,000 kinds, queued among them in arrival order, each
-//! a list the recovering server had to serve before the watchers'
-//! (BENCHMARKS.md).
+//! a place only while no other read waits for one. After an API-server
+//! restart every watcher relists at once; the leader's audit pass (1,000
+//! lists at 1,000 kinds) queued among them in arrival order, and now runs
+//! after them (BENCHMARKS.md).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::http;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// Collection reads in flight per process: enough to keep the API server
@@ -116,15 +114,10 @@ impl Places {
         self.waiting.fetch_add(1, Ordering::AcqRel);
         let waiting = Waiting(&self);
         // The semaphore is never closed.
-        let permit = self
-            .free
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("never closed");
+        let permit = self.free.clone().acquire_owned().await.ok();
         drop(waiting);
         Place {
-            permit: Some(permit),
+            permit,
             places: self,
         }
     }
