@@ -19,7 +19,6 @@ use super::api::{api_err, list_pages, ControllerError};
 use super::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
 use super::crds::ServedCrd;
 use super::identity::IdentityView;
-use super::list_limit::in_background;
 use super::metrics::ControllerMetrics;
 use super::watch::MrStates;
 use crate::config::ConfigStore;
@@ -443,9 +442,7 @@ pub(crate) async fn run(
         let mut complete = true;
         let (mut objects, mut findings, mut forbidden) = (0, 0, Vec::new());
         let mut collected = PassCollector::default();
-        // In the background: the watchers' reads go first (after an
-        // API-server restart, their relists).
-        in_background(pass(&client, &cov, &config, &cluster, |event| {
+        pass(&client, &cov, &config, &cluster, |event| {
             let PassEvent::Done(kind, result) = event else {
                 return;
             };
@@ -491,7 +488,7 @@ pub(crate) async fn run(
                     );
                 }
             }
-        }))
+        })
         .await;
         if complete {
             metrics
@@ -509,12 +506,7 @@ pub(crate) async fn run(
             "audit pass done"
         );
         if let Some(w) = &reports {
-            in_background(super::reports::sync_logged(
-                w,
-                &collected.finish(),
-                &metrics,
-            ))
-            .await;
+            super::reports::sync_logged(w, &collected.finish(), &metrics).await;
         }
         tokio::time::sleep(interval).await;
     }

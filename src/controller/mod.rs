@@ -467,9 +467,12 @@ impl LeaderContext {
                 .instrument(tracing::info_span!("leak_events"))
                 .boxed(),
         );
+        // Its reads, and the policy reports', in the background class:
+        // the watchers' reads go first (after an API-server restart, their
+        // relists).
         spawn(
             "audit",
-            audit::run(
+            list_limit::in_background(audit::run(
                 self.client.clone(),
                 self.crds.clone(),
                 self.config.clone(),
@@ -479,7 +482,7 @@ impl LeaderContext {
                 s.policy_reports
                     .map(|f| reports::ReportWriter::new(self.client.clone(), f)),
                 self.cluster.clone(),
-            )
+            ))
             .instrument(tracing::info_span!("audit"))
             .boxed(),
         );

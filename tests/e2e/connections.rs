@@ -146,13 +146,19 @@ async fn audited_cluster(test: &str, release: &str) -> Option<&'static Cluster> 
     Some(Box::leak(Box::new(cluster)))
 }
 
+/// The events of `log`, the audit log of an [`audited_cluster`], with
+/// `verb`, in the order received.
+fn audited<'a>(log: &'a str, verb: &'a str) -> impl Iterator<Item = serde_json::Value> + 'a {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(move |v| v["verb"] == verb)
+}
+
 /// The request URIs of `verb` on `collection` (with any query) in `log`,
 /// the audit log of an [`audited_cluster`], in the order received.
 fn requested(log: &str, verb: &str, collection: &str) -> Vec<String> {
     let prefix = format!("{collection}?");
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["verb"] == verb)
+    audited(log, verb)
         .filter_map(|v| v["requestURI"].as_str().map(str::to_string))
         .filter(|u| u.starts_with(&prefix))
         .collect()
@@ -280,10 +286,7 @@ async fn every_replica_lists_and_watches_crds_once() {
     assert_eq!(lists, 2, "one CRD list per replica");
     // Each watcher draws its own watch timeout, so that watches started
     // together are not renewed together: kube-runtime sends 290 s to all.
-    let timeouts: Vec<u32> = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["verb"] == "watch")
+    let timeouts: Vec<u32> = audited(&log, "watch")
         // kube's watch_object, two small watches of the webhook
         // configurations, keeps kube's 290 s.
         .filter(|v| v["objectRef"]["apiGroup"] != "admissionregistration.k8s.io")
