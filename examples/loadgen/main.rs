@@ -9,8 +9,8 @@
 //! certificate, and for each protocol alternates closed-loop runs of the
 //! baseline (this program with `--serve-baseline`, a child process) and
 //! `mrguard serve` (a child process), each server fresh, so the ratios come
-//! from back-to-back runs on the same machine. Then it runs both open-loop
-//! at half of mrguard's saturation throughput. It reports throughput,
+//! from back-to-back runs on the same machine. Then it alternates open-loop
+//! runs of both at half of mrguard's saturation throughput. It reports throughput,
 //! latency percentiles (HDR histogram), server CPU per request and the
 //! server's peak RSS (VmHWM). See BENCHMARKS.md.
 
@@ -66,6 +66,13 @@ pub(crate) struct Args {
     /// Open-loop rate as a fraction of mrguard's saturation throughput (0 skips).
     #[arg(long, default_value_t = 0.5)]
     open_fraction: f64,
+    /// Alternating baseline/mrguard open-loop rounds per protocol; the p99
+    /// target is judged on each server's median p99 over them. One 4 s run
+    /// is decided by a single stall of the VM: on 2026-11-27 single runs put
+    /// the baseline's p99 at 46 ms once and mrguard's at 18 ms once, where
+    /// both usually read 1-3 ms.
+    #[arg(long, default_value_t = 3)]
+    open_rounds: usize,
     /// mrguard config for the server ("builtin" for the built-in one;
     /// examples/loadgen/cel10-config.yaml adds ten CEL rules for VPCs).
     #[arg(long)]
@@ -844,35 +851,60 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 rate: Some(rate),
                 ..plan
             };
-            let b = measure(&env, Server::Baseline, &ca, &plan, &items).await?;
-            let m = measure(&env, Server::Mrguard, &ca, &plan, &items).await?;
+            let mut runs = Vec::new();
+            for _ in 0..args.open_rounds.max(1) {
+                let b = measure(&env, Server::Baseline, &ca, &plan, &items).await?;
+                let m = measure(&env, Server::Mrguard, &ca, &plan, &items).await?;
+                runs.push((b, m));
+            }
             say(format!(
-                "### {} — open loop at {:.0} req/s ({:.0}% of mrguard's saturation; latency counted from each request's scheduled start)\n",
+                "### {} — open loop at {:.0} req/s ({:.0}% of mrguard's saturation; latency counted from each request's scheduled start), {} alternating rounds\n",
                 proto.name(),
                 rate,
-                args.open_fraction * 100.0
+                args.open_fraction * 100.0,
+                runs.len()
             ));
-            say("| server | achieved req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | peak RSS MiB | failed |".into());
-            say("|---|---|---|---|---|---|---|---|---|".into());
-            for (name, x) in [("baseline", &b), ("mrguard", &m)] {
-                say(format!(
-                    "| {name} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {} |",
-                    x.run.rps(),
-                    ms(x.run.p(0.5)),
-                    ms(x.run.p(0.9)),
-                    ms(x.run.p(0.99)),
-                    ms(x.run.p(0.999)),
-                    ms(Duration::from_nanos(x.run.hist.max())),
-                    x.hwm_kib as f64 / 1024.0,
-                    x.run.counts.errors
-                ));
+            say("| round | server | achieved req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | peak RSS MiB | failed |".into());
+            say("|---|---|---|---|---|---|---|---|---|---|".into());
+            for (i, (b, m)) in runs.iter().enumerate() {
+                for (name, x) in [("baseline", b), ("mrguard", m)] {
+                    say(format!(
+                        "| {} | {name} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {} |",
+                        i + 1,
+                        x.run.rps(),
+                        ms(x.run.p(0.5)),
+                        ms(x.run.p(0.9)),
+                        ms(x.run.p(0.99)),
+                        ms(x.run.p(0.999)),
+                        ms(Duration::from_nanos(x.run.hist.max())),
+                        x.hwm_kib as f64 / 1024.0,
+                        x.run.counts.errors
+                    ));
+                }
             }
-            say(String::new());
+            let p99s = |pick: fn(&(Measured, Measured)) -> &Measured| {
+                Duration::from_secs_f64(median(
+                    runs.iter()
+                        .map(|r| pick(r).run.p(0.99).as_secs_f64())
+                        .collect(),
+                ))
+            };
+            let (b99, m99) = (p99s(|r| &r.0), p99s(|r| &r.1));
+            say(format!(
+                "\nmedian p99 over the rounds: baseline {} ms, mrguard {} ms\n",
+                ms(b99),
+                ms(m99)
+            ));
+            let failed: u64 = runs
+                .iter()
+                .map(|(b, m)| b.run.counts.errors + m.run.counts.errors)
+                .sum();
             anyhow::ensure!(
-                b.run.counts.errors + m.run.counts.errors == 0,
-                "requests failed in the open-loop runs"
+                failed == 0,
+                "{failed} requests failed in the open-loop runs"
             );
-            open = Some((rate, b.run.p(0.99), m.run.p(0.99), m.hwm_kib.max(m_hwm)));
+            let hwm = runs.iter().map(|(_, m)| m.hwm_kib).max().unwrap_or(0);
+            open = Some((rate, b99, m99, hwm.max(m_hwm)));
         }
         let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = ratios.iter().copied().fold(0.0, f64::max);
@@ -888,7 +920,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
 
     say("### Against the targets\n".into());
     say(format!(
-        "| protocol | throughput vs baseline (≥ {:.2}; spread of rounds) | server CPU/req vs baseline (≤ 1.10) | p99 at half saturation (≤ baseline + {} ms) | peak RSS (≤ 40 MiB) |",
+        "| protocol | throughput vs baseline (≥ {:.2}; spread of rounds) | server CPU/req vs baseline (≤ 1.10) | p99 at half saturation, median of rounds (≤ baseline + {} ms) | peak RSS (≤ 40 MiB) |",
         args.target_ratio, args.p99_margin_ms
     ));
     let margin = Duration::from_secs_f64(args.p99_margin_ms.max(0.0) / 1000.0);
@@ -933,7 +965,7 @@ struct Summary {
     spread: (f64, f64),
     cpu_ratio: f64,
     hwm_kib: u64,
-    /// Rate, the baseline's p99, mrguard's p99 and peak RSS, open loop.
+    /// Rate, the baseline's and mrguard's median p99, and peak RSS, open loop.
     open: Option<(f64, Duration, Duration, u64)>,
 }
 

@@ -128,6 +128,56 @@ async fn the_stream_limit_opens_connections_and_zero_speaks_http1() {
     );
 }
 
+/// A connection that carries only watches is kept while its watches renew.
+/// hyper's pool forgot a connection no new request had used for 90 s,
+/// watches or not; the next watch renewal on it then opened a second TCP
+/// connection, and the first stayed until its last watch ended. With 3
+/// streams a connection, every connection but the newest holds 3 watches
+/// and nothing else. Each watcher renews after 145-290 s, so within 250 s
+/// most have renewed; before the fix the leader's socket count rose above
+/// what it had once every kind was watched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_carry_only_watches_are_kept_across_renewals() {
+    let test = "connections_that_carry_only_watches_are_kept_across_renewals";
+    let Some(cluster) = support::require_cluster(test).await else {
+        return;
+    };
+    let r = support::install(
+        cluster,
+        "e2e-keptconns",
+        Options {
+            extra_args: vec!["--api-streams-per-connection=3".into()],
+            ..Options::default()
+        },
+    )
+    .await;
+    a_new_kind_is_watched(&r, "E2eKeptConnsProbe", WAIT).await;
+    let settled = connections(&r);
+    assert!(
+        settled >= 4,
+        "{settled} connections; {}",
+        r.with_logs(String::new())
+    );
+    let start = std::time::Instant::now();
+    let mut highest = settled;
+    while start.elapsed() < Duration::from_secs(250) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        highest = highest.max(connections(&r));
+    }
+    let opened = r.replicas[0]
+        .log()
+        .matches("opened another HTTP/2 connection")
+        .count();
+    eprintln!("{test}: {settled} connections once watched, {highest} at most over 250 s; the client logged {opened} openings");
+    assert!(
+        highest <= settled,
+        "the leader held {highest} connections while its watches renewed, {settled} before; {}",
+        r.with_logs(String::new())
+    );
+    // The watches still deliver after their renewals.
+    a_paused_mr_is_counted(&r, "E2eKeptConnsProbe", "paused-2", 2.0, WAIT).await;
+}
+
 /// A test's own API server whose audit log records every request of
 /// `release`'s service accounts (received only), so that it holds this
 /// release's requests only; `None` where the test may skip.
