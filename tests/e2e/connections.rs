@@ -81,6 +81,30 @@ async fn the_leader_shares_one_http2_connection() {
     assert_eq!(connections(&r), 1, "{}", r.with_logs(String::new()));
 }
 
+/// `release` with 3 streams a connection, once its new kind `probe` is
+/// watched, and the leader's connections then: at least 12 long-lived
+/// watches (Secret, CRDs, two configurations, 8 fixture MR kinds and the
+/// probe), 3 to a connection.
+async fn three_streams_a_connection(
+    cluster: &'static Cluster,
+    release: &str,
+    probe: &str,
+) -> (Release, usize) {
+    let r = support::install(
+        cluster,
+        release,
+        Options {
+            extra_args: vec!["--api-streams-per-connection=3".into()],
+            ..Options::default()
+        },
+    )
+    .await;
+    a_new_kind_is_watched(&r, probe, WAIT).await;
+    let n = connections(&r);
+    assert!(n >= 4, "{n} connections; {}", r.with_logs(String::new()));
+    (r, n)
+}
+
 /// A limit of 3 streams opens more connections as the watches need them,
 /// and 0 falls back to HTTP/1.1 with a connection per watch; watches and
 /// coverage work either way.
@@ -91,24 +115,7 @@ async fn the_stream_limit_opens_connections_and_zero_speaks_http1() {
     else {
         return;
     };
-    let three = support::install(
-        cluster,
-        "e2e-streams3",
-        Options {
-            extra_args: vec!["--api-streams-per-connection=3".into()],
-            ..Options::default()
-        },
-    )
-    .await;
-    a_new_kind_is_watched(&three, "E2eThreeStreamsProbe", WAIT).await;
-    // At least 12 long-lived watches (Secret, CRDs, two configurations,
-    // 8 fixture MR kinds and the probe), 3 to a connection.
-    let n = connections(&three);
-    assert!(
-        n >= 4,
-        "{n} connections; {}",
-        three.with_logs(String::new())
-    );
+    let _three = three_streams_a_connection(cluster, "e2e-streams3", "E2eThreeStreamsProbe").await;
 
     let http1 = support::install(
         cluster,
@@ -142,22 +149,8 @@ async fn connections_that_carry_only_watches_are_kept_across_renewals() {
     let Some(cluster) = support::require_cluster(test).await else {
         return;
     };
-    let r = support::install(
-        cluster,
-        "e2e-keptconns",
-        Options {
-            extra_args: vec!["--api-streams-per-connection=3".into()],
-            ..Options::default()
-        },
-    )
-    .await;
-    a_new_kind_is_watched(&r, "E2eKeptConnsProbe", WAIT).await;
-    let settled = connections(&r);
-    assert!(
-        settled >= 4,
-        "{settled} connections; {}",
-        r.with_logs(String::new())
-    );
+    let (r, settled) =
+        three_streams_a_connection(cluster, "e2e-keptconns", "E2eKeptConnsProbe").await;
     let start = std::time::Instant::now();
     let mut highest = settled;
     while start.elapsed() < Duration::from_secs(250) {
