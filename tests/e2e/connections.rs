@@ -138,33 +138,44 @@ async fn the_stream_limit_opens_connections_and_zero_speaks_http1() {
 /// A connection that carries only watches is kept while its watches renew.
 /// hyper's pool forgot a connection no new request had used for 90 s,
 /// watches or not; the next watch renewal on it then opened a second TCP
-/// connection, and the first stayed until its last watch ended. With 3
-/// streams a connection, every connection but the newest holds 3 watches
-/// and nothing else. Each watcher renews after 145-290 s, so within 250 s
-/// most have renewed; before the fix the leader's socket count rose above
-/// what it had once every kind was watched.
+/// connection, behind the client's back, and the first stayed until its
+/// last watch ended. With 3 streams a connection, every connection but the
+/// newest holds 3 watches and nothing else. Each watcher renews after
+/// 145-290 s, so within 250 s most have renewed. The leader's sockets are
+/// compared with the connections its client logs opening, not with a fixed
+/// count: other tests add MR kinds to the shared API server, and each is
+/// one more watch. Before the fix: 8 sockets where the client had opened 6.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_carry_only_watches_are_kept_across_renewals() {
     let test = "connections_that_carry_only_watches_are_kept_across_renewals";
     let Some(cluster) = support::require_cluster(test).await else {
         return;
     };
-    let (r, settled) =
-        three_streams_a_connection(cluster, "e2e-keptconns", "E2eKeptConnsProbe").await;
+    let (r, _) = three_streams_a_connection(cluster, "e2e-keptconns", "E2eKeptConnsProbe").await;
+    // Each opening is logged (to stderr, unbuffered) before it is dialled,
+    // and the log is read after the sockets are counted.
+    let opened = || {
+        r.replicas[0]
+            .log()
+            .matches("opened another HTTP/2 connection")
+            .count()
+    };
+    // (sockets beyond those opened, sockets, opened) at the worst sample.
+    let mut worst = (isize::MIN, 0, 0);
     let start = std::time::Instant::now();
-    let mut highest = settled;
     while start.elapsed() < Duration::from_secs(250) {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        highest = highest.max(connections(&r));
+        let (sockets, opened) = (connections(&r), opened());
+        let beyond = sockets as isize - opened as isize;
+        if beyond > worst.0 {
+            worst = (beyond, sockets, opened);
+        }
     }
-    let opened = r.replicas[0]
-        .log()
-        .matches("opened another HTTP/2 connection")
-        .count();
-    eprintln!("{test}: {settled} connections once watched, {highest} at most over 250 s; the client logged {opened} openings");
+    let (_, sockets, logged) = worst;
+    eprintln!("{test}: at worst {sockets} sockets where the client had opened {logged}");
     assert!(
-        highest <= settled,
-        "the leader held {highest} connections while its watches renewed, {settled} before; {}",
+        sockets <= logged,
+        "the leader held {sockets} connections to the API server where its client had opened {logged}; {}",
         r.with_logs(String::new())
     );
     // The watches still deliver after their renewals.
