@@ -134,28 +134,34 @@ pub(crate) fn run(args: AuditArgs) -> i32 {
         let cluster = Cluster::default();
         index_identities(&client, &coverage, &config, &cluster).await;
         let mut tick = None;
-        pass(&client, &coverage, &config, &cluster, |event| match event {
-            PassEvent::Listing(kind) => {
-                tick = Some(progress.item());
-                progress.message(format!(
-                    "{objects} MRs judged; listing {}.{}",
-                    kind.plural, kind.group
-                ));
-            }
-            PassEvent::Done(_, result) => {
-                tick = None;
-                match result {
-                    Ok(r) => {
-                        objects += r.objects;
-                        findings.extend(r.findings);
-                    }
-                    Err(e) => {
-                        eprintln!("mrguard audit: {e}");
-                        failed = true;
+        pass(
+            &client,
+            coverage.kinds(),
+            &config,
+            &cluster,
+            |event| match event {
+                PassEvent::Listing(kind) => {
+                    tick = Some(progress.item());
+                    progress.message(format!(
+                        "{objects} MRs judged; listing {}.{}",
+                        kind.plural, kind.group
+                    ));
+                }
+                PassEvent::Done(_, result) => {
+                    tick = None;
+                    match result {
+                        Ok(r) => {
+                            objects += r.objects;
+                            findings.extend(r.findings);
+                        }
+                        Err(e) => {
+                            eprintln!("mrguard audit: {e}");
+                            failed = true;
+                        }
                     }
                 }
-            }
-        })
+            },
+        )
         .await;
         drop(tick);
         progress.finish();

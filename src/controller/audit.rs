@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::api::{api_err, list_pages, ControllerError};
+use super::changes::Stamp;
 use super::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
 use super::crds::ServedCrd;
 use super::identity::IdentityView;
@@ -197,12 +198,11 @@ pub(crate) enum PassEvent<'a> {
 const KINDS_IN_FLIGHT: usize = 4;
 
 /// The one audit loop, shared by the controller's passes and `mrguard
-/// audit`: every kind of `coverage`, listed page by page and judged
-/// against `cluster`, [`KINDS_IN_FLIGHT`] at a time; `each` hears of them
-/// in order.
-pub(crate) async fn pass(
+/// audit`: each of `kinds`, listed page by page and judged against
+/// `cluster`, [`KINDS_IN_FLIGHT`] at a time; `each` hears of them in order.
+pub(crate) async fn pass<'k>(
     client: &kube::Client,
-    coverage: &Coverage,
+    kinds: impl IntoIterator<Item = &'k MrKind>,
     config: &Config,
     cluster: &Cluster,
     mut each: impl FnMut(PassEvent<'_>),
@@ -215,7 +215,7 @@ pub(crate) async fn pass(
     ) -> (&'a MrKind, Result<KindReport, ControllerError>) {
         (kind, audit_kind_in(client, kind, config, cluster).await)
     }
-    let mut kinds = coverage.kinds();
+    let mut kinds = kinds.into_iter();
     let mut in_flight = futures::stream::FuturesOrdered::new();
     loop {
         while in_flight.len() < KINDS_IN_FLIGHT {
@@ -403,6 +403,258 @@ impl AuditState {
     }
 }
 
+/// Passes a kind's findings may be kept for while its watch sees no
+/// change, before it is listed again anyway: the watches are what a pass
+/// trusts, and this bounds what trusting them wrongly could hide (a lost
+/// event, a rule reading what no watch follows). At 5,000 kinds a pass
+/// that listed every kind took 42 to 53 s, one list every 8 to 11 ms with
+/// kube-apiserver's CPU the limit (BENCHMARKS.md).
+const REFRESH_PASSES: u64 = 10;
+
+/// A kind's last listing, kept while nothing its findings depend on changes.
+struct Listed {
+    stamp: Stamp,
+    /// The pass that listed it.
+    pass: u64,
+    report: KindReport,
+}
+
+/// The kinds pass number `pass` lists, of `kinds` with their stamps now:
+/// those never listed or changed since (by their stamp), those listed
+/// [`REFRESH_PASSES`] passes ago, and the longest-kept share of the rest,
+/// so that the refreshes are spread over the passes instead of all falling
+/// on one.
+fn to_list<'a>(
+    kinds: &[(&'a MrKind, Stamp)],
+    listed: &HashMap<String, Listed>,
+    pass: u64,
+) -> Vec<&'a MrKind> {
+    let mut list = Vec::new();
+    let mut kept = Vec::new();
+    for (kind, stamp) in kinds {
+        match listed.get(&kind.key()) {
+            Some(l) if l.stamp == *stamp && pass - l.pass < REFRESH_PASSES => {
+                kept.push((l.pass, *kind));
+            }
+            _ => list.push(*kind),
+        }
+    }
+    let share = kept.len().div_ceil(REFRESH_PASSES as usize);
+    // Stable: among equals, the coverage's order.
+    kept.sort_by_key(|(pass, _)| *pass);
+    list.extend(kept.into_iter().take(share).map(|(_, k)| k));
+    list
+}
+
+/// What one controller pass did, as its log line says.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct PassSummary {
+    pub(crate) kinds: usize,
+    /// Kinds listed in this pass; the others' findings were kept.
+    pub(crate) listed: usize,
+    /// MRs the pass's findings cover, listed now or kept.
+    pub(crate) objects: usize,
+    /// MRs listed in this pass.
+    pub(crate) read: usize,
+    pub(crate) findings: usize,
+    /// Every kind has current results (a forbidden kind counts).
+    pub(crate) complete: bool,
+    pub(crate) forbidden: Vec<String>,
+}
+
+/// The controller's audit across passes. A pass lists only the kinds whose
+/// MRs the replica's watches saw change (or that are due a refresh) and
+/// keeps the others' findings; a new configuration, or a moment at which
+/// its verdicts change by themselves, makes it list every kind.
+pub(crate) struct Auditor {
+    client: kube::Client,
+    config: Arc<ConfigStore>,
+    states: MrStates,
+    metrics: Arc<ControllerMetrics>,
+    reports: Option<super::reports::ReportWriter>,
+    cluster: Arc<Cluster>,
+    state: AuditState,
+    listed: HashMap<String, Listed>,
+    /// The configuration the kept findings were judged with, and when its
+    /// verdicts change by themselves ([`Config::next_change_after`]).
+    judged_with: Option<Arc<Config>>,
+    judged_until: Option<jiff::Timestamp>,
+    passes: u64,
+}
+
+impl Auditor {
+    pub(crate) fn new(
+        client: kube::Client,
+        config: Arc<ConfigStore>,
+        states: MrStates,
+        metrics: Arc<ControllerMetrics>,
+        reports: Option<super::reports::ReportWriter>,
+        cluster: Arc<Cluster>,
+    ) -> Self {
+        Self {
+            client,
+            config,
+            states,
+            state: AuditState::new(metrics.clone()),
+            metrics,
+            reports,
+            cluster,
+            listed: HashMap::new(),
+            judged_with: None,
+            judged_until: None,
+            passes: 0,
+        }
+    }
+
+    /// One pass over the kinds of `cov`: sets the gauges, logs new
+    /// findings and the pass, and writes the policy reports.
+    pub(crate) async fn pass(&mut self, cov: &Coverage) -> PassSummary {
+        self.pass_at(cov, jiff::Timestamp::now()).await
+    }
+
+    /// [`Auditor::pass`] as if it were `now`, for what depends on the time.
+    async fn pass_at(&mut self, cov: &Coverage, now: jiff::Timestamp) -> PassSummary {
+        let config = self.config.load();
+        let same = self
+            .judged_with
+            .as_ref()
+            .is_some_and(|c| Arc::ptr_eq(c, &config));
+        // A new configuration, or a staged Deny or an exception's expiry
+        // reached since the findings were judged: every kind again.
+        if !same || self.judged_until.is_some_and(|t| now >= t) {
+            self.listed.clear();
+            self.judged_with = Some(config.clone());
+            self.judged_until = config.next_change_after(now);
+        }
+        let keys: HashSet<String> = cov.kinds().map(MrKind::key).collect();
+        let gone: Vec<String> = self
+            .state
+            .kinds
+            .keys()
+            .filter(|k| !keys.contains(*k))
+            .cloned()
+            .collect();
+        for k in gone {
+            self.state.forget(&k);
+        }
+        self.listed.retain(|k, _| keys.contains(k));
+        self.passes += 1;
+        let this_pass = self.passes;
+        // Stamped before any list starts: a change seen during the pass
+        // makes the next one list the kind again.
+        let changes = self.states.changes();
+        let stamped: Vec<(&MrKind, Stamp)> = cov
+            .kinds()
+            .map(|k| (k, changes.stamp(&k.group, &k.kind)))
+            .collect();
+        let stamps: HashMap<String, Stamp> = stamped.iter().map(|(k, s)| (k.key(), *s)).collect();
+        let listing = to_list(&stamped, &self.listed, this_pass);
+        let started = std::time::Instant::now();
+        let mut summary = PassSummary {
+            kinds: cov.len(),
+            listed: listing.len(),
+            complete: true,
+            ..PassSummary::default()
+        };
+        let mut collected = PassCollector::default();
+        let Self {
+            client,
+            states,
+            metrics,
+            cluster,
+            state,
+            listed,
+            ..
+        } = self;
+        pass(client, listing, &config, cluster, |event| {
+            let PassEvent::Done(kind, result) = event else {
+                return;
+            };
+            let key = kind.key();
+            match result {
+                Ok(report) => {
+                    summary.read += report.objects;
+                    state.record(kind, &report.findings);
+                    states.set_forbidden(kind, false);
+                    let stamp = stamps.get(&key).copied().unwrap_or_default();
+                    listed.insert(
+                        key,
+                        Listed {
+                            stamp,
+                            pass: this_pass,
+                            report,
+                        },
+                    );
+                    return;
+                }
+                // RBAC does not let mrguard read this kind (the chart lists
+                // API groups; a provider outside them). That is the
+                // operator's choice, not a failed pass: the kind is reported
+                // in mrguard_controller_forbidden_kinds and the pass still
+                // counts, so a staleness alert on the success timestamp
+                // means the audit is really stuck.
+                Err(e) if e.status_code() == Some(403) => {
+                    if states.set_forbidden(kind, true) {
+                        e.log(Some(metrics), "audit: skipping a kind RBAC forbids");
+                    } else {
+                        e.count(Some(metrics));
+                    }
+                    state.forget(&key);
+                    summary.forbidden.push(key.clone());
+                }
+                // Established, but the API server's handler lags its own
+                // condition for a moment (or the CRD was just deleted):
+                // the next pass reads it.
+                Err(e) if e.is_not_found() => {
+                    summary.complete = false;
+                    e.count(Some(metrics));
+                    tracing::debug!(error = %e, "audit: a kind is not served yet; keeping its last results");
+                }
+                Err(e) => {
+                    summary.complete = false;
+                    e.log(
+                        Some(metrics),
+                        "audit: failed to list MRs of a kind; keeping its last results",
+                    );
+                }
+            }
+            // Its last results stay in the gauges and the reports; the
+            // next pass lists it again.
+            listed.remove(&key);
+            collected.failed(kind);
+        })
+        .await;
+        for kind in cov.kinds() {
+            if let Some(l) = self.listed.get(&kind.key()) {
+                summary.objects += l.report.objects;
+                summary.findings += l.report.findings.len();
+                collected.kind(kind, &l.report);
+            }
+        }
+        if summary.complete {
+            self.metrics
+                .audit_last_success
+                .set(jiff::Timestamp::now().as_second());
+        }
+        tracing::info!(
+            kinds = summary.kinds,
+            listed = summary.listed,
+            objects = summary.objects,
+            read = summary.read,
+            findings = summary.findings,
+            complete = summary.complete,
+            forbidden = summary.forbidden.len(),
+            forbidden_kinds = %summary.forbidden.join(","),
+            seconds = started.elapsed().as_secs_f64(),
+            "audit pass done"
+        );
+        if let Some(w) = &self.reports {
+            super::reports::sync_logged(w, &collected.finish(), &self.metrics).await;
+        }
+        summary
+    }
+}
+
 /// Audits every MR kind the API server serves on `interval`, starting
 /// once the CRDs are listed. Runs only on the Lease holder.
 ///
@@ -424,90 +676,10 @@ pub(crate) async fn run(
     if crds.subscribe().next().await.is_none() {
         return;
     }
-    let mut state = AuditState::new(metrics.clone());
+    let mut auditor = Auditor::new(client, config, states, metrics, reports, cluster);
     loop {
         let cov = Coverage::from_crds(crds.served().iter().map(|c| &c.summary));
-        let config = config.load();
-        let keys: HashSet<String> = cov.kinds().map(MrKind::key).collect();
-        let gone: Vec<String> = state
-            .kinds
-            .keys()
-            .filter(|k| !keys.contains(*k))
-            .cloned()
-            .collect();
-        for k in gone {
-            state.forget(&k);
-        }
-        let started = std::time::Instant::now();
-        let mut complete = true;
-        let (mut objects, mut findings, mut forbidden) = (0, 0, Vec::new());
-        let mut collected = PassCollector::default();
-        pass(&client, &cov, &config, &cluster, |event| {
-            let PassEvent::Done(kind, result) = event else {
-                return;
-            };
-            match result {
-                Ok(report) => {
-                    objects += report.objects;
-                    findings += report.findings.len();
-                    state.record(kind, &report.findings);
-                    collected.kind(kind, &report);
-                    states.set_forbidden(kind, false);
-                }
-                // RBAC does not let mrguard read this kind (the chart lists
-                // API groups; a provider outside them). That is the
-                // operator's choice, not a failed pass: the kind is reported
-                // in mrguard_controller_forbidden_kinds and the pass still
-                // counts, so a staleness alert on the success timestamp
-                // means the audit is really stuck.
-                Err(e) if e.status_code() == Some(403) => {
-                    if states.set_forbidden(kind, true) {
-                        e.log(Some(&metrics), "audit: skipping a kind RBAC forbids");
-                    } else {
-                        e.count(Some(&metrics));
-                    }
-                    state.forget(&kind.key());
-                    forbidden.push(kind.key());
-                    collected.failed(kind);
-                }
-                // Established, but the API server's handler lags its own
-                // condition for a moment (or the CRD was just deleted):
-                // the next pass reads it.
-                Err(e) if e.is_not_found() => {
-                    complete = false;
-                    collected.failed(kind);
-                    e.count(Some(&metrics));
-                    tracing::debug!(error = %e, "audit: a kind is not served yet; keeping its last results");
-                }
-                Err(e) => {
-                    complete = false;
-                    collected.failed(kind);
-                    e.log(
-                        Some(&metrics),
-                        "audit: failed to list MRs of a kind; keeping its last results",
-                    );
-                }
-            }
-        })
-        .await;
-        if complete {
-            metrics
-                .audit_last_success
-                .set(jiff::Timestamp::now().as_second());
-        }
-        tracing::info!(
-            kinds = cov.len(),
-            objects,
-            findings,
-            complete,
-            forbidden = forbidden.len(),
-            forbidden_kinds = %forbidden.join(","),
-            seconds = started.elapsed().as_secs_f64(),
-            "audit pass done"
-        );
-        if let Some(w) = &reports {
-            super::reports::sync_logged(w, &collected.finish(), &metrics).await;
-        }
+        auditor.pass(&cov).await;
         tokio::time::sleep(interval).await;
     }
 }
@@ -708,7 +880,7 @@ mod tests {
         index_identities(&client, &coverage, &config, &cluster).await;
         let mut events = Vec::new();
         let mut claimants = Vec::new();
-        pass(&client, &coverage, &config, &cluster, |e| match e {
+        pass(&client, coverage.kinds(), &config, &cluster, |e| match e {
             PassEvent::Listing(k) => events.push(format!("listing {}", k.kind)),
             PassEvent::Done(k, r) if k.key() == kind.key() => {
                 events.push(format!("done {}", k.kind));
@@ -735,7 +907,7 @@ mod tests {
         assert!(events[0].starts_with("listing ") && events[1].starts_with("done "));
         // Without the index, the same pass finds no claimant.
         let mut without = 0;
-        pass(&client, &coverage, &config, Cluster::empty(), |e| {
+        pass(&client, coverage.kinds(), &config, Cluster::empty(), |e| {
             if let PassEvent::Done(_, Ok(r)) = e {
                 without += r
                     .findings
@@ -872,6 +1044,197 @@ mod tests {
         );
         task.abort();
         crd_task.abort();
+    }
+
+    fn kind_n(i: usize) -> MrKind {
+        MrKind {
+            group: format!("g{i}.example.org"),
+            kind: "Thing".into(),
+            plural: "things".into(),
+            versions: vec!["v1".into()],
+            read_version: "v1".into(),
+            namespaced: false,
+        }
+    }
+
+    fn listed_at(pass: u64, stamp: Stamp) -> Listed {
+        Listed {
+            stamp,
+            pass,
+            report: KindReport::default(),
+        }
+    }
+
+    /// Never listed or changed: listed. Unchanged: kept, but the
+    /// longest-kept tenth is listed each pass, and none is kept for
+    /// REFRESH_PASSES passes.
+    #[test]
+    fn a_pass_lists_changed_kinds_and_spreads_the_refreshes() {
+        let changes = super::super::changes::Changes::default();
+        let kinds: Vec<MrKind> = (0..25).map(kind_n).collect();
+        let stamped = |kinds: &[MrKind]| -> Vec<(MrKind, Stamp)> {
+            kinds
+                .iter()
+                .map(|k| (k.clone(), changes.stamp(&k.group, &k.kind)))
+                .collect()
+        };
+        let names = |l: Vec<&MrKind>| l.iter().map(|k| k.group.clone()).collect::<Vec<_>>();
+        let mut listed: HashMap<String, Listed> = HashMap::new();
+        // Pass 1: nothing known, every kind.
+        let s = stamped(&kinds);
+        let refs: Vec<(&MrKind, Stamp)> = s.iter().map(|(k, st)| (k, *st)).collect();
+        assert_eq!(to_list(&refs, &listed, 1).len(), 25);
+        for (k, st) in &refs {
+            listed.insert(k.key(), listed_at(1, *st));
+        }
+        // Pass 2: one change; it and the first 3 of the 25 kept (a tenth,
+        // rounded up) in the coverage's order.
+        changes.kind("g7.example.org", "Thing");
+        let s = stamped(&kinds);
+        let refs: Vec<(&MrKind, Stamp)> = s.iter().map(|(k, st)| (k, *st)).collect();
+        assert_eq!(
+            names(to_list(&refs, &listed, 2)),
+            [
+                "g7.example.org",
+                "g0.example.org",
+                "g1.example.org",
+                "g2.example.org"
+            ]
+        );
+        // Simulate passes that list what they are told: every kind is
+        // listed within REFRESH_PASSES passes, none twice in a row unless
+        // it changed, and no pass lists more than a tenth plus the changed.
+        let mut last: HashMap<String, u64> = HashMap::new();
+        for pass in 2..=30 {
+            let l: Vec<MrKind> = to_list(&refs, &listed, pass).into_iter().cloned().collect();
+            // Pass 2 also lists the changed kind.
+            let most = 3 + usize::from(pass == 2);
+            assert!(l.len() <= most, "pass {pass} listed {}", l.len());
+            for k in &l {
+                let st = s.iter().find(|(x, _)| x == k).unwrap().1;
+                listed.insert(k.key(), listed_at(pass, st));
+                last.insert(k.key(), pass);
+            }
+            if pass > REFRESH_PASSES {
+                for k in &kinds {
+                    let age = pass - last.get(&k.key()).copied().unwrap_or(1);
+                    assert!(age < REFRESH_PASSES, "{} kept {age} passes", k.group);
+                }
+            }
+        }
+    }
+
+    /// The controller's passes against a mock API server: the first lists
+    /// every kind; the next keeps the findings of kinds nothing changed
+    /// and lists only the one whose watch saw an event (and a tenth due a
+    /// refresh); a new configuration lists every kind again. Kept findings
+    /// are still counted, in the gauges and the reports.
+    #[tokio::test]
+    async fn a_pass_lists_only_what_changed_and_keeps_the_rest() {
+        use crate::controller::coverage::tests::established;
+        let crds: Vec<Value> = fixture_crds().into_iter().map(established).collect();
+        let cov = Coverage::from_crds(&summaries(&crds));
+        assert!(cov.len() >= 5, "{}", cov.len());
+        let (client, api) = mock::client(|r| {
+            if r.path.contains("/buckets") {
+                return Reply::Json(
+                    200,
+                    page(
+                        vec![bucket(
+                            "bad",
+                            "u1",
+                            json!({"forProvider": {}, "deletionPolicy": "delete"}),
+                        )],
+                        "",
+                    ),
+                );
+            }
+            Reply::Json(200, page(vec![], ""))
+        });
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let states = MrStates::new(metrics.clone());
+        let config = ConfigStore::new(Config::builtin(), None);
+        let mut auditor = Auditor::new(
+            client,
+            config.clone(),
+            states.clone(),
+            metrics.clone(),
+            None,
+            Default::default(),
+        );
+        let lists = || api.requests().len();
+        let first = auditor.pass(&cov).await;
+        assert_eq!((first.listed, lists()), (cov.len(), cov.len()));
+        assert_eq!((first.objects, first.read, first.findings), (1, 1, 1));
+        assert!(first.complete);
+        let gauge = || {
+            metrics
+                .audit_violations
+                .with_label_values(&["deletion-policy", "s3.aws.upbound.io", "Bucket"])
+                .get()
+        };
+        assert_eq!(gauge(), 1);
+
+        // A VPC event: that kind, its namespaced twin (their MRs share
+        // identities) and the longest-kept tenth (one kind).
+        states.changes().kind("ec2.aws.upbound.io", "VPC");
+        let second = auditor.pass(&cov).await;
+        let new: Vec<String> = api.requests()[cov.len()..]
+            .iter()
+            .map(|r| r.path.clone())
+            .collect();
+        assert_eq!(second.listed, 3, "{new:?}");
+        assert_eq!(new.len(), 3);
+        for vpcs in [
+            "/apis/ec2.aws.upbound.io/v1beta1/vpcs",
+            "/apis/ec2.aws.m.upbound.io/v1beta1/vpcs",
+        ] {
+            assert!(new.iter().any(|p| p == vpcs), "{new:?}");
+        }
+        // The bucket's finding is kept, not lost, whether or not it was
+        // among the refreshed.
+        assert_eq!((second.objects, second.findings), (1, 1));
+        assert_eq!(gauge(), 1);
+
+        // A Bucket event in the namespaced twin group moves the legacy
+        // kind too: their MRs share identities.
+        let before = lists();
+        states.changes().kind("s3.aws.m.upbound.io", "Bucket");
+        auditor.pass(&cov).await;
+        assert!(
+            api.requests()[before..]
+                .iter()
+                .any(|r| r.path == "/apis/s3.aws.upbound.io/v1beta2/buckets"),
+            "{:?}",
+            &api.requests()[before..]
+        );
+
+        // A new configuration: every kind again.
+        let before = lists();
+        config.replace(Config::builtin());
+        let again = auditor.pass(&cov).await;
+        assert_eq!((again.listed, lists() - before), (cov.len(), cov.len()));
+        assert_eq!((again.objects, again.findings), (1, 1));
+
+        // An exception that expires: kept until then, every kind after.
+        config.replace(
+            Config::from_yaml(
+                "exceptions:\n  - {name: x, rules: [deletion-policy], reason: r, expires: '2030-01-01T00:00:00Z'}\n",
+            )
+            .unwrap(),
+        );
+        let at = |t: &str| t.parse::<jiff::Timestamp>().unwrap();
+        let listed = |s: PassSummary| s.listed;
+        assert_eq!(
+            listed(auditor.pass_at(&cov, at("2029-12-31T00:00:00Z")).await),
+            cov.len()
+        );
+        assert!(listed(auditor.pass_at(&cov, at("2029-12-31T12:00:00Z")).await) < cov.len());
+        assert_eq!(
+            listed(auditor.pass_at(&cov, at("2030-01-01T00:00:00Z")).await),
+            cov.len()
+        );
+        assert!(listed(auditor.pass_at(&cov, at("2030-01-01T00:00:01Z")).await) < cov.len());
     }
 
     #[tokio::test]

@@ -35,6 +35,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::api::ControllerError;
+use super::changes::Changes;
 use super::coverage::{Coverage, CrdSummary, MrKind};
 use super::crds::Crds;
 use super::metrics::ControllerMetrics;
@@ -355,6 +356,7 @@ pub(crate) async fn run(
                         kind.clone(),
                         key.clone(),
                         cluster.clone(),
+                        states.changes().clone(),
                         done_tx.clone(),
                         metrics.clone(),
                     ))
@@ -497,6 +499,7 @@ async fn watch_kind(
                 let (claims, objs) = listing.take().unwrap_or_default();
                 index.replace_kind(&kind.group, &kind.kind, claims);
                 states.replace_kind(&kind, objs);
+                states.changes().kind(&kind.group, &kind.kind);
                 let _ = done.send(key.clone());
             }
             Ok(watcher::Event::Apply(o)) => {
@@ -506,6 +509,7 @@ async fn watch_kind(
                 if let Some((uid, s)) = o.state(&kind) {
                     states.upsert(&kind, &uid, s);
                 }
+                states.changes().kind(&kind.group, &kind.kind);
             }
             Ok(watcher::Event::Delete(o)) => {
                 if let Some((k, _, _)) = o.claim(&kind, &config) {
@@ -514,6 +518,7 @@ async fn watch_kind(
                 if let Some(uid) = o.metadata.uid.as_deref() {
                     states.remove(&kind, uid);
                 }
+                states.changes().kind(&kind.group, &kind.kind);
             }
             Err(e) => {
                 let e = ControllerError::watch("managed resources", kind.key(), e);
@@ -560,6 +565,7 @@ async fn watch_provider_configs(
     kind: MrKind,
     key: String,
     cluster: Arc<Cluster>,
+    changes: Changes,
     done: mpsc::UnboundedSender<String>,
     metrics: Arc<ControllerMetrics>,
 ) {
@@ -586,16 +592,23 @@ async fn watch_provider_configs(
                     &kind.kind,
                     listing.take().unwrap_or_default(),
                 );
+                changes.everything();
                 let _ = done.send(key.clone());
             }
+            // Whether two claims reach one account depends on every
+            // provider config, so a change may move any kind's findings.
             Ok(watcher::Event::Apply(o)) => {
                 if let Some((k, f)) = o.facts(&kind) {
-                    index.upsert_provider_config(k, f);
+                    if index.upsert_provider_config(k, f) {
+                        changes.everything();
+                    }
                 }
             }
             Ok(watcher::Event::Delete(o)) => {
                 if let Some((k, _)) = o.facts(&kind) {
-                    index.remove_provider_config(&k);
+                    if index.remove_provider_config(&k) {
+                        changes.everything();
+                    }
                 }
             }
             Err(e) => {

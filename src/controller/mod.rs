@@ -37,6 +37,7 @@
 pub(crate) mod api;
 pub(crate) mod audit;
 pub(crate) mod certs;
+mod changes;
 pub(crate) mod connections;
 pub mod coverage;
 pub(crate) mod crds;

@@ -171,6 +171,7 @@ pub struct MrStates {
     publishing: Arc<AtomicBool>,
     leaks: Shared<Option<mpsc::UnboundedSender<Pending>>>,
     dedup: EventDedup,
+    changes: super::changes::Changes,
 }
 
 impl MrStates {
@@ -183,7 +184,13 @@ impl MrStates {
             publishing: Arc::new(AtomicBool::new(false)),
             leaks: Arc::new(Mutex::new(None)),
             dedup: EventDedup::default(),
+            changes: Default::default(),
         }
+    }
+
+    /// What the watches saw change, for the audit (`changes.rs`).
+    pub(crate) fn changes(&self) -> &super::changes::Changes {
+        &self.changes
     }
 
     /// The Event keys already reported, shared with the Event writer.

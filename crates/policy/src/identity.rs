@@ -541,14 +541,22 @@ impl IdentityIndex {
         pcs.listed.insert((group.to_string(), kind.to_string()));
     }
 
-    /// Records one provider config object (key: group, kind, namespace, name).
-    pub fn upsert_provider_config(&self, key: MrKey, facts: ProviderConfigFacts) {
-        self.pcs_mut().objects.insert(key, facts);
+    /// Records one provider config object (key: group, kind, namespace,
+    /// name). Returns whether what it tells changed: its status is
+    /// rewritten as MRs come and go, which changes nothing here.
+    pub fn upsert_provider_config(&self, key: MrKey, facts: ProviderConfigFacts) -> bool {
+        let mut pcs = self.pcs_mut();
+        if pcs.objects.get(&key) == Some(&facts) {
+            return false;
+        }
+        pcs.objects.insert(key, facts);
+        true
     }
 
-    /// Forgets a provider config object that is gone.
-    pub fn remove_provider_config(&self, key: &MrKey) {
-        self.pcs_mut().objects.remove(key);
+    /// Forgets a provider config object that is gone. Returns whether it
+    /// was known.
+    pub fn remove_provider_config(&self, key: &MrKey) -> bool {
+        self.pcs_mut().objects.remove(key).is_some()
     }
 
     /// Whether `r`, referenced by an MR of `mr_group`, exists. The MR's
@@ -1056,10 +1064,10 @@ mod tests {
                 facts(Some(("crossplane-system", "aws-secret")), true),
             )],
         );
-        idx.upsert_provider_config(
-            MrKey::new("aws.m.upbound.io", "ProviderConfig", "team-a", "mine"),
-            facts(Some(("team-a", "creds")), false),
-        );
+        let mine = MrKey::new("aws.m.upbound.io", "ProviderConfig", "team-a", "mine");
+        assert!(idx.upsert_provider_config(mine.clone(), facts(Some(("team-a", "creds")), false)));
+        // The same facts again (a status rewrite) change nothing.
+        assert!(!idx.upsert_provider_config(mine.clone(), facts(Some(("team-a", "creds")), false)));
         // The legacy family is served but not listed yet (say RBAC forbids
         // it): nothing is known of it.
         assert_eq!(
@@ -1112,12 +1120,9 @@ mod tests {
             )]
         );
         assert!(idx.secret_users("team-a", "creds").is_empty());
-        idx.remove_provider_config(&MrKey::new(
-            "aws.m.upbound.io",
-            "ClusterProviderConfig",
-            "",
-            "default",
-        ));
+        let default = MrKey::new("aws.m.upbound.io", "ClusterProviderConfig", "", "default");
+        assert!(idx.remove_provider_config(&default));
+        assert!(!idx.remove_provider_config(&default));
         assert!(idx
             .secret_users("crossplane-system", "aws-secret")
             .is_empty());

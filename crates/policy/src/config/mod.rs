@@ -473,6 +473,22 @@ impl Config {
         out
     }
 
+    /// The first moment after `now` at which a verdict of this
+    /// configuration can change while the object stays the same: a staged
+    /// `Deny` starting to deny, or an exception expiring. The audit keeps
+    /// findings of unchanged MRs until then.
+    pub fn next_change_after(&self, now: jiff::Timestamp) -> Option<jiff::Timestamp> {
+        let staged = self
+            .resources
+            .iter()
+            .chain(std::iter::once(&self.fallback))
+            .flat_map(|r| r.rules.values())
+            .chain(self.rules.values())
+            .filter_map(|a| a.warn_until);
+        let expiring = self.exceptions.iter().filter_map(|e| e.expires);
+        staged.chain(expiring).filter(|t| *t > now).min()
+    }
+
     /// A rule's action in force now (a staged `Deny` is `Warn` until its date).
     pub fn action(&self, entry: &ResourceConfig, rule: &str, default: Action) -> Action {
         self.rule_action(entry, rule, default)
@@ -666,6 +682,33 @@ fn check_object_name(field: &str, name: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_next_change_is_the_first_staged_date_or_expiry_ahead() {
+        let now: jiff::Timestamp = "2026-06-01T00:00:00Z".parse().unwrap();
+        assert_eq!(Config::builtin().next_change_after(now), None);
+        let c = Config::from_yaml(
+            "rules:\n  reference: {action: Deny, warnUntil: '2026-09-01T00:00:00Z'}\n  paused-value: {action: Deny, warnUntil: '2026-01-01T00:00:00Z'}\nexceptions:\n  - {name: x, rules: [immutable-field], reason: r, expires: '2026-07-01T00:00:00Z'}\n",
+        )
+        .unwrap();
+        let at = |t: &str| Some(t.parse::<jiff::Timestamp>().unwrap());
+        // The past date is behind; the expiry comes first, then the stage.
+        assert_eq!(c.next_change_after(now), at("2026-07-01T00:00:00Z"));
+        assert_eq!(
+            c.next_change_after(at("2026-07-01T00:00:00Z").unwrap()),
+            at("2026-09-01T00:00:00Z")
+        );
+        assert_eq!(
+            c.next_change_after(at("2026-09-01T00:00:00Z").unwrap()),
+            None
+        );
+        // A kind's own staged override counts too.
+        let c = Config::from_yaml(
+            "resources:\n  - apiGroups: [ec2.aws.upbound.io]\n    kinds: [VPC]\n    rules:\n      reference: {action: Deny, warnUntil: '2026-08-01T00:00:00Z'}\n",
+        )
+        .unwrap();
+        assert_eq!(c.next_change_after(now), at("2026-08-01T00:00:00Z"));
+    }
 
     #[test]
     fn only_kinds_named_without_wildcards_are_named() {
