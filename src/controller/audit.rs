@@ -416,7 +416,9 @@ struct Listed {
     stamp: Stamp,
     /// The pass that listed it.
     pass: u64,
-    report: KindReport,
+    /// `None`: RBAC forbade the list. Kept like findings: a kind's watch
+    /// is refused too, until a grant lets it list, which moves the stamp.
+    report: Option<KindReport>,
 }
 
 /// The kinds pass number `pass` lists, of `kinds` with their stamps now:
@@ -582,7 +584,7 @@ impl Auditor {
                         Listed {
                             stamp,
                             pass: this_pass,
-                            report,
+                            report: Some(report),
                         },
                     );
                     return;
@@ -600,7 +602,16 @@ impl Auditor {
                         e.count(Some(metrics));
                     }
                     state.forget(&key);
-                    summary.forbidden.push(key.clone());
+                    let stamp = stamps.get(&key).copied().unwrap_or_default();
+                    listed.insert(
+                        key,
+                        Listed {
+                            stamp,
+                            pass: this_pass,
+                            report: None,
+                        },
+                    );
+                    return;
                 }
                 // Established, but the API server's handler lags its own
                 // condition for a moment (or the CRD was just deleted):
@@ -625,10 +636,19 @@ impl Auditor {
         })
         .await;
         for kind in cov.kinds() {
-            if let Some(l) = self.listed.get(&kind.key()) {
-                summary.objects += l.report.objects;
-                summary.findings += l.report.findings.len();
-                collected.kind(kind, &l.report);
+            let key = kind.key();
+            match self.listed.get(&key).map(|l| &l.report) {
+                Some(Some(report)) => {
+                    summary.objects += report.objects;
+                    summary.findings += report.findings.len();
+                    collected.kind(kind, report);
+                }
+                Some(None) => {
+                    summary.forbidden.push(key);
+                    collected.failed(kind);
+                }
+                // Failed in this pass: already marked.
+                None => {}
             }
         }
         if summary.complete {
@@ -1061,7 +1081,7 @@ mod tests {
         Listed {
             stamp,
             pass,
-            report: KindReport::default(),
+            report: Some(KindReport::default()),
         }
     }
 
@@ -1235,6 +1255,48 @@ mod tests {
             cov.len()
         );
         assert!(listed(auditor.pass_at(&cov, at("2030-01-01T00:00:01Z")).await) < cov.len());
+    }
+
+    /// A kind RBAC forbids is kept like findings: reported as forbidden in
+    /// every pass, listed again only when its refresh comes round (it was a
+    /// 403 on every pass, which at hundreds of forbidden kinds would be
+    /// most of an incremental pass's lists).
+    #[tokio::test]
+    async fn a_forbidden_kind_is_kept_between_refreshes() {
+        use crate::controller::coverage::tests::established;
+        let crds: Vec<Value> = fixture_crds().into_iter().map(established).collect();
+        let cov = Coverage::from_crds(&summaries(&crds));
+        const VPCS: &str = "/apis/ec2.aws.upbound.io/v1beta1/vpcs";
+        let (client, api) = mock::client(|r| {
+            if r.path == VPCS {
+                return Reply::Json(403, status(403, "Forbidden", "vpcs is forbidden"));
+            }
+            Reply::Json(200, page(vec![], ""))
+        });
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let states = MrStates::new(metrics.clone());
+        states.publish(true);
+        let mut auditor = Auditor::new(
+            client,
+            ConfigStore::new(Config::builtin(), None),
+            states,
+            metrics.clone(),
+            None,
+            Default::default(),
+        );
+        let vpc_lists = || api.requests().iter().filter(|r| r.path == VPCS).count();
+        let first = auditor.pass(&cov).await;
+        assert_eq!(first.forbidden, vec!["vpcs.ec2.aws.upbound.io".to_string()]);
+        assert!(first.complete);
+        assert_eq!(vpc_lists(), 1);
+        for _ in 0..3 {
+            let p = auditor.pass(&cov).await;
+            assert_eq!(p.forbidden, first.forbidden);
+            assert!(p.complete && p.listed < cov.len(), "{p:?}");
+        }
+        // One refresh at most in those 3 passes (a tenth of 8 kinds each).
+        assert!(vpc_lists() <= 2, "{}", vpc_lists());
+        assert_eq!(metrics.forbidden_kinds.get(), 1);
     }
 
     #[tokio::test]
