@@ -63,6 +63,10 @@ struct Args {
     /// More `extraArgs` for mrguard (e.g. --api-streams-per-connection=0).
     #[arg(long)]
     mrguard_arg: Vec<String>,
+    /// More environment variables for every mrguard process, as NAME=VALUE
+    /// (e.g. _RJEM_MALLOC_CONF=narenas:1 for jemalloc's options).
+    #[arg(long, value_parser = parse_env)]
+    mrguard_env: Vec<(String, String)>,
     /// Skip the API server restart and the cold start.
     #[arg(long)]
     no_restarts: bool,
@@ -88,6 +92,12 @@ struct Args {
     /// Passed by `cargo bench`; without it (under `cargo test`) nothing runs.
     #[arg(long)]
     bench: bool,
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?}: expected NAME=VALUE"))
 }
 
 const RELEASE: &str = "scale";
@@ -315,6 +325,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             audit_interval: args.audit_interval.clone(),
             log_level: "info".into(),
             extra_args: args.mrguard_arg.clone(),
+            env: args.mrguard_env.clone(),
             replicas: args.replicas.max(1),
             values: args
                 .policy_reports
@@ -415,7 +426,7 @@ impl Bench {
             self.report,
             "# The controller at scale\n\n- {cpus} CPUs; load average at the start: {}\n\
              - {} generated MR CRDs in {} API groups (plus the 8 fixture kinds), {} MRs; \
-             mrguard's extra args: {:?}; audit interval {}\n",
+             mrguard's extra args: {:?}, extra environment: {:?}; audit interval {}\n",
             load.split_whitespace()
                 .take(3)
                 .collect::<Vec<_>>()
@@ -424,6 +435,7 @@ impl Bench {
             groups.len().min(self.args.crds),
             self.args.mrs,
             self.args.mrguard_arg,
+            self.args.mrguard_env,
             self.args.audit_interval,
         );
         let _ = writeln!(
