@@ -39,19 +39,6 @@ use super::api::ControllerError;
 /// default), so that lists and writes always find a free stream.
 pub(crate) const DEFAULT_STREAMS_PER_CONNECTION: usize = 100;
 
-/// How much the API server may send on one stream, and on one connection,
-/// before the replica has read it. Every DATA frame received and not yet
-/// read waits in a per-connection table (h2's receive `Slab`) that keeps
-/// its largest size for the connection's life. hyper's defaults (2 MiB a
-/// stream, 5 MiB a connection) let a follower that read a burst of
-/// 100,000 MR events slowly keep about 730 KiB per connection after it: at
-/// 5,000 kinds (51 connections) 141 MiB of RSS, against 104 MiB once an
-/// API-server restart replaced the connections (BENCHMARKS.md). A watch
-/// event is one frame, so these bound that table; a list still streams,
-/// at a window update per 128 KiB read.
-const STREAM_WINDOW: u32 = 256 * 1024;
-const CONNECTION_WINDOW: u32 = 1024 * 1024;
-
 /// Interval of the HTTP/2 PINGs that check a connection is alive.
 const KEEP_ALIVE: Duration = Duration::from_secs(30);
 /// How long a PING may go unanswered before the connection is dropped.
@@ -164,8 +151,6 @@ fn hyper_client(connector: Connector) -> HyperClient<Connector, Body> {
         .http2_keep_alive_interval(KEEP_ALIVE)
         .http2_keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
         .http2_keep_alive_while_idle(true)
-        .http2_initial_stream_window_size(STREAM_WINDOW)
-        .http2_initial_connection_window_size(CONNECTION_WINDOW)
         // The pool holds this one connection for as long as it is open
         // (the PINGs above find a dead one). hyper's default forgets a
         // connection no new request used for 90 s, though its watches
@@ -345,89 +330,6 @@ mod tests {
             1,
             "the second request opened another connection"
         );
-        server.abort();
-    }
-
-    /// What the server can push to the replica before the replica reads:
-    /// a stream's window, and for all streams together the connection's.
-    /// Five watches whose reader is stalled (a CPU-starved replica in a
-    /// burst of events): the server's sends stop at the windows, not at
-    /// hyper's 2 MiB a stream and 5 MiB a connection.
-    #[tokio::test]
-    async fn an_unread_stream_holds_at_most_the_window() {
-        use hyper_util::rt::TokioIo;
-        const CHUNK: usize = 1024;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        // Per stream: the chunks its body gave hyper to send.
-        let sent: Arc<Mutex<Vec<Arc<AtomicUsize>>>> = Arc::default();
-        let server = {
-            let sent = sent.clone();
-            tokio::spawn(async move {
-                let (io, _) = listener.accept().await.unwrap();
-                let service = hyper::service::service_fn(move |_req| {
-                    let n = Arc::new(AtomicUsize::new(0));
-                    sent.lock().unwrap().push(n.clone());
-                    // Events, as fast as the flow control lets them go.
-                    let body =
-                        http_body_util::StreamBody::new(futures::stream::repeat_with(move || {
-                            n.fetch_add(1, Ordering::SeqCst);
-                            Ok::<_, std::convert::Infallible>(Frame::data(
-                                hyper::body::Bytes::from(vec![b'x'; CHUNK]),
-                            ))
-                        }));
-                    async move { Ok::<_, std::convert::Infallible>(hyper::Response::new(body)) }
-                });
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .timer(TokioTimer::new())
-                    .serve_connection(TokioIo::new(io), service)
-                    .await;
-            })
-        };
-        let b = balancer(10);
-        let mut held = Vec::new();
-        for _ in 0..5 {
-            let mut svc = b.clone();
-            let req = hyper::Request::get(format!("http://{addr}/watch"))
-                .body(Body::empty())
-                .unwrap();
-            // Never read.
-            held.push(tower::Service::call(&mut svc, req).await.unwrap());
-        }
-        let total = || -> Vec<usize> {
-            let s = sent.lock().unwrap();
-            s.iter().map(|n| n.load(Ordering::SeqCst) * CHUNK).collect()
-        };
-        // Until the sends stop.
-        let mut last = Vec::new();
-        loop {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let now = total();
-            if now == last {
-                break;
-            }
-            last = now;
-        }
-        // The body may be polled a few chunks ahead of the window.
-        let slack = 16 * CHUNK;
-        for (i, n) in last.iter().enumerate() {
-            assert!(
-                *n <= STREAM_WINDOW as usize + slack,
-                "stream {i}: {n} bytes sent unread; the window is {STREAM_WINDOW}"
-            );
-        }
-        let all: usize = last.iter().sum();
-        assert!(
-            all <= CONNECTION_WINDOW as usize + slack,
-            "{all} bytes sent unread on one connection; its window is {CONNECTION_WINDOW}: {last:?}"
-        );
-        // The connection's window was used up: the bound is the window,
-        // not a server that stopped early.
-        assert!(
-            all >= CONNECTION_WINDOW as usize - slack,
-            "the windows were not used: {last:?}"
-        );
-        drop(held);
         server.abort();
     }
 
