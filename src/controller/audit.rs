@@ -573,21 +573,14 @@ impl Auditor {
                 return;
             };
             let key = kind.key();
-            match result {
+            // What is kept until the kind's stamp moves or its refresh
+            // comes: its report, or `None` when RBAC forbade the list.
+            let kept = match result {
                 Ok(report) => {
                     summary.read += report.objects;
                     state.record(kind, &report.findings);
                     states.set_forbidden(kind, false);
-                    let stamp = stamps.get(&key).copied().unwrap_or_default();
-                    listed.insert(
-                        key,
-                        Listed {
-                            stamp,
-                            pass: this_pass,
-                            report: Some(report),
-                        },
-                    );
-                    return;
+                    Some(report)
                 }
                 // RBAC does not let mrguard read this kind (the chart lists
                 // API groups; a provider outside them). That is the
@@ -602,37 +595,38 @@ impl Auditor {
                         e.count(Some(metrics));
                     }
                     state.forget(&key);
-                    let stamp = stamps.get(&key).copied().unwrap_or_default();
-                    listed.insert(
-                        key,
-                        Listed {
-                            stamp,
-                            pass: this_pass,
-                            report: None,
-                        },
-                    );
-                    return;
-                }
-                // Established, but the API server's handler lags its own
-                // condition for a moment (or the CRD was just deleted):
-                // the next pass reads it.
-                Err(e) if e.is_not_found() => {
-                    summary.complete = false;
-                    e.count(Some(metrics));
-                    tracing::debug!(error = %e, "audit: a kind is not served yet; keeping its last results");
+                    None
                 }
                 Err(e) => {
                     summary.complete = false;
-                    e.log(
-                        Some(metrics),
-                        "audit: failed to list MRs of a kind; keeping its last results",
-                    );
+                    if e.is_not_found() {
+                        // Established, but the API server's handler lags
+                        // its own condition for a moment (or the CRD was
+                        // just deleted): the next pass reads it.
+                        e.count(Some(metrics));
+                        tracing::debug!(error = %e, "audit: a kind is not served yet; keeping its last results");
+                    } else {
+                        e.log(
+                            Some(metrics),
+                            "audit: failed to list MRs of a kind; keeping its last results",
+                        );
+                    }
+                    // Its last results stay in the gauges and the reports;
+                    // the next pass lists it again.
+                    listed.remove(&key);
+                    collected.failed(kind);
+                    return;
                 }
-            }
-            // Its last results stay in the gauges and the reports; the
-            // next pass lists it again.
-            listed.remove(&key);
-            collected.failed(kind);
+            };
+            let stamp = stamps.get(&key).copied().unwrap_or_default();
+            listed.insert(
+                key,
+                Listed {
+                    stamp,
+                    pass: this_pass,
+                    report: kept,
+                },
+            );
         })
         .await;
         for kind in cov.kinds() {
