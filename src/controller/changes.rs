@@ -1,9 +1,11 @@
 //! What the replica's watches saw change, for the audit to know which
 //! kinds it must list again and which findings it may keep.
 //!
-//! A kind's stamp moves on every event or relist of its MRs and on every
-//! change to a provider config (which decides whether two claims reach the
-//! same account). Kinds whose groups fold to one (`s3.aws.upbound.io` and
+//! A kind's stamp moves on every relist of its MRs, on every event that
+//! adds or deletes one or changes what the audit judges of it (not a
+//! provider's status update: `IdentityView::judged`), and on every change
+//! to a provider config (which decides whether two claims reach the same
+//! account). Kinds whose groups fold to one (`s3.aws.upbound.io` and
 //! `s3.aws.m.upbound.io`) share a stamp: their MRs may claim the same
 //! external resource, so a change in one may add a finding to the other.
 
@@ -20,6 +22,14 @@ pub(crate) struct Stamp {
     shared: u64,
     /// Events and relists of the kind (and of the kinds sharing its folded group).
     own: u64,
+}
+
+#[cfg(test)]
+impl Stamp {
+    /// The kind's own count.
+    pub(crate) fn own(&self) -> u64 {
+        self.own
+    }
 }
 
 #[derive(Default)]

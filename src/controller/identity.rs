@@ -45,7 +45,7 @@ use crate::config::ConfigStore;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
 use mrguard_policy::identity::report::entry_of;
-use mrguard_policy::identity::{Claim, MrKey, ProviderConfigFacts};
+use mrguard_policy::identity::{Claim, MrClaim, MrKey, ProviderConfigFacts};
 use mrguard_policy::mr::EXTERNAL_NAME;
 
 /// How often the configuration is compared with the one the claims were
@@ -214,6 +214,34 @@ fn provider_config_kinds<'a>(
 }
 
 impl IdentityView {
+    /// A digest of what the audit judges of this MR: its metadata but for
+    /// `resourceVersion` and `managedFields`, and its generation, which
+    /// the API server moves on any change but to metadata and, with the
+    /// status subresource (every Crossplane MR's CRD has it), status. So
+    /// a provider rewriting status leaves it. `every_change` (a rule reads
+    /// status or managedFields): the resourceVersion too.
+    pub(crate) fn judged(&self, every_change: bool) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let m = &self.metadata;
+        // Fixed keys: digests are compared within this process only.
+        let mut h = std::hash::DefaultHasher::new();
+        m.generation.hash(&mut h);
+        m.labels.hash(&mut h);
+        m.annotations.hash(&mut h);
+        m.deletion_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .hash(&mut h);
+        m.finalizers.hash(&mut h);
+        for o in m.owner_references.iter().flatten() {
+            (&o.uid, &o.kind, &o.name, o.controller).hash(&mut h);
+        }
+        if every_change {
+            m.resource_version.hash(&mut h);
+        }
+        h.finish()
+    }
+
     /// The MR's UID and what the gauges count of it.
     pub(crate) fn state(&self, kind: &MrKind) -> Option<(String, ObjState)> {
         let uid = self.metadata.uid.clone()?;
@@ -475,7 +503,10 @@ async fn watch_kind(
         move || lists_from_cache(cluster.identities(), &kind)
     };
     let mut stream = backoff_watcher(sized_watcher(api, from_cache)).boxed();
-    type Listing = (Vec<(MrKey, Option<Claim>, bool)>, Vec<(String, ObjState)>);
+    type Listing = (Vec<(MrClaim, u64)>, Vec<(String, ObjState)>);
+    // Without a rule that reads them, status updates change no finding and
+    // do not make the kind due for the audit.
+    let every_change = config.reads_status() || config.reads_managed_fields();
     let mut listing: Option<Listing> = None;
     let mut watch_error = ErrorOnce::default();
     let mut not_found = 0;
@@ -491,25 +522,31 @@ async fn watch_kind(
             Ok(watcher::Event::Init) => listing = Some(Default::default()),
             Ok(watcher::Event::InitApply(o)) => {
                 if let Some((claims, objs)) = listing.as_mut() {
-                    claims.extend(o.claim(&kind, &config));
+                    let judged = o.judged(every_change);
+                    claims.extend(o.claim(&kind, &config).map(|c| (c, judged)));
                     objs.extend(o.state(&kind));
                 }
             }
             Ok(watcher::Event::InitDone) => {
                 let (claims, objs) = listing.take().unwrap_or_default();
-                index.replace_kind(&kind.group, &kind.kind, claims);
+                index.replace_kind_judged(&kind.group, &kind.kind, claims);
                 states.replace_kind(&kind, objs);
                 states.changes().kind(&kind.group, &kind.kind);
                 let _ = done.send(key.clone());
             }
             Ok(watcher::Event::Apply(o)) => {
-                if let Some((k, c, deletes)) = o.claim(&kind, &config) {
-                    index.upsert(k, c, deletes);
-                }
+                let changed = match o.claim(&kind, &config) {
+                    Some((k, c, deletes)) => {
+                        index.upsert_judged(k, c, deletes, o.judged(every_change))
+                    }
+                    None => true,
+                };
                 if let Some((uid, s)) = o.state(&kind) {
                     states.upsert(&kind, &uid, s);
                 }
-                states.changes().kind(&kind.group, &kind.kind);
+                if changed {
+                    states.changes().kind(&kind.group, &kind.kind);
+                }
             }
             Ok(watcher::Event::Delete(o)) => {
                 if let Some((k, _, _)) = o.claim(&kind, &config) {
@@ -810,12 +847,25 @@ mod tests {
         mpsc::UnboundedReceiver<String>,
         Arc<Cluster>,
     ) {
+        spawn_vpc_watch_with(client, states, metrics, Config::builtin())
+    }
+
+    fn spawn_vpc_watch_with(
+        client: kube::Client,
+        states: MrStates,
+        metrics: Arc<ControllerMetrics>,
+        config: Config,
+    ) -> (
+        tokio::task::JoinHandle<()>,
+        mpsc::UnboundedReceiver<String>,
+        Arc<Cluster>,
+    ) {
         let cluster = Arc::new(Cluster::default());
         let (done, done_rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(watch_kind(
             client,
             crate::controller::watch::tests::vpc_kind(),
-            Arc::new(Config::builtin()),
+            Arc::new(config),
             cluster.clone(),
             states,
             done,
@@ -963,5 +1013,73 @@ mod tests {
             .count();
         assert_eq!(lists, 2);
         task.abort();
+    }
+
+    /// A provider rewriting an MR's status (a new resourceVersion, status
+    /// and managedFields; the same generation and metadata) does not make
+    /// the kind due for the audit; a spec change (a new generation) does.
+    /// With a CEL rule that reads status, every update does.
+    #[tokio::test]
+    async fn only_what_the_audit_judges_moves_the_kinds_stamp() {
+        use crate::controller::mock::{self, list, Reply};
+        use crate::controller::watch::tests::vpc;
+        let status_rule = Config::from_yaml(
+            "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - {name: ready, expression: 'has(self.status)', message: m}\n",
+        )
+        .unwrap();
+        for (config, moves) in [(Config::builtin(), 1), (status_rule, 2)] {
+            let mut first = vpc(
+                "net",
+                "u1",
+                json!({}),
+                json!({"forProvider": {"region": "us-east-1"}}),
+            );
+            first["metadata"]["generation"] = json!(1);
+            let mut status_only = first.clone();
+            status_only["metadata"]["resourceVersion"] = json!("11");
+            status_only["metadata"]["managedFields"] =
+                json!([{"manager": "provider", "operation": "Update", "subresource": "status"}]);
+            status_only["status"] = json!({"atProvider": {"id": "vpc-1"}});
+            let mut spec_change = status_only.clone();
+            spec_change["metadata"]["resourceVersion"] = json!("12");
+            spec_change["metadata"]["generation"] = json!(2);
+            spec_change["spec"]["forProvider"]["cidrBlock"] = json!("10.0.0.0/16");
+            let watched = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let w = watched.clone();
+            let (client, _api) = mock::client(move |r| {
+                if !r.query.contains("watch=true") {
+                    return Reply::Json(
+                        200,
+                        list("VPCList", "ec2.aws.upbound.io/v1beta1", vec![first.clone()]),
+                    );
+                }
+                if w.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    return Reply::Hang;
+                }
+                Reply::Watch(vec![
+                    json!({"type": "MODIFIED", "object": status_only.clone()}),
+                    json!({"type": "MODIFIED", "object": spec_change.clone()}),
+                ])
+            });
+            let metrics =
+                Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+            let states = MrStates::new(metrics.clone());
+            let (task, mut done_rx, _cluster) =
+                spawn_vpc_watch_with(client, states.clone(), metrics, config);
+            done_rx.recv().await.unwrap();
+            // Beyond the list's move. The events come in order: once the
+            // spec change moved it, the status update had its turn.
+            let moved = || states.changes().stamp("ec2.aws.upbound.io", "VPC").own() - 1;
+            tokio::time::timeout(Duration::from_secs(5), async {
+                while moved() < moves {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(moved(), moves);
+            task.abort();
+        }
     }
 }

@@ -9,12 +9,12 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::PostParams;
 
-use crate::support::cluster::{Cluster, ClusterOptions};
+use crate::support::cluster::Cluster;
 use serde_json::json;
 
 use crate::support::{self, procfs, wait_for, Options, Release, WAIT};
 
-const GROUP: &str = "ec2.aws.upbound.io";
+pub(crate) const GROUP: &str = "ec2.aws.upbound.io";
 
 /// The leader's established TCP connections to the API server.
 fn connections(r: &Release) -> usize {
@@ -23,7 +23,7 @@ fn connections(r: &Release) -> usize {
 
 /// A new MR kind (in a group the chart's RBAC covers) is covered, and a
 /// paused MR of it is counted by the leader's gauge: its watch works.
-async fn a_new_kind_is_watched(r: &Release, kind: &str, within: Duration) {
+pub(crate) async fn a_new_kind_is_watched(r: &Release, kind: &str, within: Duration) {
     let plural = format!("{}s", kind.to_lowercase());
     let crd = support::managed_crd(GROUP, "v1alpha1", kind, &plural, "Cluster");
     let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
@@ -175,42 +175,6 @@ async fn connections_that_carry_only_watches_are_kept_across_renewals() {
     a_paused_mr_is_counted(&r, "E2eKeptConnsProbe", "paused-2", 2.0, WAIT).await;
 }
 
-/// A test's own API server whose audit log records every request of
-/// `release`'s service accounts (received only), so that it holds this
-/// release's requests only; `None` where the test may skip.
-async fn audited_cluster(test: &str, release: &str) -> Option<&'static Cluster> {
-    support::require_cluster(test).await?;
-    let policy = format!(
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [ResponseStarted, ResponseComplete]\n\
-         rules:\n- level: Metadata\n  userGroups: [\"system:serviceaccounts:{release}-system\"]\n- level: None\n"
-    );
-    let cluster = Cluster::start(&ClusterOptions {
-        audit_policy: Some(policy),
-        ..ClusterOptions::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{test}: the API server did not start: {e}"));
-    Some(Box::leak(Box::new(cluster)))
-}
-
-/// The events of `log`, the audit log of an [`audited_cluster`], with
-/// `verb`, in the order received.
-fn audited<'a>(log: &'a str, verb: &'a str) -> impl Iterator<Item = serde_json::Value> + 'a {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(move |v| v["verb"] == verb)
-}
-
-/// The request URIs of `verb` on `collection` (with any query) in `log`,
-/// the audit log of an [`audited_cluster`], in the order received.
-fn requested(log: &str, verb: &str, collection: &str) -> Vec<String> {
-    let prefix = format!("{collection}?");
-    audited(log, verb)
-        .filter_map(|v| v["requestURI"].as_str().map(str::to_string))
-        .filter(|u| u.starts_with(&prefix))
-        .collect()
-}
-
 /// kube-apiserver restarted (SIGTERM, as in a control-plane upgrade) drops
 /// the leader's HTTP/2 connection; its watches come back on a new one: an
 /// MR of a kind watched before the restart is counted, a kind created
@@ -227,7 +191,7 @@ fn requested(log: &str, verb: &str, collection: &str) -> Vec<String> {
 async fn watches_come_back_on_a_new_connection_after_the_api_server_restarts() {
     let test = "watches_come_back_on_a_new_connection_after_the_api_server_restarts";
     let release = "e2e-restart";
-    let Some(cluster) = audited_cluster(test, release).await else {
+    let Some(cluster) = support::audited_cluster(test, release).await else {
         return;
     };
     let r = support::install(cluster, release, Options::default()).await;
@@ -255,7 +219,7 @@ async fn watches_come_back_on_a_new_connection_after_the_api_server_restarts() {
     // pages from etcd until the kind is known, then from the cache. The
     // audit's reads from the cache carry no resourceVersionMatch.
     let log = std::fs::read_to_string(cluster.audit_log()).unwrap();
-    let lists: Vec<String> = requested(
+    let lists: Vec<String> = support::requested(
         &log,
         "list",
         &format!("/apis/{GROUP}/v1alpha1/e2ebeforerestartprobes"),
@@ -292,7 +256,7 @@ async fn watches_come_back_on_a_new_connection_after_the_api_server_restarts() {
 async fn every_replica_lists_and_watches_crds_once() {
     let test = "every_replica_lists_and_watches_crds_once";
     let release = "e2e-crdwatch";
-    let Some(cluster) = audited_cluster(test, release).await else {
+    let Some(cluster) = support::audited_cluster(test, release).await else {
         return;
     };
     let r = support::install(
@@ -307,7 +271,7 @@ async fn every_replica_lists_and_watches_crds_once() {
     // The leader's coverage has run once a new kind is covered.
     a_new_kind_is_watched(&r, "E2eCrdWatchProbe", WAIT).await;
     let log = std::fs::read_to_string(cluster.audit_log()).unwrap();
-    let requests = |verb: &str, collection: &str| requested(&log, verb, collection).len();
+    let requests = |verb: &str, collection: &str| support::requested(&log, verb, collection).len();
     let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
     let (watches, lists) = (requests("watch", crds), requests("list", crds));
     eprintln!("{test}: 2 replicas made {watches} CRD watches and {lists} CRD lists");
@@ -333,7 +297,7 @@ async fn every_replica_lists_and_watches_crds_once() {
     assert_eq!(lists, 2, "one CRD list per replica");
     // Each watcher draws its own watch timeout, so that watches started
     // together are not renewed together: kube-runtime sends 290 s to all.
-    let timeouts: Vec<u32> = audited(&log, "watch")
+    let timeouts: Vec<u32> = support::audited(&log, "watch")
         // kube's watch_object, two small watches of the webhook
         // configurations, keeps kube's 290 s.
         .filter(|v| v["objectRef"]["apiGroup"] != "admissionregistration.k8s.io")

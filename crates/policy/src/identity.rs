@@ -326,6 +326,11 @@ impl fmt::Display for MrKey {
     }
 }
 
+/// One MR as a listing gives it to the index: its key, its claim (`None`
+/// while it has no identity) and whether deleting it deletes its external
+/// resource.
+pub type MrClaim = (MrKey, Option<Claim>, bool);
+
 /// What the index keeps per MR: digests of its identity with and without
 /// the provider config, and whether the MR is being deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -348,12 +353,14 @@ pub struct Claimant {
     pub deleting: bool,
 }
 
-/// Per MR: its claim, if it has an identity yet, and whether deleting it
-/// deletes the external resource (for the teardown guard).
+/// Per MR: its claim, if it has an identity yet, whether deleting it
+/// deletes the external resource (for the teardown guard), and a digest
+/// of what the audit judges of it (0 when not given).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
     claim: Option<Claim>,
     deletes: bool,
+    judged: u64,
 }
 
 #[derive(Debug, Default)]
@@ -634,7 +641,31 @@ impl IdentityIndex {
     /// Records a live MR: its claim (`None` while it has no identity) and
     /// whether deleting it deletes its external resource.
     pub fn upsert(&self, key: MrKey, claim: Option<Claim>, deletes: bool) {
-        self.write().insert(key, Entry { claim, deletes });
+        self.upsert_judged(key, claim, deletes, 0);
+    }
+
+    /// [`IdentityIndex::upsert`], with `judged`: a digest of what the audit
+    /// judges of the MR, kept with it. Returns whether anything kept
+    /// changed (or the MR is new): an update that changes none of it (a
+    /// provider rewriting status) changes no audit finding.
+    pub fn upsert_judged(
+        &self,
+        key: MrKey,
+        claim: Option<Claim>,
+        deletes: bool,
+        judged: u64,
+    ) -> bool {
+        let entry = Entry {
+            claim,
+            deletes,
+            judged,
+        };
+        let mut inner = self.write();
+        if inner.get(&key) == Some(&entry) {
+            return false;
+        }
+        inner.insert(key, entry);
+        true
     }
 
     /// Forgets an MR that is gone.
@@ -643,12 +674,25 @@ impl IdentityIndex {
     }
 
     /// Replaces every claim of `group`/`kind` with `claims` (a fresh list).
-    pub fn replace_kind(&self, group: &str, kind: &str, claims: Vec<(MrKey, Option<Claim>, bool)>) {
+    pub fn replace_kind(&self, group: &str, kind: &str, claims: Vec<MrClaim>) {
+        self.replace_kind_judged(group, kind, claims.into_iter().map(|c| (c, 0)).collect());
+    }
+
+    /// [`IdentityIndex::replace_kind`], each MR with its digest for
+    /// [`IdentityIndex::upsert_judged`].
+    pub fn replace_kind_judged(&self, group: &str, kind: &str, claims: Vec<(MrClaim, u64)>) {
         let path = kind_path(group, kind);
         let mut inner = self.write();
         inner.drop_kind(&path);
-        for (k, claim, deletes) in claims {
-            inner.insert(k, Entry { claim, deletes });
+        for ((k, claim, deletes), judged) in claims {
+            inner.insert(
+                k,
+                Entry {
+                    claim,
+                    deletes,
+                    judged,
+                },
+            );
         }
         inner.listed.insert(path.into());
     }
@@ -1134,6 +1178,33 @@ mod tests {
             ),
             ProviderConfigStatus::Unknown
         );
+    }
+
+    /// An update that changes nothing the index keeps, the audit's digest
+    /// included, says so; a relist's digests are what later updates are
+    /// compared with.
+    #[test]
+    fn an_update_says_whether_what_the_audit_judges_changed() {
+        let idx = IdentityIndex::default();
+        let b = bucket("data", json!({}), json!({"forProvider": {}}));
+        let claim = Some(
+            identity(&b, "s3.aws.upbound.io", "Bucket", "")
+                .unwrap()
+                .claim(false),
+        );
+        let k = MrKey::new("s3.aws.upbound.io", "Bucket", "", "data");
+        assert!(idx.upsert_judged(k.clone(), claim, true, 7), "new");
+        assert!(!idx.upsert_judged(k.clone(), claim, true, 7), "the same");
+        assert!(idx.upsert_judged(k.clone(), claim, true, 8), "judged");
+        assert!(idx.upsert_judged(k.clone(), claim, false, 8), "deletes");
+        assert!(idx.upsert_judged(k.clone(), None, false, 8), "claim");
+        idx.replace_kind_judged(
+            "s3.aws.upbound.io",
+            "Bucket",
+            vec![((k.clone(), claim, true), 9)],
+        );
+        assert!(!idx.upsert_judged(k.clone(), claim, true, 9));
+        assert!(idx.upsert_judged(k, claim, true, 10));
     }
 
     #[test]

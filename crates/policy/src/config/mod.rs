@@ -209,6 +209,8 @@ pub struct Config {
     /// Whether a CEL rule reads `metadata.managedFields`; found once when
     /// the configuration loads, since every request asks.
     reads_managed_fields: bool,
+    /// Whether a CEL rule reads `status` ([`Config::reads_status`]).
+    reads_status: bool,
     /// Group → kinds that entries name without wildcards ([`Config::names_kind`]).
     named_kinds: BTreeMap<String, BTreeSet<String>>,
 }
@@ -218,6 +220,15 @@ impl Config {
     /// `oldSelf`: only then must a review's objects keep them.
     pub fn reads_managed_fields(&self) -> bool {
         self.reads_managed_fields
+    }
+
+    /// Whether a CEL rule reads `status` of `self` or `oldSelf`, its
+    /// presence included. Otherwise no verdict depends on what a provider
+    /// writes through the status subresource, and an update that changes
+    /// only status (and managedFields, and the resourceVersion) changes
+    /// no finding.
+    pub fn reads_status(&self) -> bool {
+        self.reads_status
     }
 
     /// Whether a `resources` entry names this group and kind literally, with
@@ -296,10 +307,14 @@ impl Config {
         let known_rule = |r: &str| check_rule_key("", r, &cel_names).is_ok();
         let exceptions = exceptions::validate(raw.exceptions, &known_rule, &resources)?;
         const MANAGED_FIELDS: &[&str] = &["metadata", "managedFields"];
-        let reads_managed_fields = resources.iter().any(|r| {
-            let reads = r.cel_rules.reads();
-            reads.reaches("self", MANAGED_FIELDS) || reads.reaches("oldSelf", MANAGED_FIELDS)
-        });
+        let reaches = |path: &[&str]| {
+            resources.iter().any(|r| {
+                let reads = r.cel_rules.reads();
+                reads.reaches("self", path) || reads.reaches("oldSelf", path)
+            })
+        };
+        let reads_managed_fields = reaches(MANAGED_FIELDS);
+        let reads_status = reaches(&["status"]);
 
         Ok(Self {
             provider_config: ProviderConfigDefaults {
@@ -312,6 +327,7 @@ impl Config {
             exceptions,
             fallback: ResourceConfig::default(),
             reads_managed_fields,
+            reads_status,
             named_kinds,
         })
     }
@@ -682,6 +698,28 @@ fn check_object_name(field: &str, name: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only a CEL rule that reads `status` (its presence too) makes a
+    /// status update matter; the built-in rules read none.
+    #[test]
+    fn reads_status_only_when_a_cel_rule_reads_it() {
+        assert!(!Config::builtin().reads_status());
+        let config = |expression: &str| {
+            Config::from_yaml(&format!(
+                "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - name: r\n        expression: {expression:?}\n        message: m\n"
+            ))
+            .unwrap()
+        };
+        for (expression, reads) in [
+            ("self.status.conditions.size() > 0", true),
+            ("has(self.status)", true),
+            ("size(self) > 0", true),
+            ("self.spec.forProvider.region == 'x'", false),
+            ("has(self.metadata.labels)", false),
+        ] {
+            assert_eq!(config(expression).reads_status(), reads, "{expression}");
+        }
+    }
 
     #[test]
     fn the_next_change_is_the_first_staged_date_or_expiry_ahead() {
