@@ -251,6 +251,8 @@ struct AuditPass {
     objects: u64,
     /// MRs listed.
     read: u64,
+    /// Kinds judged empty from their watch, without a list.
+    empty: u64,
     seconds: f64,
 }
 
@@ -598,6 +600,7 @@ impl Bench {
         self.phase_mrs().await?;
         self.phase_new_replica().await?;
         self.phase_audit().await?;
+        self.phase_new_config().await?;
         self.phase_quiet().await?;
         if !self.args.no_restarts {
             self.phase_apiserver_restart().await?;
@@ -832,6 +835,7 @@ impl Bench {
                     listed: n("listed"),
                     objects: n("objects"),
                     read: n("read"),
+                    empty: n("empty"),
                     seconds: f["seconds"].as_f64().unwrap_or(f64::NAN),
                 })
             })
@@ -890,6 +894,62 @@ impl Bench {
             t.elapsed().as_secs_f64(),
             cpu
         );
+        Ok(())
+    }
+
+    /// A new configuration (the same rules, the file changed), twice: the
+    /// first pass that starts after each reload must judge every kind.
+    async fn phase_new_config(&mut self) -> anyhow::Result<()> {
+        eprintln!("controller_scale: a new configuration, twice");
+        let _ = writeln!(
+            self.report,
+            "### A new configuration: a pass that judges every kind
+
+             The configuration file rewritten (a comment added), and the first pass              that began after the reload, twice.
+
+             | reload | kinds | kinds listed | judged empty without a list | MRs read | seconds | from the write to its end, s |
+             |---|---|---|---|---|---|---|"
+        );
+        let path = self.release.config_file();
+        for i in 1..=2 {
+            let yaml = std::fs::read_to_string(&path)?;
+            let before = self.audit_passes().len();
+            self.release
+                .write_config(&format!(
+                    "{yaml}
+# controller_scale: reload {i}
+"
+                ))
+                .map_err(|e| anyhow!(e))?;
+            let t = Instant::now();
+            // Passes under way at the reload end first and list little; the
+            // one after judges every kind.
+            let full = |p: &AuditPass| p.listed + p.empty >= p.kinds;
+            self.wait_until(
+                "a pass that judges every kind after the reload",
+                Duration::from_secs(600),
+                || async { self.audit_passes().iter().skip(before).any(full) },
+            )
+            .await?;
+            let took = t.elapsed();
+            let passes = self.audit_passes();
+            let p = passes
+                .iter()
+                .skip(before)
+                .find(|p| full(p))
+                .expect("waited for");
+            let _ = writeln!(
+                self.report,
+                "| {i} | {} | {} | {} | {} | {:.1} | {:.1} |",
+                p.kinds,
+                p.listed,
+                p.empty,
+                p.read,
+                p.seconds,
+                took.as_secs_f64()
+            );
+        }
+        let _ = writeln!(self.report);
         Ok(())
     }
 

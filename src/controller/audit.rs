@@ -191,15 +191,18 @@ pub(crate) enum PassEvent<'a> {
     Done(&'a MrKind, Result<KindReport, ControllerError>),
 }
 
-/// Kinds an audit pass lists at once. One at a time, a pass over 1,008
-/// kinds took 30 s, nearly all of it waiting for one small list after
-/// another; each kind's pages still come one at a time, so at most this
-/// many pages are in memory.
-const KINDS_IN_FLIGHT: usize = 4;
+/// Kinds an audit pass lists at once: the process's collection-read
+/// places (`list_limit`), which the audit takes only while no other read
+/// waits. One at a time, a pass over 1,008 kinds took 30 s, nearly all of
+/// it waiting for one small list after another; each kind's pages still
+/// come one at a time, so at most this many pages are in memory.
+const KINDS_IN_FLIGHT: usize = super::list_limit::COLLECTION_READS;
 
 /// The one audit loop, shared by the controller's passes and `mrguard
 /// audit`: each of `kinds`, listed page by page and judged against
-/// `cluster`, [`KINDS_IN_FLIGHT`] at a time; `each` hears of them in order.
+/// `cluster`, [`KINDS_IN_FLIGHT`] at a time; `each` hears of each kind as
+/// its listing ends. A kind whose list is slow holds its own place only:
+/// the next kind starts whenever any listing ends.
 pub(crate) async fn pass<'k>(
     client: &kube::Client,
     kinds: impl IntoIterator<Item = &'k MrKind>,
@@ -216,11 +219,11 @@ pub(crate) async fn pass<'k>(
         (kind, audit_kind_in(client, kind, config, cluster).await)
     }
     let mut kinds = kinds.into_iter();
-    let mut in_flight = futures::stream::FuturesOrdered::new();
+    let mut in_flight = futures::stream::FuturesUnordered::new();
     loop {
         while in_flight.len() < KINDS_IN_FLIGHT {
             let Some(kind) = kinds.next() else { break };
-            in_flight.push_back(one(client, kind, config, cluster));
+            in_flight.push(one(client, kind, config, cluster));
         }
         let Some((kind, result)) = in_flight.next().await else {
             return;
@@ -421,8 +424,25 @@ struct Listed {
     report: Option<KindReport>,
 }
 
-/// The kinds pass number `pass` lists, of `kinds` with their stamps now:
-/// those never listed or changed since (by their stamp), those listed
+/// The kinds a pass is to judge again: changed ones and refreshes.
+#[derive(Debug, Default)]
+struct Due<'a> {
+    /// Never listed, or changed since (by their stamp).
+    changed: Vec<&'a MrKind>,
+    /// Kept, and listed now because they were kept longest: these check
+    /// what the watches said.
+    refresh: Vec<&'a MrKind>,
+}
+
+#[cfg(test)]
+impl<'a> Due<'a> {
+    fn kinds(self) -> Vec<&'a MrKind> {
+        self.changed.into_iter().chain(self.refresh).collect()
+    }
+}
+
+/// The kinds pass number `pass` judges again, of `kinds` with their stamps
+/// now: those never listed or changed since (by their stamp), those listed
 /// [`REFRESH_PASSES`] passes ago, and the longest-kept share of the rest,
 /// so that the refreshes are spread over the passes instead of all falling
 /// on one.
@@ -430,22 +450,24 @@ fn to_list<'a>(
     kinds: &[(&'a MrKind, Stamp)],
     listed: &HashMap<String, Listed>,
     pass: u64,
-) -> Vec<&'a MrKind> {
-    let mut list = Vec::new();
+) -> Due<'a> {
+    let mut due = Due::default();
     let mut kept = Vec::new();
     for (kind, stamp) in kinds {
         match listed.get(&kind.key()) {
             Some(l) if l.stamp == *stamp && pass - l.pass < REFRESH_PASSES => {
                 kept.push((l.pass, *kind));
             }
-            _ => list.push(*kind),
+            Some(l) if l.stamp == *stamp => due.refresh.push(*kind),
+            _ => due.changed.push(*kind),
         }
     }
     let share = kept.len().div_ceil(REFRESH_PASSES as usize);
     // Stable: among equals, the coverage's order.
     kept.sort_by_key(|(pass, _)| *pass);
-    list.extend(kept.into_iter().take(share).map(|(_, k)| k));
-    list
+    due.refresh
+        .extend(kept.into_iter().take(share).map(|(_, k)| k));
+    due
 }
 
 /// What one controller pass did, as its log line says.
@@ -458,6 +480,8 @@ pub(crate) struct PassSummary {
     pub(crate) objects: usize,
     /// MRs listed in this pass.
     pub(crate) read: usize,
+    /// Kinds judged again without a list: their watch holds no MR.
+    pub(crate) empty: usize,
     pub(crate) findings: usize,
     /// Every kind has current results (a forbidden kind counts).
     pub(crate) complete: bool,
@@ -550,11 +574,23 @@ impl Auditor {
             .map(|k| (k, changes.stamp(&k.group, &k.kind)))
             .collect();
         let stamps: HashMap<String, Stamp> = stamped.iter().map(|(k, s)| (k.key(), *s)).collect();
-        let listing = to_list(&stamped, &self.listed, this_pass);
+        let due = to_list(&stamped, &self.listed, this_pass);
+        // A changed or new kind whose MRs the replica's watch has listed
+        // and holds none of has nothing to judge: no list. At 5,000 kinds a
+        // new leader's first pass, or a new configuration's, was one list a
+        // kind (45 s), most of them empty in a cluster with whole provider
+        // families installed. Its refresh still lists it: that checks the
+        // watch.
+        let (empty, changed): (Vec<&MrKind>, Vec<&MrKind>) = due
+            .changed
+            .into_iter()
+            .partition(|k| self.cluster.identities().listed_len(&k.group, &k.kind) == Some(0));
+        let listing: Vec<&MrKind> = changed.into_iter().chain(due.refresh).collect();
         let started = std::time::Instant::now();
         let mut summary = PassSummary {
             kinds: cov.len(),
             listed: listing.len(),
+            empty: empty.len(),
             complete: true,
             ..PassSummary::default()
         };
@@ -568,6 +604,20 @@ impl Auditor {
             listed,
             ..
         } = self;
+        for kind in empty {
+            state.record(kind, &[]);
+            states.set_forbidden(kind, false);
+            let key = kind.key();
+            let stamp = stamps.get(&key).copied().unwrap_or_default();
+            listed.insert(
+                key,
+                Listed {
+                    stamp,
+                    pass: this_pass,
+                    report: Some(KindReport::default()),
+                },
+            );
+        }
         pass(client, listing, &config, cluster, |event| {
             let PassEvent::Done(kind, result) = event else {
                 return;
@@ -653,6 +703,7 @@ impl Auditor {
         tracing::info!(
             kinds = summary.kinds,
             listed = summary.listed,
+            empty = summary.empty,
             objects = summary.objects,
             read = summary.read,
             findings = summary.findings,
@@ -1097,7 +1148,7 @@ mod tests {
         // Pass 1: nothing known, every kind.
         let s = stamped(&kinds);
         let refs: Vec<(&MrKind, Stamp)> = s.iter().map(|(k, st)| (k, *st)).collect();
-        assert_eq!(to_list(&refs, &listed, 1).len(), 25);
+        assert_eq!(to_list(&refs, &listed, 1).kinds().len(), 25);
         for (k, st) in &refs {
             listed.insert(k.key(), listed_at(1, *st));
         }
@@ -1107,7 +1158,7 @@ mod tests {
         let s = stamped(&kinds);
         let refs: Vec<(&MrKind, Stamp)> = s.iter().map(|(k, st)| (k, *st)).collect();
         assert_eq!(
-            names(to_list(&refs, &listed, 2)),
+            names(to_list(&refs, &listed, 2).kinds()),
             [
                 "g7.example.org",
                 "g0.example.org",
@@ -1120,7 +1171,11 @@ mod tests {
         // it changed, and no pass lists more than a tenth plus the changed.
         let mut last: HashMap<String, u64> = HashMap::new();
         for pass in 2..=30 {
-            let l: Vec<MrKind> = to_list(&refs, &listed, pass).into_iter().cloned().collect();
+            let l: Vec<MrKind> = to_list(&refs, &listed, pass)
+                .kinds()
+                .into_iter()
+                .cloned()
+                .collect();
             // Pass 2 also lists the changed kind.
             let most = 3 + usize::from(pass == 2);
             assert!(l.len() <= most, "pass {pass} listed {}", l.len());
@@ -1249,6 +1304,129 @@ mod tests {
             cov.len()
         );
         assert!(listed(auditor.pass_at(&cov, at("2030-01-01T00:00:01Z")).await) < cov.len());
+    }
+
+    /// A kind whose list does not answer holds its own place in the pass,
+    /// not the others': every other kind is listed and heard of. In
+    /// coverage order, the first kind's hang held back every result and
+    /// every kind after the first few.
+    #[tokio::test]
+    async fn a_slow_kind_does_not_hold_up_the_others() {
+        let kinds: Vec<MrKind> = (0..KINDS_IN_FLIGHT * 2).map(kind_n).collect();
+        let slow = kinds[0].clone();
+        let group = format!("/apis/{}/", slow.group);
+        let (client, api) = mock::client(move |r| {
+            if r.path.starts_with(&group) {
+                return Reply::Hang;
+            }
+            Reply::Json(200, page(vec![], ""))
+        });
+        let config = Config::builtin();
+        let mut done = Vec::new();
+        let run = pass(&client, &kinds, &config, Cluster::empty(), |e| {
+            if let PassEvent::Done(kind, result) = e {
+                assert!(result.is_ok(), "{result:?}");
+                done.push(kind.key());
+            }
+        });
+        assert!(
+            tokio::time::timeout(Duration::from_secs(2), run)
+                .await
+                .is_err(),
+            "the pass ended without the slow kind"
+        );
+        assert_eq!(api.requests().len(), kinds.len());
+        assert_eq!(done.len(), kinds.len() - 1, "{done:?}");
+        assert!(!done.contains(&slow.key()));
+    }
+
+    /// A changed or new kind whose watch holds no MR is judged empty
+    /// without a list; a kind the watch does not know is listed; the
+    /// refreshes list the empty kinds too, as they check the watches.
+    #[tokio::test]
+    async fn a_kind_its_watch_holds_empty_is_judged_without_a_list() {
+        use crate::controller::coverage::tests::established;
+        let crds: Vec<Value> = fixture_crds().into_iter().map(established).collect();
+        let cov = Coverage::from_crds(&summaries(&crds));
+        let (client, api) = mock::client(|r| {
+            if r.path.contains("/buckets") {
+                return Reply::Json(
+                    200,
+                    page(
+                        vec![bucket(
+                            "bad",
+                            "u1",
+                            json!({"forProvider": {}, "deletionPolicy": "delete"}),
+                        )],
+                        "",
+                    ),
+                );
+            }
+            Reply::Json(200, page(vec![], ""))
+        });
+        let cluster: Arc<Cluster> = Default::default();
+        // The watches listed every kind but the legacy Bucket, and found
+        // nothing.
+        for k in cov
+            .kinds()
+            .filter(|k| k.key() != "buckets.s3.aws.upbound.io")
+        {
+            cluster.identities().replace_kind(&k.group, &k.kind, vec![]);
+        }
+        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
+        let states = MrStates::new(metrics.clone());
+        let config = ConfigStore::new(Config::builtin(), None);
+        let mut auditor = Auditor::new(
+            client,
+            config.clone(),
+            states.clone(),
+            metrics.clone(),
+            None,
+            cluster.clone(),
+        );
+        let paths = |from: usize| -> Vec<String> {
+            api.requests()[from..]
+                .iter()
+                .map(|r| r.path.clone())
+                .collect()
+        };
+        let first = auditor.pass(&cov).await;
+        assert_eq!(paths(0), ["/apis/s3.aws.upbound.io/v1beta2/buckets"]);
+        assert_eq!((first.listed, first.empty), (1, cov.len() - 1));
+        assert_eq!((first.objects, first.findings), (1, 1));
+        assert!(first.complete);
+        let gauge = || {
+            metrics
+                .audit_violations
+                .with_label_values(&["deletion-policy", "s3.aws.upbound.io", "Bucket"])
+                .get()
+        };
+        assert_eq!(gauge(), 1);
+
+        // The watch lists the Bucket kind empty (the MR was deleted) and
+        // moves its stamp: its finding goes without a list of it.
+        cluster
+            .identities()
+            .replace_kind("s3.aws.upbound.io", "Bucket", vec![]);
+        states.changes().kind("s3.aws.upbound.io", "Bucket");
+        let before = api.requests().len();
+        let second = auditor.pass(&cov).await;
+        assert_eq!(second.empty, 1, "{second:?}");
+        assert!(
+            !paths(before).iter().any(|p| p.ends_with("/buckets")),
+            "{:?}",
+            paths(before)
+        );
+        assert_eq!((second.objects, second.findings), (0, 0));
+        assert_eq!(gauge(), 0);
+
+        // Within REFRESH_PASSES passes every kind is listed once anyway.
+        let before = api.requests().len();
+        for _ in 0..REFRESH_PASSES {
+            auditor.pass(&cov).await;
+        }
+        let refreshed: HashSet<String> = paths(before).into_iter().collect();
+        assert_eq!(refreshed.len(), cov.len(), "{refreshed:?}");
     }
 
     /// A kind RBAC forbids is kept like findings: reported as forbidden in

@@ -194,11 +194,8 @@ impl Release {
         };
         release.apply_chart_objects().await?;
         std::fs::create_dir_all(&release.config_dir).map_err(|e| e.to_string())?;
-        std::fs::write(
-            release.config_dir.join("config.yaml"),
-            release.rendered.config_yaml()?,
-        )
-        .map_err(|e| e.to_string())?;
+        std::fs::write(release.config_file(), release.rendered.config_yaml()?)
+            .map_err(|e| e.to_string())?;
         // The pod's token, as the kubelet mounts it.
         cluster
             .service_account_kubeconfig(&release.namespace, &release.fullname, &release.kubeconfig)
@@ -455,6 +452,23 @@ impl Release {
 
     pub fn validating(&self) -> Api<ValidatingWebhookConfiguration> {
         Api::all(self.client.clone())
+    }
+
+    /// The mrguard configuration file every replica reads (the chart's
+    /// ConfigMap, mounted).
+    pub fn config_file(&self) -> PathBuf {
+        self.config_dir.join("config.yaml")
+    }
+
+    /// Replaces the configuration file, as a ConfigMap update reaches the
+    /// pods: every replica reloads it within its poll interval.
+    pub fn write_config(&self, yaml: &str) -> Result<(), String> {
+        let path = self.config_file();
+        // Renamed into place: a poll never reads half a file.
+        let tmp = self.config_dir.join(".config.yaml.new");
+        std::fs::write(&tmp, yaml)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| format!("failed to write {}: {e}", path.display()))
     }
 
     /// `ca.crt` of the TLS Secret, once the controller created it.
