@@ -1130,6 +1130,35 @@ mod tests {
         }
     }
 
+    /// A mock API server listing one Bucket that breaks deletion-policy,
+    /// and nothing of any other kind.
+    fn one_bad_bucket() -> (kube::Client, mock::MockApi) {
+        mock::client(|r| {
+            if r.path.contains("/buckets") {
+                return Reply::Json(
+                    200,
+                    page(
+                        vec![bucket(
+                            "bad",
+                            "u1",
+                            json!({"forProvider": {}, "deletionPolicy": "delete"}),
+                        )],
+                        "",
+                    ),
+                );
+            }
+            Reply::Json(200, page(vec![], ""))
+        })
+    }
+
+    /// The legacy Bucket kind's deletion-policy findings, as gauged.
+    fn bucket_violations(metrics: &ControllerMetrics) -> i64 {
+        metrics
+            .audit_violations
+            .with_label_values(&["deletion-policy", "s3.aws.upbound.io", "Bucket"])
+            .get()
+    }
+
     /// Never listed or changed: listed. Unchanged: kept, but the
     /// longest-kept tenth is listed each pass, and none is kept for
     /// REFRESH_PASSES passes.
@@ -1204,22 +1233,7 @@ mod tests {
         let crds: Vec<Value> = fixture_crds().into_iter().map(established).collect();
         let cov = Coverage::from_crds(&summaries(&crds));
         assert!(cov.len() >= 5, "{}", cov.len());
-        let (client, api) = mock::client(|r| {
-            if r.path.contains("/buckets") {
-                return Reply::Json(
-                    200,
-                    page(
-                        vec![bucket(
-                            "bad",
-                            "u1",
-                            json!({"forProvider": {}, "deletionPolicy": "delete"}),
-                        )],
-                        "",
-                    ),
-                );
-            }
-            Reply::Json(200, page(vec![], ""))
-        });
+        let (client, api) = one_bad_bucket();
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
         let states = MrStates::new(metrics.clone());
         let config = ConfigStore::new(Config::builtin(), None);
@@ -1236,12 +1250,7 @@ mod tests {
         assert_eq!((first.listed, lists()), (cov.len(), cov.len()));
         assert_eq!((first.objects, first.read, first.findings), (1, 1, 1));
         assert!(first.complete);
-        let gauge = || {
-            metrics
-                .audit_violations
-                .with_label_values(&["deletion-policy", "s3.aws.upbound.io", "Bucket"])
-                .get()
-        };
+        let gauge = || bucket_violations(&metrics);
         assert_eq!(gauge(), 1);
 
         // A VPC event: that kind, its namespaced twin (their MRs share
@@ -1348,22 +1357,7 @@ mod tests {
         use crate::controller::coverage::tests::established;
         let crds: Vec<Value> = fixture_crds().into_iter().map(established).collect();
         let cov = Coverage::from_crds(&summaries(&crds));
-        let (client, api) = mock::client(|r| {
-            if r.path.contains("/buckets") {
-                return Reply::Json(
-                    200,
-                    page(
-                        vec![bucket(
-                            "bad",
-                            "u1",
-                            json!({"forProvider": {}, "deletionPolicy": "delete"}),
-                        )],
-                        "",
-                    ),
-                );
-            }
-            Reply::Json(200, page(vec![], ""))
-        });
+        let (client, api) = one_bad_bucket();
         let cluster: Arc<Cluster> = Default::default();
         // The watches listed every kind but the legacy Bucket, and found
         // nothing.
@@ -1395,12 +1389,7 @@ mod tests {
         assert_eq!((first.listed, first.empty), (1, cov.len() - 1));
         assert_eq!((first.objects, first.findings), (1, 1));
         assert!(first.complete);
-        let gauge = || {
-            metrics
-                .audit_violations
-                .with_label_values(&["deletion-policy", "s3.aws.upbound.io", "Bucket"])
-                .get()
-        };
+        let gauge = || bucket_violations(&metrics);
         assert_eq!(gauge(), 1);
 
         // The watch lists the Bucket kind empty (the MR was deleted) and
