@@ -220,7 +220,7 @@ impl IdentityView {
     /// status subresource (every Crossplane MR's CRD has it), status. So
     /// a provider rewriting status leaves it. `every_change` (a rule reads
     /// status or managedFields): the resourceVersion too.
-    pub(crate) fn judged(&self, every_change: bool) -> u64 {
+    pub(crate) fn judged(&self, every_change: bool) -> u32 {
         use std::hash::{Hash, Hasher};
         let m = &self.metadata;
         // Fixed keys: digests are compared within this process only.
@@ -239,7 +239,8 @@ impl IdentityView {
         if every_change {
             m.resource_version.hash(&mut h);
         }
-        h.finish()
+        // The index keeps 32 bits (`IdentityIndex::upsert_judged`).
+        h.finish() as u32
     }
 
     /// The MR's UID and what the gauges count of it.
@@ -503,7 +504,7 @@ async fn watch_kind(
         move || lists_from_cache(cluster.identities(), &kind)
     };
     let mut stream = backoff_watcher(sized_watcher(api, from_cache)).boxed();
-    type Listing = (Vec<(MrClaim, u64)>, Vec<(String, ObjState)>);
+    type Listing = (Vec<(MrClaim, u32)>, Vec<(String, ObjState)>);
     // Without a rule that reads them, status updates change no finding and
     // do not make the kind due for the audit.
     let every_change = config.reads_status() || config.reads_managed_fields();
