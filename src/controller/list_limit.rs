@@ -17,40 +17,22 @@
 //! restart every watcher relists at once; the leader's audit pass (1,000
 //! lists at 1,000 kinds) queued among them in arrival order, and now runs
 //! after them (BENCHMARKS.md).
-//!
-//! A read that follows up a success on the same collection within
-//! [`FOLLOW_UP`] (a watcher's relist after its watch expired, its watch
-//! after that list) has places of its own, [`COLLECTION_READS`]/2 more,
-//! and does not queue behind first reads. After an API-server restart at
-//! 5,000 kinds every watcher's first watch (each answered with an expiry)
-//! queued for a place, and each relist queued behind all of them: the
-//! relists came only after the last first watch, 160-190 s after the
-//! server was ready, where serving each kind once took it 115 s
-//! (BENCHMARKS.md). A failed read marks nothing, so a kind not served yet
-//! retries as a first read.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::http;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
 
 /// Collection reads in flight per process: enough to keep the API server
 /// busy (an audit pass lists one page at a time), few enough that a
 /// Lease renewal queued behind them in the flow answers in well under a
 /// second.
 pub(crate) const COLLECTION_READS: usize = 8;
-
-/// How soon after a success on a collection a read of it is a follow-up.
-/// A watcher relists after an expiry within its first backoff step (0.8
-/// to 1.6 s) and watches at once after a list.
-const FOLLOW_UP: Duration = Duration::from_secs(10);
 
 /// The longest a read keeps its place while its response has not started:
 /// one that hangs must not stop every other list of the process.
@@ -92,43 +74,13 @@ pub(crate) async fn in_background<F: Future>(f: F) -> F::Output {
 }
 
 /// The places, in two classes: a read in the background takes one only
-/// while no foreground read is waiting. Follow-ups have places of their own.
+/// while no foreground read is waiting.
 struct Places {
     free: Arc<Semaphore>,
     /// Foreground reads waiting for a place.
     waiting: AtomicUsize,
     /// A place was freed, or no foreground read waits any more.
     changed: Notify,
-    /// The follow-ups' own places.
-    follow_ups: Arc<Semaphore>,
-    /// When each collection's last successful response started.
-    answered: Mutex<Answered>,
-}
-
-#[derive(Default)]
-struct Answered {
-    at: HashMap<String, Instant>,
-    /// Entries older than [`FOLLOW_UP`] are dropped at most this often.
-    pruned: Option<Instant>,
-}
-
-impl Answered {
-    fn record(&mut self, path: &str, now: Instant) {
-        self.at.insert(path.to_string(), now);
-        if self
-            .pruned
-            .is_none_or(|t| now.duration_since(t) >= FOLLOW_UP)
-        {
-            self.at.retain(|_, t| now.duration_since(*t) < FOLLOW_UP);
-            self.pruned = Some(now);
-        }
-    }
-
-    fn recent(&self, path: &str, now: Instant) -> bool {
-        self.at
-            .get(path)
-            .is_some_and(|t| now.duration_since(*t) < FOLLOW_UP)
-    }
 }
 
 /// A place, given back (and background reads told) when dropped.
@@ -189,31 +141,12 @@ impl Places {
         }
     }
 
-    /// A free place if there is one, else one of the follow-ups' own.
-    async fn follow_up(self: Arc<Self>) -> Place {
-        let permit = match self.free.clone().try_acquire_owned() {
-            Ok(p) => Some(p),
-            Err(_) => self.follow_ups.clone().acquire_owned().await.ok(),
-        };
-        Place {
-            permit,
-            places: self,
-        }
-    }
-
-    async fn take(self: Arc<Self>, path: &str) -> Place {
-        let follow_up = self.lock_answered().recent(path, Instant::now());
+    async fn take(self: Arc<Self>) -> Place {
         if BACKGROUND.try_with(|_| ()).is_ok() {
             self.background().await
-        } else if follow_up {
-            self.follow_up().await
         } else {
             self.foreground().await
         }
-    }
-
-    fn lock_answered(&self) -> std::sync::MutexGuard<'_, Answered> {
-        self.answered.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -224,15 +157,12 @@ pub(crate) struct CollectionReadLimit {
 }
 
 impl CollectionReadLimit {
-    /// `permits` places, and half as many (at least one) for follow-ups.
     pub(crate) fn new(permits: usize) -> Self {
         Self {
             places: Arc::new(Places {
                 free: Arc::new(Semaphore::new(permits.max(1))),
                 waiting: AtomicUsize::new(0),
                 changed: Notify::new(),
-                follow_ups: Arc::new(Semaphore::new((permits / 2).max(1))),
-                answered: Mutex::default(),
             }),
         }
     }
@@ -256,13 +186,11 @@ pub(crate) struct Limited<S> {
     places: Arc<Places>,
 }
 
-impl<S, B, R> tower::Service<http::Request<B>> for Limited<S>
+impl<S, B> tower::Service<http::Request<B>> for Limited<S>
 where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
+    S: tower::Service<http::Request<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
-    S::Error: Send,
     B: Send + 'static,
-    R: Send,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -280,25 +208,19 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let places = self.places.clone();
-        let path = req.uri().path().to_string();
         Box::pin(async move {
             // Polled first on the caller's task, where BACKGROUND is set.
-            let place = places.clone().take(&path).await;
+            let place = places.take().await;
             // Held until the response starts (a list's body follows at
             // once, a watch's never ends), or for HOLD_AT_MOST.
             let call = inner.call(req);
             tokio::pin!(call);
-            let r = tokio::select! {
-                r = &mut call => r,
-                _ = tokio::time::sleep(HOLD_AT_MOST) => {
-                    drop(place);
-                    call.await
-                }
-            };
-            if r.as_ref().is_ok_and(|r| r.status().is_success()) {
-                places.lock_answered().record(&path, Instant::now());
+            tokio::select! {
+                r = &mut call => return r,
+                _ = tokio::time::sleep(HOLD_AT_MOST) => {}
             }
-            r
+            drop(place);
+            call.await
         })
     }
 }
@@ -355,9 +277,9 @@ mod tests {
     }
 
     impl Service<http::Request<()>> for Server {
-        type Response = http::Response<&'static str>;
+        type Response = &'static str;
         type Error = std::convert::Infallible;
-        type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+        type Future = Pin<Box<dyn Future<Output = Result<&'static str, Self::Error>> + Send>>;
 
         fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
             Poll::Ready(Ok(()))
@@ -366,18 +288,8 @@ mod tests {
         fn call(&mut self, req: http::Request<()>) -> Self::Future {
             let s = self.clone();
             Box::pin(async move {
-                let path = req.uri().path();
-                // Collections answered at once: one served, one not.
-                if path.ends_with("/subnets") {
-                    return Ok(http::Response::new("list"));
-                }
-                if path.ends_with("/missings") {
-                    let mut r = http::Response::new("not found");
-                    *r.status_mut() = http::StatusCode::NOT_FOUND;
-                    return Ok(r);
-                }
-                if !path.ends_with("/vpcs") {
-                    return Ok(http::Response::new("object"));
+                if !req.uri().path().ends_with("/vpcs") {
+                    return Ok("object");
                 }
                 s.order
                     .lock()
@@ -387,7 +299,7 @@ mod tests {
                 s.most.fetch_max(n, Ordering::SeqCst);
                 s.release.notified().await;
                 s.in_flight.fetch_sub(1, Ordering::SeqCst);
-                Ok(http::Response::new("list"))
+                Ok("list")
             })
         }
     }
@@ -416,13 +328,13 @@ mod tests {
                 .oneshot(get("/apis/coordination.k8s.io/v1/namespaces/ns/leases/l")),
         )
         .await;
-        assert_eq!(lease.unwrap().unwrap().into_body(), "object");
+        assert_eq!(lease.unwrap().unwrap(), "object");
         let mut done = 0;
         while done < 100 {
             server.release.notify_waiters();
             tokio::time::sleep(Duration::from_millis(1)).await;
             while let Some(r) = lists.try_join_next() {
-                assert_eq!(r.unwrap().into_body(), "list");
+                assert_eq!(r.unwrap(), "list");
                 done += 1;
             }
         }
@@ -440,9 +352,9 @@ mod tests {
             .clone()
             .oneshot(get(&format!("/apis/ec2.aws.upbound.io/v1beta1/vpcs?{tag}")));
         if background {
-            lists.spawn(async move { in_background(read).await.unwrap().into_body() })
+            lists.spawn(async move { in_background(read).await.unwrap() })
         } else {
-            lists.spawn(async move { read.await.unwrap().into_body() })
+            lists.spawn(async move { read.await.unwrap() })
         }
     }
 
@@ -559,46 +471,6 @@ mod tests {
         for t in [first, audit, watcher] {
             assert_eq!(t.await.unwrap().unwrap(), 0);
         }
-    }
-
-    /// Regression (after an API-server restart the watchers' relists
-    /// queued behind every other watcher's first watch): a read of a
-    /// collection answered successfully just before is a follow-up and
-    /// passes the reads waiting for a place; one answered with an error,
-    /// or long ago, is not.
-    #[tokio::test(start_paused = true)]
-    async fn a_follow_up_passes_the_waiting_reads() {
-        let server = Server::default();
-        let svc = CollectionReadLimit::new(2).layer(server.clone());
-        let read = |path: &str| {
-            svc.clone()
-                .oneshot(get(&format!("/apis/ec2.aws.upbound.io/v1beta1/{path}")))
-        };
-        assert_eq!(read("subnets").await.unwrap().into_body(), "list");
-        assert_eq!(read("missings").await.unwrap().into_body(), "not found");
-        let mut lists = tokio::task::JoinSet::new();
-        for tag in ["w1", "w2", "w3"] {
-            list(&mut lists, &svc, tag, false);
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(server.in_flight.load(Ordering::SeqCst), 2);
-        // Both places held and a read waiting: the follow-up is answered.
-        let follow_up = tokio::time::timeout(Duration::from_millis(1), read("subnets")).await;
-        assert_eq!(follow_up.unwrap().unwrap().into_body(), "list");
-        // A retry after an error waits its turn.
-        let retry = tokio::time::timeout(Duration::from_millis(1), read("missings")).await;
-        assert!(retry.is_err(), "a read after a 404 is not a follow-up");
-        // So does a read long after the last answer.
-        tokio::time::sleep(FOLLOW_UP).await;
-        let late = tokio::time::timeout(Duration::from_millis(1), read("subnets")).await;
-        assert!(
-            late.is_err(),
-            "a read {FOLLOW_UP:?} later is not a follow-up"
-        );
-        for _ in 0..3 {
-            release(&server).await;
-        }
-        assert_eq!(lists.join_all().await, ["list"; 3]);
     }
 
     /// Reads whose responses never start give up their places after
