@@ -138,7 +138,7 @@ impl From<CelAction> for Action {
 }
 
 /// `providerConfig`: the default ProviderConfig names.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderConfigDefaults {
     /// `defaultName`: the name new MRs get (`default` unless configured).
     pub default_name: String,
@@ -220,6 +220,26 @@ impl Config {
     /// `oldSelf`: only then must a review's objects keep them.
     pub fn reads_managed_fields(&self) -> bool {
         self.reads_managed_fields
+    }
+
+    /// Whether every MR's entry in the identity index is the same under
+    /// `other`: its claim (the default provider configs, and each entry's
+    /// kinds and external-name strategy, in order) and what the audit
+    /// judges of an update ([`Config::reads_status`],
+    /// [`Config::reads_managed_fields`]). A change of rules, actions or
+    /// exceptions alone keeps them, so the replicas' watches need not list
+    /// every kind again.
+    pub fn same_claims_as(&self, other: &Config) -> bool {
+        let claims = |c: &Config| {
+            c.resources
+                .iter()
+                .map(|r| (r.globs(), r.external_name))
+                .collect::<Vec<_>>()
+        };
+        self.provider_config == other.provider_config
+            && self.reads_status == other.reads_status
+            && self.reads_managed_fields == other.reads_managed_fields
+            && claims(self) == claims(other)
     }
 
     /// Whether a CEL rule reads `status` of `self` or `oldSelf`, its
@@ -698,6 +718,34 @@ fn check_object_name(field: &str, name: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rules, actions and CEL rules that read neither status nor
+    /// managedFields leave the claims; the default provider config, an
+    /// entry's kinds or its external-name strategy, or a rule that reads
+    /// status, do not.
+    #[test]
+    fn only_what_claims_depend_on_changes_them() {
+        let vpc = "resources:\n  - apiGroups: ['ec2.aws.upbound.io']\n    kinds: [VPC]\n    externalName: IdentifierFromProvider\n";
+        let base = Config::from_yaml(vpc).unwrap();
+        let with = |more: &str| Config::from_yaml(&format!("{vpc}{more}")).unwrap();
+        for same in [
+            "    deletionProtection: true\n    celRules:\n      - {name: r, expression: 'has(self.spec)', message: m}\n",
+            "rules:\n  reference: {action: Warn}\n",
+        ] {
+            assert!(base.same_claims_as(&with(same)), "{same}");
+        }
+        for other in [
+            "providerConfig:\n  defaultName: other\n",
+            "    celRules:\n      - {name: r, expression: 'has(self.status)', message: m}\n",
+            "  - apiGroups: ['s3.aws.upbound.io']\n    kinds: ['*']\n",
+        ] {
+            assert!(!base.same_claims_as(&with(other)), "{other}");
+        }
+        let named =
+            Config::from_yaml(&vpc.replace("IdentifierFromProvider", "NameAsIdentifier")).unwrap();
+        assert!(!base.same_claims_as(&named));
+        assert!(base.same_claims_as(&base));
+    }
 
     /// Only a CEL rule that reads `status` (its presence too) makes a
     /// status update matter; the built-in rules read none.
