@@ -342,7 +342,7 @@ pub(crate) async fn run(
                     // 5,000 kinds each edit of a rule sent every replica's
                     // 5,000 watchers to relist at once, and the audit's
                     // pass over every kind that follows an edit waited
-                    // behind them (35-38 s where it took 23 s).
+                    // behind them: 35-38 s a pass, 19-21 s without.
                     if !now.same_claims_as(&applied) {
                         for (_, (_, handle)) in running.drain() {
                             handle.abort();
