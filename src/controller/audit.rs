@@ -604,24 +604,8 @@ impl Auditor {
             listed,
             ..
         } = self;
-        for kind in empty {
-            state.record(kind, &[]);
-            states.set_forbidden(kind, false);
-            let key = kind.key();
-            let stamp = stamps.get(&key).copied().unwrap_or_default();
-            listed.insert(
-                key,
-                Listed {
-                    stamp,
-                    pass: this_pass,
-                    report: Some(KindReport::default()),
-                },
-            );
-        }
-        pass(client, listing, &config, cluster, |event| {
-            let PassEvent::Done(kind, result) = event else {
-                return;
-            };
+        // Each kind's outcome: a listing's, or an empty kind's report.
+        let mut done = |kind: &MrKind, result: Result<KindReport, ControllerError>| {
             let key = kind.key();
             // What is kept until the kind's stamp moves or its refresh
             // comes: its report, or `None` when RBAC forbade the list.
@@ -677,6 +661,14 @@ impl Auditor {
                     report: kept,
                 },
             );
+        };
+        for kind in empty {
+            done(kind, Ok(KindReport::default()));
+        }
+        pass(client, listing, &config, cluster, |event| {
+            if let PassEvent::Done(kind, result) = event {
+                done(kind, result);
+            }
         })
         .await;
         for kind in cov.kinds() {
