@@ -903,11 +903,10 @@ impl Bench {
         eprintln!("controller_scale: a new configuration, twice");
         let _ = writeln!(
             self.report,
-            "### A new configuration: a pass that judges every kind
-
-             The configuration file rewritten (a comment added), and the first pass              that began after the reload, twice.
-
-             | reload | kinds | kinds listed | judged empty without a list | MRs read | seconds | from the write to its end, s |
+            "### A new configuration: a pass that judges every kind\n\n\
+             The configuration file rewritten (a comment added), and the first pass \
+             that began after the reload, twice.\n\n\
+             | reload | kinds | kinds listed | judged empty without a list | MRs read | seconds | from the write to its end, s |\n\
              |---|---|---|---|---|---|---|"
         );
         let path = self.release.config_file();
@@ -915,11 +914,7 @@ impl Bench {
             let yaml = std::fs::read_to_string(&path)?;
             let before = self.audit_passes().len();
             self.release
-                .write_config(&format!(
-                    "{yaml}
-# controller_scale: reload {i}
-"
-                ))
+                .write_config(&format!("{yaml}\n# controller_scale: reload {i}\n"))
                 .map_err(|e| anyhow!(e))?;
             let t = Instant::now();
             // Passes under way at the reload end first and list little; the
