@@ -1067,8 +1067,7 @@ mod tests {
             spec_change["metadata"]["resourceVersion"] = json!("12");
             spec_change["metadata"]["generation"] = json!(2);
             spec_change["spec"]["forProvider"]["cidrBlock"] = json!("10.0.0.0/16");
-            let watched = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let w = watched.clone();
+            let mut watched = false;
             let (client, _api) = mock::client(move |r| {
                 if !r.query.contains("watch=true") {
                     return Reply::Json(
@@ -1076,7 +1075,8 @@ mod tests {
                         list("VPCList", "ec2.aws.upbound.io/v1beta1", vec![first.clone()]),
                     );
                 }
-                if w.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                // The first watch sends the two updates; later ones wait.
+                if std::mem::replace(&mut watched, true) {
                     return Reply::Hang;
                 }
                 Reply::Watch(vec![
