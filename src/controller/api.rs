@@ -3,14 +3,17 @@
 //! clock every time-dependent decision reads.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::time::Duration;
 
 use futures::Stream;
 use jiff::Timestamp;
-use kube::api::ListParams;
+use kube::api::{ApiResource, ListParams};
+use kube::core::{DynamicObject, ObjectList, Resource};
 use kube::runtime::watcher;
 use kube::Api;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::metrics::ControllerMetrics;
 
@@ -282,19 +285,52 @@ pub(crate) fn list_pages<K>(
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
 {
+    pages(params, move |lp| {
+        let api = api.clone();
+        async move { api.list(&lp).await }
+    })
+}
+
+/// As [`list_pages`], each object of `resource` as plain JSON. The audit
+/// judges `Value`s: a `DynamicObject` was parsed (its metadata typed,
+/// managedFields and all) and serialized back into one, for each MR.
+pub(crate) fn list_values(
+    client: kube::Client,
+    resource: &ApiResource,
+    params: ListParams,
+) -> impl Stream<Item = Result<Vec<Value>, kube::Error>> {
+    let request = kube::core::Request::new(DynamicObject::url_path(resource, None));
+    pages(params, move |lp| {
+        let (client, request) = (client.clone(), request.clone());
+        async move {
+            let mut req = request.list(&lp).map_err(kube::Error::BuildRequest)?;
+            // As `Api::list` marks it, for the client's own tracing.
+            req.extensions_mut().insert("list");
+            client.request::<ObjectList<Value>>(req).await
+        }
+    })
+}
+
+/// The pages `fetch` returns for `params`, following continue tokens.
+fn pages<T, F, Fut>(params: ListParams, fetch: F) -> impl Stream<Item = Result<Vec<T>, kube::Error>>
+where
+    T: Clone,
+    F: Fn(ListParams) -> Fut,
+    Fut: Future<Output = Result<ObjectList<T>, kube::Error>>,
+{
     // The state is the next page's continue token; `None` once the last
     // page was read.
     futures::stream::try_unfold(Some(None::<String>), move |token| {
-        let (api, params) = (api.clone(), params.clone());
+        let lp = token.as_ref().map(|t| match t {
+            Some(t) => params.clone().continue_token(t),
+            None => params.clone(),
+        });
+        let page = lp.map(&fetch);
         async move {
-            let Some(token) = token else {
+            let Some(page) = page else {
                 return Ok(None);
             };
-            let lp = match &token {
-                Some(t) => params.continue_token(t),
-                None => params,
-            };
-            let page = api.list(&lp).await?;
+            let page = page.await?;
             let next = page.metadata.continue_.filter(|t| !t.is_empty()).map(Some);
             Ok(Some((page.items, next)))
         }

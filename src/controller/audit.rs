@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use kube::api::ListParams;
-use kube::core::DynamicObject;
 use kube::Api;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::api::{api_err, list_pages, ControllerError};
+use super::api::{api_err, list_pages, list_values, ControllerError};
 use super::changes::Stamp;
 use super::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
 use super::crds::ServedCrd;
@@ -80,11 +79,11 @@ impl AuditFinding {
 /// Judges one object as a CREATE by nobody in particular.
 pub(crate) fn audit_object(
     kind: &MrKind,
-    object: &Value,
+    object: Value,
     config: &Config,
     cluster: &Cluster,
 ) -> Vec<AuditFinding> {
-    if !mrguard_policy::mr::is_managed(object) {
+    if !mrguard_policy::mr::is_managed(&object) {
         return Vec::new();
     }
     let meta = |k: &str| {
@@ -99,7 +98,7 @@ pub(crate) fn audit_object(
     // this shape would meet today.
     // With the replica's identity index, an MR claiming what another
     // holds (both created while mrguard was down) is a finding.
-    let req = RequestBuilder::create(object.clone()).build();
+    let req = RequestBuilder::create(object).build();
     validate_in(&req, config, cluster)
         .findings
         .into_iter()
@@ -148,35 +147,37 @@ pub(crate) async fn audit_kind_in(
     config: &Config,
     cluster: &Cluster,
 ) -> Result<KindReport, ControllerError> {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
     let mut report = KindReport::default();
-    let mut pages = std::pin::pin!(list_pages(api, list_params(kind, cluster)));
+    let pages = list_values(
+        client.clone(),
+        &kind.api_resource(),
+        list_params(kind, cluster),
+    );
+    let mut pages = std::pin::pin!(pages);
     while let Some(items) =
         pages
             .try_next()
             .await
             .map_err(api_err("list", "managed resources", kind.key()))?
     {
-        for obj in items {
-            let Ok(mut value) = serde_json::to_value(&obj) else {
-                continue;
-            };
+        for mut value in items {
             // A list's items carry no apiVersion/kind; rules may read them.
             value["apiVersion"] = Value::String(format!("{}/{}", kind.group, kind.read_version));
             value["kind"] = Value::String(kind.kind.clone());
             report.objects += 1;
-            if mrguard_policy::mr::is_managed(&value) {
-                report
-                    .namespaces
-                    .insert(obj.metadata.namespace.clone().unwrap_or_default());
+            if !mrguard_policy::mr::is_managed(&value) {
+                continue;
             }
-            let found = audit_object(kind, &value, config, cluster);
-            if mrguard_policy::mr::is_managed(&value) && found.is_empty() {
-                *report
-                    .passed
-                    .entry(obj.metadata.namespace.clone().unwrap_or_default())
-                    .or_default() += 1;
+            let namespace = value
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let found = audit_object(kind, value, config, cluster);
+            if found.is_empty() {
+                *report.passed.entry(namespace.clone()).or_default() += 1;
             }
+            report.namespaces.insert(namespace);
             report.findings.extend(found);
         }
     }
@@ -905,7 +906,7 @@ mod tests {
             cluster.identities().upsert(k, c, deletes);
         }
         let rules = |name: &str, cluster: &Cluster| {
-            audit_object(&kind, &vpc(name), &config, cluster)
+            audit_object(&kind, vpc(name), &config, cluster)
                 .into_iter()
                 .filter(|f| f.rule == "external-identity")
                 .map(|f| f.message)
@@ -984,7 +985,7 @@ mod tests {
         // CREATE, so even a created MR with configured immutable fields
         // yields nothing from immutable-field or external-name-change.
         let obj = bucket("b", "u", json!({"forProvider": {"region": "eu-west-1"}}));
-        let f = audit_object(&bucket_kind(), &obj, &Config::builtin(), Cluster::empty());
+        let f = audit_object(&bucket_kind(), obj, &Config::builtin(), Cluster::empty());
         assert!(
             f.iter()
                 .all(|f| f.rule != "immutable-field" && f.rule != "external-name-change"),
@@ -1003,7 +1004,7 @@ mod tests {
             "u1",
             json!({"forProvider": {}, "deletionPolicy": "delete"}),
         );
-        let findings = audit_object(&kind, &bad, &Config::builtin(), Cluster::empty());
+        let findings = audit_object(&kind, bad, &Config::builtin(), Cluster::empty());
         assert_eq!(findings.len(), 1);
         assert_eq!(s.record(&kind, &findings), 1);
         let g = || {
