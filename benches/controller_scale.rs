@@ -281,6 +281,8 @@ struct Bench {
     /// Audit passes done when the last MR was created: the next to end was
     /// under way meanwhile, so only those after it count as full passes.
     passes_before_quiet: usize,
+    /// When the last MR was created.
+    created: Option<Instant>,
     report: String,
 }
 
@@ -358,6 +360,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         sampler,
         leader,
         passes_before_quiet: usize::MAX,
+        created: None,
         report: String::new(),
     };
     bench.header(&groups);
@@ -602,6 +605,7 @@ impl Bench {
         self.phase_audit().await?;
         self.phase_new_config().await?;
         self.phase_quiet().await?;
+        self.phase_watches_renewed().await;
         if !self.args.no_restarts {
             self.phase_apiserver_restart().await?;
             if self.args.restart_floor {
@@ -733,6 +737,7 @@ impl Bench {
             r??;
         }
         let created = t0.elapsed();
+        self.created = Some(Instant::now());
         self.passes_before_quiet = self.audit_passes().len() + 1;
         eprintln!(
             "controller_scale: {n} MRs created in {created:.1?} ({:.0}/s)",
@@ -906,8 +911,8 @@ impl Bench {
             "### A new configuration: a pass that judges every kind\n\n\
              The configuration file rewritten (a comment added), and the first pass \
              that began after the reload, twice.\n\n\
-             | reload | kinds | kinds listed | judged empty without a list | MRs read | seconds | from the write to its end, s |\n\
-             |---|---|---|---|---|---|---|"
+             | reload | kinds | kinds listed | judged empty without a list | MRs read | seconds | from the write to its end, s | leader CPU, s | kube-apiserver CPU, s |\n\
+             |---|---|---|---|---|---|---|---|---|"
         );
         let path = self.release.config_file();
         for i in 1..=2 {
@@ -917,6 +922,10 @@ impl Bench {
                 .write_config(&format!("{yaml}\n# controller_scale: reload {i}\n"))
                 .map_err(|e| anyhow!(e))?;
             let t = Instant::now();
+            let leader = self.release.replicas[self.leader].process.pid();
+            let api = self.cluster.apiserver_pid();
+            let cpu = |pid| procfs::cpu_seconds(pid).unwrap_or_default();
+            let (leader_cpu, api_cpu) = (cpu(leader), cpu(api));
             // Passes under way at the reload end first and list little; the
             // one after judges every kind.
             let full = |p: &AuditPass| p.listed + p.empty >= p.kinds;
@@ -935,13 +944,15 @@ impl Bench {
                 .expect("waited for");
             let _ = writeln!(
                 self.report,
-                "| {i} | {} | {} | {} | {} | {:.1} | {:.1} |",
+                "| {i} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
                 p.kinds,
                 p.listed,
                 p.empty,
                 p.read,
                 p.seconds,
-                took.as_secs_f64()
+                took.as_secs_f64(),
+                cpu(leader) - leader_cpu,
+                cpu(api) - api_cpu,
             );
         }
         let _ = writeln!(self.report);
@@ -988,6 +999,21 @@ impl Bench {
         let _ = writeln!(self.report);
         self.row("after the quiet minute").await;
         Ok(())
+    }
+
+    /// Memory once every watch that took the creations has ended and been
+    /// started again (each lasts at most 290 s): a watch's line buffer in
+    /// kube-client, written through by a burst, is only freed with it.
+    async fn phase_watches_renewed(&mut self) {
+        const RENEWED: Duration = Duration::from_secs(300);
+        let Some(created) = self.created else { return };
+        eprintln!("controller_scale: waiting for every watch to be renewed");
+        tokio::time::sleep(RENEWED.saturating_sub(created.elapsed())).await;
+        self.row(&format!(
+            "{:.0} s after the last create: every watch renewed since",
+            created.elapsed().as_secs_f64()
+        ))
+        .await;
     }
 
     /// Restarts kube-apiserver; counts mrguard's lists and watches of the
