@@ -222,24 +222,24 @@ impl Config {
         self.reads_managed_fields
     }
 
-    /// Whether every MR's entry in the identity index is the same under
-    /// `other`: its claim (the default provider configs, and each entry's
-    /// kinds and external-name strategy, in order) and what the audit
-    /// judges of an update ([`Config::reads_status`],
-    /// [`Config::reads_managed_fields`]). A change of rules, actions or
-    /// exceptions alone keeps them, so the replicas' watches need not list
-    /// every kind again.
-    pub fn same_claims_as(&self, other: &Config) -> bool {
-        let claims = |c: &Config| {
-            c.resources
-                .iter()
-                .map(|r| (r.globs(), r.external_name))
-                .collect::<Vec<_>>()
-        };
+    /// Whether an update that changes only status, managedFields or the
+    /// resourceVersion may change a finding: when a CEL rule reads
+    /// `status` or `managedFields`. Otherwise the audit need not judge
+    /// such an update again.
+    pub fn judges_every_update(&self) -> bool {
+        self.reads_status || self.reads_managed_fields
+    }
+
+    /// Whether the identity index's entry of every MR of `group`/`kind` is
+    /// the same under `other`: its claim (the default provider configs and
+    /// the external-name strategy the kind resolves to) and what the audit
+    /// judges of an update ([`Config::judges_every_update`]). A change of
+    /// rules, actions, exceptions or other kinds' entries keeps them, so
+    /// the replicas' watches of this kind need not list it again.
+    pub fn same_claims_for(&self, other: &Config, group: &str, kind: &str) -> bool {
         self.provider_config == other.provider_config
-            && self.reads_status == other.reads_status
-            && self.reads_managed_fields == other.reads_managed_fields
-            && claims(self) == claims(other)
+            && self.judges_every_update() == other.judges_every_update()
+            && self.resource(group, kind).external_name == other.resource(group, kind).external_name
     }
 
     /// Whether a CEL rule reads `status` of `self` or `oldSelf`, its
@@ -719,32 +719,51 @@ fn check_object_name(field: &str, name: &str) -> Result<(), ConfigError> {
 mod tests {
     use super::*;
 
-    /// Rules, actions and CEL rules that read neither status nor
-    /// managedFields leave the claims; the default provider config, an
-    /// entry's kinds or its external-name strategy, or a rule that reads
-    /// status, do not.
+    /// Rules, actions, CEL rules that read neither status nor managedFields,
+    /// and entries that leave a kind's strategy keep that kind's claims;
+    /// the default provider config, the strategy the kind resolves to, or
+    /// a rule that reads status or managedFields, do not.
     #[test]
     fn only_what_claims_depend_on_changes_them() {
         let vpc = "resources:\n  - apiGroups: ['ec2.aws.upbound.io']\n    kinds: [VPC]\n    externalName: IdentifierFromProvider\n";
         let base = Config::from_yaml(vpc).unwrap();
         let with = |more: &str| Config::from_yaml(&format!("{vpc}{more}")).unwrap();
-        for same in [
+        let same =
+            |a: &Config, b: &Config, kind: &str| a.same_claims_for(b, "ec2.aws.upbound.io", kind);
+        for edit in [
             "    deletionProtection: true\n    celRules:\n      - {name: r, expression: 'has(self.spec)', message: m}\n",
             "rules:\n  reference: {action: Warn}\n",
+            // Another kind's entry, and one after VPC's that VPC never reaches.
+            "  - apiGroups: ['s3.aws.upbound.io']\n    kinds: ['*']\n    externalName: NameAsIdentifier\n",
+            "  - apiGroups: ['ec2.aws.upbound.io']\n    kinds: ['*']\n    externalName: NameAsIdentifier\n",
         ] {
-            assert!(base.same_claims_as(&with(same)), "{same}");
+            assert!(same(&base, &with(edit), "VPC"), "{edit}");
         }
-        for other in [
+        for edit in [
             "providerConfig:\n  defaultName: other\n",
             "    celRules:\n      - {name: r, expression: 'has(self.status)', message: m}\n",
-            "  - apiGroups: ['s3.aws.upbound.io']\n    kinds: ['*']\n",
+            "    celRules:\n      - {name: r, expression: 'has(self.metadata.managedFields)', message: m}\n",
         ] {
-            assert!(!base.same_claims_as(&with(other)), "{other}");
+            assert!(!same(&base, &with(edit), "VPC"), "{edit}");
         }
+        // A later entry changes what the kinds VPC's entry does not name
+        // resolve to, and nothing of VPC's.
+        let later = with(
+            "  - apiGroups: ['ec2.aws.upbound.io']\n    kinds: ['*']\n    externalName: IdentifierFromProvider\n",
+        );
+        assert!(!same(&base, &later, "Subnet"));
+        assert!(same(&base, &later, "VPC"));
+        // An entry in front that names VPC with another strategy changes it.
+        let front = Config::from_yaml(&vpc.replace(
+            "resources:\n",
+            "resources:\n  - apiGroups: ['ec2.aws.upbound.io']\n    kinds: ['V*']\n    externalName: NameAsIdentifier\n",
+        ))
+        .unwrap();
+        assert!(!same(&base, &front, "VPC"));
         let named =
             Config::from_yaml(&vpc.replace("IdentifierFromProvider", "NameAsIdentifier")).unwrap();
-        assert!(!base.same_claims_as(&named));
-        assert!(base.same_claims_as(&base));
+        assert!(!same(&base, &named, "VPC"));
+        assert!(same(&base, &base, "VPC"));
     }
 
     /// Only a CEL rule that reads `status` (its presence too) makes a
