@@ -10,11 +10,14 @@
 
 use std::collections::HashMap;
 
-use kube::api::{Api, DynamicObject, ListParams};
+use futures::TryStreamExt;
+use kube::api::ListParams;
 use kube::core::{ApiResource, GroupVersionKind};
 use mrguard_policy::config::Config;
 use mrguard_policy::identity::report::entry_of;
-use mrguard_policy::identity::{fold_group, Claim, IdentityIndex, MrKey};
+use mrguard_policy::identity::{fold_group, IdentityIndex, IndexedMr};
+
+use crate::controller::api::list_values;
 
 /// Page size of the lists, as the audit's.
 const PAGE: u32 = 500;
@@ -41,8 +44,8 @@ pub(crate) enum ClaimantsError {
 pub(crate) struct Family {
     /// The kinds listed, as `plural.group`, sorted.
     pub resources: Vec<String>,
-    /// One index entry per MR (key, claim, whether deleting it deletes).
-    entries: Vec<(MrKey, Option<Claim>, bool)>,
+    /// One index entry per MR.
+    entries: Vec<IndexedMr>,
 }
 
 impl Family {
@@ -57,25 +60,22 @@ impl Family {
         let mut family = Family::default();
         for ar in colliding_kinds(client, group, kind).await? {
             let resource = format!("{}.{}", ar.plural, ar.group);
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-            let mut lp = ListParams::default().limit(PAGE);
-            loop {
-                let page = api.list(&lp).await.map_err(|source| ClaimantsError::List {
-                    resource: resource.clone(),
-                    source,
-                })?;
-                for o in &page.items {
-                    let Ok(v) = serde_json::to_value(o) else {
-                        continue;
-                    };
-                    family
-                        .entries
-                        .extend(entry_of(&v, &ar.group, &ar.kind, config));
-                }
-                match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                    Some(c) => lp.continue_token = Some(c),
-                    None => break,
-                }
+            let pages = list_values(client.clone(), &ar, ListParams::default().limit(PAGE));
+            let mut pages = std::pin::pin!(pages);
+            while let Some(items) =
+                pages
+                    .try_next()
+                    .await
+                    .map_err(|source| ClaimantsError::List {
+                        resource: resource.clone(),
+                        source,
+                    })?
+            {
+                family.entries.extend(
+                    items
+                        .iter()
+                        .filter_map(|v| entry_of(v, &ar.group, &ar.kind, config)),
+                );
             }
             family.resources.push(resource);
         }
@@ -85,8 +85,8 @@ impl Family {
 
     /// Records every listed MR in `index`.
     pub(crate) fn fill(&self, index: &IdentityIndex) {
-        for (key, claim, deletes) in &self.entries {
-            index.upsert(key.clone(), *claim, *deletes);
+        for mr in &self.entries {
+            index.upsert(mr.clone());
         }
     }
 }

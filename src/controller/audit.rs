@@ -252,10 +252,10 @@ pub(crate) async fn index_identities(
                 .try_concat()
                 .await;
         if let Ok(views) = listed {
-            let claims = views.iter().filter_map(|v| v.claim(kind, config)).collect();
+            let mrs = views.iter().filter_map(|v| v.claim(kind, config)).collect();
             cluster
                 .identities()
-                .replace_kind(&kind.group, &kind.kind, claims);
+                .replace_kind(&kind.group, &kind.kind, mrs);
         }
     }
 }
@@ -762,12 +762,12 @@ mod tests {
     /// it does not follow, is paged from etcd.
     #[tokio::test]
     async fn only_a_small_kind_the_index_follows_is_read_from_the_cache() {
-        use mrguard_policy::identity::MrKey;
+        use mrguard_policy::identity::{IndexedMr, MrKey};
         let kind = bucket_kind();
         let keys = |n: usize| -> Vec<_> {
             (0..n)
                 .map(|i| {
-                    (
+                    IndexedMr::new(
                         MrKey::new(&kind.group, &kind.kind, "", &format!("b{i}")),
                         None,
                         true,
@@ -902,8 +902,9 @@ mod tests {
         for name in ["a", "b"] {
             let view: crate::controller::identity::IdentityView =
                 serde_json::from_value(vpc(name)).unwrap();
-            let (k, c, deletes) = view.claim(&kind, &config).unwrap();
-            cluster.identities().upsert(k, c, deletes);
+            cluster
+                .identities()
+                .upsert(view.claim(&kind, &config).unwrap());
         }
         let rules = |name: &str, cluster: &Cluster| {
             audit_object(&kind, vpc(name), &config, cluster)

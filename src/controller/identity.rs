@@ -45,7 +45,7 @@ use crate::config::ConfigStore;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
 use mrguard_policy::identity::report::entry_of;
-use mrguard_policy::identity::{Claim, MrClaim, MrKey, ProviderConfigFacts};
+use mrguard_policy::identity::{IndexedMr, MrKey, ProviderConfigFacts};
 use mrguard_policy::mr::EXTERNAL_NAME;
 
 /// How often the configuration is compared with the one the claims were
@@ -239,7 +239,7 @@ impl IdentityView {
         if every_change {
             m.resource_version.hash(&mut h);
         }
-        // The index keeps 32 bits (`IdentityIndex::upsert_judged`).
+        // The index keeps 32 bits (`IndexedMr::judged`).
         h.finish() as u32
     }
 
@@ -252,11 +252,7 @@ impl IdentityView {
 
     /// The index key and claim of this MR of `kind` (no claim when it has
     /// no identity yet), and whether deleting it deletes its resource.
-    pub(crate) fn claim(
-        &self,
-        kind: &MrKind,
-        config: &Config,
-    ) -> Option<(MrKey, Option<Claim>, bool)> {
+    pub(crate) fn claim(&self, kind: &MrKind, config: &Config) -> Option<IndexedMr> {
         // The fields the view keeps, as an object for the one conversion
         // that `check --live` and `explain` use on listed MRs too.
         let name = self.metadata.name.as_deref()?;
@@ -518,10 +514,14 @@ async fn watch_kind(
         move || lists_from_cache(cluster.identities(), &kind)
     };
     let mut stream = backoff_watcher(sized_watcher(api, from_cache)).boxed();
-    type Listing = (Vec<(MrClaim, u32)>, Vec<(String, ObjState)>);
+    type Listing = (Vec<IndexedMr>, Vec<(String, ObjState)>);
     // Without a rule that reads them, status updates change no finding and
     // do not make the kind due for the audit.
     let every_change = config.judges_every_update();
+    let indexed = |o: &IdentityView| {
+        o.claim(&kind, &config)
+            .map(|mr| mr.with_judged(o.judged(every_change)))
+    };
     let mut listing: Option<Listing> = None;
     let mut watch_error = ErrorOnce::default();
     let mut not_found = 0;
@@ -536,26 +536,20 @@ async fn watch_kind(
         match ev {
             Ok(watcher::Event::Init) => listing = Some(Default::default()),
             Ok(watcher::Event::InitApply(o)) => {
-                if let Some((claims, objs)) = listing.as_mut() {
-                    let judged = o.judged(every_change);
-                    claims.extend(o.claim(&kind, &config).map(|c| (c, judged)));
+                if let Some((mrs, objs)) = listing.as_mut() {
+                    mrs.extend(indexed(&o));
                     objs.extend(o.state(&kind));
                 }
             }
             Ok(watcher::Event::InitDone) => {
-                let (claims, objs) = listing.take().unwrap_or_default();
-                index.replace_kind_judged(&kind.group, &kind.kind, claims);
+                let (mrs, objs) = listing.take().unwrap_or_default();
+                index.replace_kind(&kind.group, &kind.kind, mrs);
                 states.replace_kind(&kind, objs);
                 states.changes().kind(&kind.group, &kind.kind);
                 let _ = done.send(key.clone());
             }
             Ok(watcher::Event::Apply(o)) => {
-                let changed = match o.claim(&kind, &config) {
-                    Some((k, c, deletes)) => {
-                        index.upsert_judged(k, c, deletes, o.judged(every_change))
-                    }
-                    None => true,
-                };
+                let changed = indexed(&o).is_none_or(|mr| index.upsert(mr));
                 if let Some((uid, s)) = o.state(&kind) {
                     states.upsert(&kind, &uid, s);
                 }
@@ -564,8 +558,8 @@ async fn watch_kind(
                 }
             }
             Ok(watcher::Event::Delete(o)) => {
-                if let Some((k, _, _)) = o.claim(&kind, &config) {
-                    index.remove(&k);
+                if let Some(mr) = o.claim(&kind, &config) {
+                    index.remove(&mr.key);
                 }
                 if let Some(uid) = o.metadata.uid.as_deref() {
                     states.remove(&kind, uid);
@@ -753,10 +747,10 @@ mod tests {
         let view: IdentityView = serde_json::from_value(obj.clone()).unwrap();
         let k = kind("s3.aws.m.upbound.io", "Bucket", true);
         let cfg = Config::builtin();
-        let (key, claim, deletes) = view.claim(&k, &cfg).unwrap();
-        assert!(deletes, "the default policies delete");
+        let mr = view.claim(&k, &cfg).unwrap();
+        assert!(mr.deletes, "the default policies delete");
         assert_eq!(
-            key,
+            mr.key,
             MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-a", "data")
         );
         let id = mrguard_policy::identity::Identity::of(
@@ -768,25 +762,25 @@ mod tests {
             &cfg.provider_config,
         )
         .unwrap();
-        assert_eq!(claim, Some(id.claim(true)));
+        assert_eq!(mr.claim, Some(id.claim(true)));
         // A VPC without an external name has no identity yet.
         let vpc: IdentityView = serde_json::from_value(
             json!({"metadata": {"name": "net"}, "spec": {"forProvider": {}}}),
         )
         .unwrap();
-        let (_, claim, _) = vpc
+        let mr = vpc
             .claim(&kind("ec2.aws.upbound.io", "VPC", false), &cfg)
             .unwrap();
-        assert_eq!(claim, None);
+        assert_eq!(mr.claim, None);
         // Observe-only orphans.
         let observed: IdentityView = serde_json::from_value(
             json!({"metadata": {"name": "net"}, "spec": {"forProvider": {}, "managementPolicies": ["Observe"]}}),
         )
         .unwrap();
-        let (_, _, deletes) = observed
+        let mr = observed
             .claim(&kind("ec2.aws.upbound.io", "VPC", false), &cfg)
             .unwrap();
-        assert!(!deletes);
+        assert!(!mr.deletes);
     }
 
     /// A kind is listed only once its CRD is established; until then it
@@ -992,7 +986,7 @@ mod tests {
         let keys = |n: usize| -> Vec<_> {
             (0..n)
                 .map(|i| {
-                    (
+                    IndexedMr::new(
                         MrKey::new(&kind.group, &kind.kind, "", &format!("v{i}")),
                         None,
                         true,

@@ -310,7 +310,13 @@ mod tests {
         // The teardown guard's map: the CRD names no Provider, its
         // controlling revision does (it was empty before, issue 19).
         let bucket = mrguard_policy::identity::MrKey::new("s3.aws.upbound.io", "Bucket", "", "b1");
-        cluster.identities().upsert(bucket.clone(), None, true);
+        cluster
+            .identities()
+            .upsert(mrguard_policy::identity::IndexedMr::new(
+                bucket.clone(),
+                None,
+                true,
+            ));
         assert_eq!(
             cluster
                 .identities()

@@ -17,7 +17,7 @@ use std::time::Instant;
 use mrguard_policy::admission::validate_in;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
-use mrguard_policy::identity::{Identity, IdentityIndex, MrKey};
+use mrguard_policy::identity::{Identity, IdentityIndex, IndexedMr, MrKey};
 use mrguard_policy::review::RequestBuilder;
 use serde_json::json;
 
@@ -72,11 +72,11 @@ fn main() {
             config.resource(group, kind),
             &config.provider_config,
         );
-        index.upsert(
+        index.upsert(IndexedMr::new(
             MrKey::new(group, kind, ns, name),
             id.map(|i| i.claim(false)),
             true,
-        );
+        ));
     }
     let fill = started.elapsed();
     let rss_growth = rss_kib().zip(rss_before).map(|(a, b)| a.saturating_sub(b));
@@ -112,11 +112,11 @@ fn main() {
             config.resource(group, kind),
             &config.provider_config,
         );
-        full.identities().upsert(
+        full.identities().upsert(IndexedMr::new(
             MrKey::new(group, kind, ns, name),
             id.map(|i| i.claim(false)),
             true,
-        );
+        ));
     }
     let req = RequestBuilder::create(json!({
         "apiVersion": "s3.aws.m.upbound.io/v1beta1", "kind": "Bucket",
@@ -176,7 +176,7 @@ fn main() {
             config.resource(g, k),
             &config.provider_config,
         );
-        per_kind[i % kinds].push((
+        per_kind[i % kinds].push(IndexedMr::new(
             MrKey::new(group, &format!("Kind{}", i % kinds), ns, name),
             id.map(|i| i.claim(false)),
             true,
@@ -195,8 +195,8 @@ fn main() {
     assert_eq!(by_kind.len(), n);
     let one_by_one = IdentityIndex::default();
     let t = Instant::now();
-    for (k, c, d) in per_kind.iter().flatten() {
-        one_by_one.upsert(k.clone(), *c, *d);
+    for mr in per_kind.iter().flatten() {
+        one_by_one.upsert(mr.clone());
     }
     let upserts = t.elapsed();
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;

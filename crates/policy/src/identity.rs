@@ -326,10 +326,47 @@ impl fmt::Display for MrKey {
     }
 }
 
-/// One MR as a listing gives it to the index: its key, its claim (`None`
-/// while it has no identity) and whether deleting it deletes its external
-/// resource.
-pub type MrClaim = (MrKey, Option<Claim>, bool);
+/// One MR as a listing or a watch event gives it to the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedMr {
+    /// The MR.
+    pub key: MrKey,
+    /// Its claim, `None` while it has no identity.
+    pub claim: Option<Claim>,
+    /// Whether deleting it deletes its external resource (for the
+    /// teardown guard).
+    pub deletes: bool,
+    /// A digest of what the audit judges of it, 0 where there is none (a
+    /// CLI's one listing): an update that changes neither this nor the
+    /// rest changes no audit finding.
+    pub judged: u32,
+}
+
+impl IndexedMr {
+    /// `key` with its claim, and no digest.
+    pub fn new(key: MrKey, claim: Option<Claim>, deletes: bool) -> Self {
+        Self {
+            key,
+            claim,
+            deletes,
+            judged: 0,
+        }
+    }
+
+    /// The same, with `judged` as the digest of what the audit judges.
+    pub fn with_judged(self, judged: u32) -> Self {
+        Self { judged, ..self }
+    }
+
+    fn split(self) -> (MrKey, Entry) {
+        let entry = Entry {
+            claim: self.claim,
+            deletes: self.deletes,
+            judged: self.judged,
+        };
+        (self.key, entry)
+    }
+}
 
 /// What the index keeps per MR: digests of its identity with and without
 /// the provider config, and whether the MR is being deleted.
@@ -640,28 +677,11 @@ impl IdentityIndex {
         out
     }
 
-    /// Records a live MR: its claim (`None` while it has no identity) and
-    /// whether deleting it deletes its external resource.
-    pub fn upsert(&self, key: MrKey, claim: Option<Claim>, deletes: bool) {
-        self.upsert_judged(key, claim, deletes, 0);
-    }
-
-    /// [`IdentityIndex::upsert`], with `judged`: a digest of what the audit
-    /// judges of the MR, kept with it. Returns whether anything kept
-    /// changed (or the MR is new): an update that changes none of it (a
-    /// provider rewriting status) changes no audit finding.
-    pub fn upsert_judged(
-        &self,
-        key: MrKey,
-        claim: Option<Claim>,
-        deletes: bool,
-        judged: u32,
-    ) -> bool {
-        let entry = Entry {
-            claim,
-            deletes,
-            judged,
-        };
+    /// Records a live MR. Returns whether anything kept of it changed (or
+    /// it is new): an update that changes none of it (a provider
+    /// rewriting status) changes no audit finding.
+    pub fn upsert(&self, mr: IndexedMr) -> bool {
+        let (key, entry) = mr.split();
         let mut inner = self.write();
         if inner.get(&key) == Some(&entry) {
             return false;
@@ -675,26 +695,14 @@ impl IdentityIndex {
         self.write().remove(key);
     }
 
-    /// Replaces every claim of `group`/`kind` with `claims` (a fresh list).
-    pub fn replace_kind(&self, group: &str, kind: &str, claims: Vec<MrClaim>) {
-        self.replace_kind_judged(group, kind, claims.into_iter().map(|c| (c, 0)).collect());
-    }
-
-    /// [`IdentityIndex::replace_kind`], each MR with its digest for
-    /// [`IdentityIndex::upsert_judged`].
-    pub fn replace_kind_judged(&self, group: &str, kind: &str, claims: Vec<(MrClaim, u32)>) {
+    /// Replaces every MR of `group`/`kind` with `mrs` (a fresh list).
+    pub fn replace_kind(&self, group: &str, kind: &str, mrs: Vec<IndexedMr>) {
         let path = kind_path(group, kind);
         let mut inner = self.write();
         inner.drop_kind(&path);
-        for ((k, claim, deletes), judged) in claims {
-            inner.insert(
-                k,
-                Entry {
-                    claim,
-                    deletes,
-                    judged,
-                },
-            );
+        for mr in mrs {
+            let (key, entry) = mr.split();
+            inner.insert(key, entry);
         }
         inner.listed.insert(path.into());
     }
@@ -1045,7 +1053,7 @@ mod tests {
         let b_key = MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-b", "data");
         let ia = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
         assert!(idx.claimants(&ia.claim(false), &b_key).is_empty());
-        idx.upsert(a_key.clone(), Some(ia.claim(true)), true);
+        idx.upsert(IndexedMr::new(a_key.clone(), Some(ia.claim(true)), true));
         let ib = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-b").unwrap();
         let c = idx.claimants(&ib.claim(false), &b_key);
         assert_eq!(c.len(), 1);
@@ -1069,7 +1077,7 @@ mod tests {
             json!({"forProvider": {}}),
         );
         let im = identity(&moved, "s3.aws.m.upbound.io", "Bucket", "team-a").unwrap();
-        idx.upsert(a_key.clone(), Some(im.claim(false)), true);
+        idx.upsert(IndexedMr::new(a_key.clone(), Some(im.claim(false)), true));
         assert!(idx.claimants(&ib.claim(false), &b_key).is_empty());
         assert_eq!(idx.claimants(&im.claim(false), &b_key).len(), 1);
         idx.remove(&a_key);
@@ -1195,20 +1203,35 @@ mod tests {
                 .claim(false),
         );
         let k = MrKey::new("s3.aws.upbound.io", "Bucket", "", "data");
-        assert!(idx.upsert_judged(k.clone(), claim, true, 7), "new");
-        assert!(!idx.upsert_judged(k.clone(), claim, true, 7), "the same");
-        assert!(idx.upsert_judged(k.clone(), claim, true, 8), "judged");
-        assert!(idx.upsert_judged(k.clone(), claim, false, 8), "deletes");
-        assert!(idx.upsert_judged(k.clone(), None, false, 8), "claim");
+        assert!(
+            idx.upsert(IndexedMr::new(k.clone(), claim, true).with_judged(7)),
+            "new"
+        );
+        assert!(
+            !idx.upsert(IndexedMr::new(k.clone(), claim, true).with_judged(7)),
+            "the same"
+        );
+        assert!(
+            idx.upsert(IndexedMr::new(k.clone(), claim, true).with_judged(8)),
+            "judged"
+        );
+        assert!(
+            idx.upsert(IndexedMr::new(k.clone(), claim, false).with_judged(8)),
+            "deletes"
+        );
+        assert!(
+            idx.upsert(IndexedMr::new(k.clone(), None, false).with_judged(8)),
+            "claim"
+        );
         // The digest costs no memory: the entry is as large as before.
         assert_eq!(std::mem::size_of::<Entry>(), 32);
-        idx.replace_kind_judged(
+        idx.replace_kind(
             "s3.aws.upbound.io",
             "Bucket",
-            vec![((k.clone(), claim, true), 9)],
+            vec![IndexedMr::new(k.clone(), claim, true).with_judged(9)],
         );
-        assert!(!idx.upsert_judged(k.clone(), claim, true, 9));
-        assert!(idx.upsert_judged(k, claim, true, 10));
+        assert!(!idx.upsert(IndexedMr::new(k.clone(), claim, true).with_judged(9)));
+        assert!(idx.upsert(IndexedMr::new(k, claim, true).with_judged(10)));
     }
 
     #[test]
@@ -1224,15 +1247,15 @@ mod tests {
         let iv = identity(&v, "ec2.aws.upbound.io", "VPC", "").unwrap();
         let k = |ns: &str| MrKey::new("s3.aws.m.upbound.io", "Bucket", ns, "data");
         let vk = MrKey::new("ec2.aws.upbound.io", "VPC", "", "n");
-        idx.upsert(k("old"), Some(ib.claim(false)), true);
-        idx.upsert(vk.clone(), Some(iv.claim(false)), true);
+        idx.upsert(IndexedMr::new(k("old"), Some(ib.claim(false)), true));
+        idx.upsert(IndexedMr::new(vk.clone(), Some(iv.claim(false)), true));
         idx.replace_kind(
             "s3.aws.m.upbound.io",
             "Bucket",
             vec![
-                (k("team-a"), Some(ib.claim(false)), true),
-                (k("team-b"), Some(ib.claim(false)), false),
-                (k("team-b2"), None, true),
+                IndexedMr::new(k("team-a"), Some(ib.claim(false)), true),
+                IndexedMr::new(k("team-b"), Some(ib.claim(false)), false),
+                IndexedMr::new(k("team-b2"), None, true),
             ],
         );
         assert_eq!(idx.len(), 4);

@@ -175,7 +175,7 @@ fn namespace(req: &Request, cluster: &Cluster) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identity::MrKey;
+    use crate::identity::{IndexedMr, MrKey};
     use crate::review::RequestBuilder;
     use serde_json::json;
 
@@ -190,9 +190,12 @@ mod tests {
     fn cluster() -> Cluster {
         let c = Cluster::default();
         let k = |ns: &str, name: &str| MrKey::new("ec2.aws.m.upbound.io", "VPC", ns, name);
-        c.identities().upsert(k("team-a", "net"), None, true);
-        c.identities().upsert(k("team-a", "observed"), None, false);
-        c.identities().upsert(k("team-b", "other"), None, true);
+        c.identities()
+            .upsert(IndexedMr::new(k("team-a", "net"), None, true));
+        c.identities()
+            .upsert(IndexedMr::new(k("team-a", "observed"), None, false));
+        c.identities()
+            .upsert(IndexedMr::new(k("team-b", "other"), None, true));
         c.identities().upsert_provider_config(
             MrKey::new("aws.m.upbound.io", "ClusterProviderConfig", "", "default"),
             crate::identity::ProviderConfigFacts {

@@ -11,20 +11,13 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Claim, Identity, IdentityIndex, MrKey};
+use super::{Claim, Identity, IdentityIndex, IndexedMr, MrKey};
 use crate::config::Config;
 use crate::mr::{DeletionOutcome, Mr};
 
-/// The index entry of one listed MR of `group`/`kind`: its key, its claim
-/// (`None` while it has no identity) and whether deleting it deletes its
-/// external resource; as the runtime's watches compute it. `None` without
-/// a name.
-pub fn entry_of(
-    obj: &Value,
-    group: &str,
-    kind: &str,
-    config: &Config,
-) -> Option<(MrKey, Option<Claim>, bool)> {
+/// The index entry of one listed MR of `group`/`kind`, as the runtime's
+/// watches compute it, without a digest. `None` without a name.
+pub fn entry_of(obj: &Value, group: &str, kind: &str, config: &Config) -> Option<IndexedMr> {
     let m = Mr(obj);
     let name = m.name();
     if name.is_empty() {
@@ -41,7 +34,7 @@ pub fn entry_of(
         &config.provider_config,
         deleting,
     );
-    Some((
+    Some(IndexedMr::new(
         MrKey::new(group, kind, namespace, name),
         claim,
         m.deletion_outcome() == DeletionOutcome::Delete,
@@ -50,8 +43,8 @@ pub fn entry_of(
 
 /// Records a listed MR of `group`/`kind` in `index` ([`entry_of`]).
 pub fn record(index: &IdentityIndex, obj: &Value, group: &str, kind: &str, config: &Config) {
-    if let Some((key, claim, deletes)) = entry_of(obj, group, kind, config) {
-        index.upsert(key, claim, deletes);
+    if let Some(mr) = entry_of(obj, group, kind, config) {
+        index.upsert(mr);
     }
 }
 
@@ -331,11 +324,11 @@ mod tests {
             "data",
             json!({"forProvider": {}}),
         );
-        let (key, claim, deletes) =
-            entry_of(&b, "s3.aws.m.upbound.io", "Bucket", &Config::builtin()).unwrap();
-        assert_eq!(key.to_string(), "Bucket.s3.aws.m.upbound.io team-a/data");
-        assert!(claim.is_some());
-        assert!(deletes);
+        let mr = entry_of(&b, "s3.aws.m.upbound.io", "Bucket", &Config::builtin()).unwrap();
+        assert_eq!(mr.key.to_string(), "Bucket.s3.aws.m.upbound.io team-a/data");
+        assert!(mr.claim.is_some());
+        assert!(mr.deletes);
+        assert_eq!(mr.judged, 0);
         assert!(entry_of(&json!({"metadata": {}}), "g", "K", &Config::builtin()).is_none());
     }
 }

@@ -118,6 +118,7 @@ mod tests {
     use super::*;
     use crate::cluster::Cluster;
     use crate::config::Config;
+    use crate::identity::IndexedMr;
     use crate::rules::testing::*;
     use serde_json::{json, Value};
     use std::sync::Arc;
@@ -153,11 +154,11 @@ mod tests {
             &cfg.provider_config,
         )
         .unwrap();
-        c.identities().upsert(
+        c.identities().upsert(IndexedMr::new(
             MrKey::new(group, kind, ns, crate::mr::Mr(obj).name()),
             Some(id.claim(deleting)),
             true,
-        );
+        ));
         c
     }
 
