@@ -15,8 +15,12 @@
 //!    incomplete creation), created in parallel: the time until the
 //!    leader's gauges count them;
 //! 3. audit passes (`--audit-interval`): the duration of each, against the
-//!    number of MRs it read;
-//! 4. a quiet minute: the requests mrguard sends;
+//!    number of MRs it read; then the configuration file rewritten twice,
+//!    and the first pass after each reload (it judges every kind), with the
+//!    leader's and kube-apiserver's CPU over it;
+//! 4. a quiet minute: the requests mrguard sends; then every replica's
+//!    memory once 300 s have passed since the last MR create (every watch
+//!    that carried the creations renewed since);
 //! 5. kube-apiserver restarted: the relists, and the time until every
 //!    watch is back (with `--restart-floor`, then restarted again with
 //!    every replica stopped, the bench reading each kind once: the API
