@@ -10,7 +10,7 @@ use kube::core::{ApiResource, DynamicObject};
 use kube::Api;
 use serde_json::Value;
 
-use super::api::{api_err, list_pages, ControllerError, FIELD_MANAGER};
+use super::api::{api_err, list_values, ControllerError, FIELD_MANAGER};
 use super::metrics::ControllerMetrics;
 use mrguard_policy::reports::{
     self, Flavor, PassInput, MANAGED_BY, MANAGED_BY_LABEL, MAX_REPORT_BYTES,
@@ -84,20 +84,18 @@ impl ReportWriter {
         let mut out = Vec::new();
         for namespaced in [true, false] {
             let ar = self.api_resource(namespaced);
-            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
             let params = ListParams::default()
                 .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"))
                 .limit(50);
-            let mut pages = std::pin::pin!(list_pages(api, params));
+            let mut pages = std::pin::pin!(list_values(self.client.clone(), &ar, params));
             while let Some(page) = pages.next().await {
                 let page =
                     page.map_err(api_err("list", resource_name(self.flavor, namespaced), ""))?;
-                for o in page {
-                    if let Ok(mut v) = serde_json::to_value(o) {
-                        v["apiVersion"] = Value::String(ar.api_version.clone());
-                        v["kind"] = Value::String(ar.kind.clone());
-                        out.push(v);
-                    }
+                for mut v in page {
+                    // A list's items carry no apiVersion/kind.
+                    v["apiVersion"] = Value::String(ar.api_version.clone());
+                    v["kind"] = Value::String(ar.kind.clone());
+                    out.push(v);
                 }
             }
         }
