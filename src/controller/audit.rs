@@ -161,9 +161,14 @@ pub(crate) async fn audit_kind_in(
             .map_err(api_err("list", "managed resources", kind.key()))?
     {
         for mut value in items {
+            // Anything but an object is no MR (and indexing it panics).
+            let Some(obj) = value.as_object_mut() else {
+                continue;
+            };
             // A list's items carry no apiVersion/kind; rules may read them.
-            value["apiVersion"] = Value::String(format!("{}/{}", kind.group, kind.read_version));
-            value["kind"] = Value::String(kind.kind.clone());
+            let api_version = format!("{}/{}", kind.group, kind.read_version);
+            obj.insert("apiVersion".into(), Value::String(api_version));
+            obj.insert("kind".into(), Value::String(kind.kind.clone()));
             report.objects += 1;
             if !mrguard_policy::mr::is_managed(&value) {
                 continue;
@@ -850,6 +855,9 @@ mod tests {
                         ),
                         // Not an MR at all.
                         json!({"metadata": {"name": "odd", "uid": "u4"}, "spec": {}}),
+                        // Not even an object: skipped, not a panic.
+                        json!("not an object"),
+                        json!(null),
                     ],
                     "next",
                 ),

@@ -92,9 +92,13 @@ impl ReportWriter {
                 let page =
                     page.map_err(api_err("list", resource_name(self.flavor, namespaced), ""))?;
                 for mut v in page {
-                    // A list's items carry no apiVersion/kind.
-                    v["apiVersion"] = Value::String(ar.api_version.clone());
-                    v["kind"] = Value::String(ar.kind.clone());
+                    // Anything but an object is no report (and indexing it
+                    // panics). A list's items carry no apiVersion/kind.
+                    let Some(obj) = v.as_object_mut() else {
+                        continue;
+                    };
+                    obj.insert("apiVersion".into(), Value::String(ar.api_version.clone()));
+                    obj.insert("kind".into(), Value::String(ar.kind.clone()));
                     out.push(v);
                 }
             }
@@ -269,11 +273,13 @@ mod tests {
             match r.method.as_str() {
                 "GET" => {
                     let want_ns = !r.path.ends_with("/clusterpolicyreports");
-                    let items: Vec<Value> = s
+                    let mut items: Vec<Value> = s
                         .values()
                         .filter(|v| v["metadata"].get("namespace").is_some() == want_ns)
                         .cloned()
                         .collect();
+                    // An item that is not an object is skipped, not a panic.
+                    items.push(Value::String("not a report".into()));
                     assert!(
                         r.query
                             .contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dmrguard"),
