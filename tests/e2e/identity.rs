@@ -1059,3 +1059,59 @@ async fn a_provider_whose_v2_kinds_have_mrs_is_found_through_its_revision() {
         .expect("a Provider without MRs is deleted");
     let _ = revisions.delete(revision, &DeleteParams::default()).await;
 }
+
+/// Editing the configuration lists again only the kinds whose claims
+/// change. Against a real API server with an audit log of mrguard's
+/// requests, two kinds watched: an entry put in front of `resources` that
+/// gives one of them another external-name strategy makes the replica
+/// list that kind again, and only that kind. Any change to `resources`
+/// listed every kind again before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_edit_relists_only_the_kinds_whose_claims_change() {
+    use crate::connections::{a_new_kind_is_watched, GROUP};
+    let test = "a_configuration_edit_relists_only_the_kinds_whose_claims_change";
+    let release = "e2e-claims-edit";
+    let Some(cluster) = support::audited_cluster(test, release).await else {
+        return;
+    };
+    let r = support::install(cluster, release, Options::default()).await;
+    let (changed, kept) = ("E2eClaimsChanged", "E2eClaimsKept");
+    for kind in [changed, kept] {
+        a_new_kind_is_watched(&r, kind, WAIT).await;
+    }
+    // The watchers' lists: kube-runtime's pages, or read from the watch
+    // cache with a resourceVersionMatch (the audit's lists have neither).
+    let lists = |kind: &str| {
+        let collection = format!("/apis/{GROUP}/v1alpha1/{}s", kind.to_lowercase());
+        let log = std::fs::read_to_string(cluster.audit_log()).unwrap();
+        support::requested(&log, "list", &collection)
+            .iter()
+            .filter(|u| u.contains("resourceVersionMatch") || u.contains("limit=500"))
+            .count()
+    };
+    let (changed_before, kept_before) = (lists(changed), lists(kept));
+    assert!(changed_before >= 1 && kept_before >= 1);
+
+    let mut config: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(r.config_file()).unwrap()).unwrap();
+    config["resources"].as_array_mut().unwrap().insert(
+        0,
+        json!({"apiGroups": [GROUP], "kinds": [changed], "externalName": "IdentifierFromProvider"}),
+    );
+    // JSON is YAML.
+    r.write_config(&config.to_string()).unwrap();
+    wait_for("the changed kind listed again", WAIT, || async {
+        (lists(changed) > changed_before).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
+    // Two polls of the configuration (2 s each) more for a relist to show.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(
+        lists(kept),
+        kept_before,
+        "the kept kind was listed again; {}",
+        r.with_logs(String::new())
+    );
+    r.check_alive().unwrap();
+}
