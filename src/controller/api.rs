@@ -291,22 +291,35 @@ where
     })
 }
 
-/// As [`list_pages`], each object of `resource` as plain JSON. The audit
-/// judges `Value`s: a `DynamicObject` was parsed (its metadata typed,
-/// managedFields and all) and serialized back into one, for each MR.
+/// As [`list_pages`], each object of `resource` as plain JSON, with the
+/// `apiVersion` and `kind` a list's items leave out (rules read them). The
+/// audit judges `Value`s: a `DynamicObject` was parsed (its metadata typed,
+/// managedFields and all) and serialized back into one, for each MR. An
+/// item that is not a JSON object is dropped: it is no object of the kind.
 pub(crate) fn list_values(
     client: kube::Client,
     resource: &ApiResource,
     params: ListParams,
 ) -> impl Stream<Item = Result<Vec<Value>, kube::Error>> {
     let request = kube::core::Request::new(DynamicObject::url_path(resource, None));
+    let (api_version, kind) = (resource.api_version.clone(), resource.kind.clone());
     pages(params, move |lp| {
         let (client, request) = (client.clone(), request.clone());
+        let (api_version, kind) = (api_version.clone(), kind.clone());
         async move {
             let mut req = request.list(&lp).map_err(kube::Error::BuildRequest)?;
             // As `Api::list` marks it, for the client's own tracing.
             req.extensions_mut().insert("list");
-            client.request::<ObjectList<Value>>(req).await
+            let mut page = client.request::<ObjectList<Value>>(req).await?;
+            page.items.retain_mut(|item| {
+                let Some(obj) = item.as_object_mut() else {
+                    return false;
+                };
+                obj.insert("apiVersion".into(), Value::String(api_version.clone()));
+                obj.insert("kind".into(), Value::String(kind.clone()));
+                true
+            });
+            Ok(page)
         }
     })
 }

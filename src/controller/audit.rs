@@ -160,15 +160,7 @@ pub(crate) async fn audit_kind_in(
             .await
             .map_err(api_err("list", "managed resources", kind.key()))?
     {
-        for mut value in items {
-            // Anything but an object is no MR (and indexing it panics).
-            let Some(obj) = value.as_object_mut() else {
-                continue;
-            };
-            // A list's items carry no apiVersion/kind; rules may read them.
-            let api_version = format!("{}/{}", kind.group, kind.read_version);
-            obj.insert("apiVersion".into(), Value::String(api_version));
-            obj.insert("kind".into(), Value::String(kind.kind.clone()));
+        for value in items {
             report.objects += 1;
             if !mrguard_policy::mr::is_managed(&value) {
                 continue;

@@ -91,16 +91,7 @@ impl ReportWriter {
             while let Some(page) = pages.next().await {
                 let page =
                     page.map_err(api_err("list", resource_name(self.flavor, namespaced), ""))?;
-                for mut v in page {
-                    // Anything but an object is no report (and indexing it
-                    // panics). A list's items carry no apiVersion/kind.
-                    let Some(obj) = v.as_object_mut() else {
-                        continue;
-                    };
-                    obj.insert("apiVersion".into(), Value::String(ar.api_version.clone()));
-                    obj.insert("kind".into(), Value::String(ar.kind.clone()));
-                    out.push(v);
-                }
+                out.extend(page);
             }
         }
         Ok(out)
