@@ -30,6 +30,8 @@ pub struct Cluster {
     /// PEM of the CA that signed the API server's serving certificate.
     pub ca_pem: String,
     pub dir: PathBuf,
+    /// The version kube-apiserver reports (`/version`).
+    pub version: crate::version::KubeVersion,
     admin_kubeconfig: PathBuf,
     /// kube-apiserver's command line, to restart it the same way.
     apiserver_bin: PathBuf,
@@ -146,6 +148,7 @@ impl Cluster {
     pub async fn start(options: &ClusterOptions) -> Result<Cluster, String> {
         let assets = assets()?;
         let assets = assets.as_path();
+        let version = crate::version::of_binary(&assets.join("kube-apiserver"))?;
         let dir = tempfile::Builder::new()
             .prefix("mrguard-e2e-")
             .tempdir()
@@ -209,16 +212,16 @@ impl Cluster {
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--authorization-mode=RBAC".into(),
             // The webhooks are what the suite is about; the rest are the
-            // defaults of 1.24. ServiceAccount admission would wait for the
+            // defaults of every version. ServiceAccount admission would wait for the
             // token controller, which does not run here (no pods either).
             "--enable-admission-plugins=NamespaceLifecycle,MutatingAdmissionWebhook,ValidatingAdmissionWebhook"
                 .into(),
             "--disable-admission-plugins=ServiceAccount".into(),
-            // CEL rules of the upjet CRDs are alpha in 1.24.
-            "--feature-gates=CustomResourceValidationExpressions=true".into(),
             "--allow-privileged=false".into(),
             "--profiling=false".into(),
         ];
+        // Gates only where this version needs and knows them.
+        args.extend(version.flags());
         if let Some(policy) = &options.audit_policy {
             args.push(format!(
                 "--audit-policy-file={}",
@@ -246,10 +249,11 @@ impl Cluster {
             &admin_kubeconfig,
             kubeconfig(&server, &ca.cert, "admin", ADMIN_TOKEN),
         );
-        let cluster = Cluster {
+        let mut cluster = Cluster {
             server,
             ca_pem: ca.cert.clone(),
             dir: dir.clone(),
+            version,
             admin_kubeconfig,
             apiserver_bin,
             apiserver_args: args,
@@ -257,6 +261,14 @@ impl Cluster {
             apiserver: Mutex::new(apiserver),
         };
         cluster.wait_ready().await?;
+        let served = cluster.served_version().await?;
+        if (served.major, served.minor) != (cluster.version.major, cluster.version.minor) {
+            return Err(format!(
+                "kube-apiserver --version said {} but /version says {served}",
+                cluster.version
+            ));
+        }
+        cluster.version = served;
         if options.fixture_crds {
             cluster.install_fixture_crds().await?;
         }
@@ -344,6 +356,19 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// What `/version` says.
+    async fn served_version(&self) -> Result<crate::version::KubeVersion, String> {
+        let client = self.admin().await?;
+        let req = hyper::Request::get("/version").body(Vec::new()).unwrap();
+        let body = client
+            .request_text(req)
+            .await
+            .map_err(|e| format!("failed to read /version: {e}"))?;
+        let v: Value = serde_json::from_str(&body)
+            .map_err(|e| format!("failed to read /version: {e}: {body}"))?;
+        crate::version::KubeVersion::parse(v["gitVersion"].as_str().unwrap_or_default())
     }
 
     /// A client with cluster-admin rights, bound to the calling runtime.

@@ -31,6 +31,7 @@ pub mod process;
 pub mod procfs;
 pub mod release;
 pub mod scale;
+pub mod version;
 
 use std::future::Future;
 use std::io::Write;
@@ -43,6 +44,7 @@ use serde_json::{json, Value};
 pub use cluster::Cluster;
 pub use metrics::Metrics;
 pub use release::{Options, Release};
+pub use version::{needs, KubeVersion};
 
 /// The longest any single wait may take.
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -90,6 +92,40 @@ fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
+/// Writes the skip line for `test` past the harness's capture.
+fn skip(test: &str, why: &str) {
+    let line = format!("{SKIP_MARKER} {test}: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// Whether `test` can run on the API server in `KUBEBUILDER_ASSETS`: false
+/// (with the skip line `needs kube-apiserver >= X (this is Y)`) where that
+/// server is older than `min`. A skip for the version is never a failure,
+/// not even with `CI=true`: the server cannot show the feature.
+pub fn version_at_least(test: &str, min: (u32, u32)) -> bool {
+    let Ok(v) = version::of_assets() else {
+        // No API server: require_cluster says so.
+        return true;
+    };
+    if v.at_least(min) {
+        return true;
+    }
+    skip(
+        test,
+        &format!("needs kube-apiserver >= {}.{} (this is {v})", min.0, min.1),
+    );
+    false
+}
+
+/// [`require_cluster`] for a test that needs kube-apiserver `min` or newer:
+/// None, reported as skipped with the version it needs, on an older one.
+pub async fn require_cluster_at(test: &str, min: (u32, u32)) -> Option<&'static Cluster> {
+    if !version_at_least(test, min) {
+        return None;
+    }
+    require_cluster(test).await
+}
+
 /// The shared API server, or None when this test is skipped: without
 /// `KUBEBUILDER_ASSETS` the test prints why and how to get the binaries,
 /// and passes. Under `CI=true` a missing API server fails the test.
@@ -101,8 +137,7 @@ pub async fn require_cluster(test: &str) -> Option<&'static Cluster> {
         if ci() {
             panic!("{test} needs a real API server and CI=true: {why}; {how}");
         }
-        let line = format!("{SKIP_MARKER} {test}: {why}; {how}\n");
-        let _ = std::io::stderr().write_all(line.as_bytes());
+        skip(test, &format!("{why}; {how}"));
         return None;
     }
     match Cluster::shared().await {
