@@ -9,27 +9,24 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 
-use crate::support::{self, api, fixtures_dir, wait_for, Options, WAIT};
+use crate::support::{self, api, wait_for, Options, WAIT};
 
 /// A group the chart's audit RBAC covers, so that other tests' releases
 /// sharing the API server count no extra forbidden kind.
 const GROUP: &str = "ec2.aws.upbound.io";
 
-/// Crossplane's ProviderRevision and DeploymentRuntimeConfig CRDs
-/// (tests/fixtures/crds-crossplane), once per API server: tests share it.
+/// Crossplane's ProviderRevision and DeploymentRuntimeConfig CRDs (the
+/// upstream ones where the server takes them, else stand-ins), once per API
+/// server: tests share it.
 pub(crate) async fn install_package_crds(client: &kube::Client) {
-    for file in [
-        "pkg.crossplane.io_providerrevisions.yaml",
-        "pkg.crossplane.io_deploymentruntimeconfigs.yaml",
+    use support::crossplane::{install, PackageKind};
+    for kind in [
+        PackageKind::ProviderRevision,
+        PackageKind::DeploymentRuntimeConfig,
     ] {
-        let text =
-            std::fs::read_to_string(fixtures_dir().join("crds-crossplane").join(file)).unwrap();
-        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
-        match support::cluster::create_crd(client, &crd).await {
-            Ok(()) => {}
-            Err(e) if e.contains("AlreadyExists") || e.contains("already exists") => {}
-            Err(e) => panic!("{file}: {e}"),
-        }
+        install(client, kind)
+            .await
+            .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
     }
 }
 

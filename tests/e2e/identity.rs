@@ -802,31 +802,6 @@ async fn a_missing_provider_config_warns_and_a_credentials_secret_in_use_cannot_
     let _ = pcs.delete(&pc_name, &DeleteParams::default()).await;
 }
 
-/// A stand-in for Crossplane's Provider CRD (pkg.crossplane.io/v1), written
-/// here: the guard reads only the Provider's name, and the MR CRDs' owner
-/// references to it. Objects made for it carry `spec.package`, so they are
-/// valid under the real CRD too.
-fn provider_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "providers.pkg.crossplane.io"},
-        "spec": {
-            "group": "pkg.crossplane.io",
-            "scope": "Cluster",
-            "names": {"kind": "Provider", "listKind": "ProviderList", "plural": "providers",
-                      "singular": "provider", "categories": ["crossplane", "pkg"]},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                }}},
-            }],
-        },
-    })
-}
-
 /// The teardown guard's Provider entry (crossplane#6001): a Provider
 /// package whose MR kinds (CRDs owned by it, as the package manager makes
 /// them) still have MRs cannot be deleted, naming them, and can once they
@@ -841,7 +816,9 @@ async fn a_provider_whose_kinds_have_mrs_cannot_be_deleted_until_they_are_gone()
         return;
     };
     let admin = cluster.admin().await.unwrap();
-    ensure_crd(&admin, provider_crd()).await;
+    support::crossplane::install(&admin, support::crossplane::PackageKind::Provider)
+        .await
+        .unwrap();
     let r = support::install(cluster, "e2e-teardown-provider", Options::default()).await;
     let providers = kube::Api::<kube::api::DynamicObject>::all_with(
         r.client.clone(),
@@ -943,7 +920,9 @@ async fn a_provider_whose_v2_kinds_have_mrs_is_found_through_its_revision() {
         return;
     };
     let admin = cluster.admin().await.unwrap();
-    ensure_crd(&admin, provider_crd()).await;
+    support::crossplane::install(&admin, support::crossplane::PackageKind::Provider)
+        .await
+        .unwrap();
     crate::exemptions::install_package_crds(&admin).await;
     let r = support::install(cluster, "e2e-teardown-v2", Options::default()).await;
     let providers = kube::Api::<kube::api::DynamicObject>::all_with(

@@ -26,6 +26,7 @@ pub mod api;
 pub mod certs;
 pub mod chart;
 pub mod cluster;
+pub mod crossplane;
 pub mod metrics;
 pub mod process;
 pub mod procfs;
