@@ -439,7 +439,14 @@ pub(crate) struct EventRecorder {
     /// Set once `events.k8s.io` refused an Event about a cluster-scoped
     /// MR: later ones go straight to core/v1 ([`EventRecorder::publish_core`]).
     core_for_cluster_scoped: AtomicBool,
+    /// The core/v1 Events written, by the MR's uid: the name, the count
+    /// and when, so that a repeat counts into the same Event's series as
+    /// kube's Recorder does with its own.
+    core_series: Mutex<HashMap<String, (String, i32, jiff::Timestamp)>>,
 }
+
+/// How long a repeat counts into the same Event: kube's Recorder's window.
+const SERIES_WINDOW: jiff::SignedDuration = jiff::SignedDuration::from_secs(6 * 60);
 
 impl EventRecorder {
     pub(crate) fn new(client: kube::Client, instance: String, dedup: EventDedup) -> Self {
@@ -454,6 +461,7 @@ impl EventRecorder {
             client,
             dedup,
             core_for_cluster_scoped: AtomicBool::new(false),
+            core_series: Mutex::new(HashMap::new()),
         }
     }
 
@@ -487,11 +495,41 @@ impl EventRecorder {
     }
 
     /// `event` as a core/v1 Event in "default", named as kube's
-    /// [`Recorder`] names its own.
+    /// [`Recorder`] names its own; a repeat about the same MR within
+    /// [`SERIES_WINDOW`] counts into the Event's series.
     async fn publish_core(&self, event: &RecordedEvent, obj: &ObjRef) -> Result<(), kube::Error> {
         use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource};
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
         let now = jiff::Timestamp::now();
+        let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), "default");
+        let earlier = self
+            .core_series
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&obj.uid)
+            .filter(|(_, _, at)| now.duration_since(*at) < SERIES_WINDOW)
+            .cloned();
+        if let Some((name, count, _)) = earlier {
+            let count = count + 1;
+            let patch = json!({
+                "count": count,
+                "lastTimestamp": Time(now),
+                "message": event.note,
+                // MicroTime: the API server takes exactly six decimals.
+                "series": {"count": count, "lastObservedTime": MicroTime(now)},
+            });
+            api.patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await?;
+            self.core_series
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(obj.uid.clone(), (name, count, now));
+            return Ok(());
+        }
         let core = CoreEvent {
             metadata: ObjectMeta {
                 name: Some(format!("{}.{:x}", obj.name, now.as_nanosecond())),
@@ -520,8 +558,12 @@ impl EventRecorder {
             }),
             ..CoreEvent::default()
         };
-        let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), "default");
+        let name = core.metadata.name.clone().unwrap_or_default();
         api.create(&kube::api::PostParams::default(), &core).await?;
+        self.core_series
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(obj.uid.clone(), (name, 1, now));
         Ok(())
     }
 
@@ -1046,7 +1088,7 @@ pub(crate) mod tests {
                     ),
                 );
             }
-            if r.method == "POST" {
+            if r.method == "POST" || r.method == "PATCH" {
                 return Reply::Json(201, r.body.clone());
             }
             Reply::Json(200, list("EventList", "events.k8s.io/v1", vec![]))
@@ -1064,7 +1106,22 @@ pub(crate) mod tests {
             .possibly_leaked(&leaky, "2024-02-01T00:00:00Z")
             .await
             .unwrap());
-        let posted = events_posted(&api.requests());
+        let other = state(&vpc(
+            "other",
+            "u8",
+            json!({CREATE_PENDING: "2024-01-01T00:00:10Z"}),
+            json!({}),
+        ))
+        .pending
+        .unwrap()
+        .obj;
+        assert_ne!(other.uid, leaky.uid);
+        assert!(recorder
+            .possibly_leaked(&other, "2024-01-01T00:00:10Z")
+            .await
+            .unwrap());
+        let reqs = api.requests();
+        let posted = events_posted(&reqs);
         let paths: Vec<&str> = posted.iter().map(|r| r.path.as_str()).collect();
         assert_eq!(
             paths,
@@ -1072,9 +1129,29 @@ pub(crate) mod tests {
                 "/apis/events.k8s.io/v1/namespaces/default/events",
                 "/api/v1/namespaces/default/events",
                 "/api/v1/namespaces/default/events",
-            ]
+            ],
+            "one Event per MR, the second straight to core/v1"
         );
+        // The repeat about the same MR counts into its Event.
         let core = &posted[1].body;
+        let name = core["metadata"]["name"].as_str().unwrap();
+        let patches: Vec<_> = reqs.iter().filter(|r| r.method == "PATCH").collect();
+        assert_eq!(patches.len(), 1, "{reqs:#?}");
+        assert_eq!(
+            patches[0].path,
+            format!("/api/v1/namespaces/default/events/{name}")
+        );
+        assert_eq!(patches[0].body["series"]["count"], 2);
+        assert_eq!(patches[0].body["count"], 2);
+        let observed = patches[0].body["series"]["lastObservedTime"]
+            .as_str()
+            .unwrap();
+        let fraction = observed.split_once('.').unwrap().1;
+        assert_eq!(
+            fraction.len(),
+            "000000Z".len(),
+            "{observed}: MicroTime has 6 decimals"
+        );
         assert_eq!(core["reason"], POSSIBLY_LEAKED);
         assert_eq!(core["type"], "Warning");
         assert_eq!(core["involvedObject"]["uid"], "u1");

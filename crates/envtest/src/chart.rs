@@ -40,6 +40,18 @@ impl Rendered {
     /// `helm template RELEASE charts/mrguard -n NAMESPACE -f VALUES`,
     /// offline (no cluster: `lookup` finds nothing, as on a first install).
     pub fn render(release: &str, namespace: &str, values_yaml: &str) -> Result<Self, String> {
+        Self::render_for(release, namespace, values_yaml, None)
+    }
+
+    /// [`Rendered::render`] for a cluster of `kube_version`
+    /// (`.Capabilities.KubeVersion`, as `helm install` reads it from the
+    /// API server); helm's own default without it.
+    pub fn render_for(
+        release: &str,
+        namespace: &str,
+        values_yaml: &str,
+        kube_version: Option<&crate::KubeVersion>,
+    ) -> Result<Self, String> {
         let home = helm_home();
         let values = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
         std::fs::write(values.path(), values_yaml).map_err(|e| e.to_string())?;
@@ -49,6 +61,7 @@ impl Rendered {
             .arg(&chart)
             .args(["-n", namespace, "-f"])
             .arg(values.path())
+            .args(kube_version.map(|v| format!("--kube-version={}", v.git_version)))
             .env("HELM_CACHE_HOME", home.join("cache"))
             .env("HELM_CONFIG_HOME", home.join("config"))
             .env("HELM_DATA_HOME", home.join("data"))

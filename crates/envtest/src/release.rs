@@ -153,7 +153,12 @@ impl Release {
         let workload_ns = name.to_string();
         let ns_api: Api<Namespace> = Api::all(client.clone());
         for ns in [&namespace, &workload_ns] {
-            let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+            // The label Kubernetes sets on every namespace from 1.21, which
+            // the chart's namespaceSelector excludes namespaces by; before
+            // 1.21 it must be set by hand (docs/helm.md).
+            let obj: Namespace = serde_json::from_value(json!({"metadata": {
+                "name": ns, "labels": {"kubernetes.io/metadata.name": ns}}}))
+            .unwrap();
             ns_api
                 .create(&PostParams::default(), &obj)
                 .await
@@ -169,7 +174,12 @@ impl Release {
             dir.disable_cleanup(true);
         }
         let service_port = free_port();
-        let rendered = Rendered::render(name, &namespace, &Self::values(name, &options, &[])?)?;
+        let rendered = Rendered::render_for(
+            name,
+            &namespace,
+            &Self::values(name, &options, &[])?,
+            Some(&cluster.version),
+        )?;
         let fullname = rendered.one("ServiceAccount")?["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -314,8 +324,17 @@ impl Release {
             if kind == "Deployment" {
                 continue;
             }
-            let (ar, namespaced) = Self::resource(kind)
+            let (mut ar, namespaced) = Self::resource(kind)
                 .ok_or_else(|| format!("the chart renders an unexpected {kind}"))?;
+            // The version the chart chose for this server (PodDisruptionBudget).
+            if let Some((group, version)) =
+                obj["apiVersion"].as_str().and_then(|a| a.split_once('/'))
+            {
+                if group == ar.group {
+                    ar.version = version.to_string();
+                    ar.api_version = format!("{group}/{version}");
+                }
+            }
             let obj = if kind.ends_with("WebhookConfiguration") {
                 self.loopback_webhooks(obj)
             } else {
@@ -381,10 +400,11 @@ impl Release {
             format!("--listen=127.0.0.1:{port}"),
             format!("--metrics-listen=127.0.0.1:{metrics_port}"),
         ];
-        let rendered = Rendered::render(
+        let rendered = Rendered::render_for(
             &self.name,
             &self.namespace,
             &Self::values(&self.name, &self.options, &per_pod)?,
+            Some(&self.cluster.version),
         )?;
         let mut cmd = rendered.pod_command(&self.namespace, &pod)?;
         cmd.remount("config", &self.config_dir)?;
