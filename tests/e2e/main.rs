@@ -24,5 +24,6 @@ mod policy_reports;
 mod preflight;
 mod progress;
 mod quiet;
+mod server_features;
 mod supervision;
 mod support;

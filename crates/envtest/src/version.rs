@@ -38,8 +38,8 @@ pub mod needs {
     /// MutatingAdmissionPolicy, beta (`v1beta1`) and off by default until
     /// it is GA; the suite enables it where it can.
     pub const MUTATING_ADMISSION_POLICY: (u32, u32) = (1, 34);
-    /// Webhook `matchConditions`, GA.
-    pub const MATCH_CONDITIONS: (u32, u32) = (1, 30);
+    /// Webhook `matchConditions`, beta and on by default (GA in 1.30).
+    pub const MATCH_CONDITIONS: (u32, u32) = (1, 28);
 }
 
 impl KubeVersion {
