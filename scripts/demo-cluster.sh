@@ -36,7 +36,18 @@ trap cleanup EXIT INT TERM
 "$MRGUARD" certs generate --out "$state/pki" >/dev/null
 echo "demo-token,admin,admin,system:masters" >"$state/tokens.csv"
 
-"$assets/etcd" --data-dir "$state/etcd" --unsafe-no-fsync \
+# Only the flags this etcd and kube-apiserver know: an unknown one stops
+# them (etcd 3.4 has no --unsafe-no-fsync; kube-apiserver 1.20 has no gate
+# for CRD validation rules, which 1.23 and 1.24 need and 1.25 has on).
+etcd_flags=()
+"$assets/etcd" --help 2>&1 | grep -q -- --unsafe-no-fsync && etcd_flags+=(--unsafe-no-fsync)
+minor=$("$assets/kube-apiserver" --version | sed -E 's/.*v1\.([0-9]+).*/\1/')
+apiserver_flags=()
+if [[ "$minor" -ge 23 && "$minor" -le 24 ]]; then
+  apiserver_flags+=(--feature-gates CustomResourceValidationExpressions=true)
+fi
+
+"$assets/etcd" --data-dir "$state/etcd" "${etcd_flags[@]}" \
   --listen-client-urls http://127.0.0.1:2479 --advertise-client-urls http://127.0.0.1:2479 \
   --listen-peer-urls http://127.0.0.1:2480 --initial-advertise-peer-urls http://127.0.0.1:2480 \
   --initial-cluster default=http://127.0.0.1:2480 >"$state/etcd.log" 2>&1 &
@@ -49,7 +60,7 @@ pids+=($!)
   --service-account-issuer https://127.0.0.1 --service-cluster-ip-range 10.0.0.0/24 \
   --service-account-key-file "$state/pki/ca.crt" --service-account-signing-key-file "$state/pki/ca.key" \
   --disable-admission-plugins ServiceAccount \
-  --feature-gates CustomResourceValidationExpressions=true >"$state/apiserver.log" 2>&1 &
+  "${apiserver_flags[@]}" >"$state/apiserver.log" 2>&1 &
 pids+=($!)
 
 "$MRGUARD" serve --self-signed --self-signed-ca-file "$state/mrguard-ca.crt" \

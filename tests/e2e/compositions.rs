@@ -23,9 +23,9 @@ resources:
 
 const CROSSPLANE: &str = "system:serviceaccount:crossplane-system:crossplane";
 
-/// A vendored Crossplane CRD, created once per API server. The test API
-/// server (1.24) compiles no `oldSelf` rules (transition rules came
-/// later), so those (fields that are immutable) are left out.
+/// A vendored Crossplane CRD, created once per API server. Before 1.25 an
+/// API server compiles no `oldSelf` rules (transition rules): there those
+/// (fields that are immutable) are left out; 1.20 drops every rule.
 async fn crossplane_crd(client: &kube::Client, name: &str) {
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
     if crds.get_opt(name).await.unwrap().is_some() {
@@ -49,7 +49,10 @@ async fn crossplane_crd(client: &kube::Client, name: &str) {
             _ => {}
         }
     }
-    drop_transition_rules(&mut crd);
+    let version = crate::support::version::of_assets().unwrap();
+    if !version.at_least(support::needs::TRANSITION_RULES) {
+        drop_transition_rules(&mut crd);
+    }
     let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
     support::cluster::create_crd(client, &crd).await.unwrap();
 }

@@ -2,8 +2,9 @@
 //! evaluated as the API server evaluates them (`mrguard_policy::vap::evaluate`
 //! with the project's CEL engine, which follows the Kubernetes CEL
 //! environment), against mrguard's own verdict for the same rules, on every
-//! recorded review, a generated set and hostile variants of both. The test
-//! API server is 1.24 and has no ValidatingAdmissionPolicy, so this is offline.
+//! recorded review, a generated set and hostile variants of both. Offline:
+//! `tests/e2e/server_features.rs` applies the export to an API server of
+//! 1.30 or later.
 
 use std::collections::BTreeSet;
 
