@@ -833,6 +833,7 @@ fn rbac_is_exactly_the_least_privilege_listed() {
                 &[],
                 &["create", "patch", "list"]
             ),
+            rule(&[""], &["events"], &[], &["create", "patch"]),
         ]
     );
     let role = rules_of(m.one("Role", "mrguard"));
