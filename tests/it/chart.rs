@@ -156,8 +156,8 @@ fn default_install_renders_every_object_with_zero_values() {
         ("Deployment", 1),
         ("MutatingWebhookConfiguration", 1),
         ("PodDisruptionBudget", 1),
-        ("Role", 1),
-        ("RoleBinding", 1),
+        ("Role", 2),
+        ("RoleBinding", 2),
         ("Secret", 1),
         ("Service", 2),
         ("ServiceAccount", 1),
@@ -183,6 +183,9 @@ fn default_install_renders_every_object_with_zero_values() {
                 o["metadata"].get("namespace").is_none(),
                 "{kind} has a namespace"
             );
+        } else if o["metadata"]["name"] == "mrguard-events" {
+            // Core Events about cluster-scoped MRs go to "default".
+            assert_eq!(o["metadata"]["namespace"], "default", "{kind} namespace");
         } else {
             assert_eq!(o["metadata"]["namespace"], NS, "{kind} namespace");
         }
@@ -680,7 +683,7 @@ fn names_agree_between_flags_rbac_service_and_webhooks() {
         );
 
         // RBAC is restricted to exactly the objects the flags name.
-        let role = m.only("Role");
+        let role = m.one("Role", base);
         let named = |resource: &str| -> BTreeSet<String> {
             role["rules"]
                 .as_array()
@@ -833,9 +836,20 @@ fn rbac_is_exactly_the_least_privilege_listed() {
                 &[],
                 &["create", "patch", "list"]
             ),
-            rule(&[""], &["events"], &[], &["create", "patch"]),
         ]
     );
+    // Core Events only in "default", for cluster-scoped MRs' Events where
+    // events.k8s.io refuses them (Kubernetes before 1.22).
+    let events_role = m.one("Role", "mrguard-events");
+    assert_eq!(events_role["metadata"]["namespace"], "default");
+    assert_eq!(
+        rules_of(events_role),
+        [rule(&[""], &["events"], &[], &["create", "patch"])]
+    );
+    let binding = m.one("RoleBinding", "mrguard-events");
+    assert_eq!(binding["metadata"]["namespace"], "default");
+    assert_eq!(binding["roleRef"]["name"], "mrguard-events");
+    assert_eq!(binding["subjects"][0]["name"], "mrguard");
     let role = rules_of(m.one("Role", "mrguard"));
     assert_eq!(
         role,
@@ -916,12 +930,19 @@ fn rbac_is_exactly_the_least_privilege_listed() {
                         "core resources cluster-wide: {resources:?}"
                     );
                 } else if names.is_empty() {
-                    // Unnamed: create, or listing the Service's own EndpointSlices.
+                    // Unnamed: create, listing the Service's own
+                    // EndpointSlices, or patching Events (their names are
+                    // generated) in "default" only.
                     let create = BTreeSet::from(["create".to_string()]);
                     let slices = BTreeSet::from(["endpointslices".to_string()]);
                     let list = BTreeSet::from(["list".to_string()]);
+                    let events = BTreeSet::from(["events".to_string()]);
+                    let create_patch = BTreeSet::from(["create".to_string(), "patch".to_string()]);
+                    let in_default = r["metadata"]["namespace"] == "default";
                     assert!(
-                        verbs == create || (resources == slices && verbs == list),
+                        verbs == create
+                            || (resources == slices && verbs == list)
+                            || (in_default && resources == events && verbs == create_patch),
                         "{kind} grants {verbs:?} on {resources:?} without resourceNames"
                     );
                 }

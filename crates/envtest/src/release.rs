@@ -341,7 +341,12 @@ impl Release {
                 obj.clone()
             };
             let api: Api<DynamicObject> = if namespaced {
-                Api::namespaced_with(self.client.clone(), &self.namespace, &ar)
+                // The release namespace, unless the chart names another
+                // (the Events Role in "default").
+                let ns = obj["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or(&self.namespace);
+                Api::namespaced_with(self.client.clone(), ns, &ar)
             } else {
                 Api::all_with(self.client.clone(), &ar)
             };
