@@ -215,46 +215,36 @@ async fn match_conditions_keep_exempt_users_off_the_webhooks() {
     let provider = api::impersonating(cluster.admin_kubeconfig(), PROVIDER, PROVIDER_GROUPS)
         .await
         .unwrap();
+    // A Bucket created by `client`, as the API server returned it.
+    let create = |client: kube::Client, name: &'static str| {
+        let bucket =
+            serde_json::to_value(r.object(support::bucket(name, json!({"region": "us-east-1"}))))
+                .unwrap();
+        async move {
+            let sent = api::create(
+                &client,
+                "/apis/s3.aws.upbound.io/v1beta1/buckets",
+                &bucket,
+                false,
+            )
+            .await
+            .unwrap();
+            assert!(sent.status < 300, "{}", sent.body);
+            sent.body
+        }
+    };
     let before = seen(&r.replicas[0].metrics().await.unwrap());
-    let bucket = serde_json::to_value(r.object(support::bucket(
-        "from-the-provider",
-        json!({"region": "us-east-1"}),
-    )))
-    .unwrap();
-    let sent = api::create(
-        &provider,
-        "/apis/s3.aws.upbound.io/v1beta1/buckets",
-        &bucket,
-        false,
-    )
-    .await
-    .unwrap();
-    assert!(sent.status < 300, "{}", sent.body);
+    let created = create(provider, "from-the-provider").await;
     assert!(
-        sent.body["metadata"]["annotations"].is_null(),
-        "the exempt create was mutated: {}",
-        sent.body
+        created["metadata"]["annotations"].is_null(),
+        "the exempt create was mutated: {created}"
     );
     assert_eq!(
         seen(&r.replicas[0].metrics().await.unwrap()),
         before,
         "the exempt user's create reached mrguard"
     );
-
-    let bucket = serde_json::to_value(r.object(support::bucket(
-        "from-a-user",
-        json!({"region": "us-east-1"}),
-    )))
-    .unwrap();
-    let sent = api::create(
-        &admin,
-        "/apis/s3.aws.upbound.io/v1beta1/buckets",
-        &bucket,
-        false,
-    )
-    .await
-    .unwrap();
-    assert!(sent.status < 300, "{}", sent.body);
+    create(admin, "from-a-user").await;
     assert!(
         seen(&r.replicas[0].metrics().await.unwrap()) >= before + 2.0,
         "a user's create reaches both webhooks"
