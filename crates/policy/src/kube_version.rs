@@ -56,6 +56,13 @@ pub mod since {
     /// A rule's `optionalOldSelf`; older servers drop it, and the rule is
     /// then a plain transition rule, not evaluated on create.
     pub const OPTIONAL_OLD_SELF: KubeVersion = KubeVersion::new(1, 30);
+    /// An `enum` error of a list item is reported at the item
+    /// (`spec.managementPolicies[0]`). kube-apiserver v1.20.2 and
+    /// v1.24.0-alpha.1 report it at the list (`spec.managementPolicies`),
+    /// measured (tests/e2e/differential.rs); the release in between that
+    /// changed it is not measured, so this is the first one after both.
+    /// Only the path differs: the verdict is the same.
+    pub const ENUM_ERROR_AT_ITEM: KubeVersion = KubeVersion::new(1, 25);
 }
 
 /// Why a `--kube-version` text is not a version mrguard can judge as.

@@ -450,6 +450,11 @@ impl CrdVersion {
         let mut pruned = obj.clone();
         self.schema
             .check(&mut pruned, &SchemaPath::root(), true, false, &mut errors);
+        if !self.kube.at_least(since::ENUM_ERROR_AT_ITEM) {
+            for e in &mut errors {
+                e.name_enum_error_at_its_list();
+            }
+        }
         if errors.iter().any(FieldError::is_blocking) {
             // A release that enforces no rule has nothing left unchecked.
             if !self.kube.enforces_validation_rules() {

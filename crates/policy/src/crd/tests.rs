@@ -1071,3 +1071,27 @@ fn crds_are_judged_as_the_release_they_were_read_for() {
         );
     }
 }
+
+#[test]
+fn an_enum_error_of_a_list_item_is_named_at_the_list_before_1_25() {
+    let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "policies": {"type": "array", "items": {"type": "string", "enum": ["Observe", "*"]}},
+        "tags": {"type": "object", "additionalProperties": {"type": "string", "enum": ["a"]}},
+    }}}});
+    let obj = widget(json!({"policies": ["Observe", "Destroy"], "tags": {"k": "b"}}));
+    let paths = |minor| -> Vec<String> {
+        let v = synthetic_as(schema.clone(), as_of(minor));
+        let mut obj = obj.clone();
+        v.apply_defaults(&mut obj);
+        v.validate(&obj, None)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.path)
+            .filter(|p| p != "<nil>")
+            .collect()
+    };
+    // A map value's error keeps its path: only list items were measured.
+    assert_eq!(paths(20), ["spec.policies", "spec.tags.k"]);
+    assert_eq!(paths(24), ["spec.policies", "spec.tags.k"]);
+    assert_eq!(paths(25), ["spec.policies[1]", "spec.tags.k"]);
+}
