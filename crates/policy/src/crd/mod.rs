@@ -421,18 +421,6 @@ impl CrdVersion {
         notes
     }
 
-    /// The failures of the `x-kubernetes-validations` rules alone, as if no
-    /// other error blocked them: what API servers before the blocking-error
-    /// short-circuit (such as the 1.24 of the e2e suite) also report.
-    pub fn rule_errors(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
-        let mut pruned = obj.clone();
-        self.prune(&mut pruned);
-        let mut errors = Vec::new();
-        self.schema
-            .validate_rules(&pruned, old, &SchemaPath::root(), true, &mut errors);
-        errors
-    }
-
     /// Drops unknown fields, as the API server prunes them before storing.
     pub fn prune(&self, obj: &mut Value) {
         self.schema
