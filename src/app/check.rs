@@ -11,6 +11,7 @@ use serde_json::json;
 
 use mrguard_policy::config::Config;
 use mrguard_policy::crd::{builtin_group, schema_for, CrdError, Crds, SchemaFor};
+use mrguard_policy::kube_version::KubeVersion;
 use mrguard_policy::model::Operation;
 use mrguard_policy::offline::{self, identity, label};
 
@@ -63,6 +64,13 @@ pub struct CheckArgs {
     /// Built-in Kubernetes groups (core, apps, batch, *.k8s.io, ...) need no CRD.
     #[arg(long, requires = "crd")]
     pub(crate) require_crd: bool,
+    /// With --crd: judge as the API server of this Kubernetes release
+    /// would (1.20 or newer; "v" and a patch number are accepted): CRD
+    /// validation rules and strict field validation only from 1.25, unknown
+    /// fields pruned with a note before. A release newer than mrguard knows
+    /// is judged as the newest it knows, with a note.
+    #[arg(long, value_name = "MAJOR.MINOR", requires = "crd", default_value_t = KubeVersion::NEWEST)]
+    pub(crate) kube_version: KubeVersion,
     /// The most YAML documents read from the manifest file (and from --old);
     /// a larger file is refused rather than read without bound.
     #[arg(long, value_name = "N", default_value_t = manifests::MAX_DOCUMENTS)]
@@ -114,8 +122,9 @@ impl From<CheckOperation> for Operation {
 pub(crate) fn load_crds(
     path: &Path,
     groups: Option<&BTreeSet<String>>,
+    kube: KubeVersion,
 ) -> Result<Crds, CheckError> {
-    let mut crds = Crds::default();
+    let mut crds = Crds::judged_as(kube);
     let mut any = false;
     for f in manifests::files(path)? {
         let text = manifests::read_text(&f)?;
@@ -157,11 +166,15 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         Some(p) => Some((p, read(p)?)),
         None => None,
     };
+    let (kube, newer) = args.kube_version.judged_as();
+    if let (Some(n), Some(_)) = (newer, &args.crd) {
+        let _ = writeln!(err, "mrguard check: note: {n}");
+    }
     // Read after the manifests, to parse only the CRDs of their groups.
     let crds = match &args.crd {
         // XRDs alone are enough to judge Compositions.
-        Some(p) => match load_crds(p, Some(&crd_groups(&docs))) {
-            Err(CheckError::NoCrd(_)) if !xrs.is_empty() => Some(Crds::default()),
+        Some(p) => match load_crds(p, Some(&crd_groups(&docs)), kube) {
+            Err(CheckError::NoCrd(_)) if !xrs.is_empty() => Some(Crds::judged_as(kube)),
             other => Some(other?),
         },
         None => None,
@@ -378,14 +391,16 @@ mod tests {
     fn crd_files_name_what_is_wrong() {
         let dir = tempfile::tempdir().unwrap();
         assert!(matches!(
-            load_crds(dir.path(), None),
+            load_crds(dir.path(), None, KubeVersion::NEWEST),
             Err(CheckError::NoCrd(_))
         ));
         std::fs::write(dir.path().join("bad.yaml"), "a: [").unwrap();
-        let e = load_crds(dir.path(), None).unwrap_err().to_string();
+        let e = load_crds(dir.path(), None, KubeVersion::NEWEST)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("bad.yaml"), "{e}");
         assert!(matches!(
-            load_crds(&dir.path().join("nope"), None),
+            load_crds(&dir.path().join("nope"), None, KubeVersion::NEWEST),
             Err(CheckError::Manifest(ManifestError::Read { .. }))
         ));
     }

@@ -203,16 +203,20 @@ pub(crate) fn run_suite(path: &Path) -> Result<SuiteResult, SuiteError> {
         path: file.clone(),
         source,
     })?;
-    let crds =
-        match &raw.crds {
-            Some(p) => Some(super::check::load_crds(&base.join(p), None).map_err(|e| {
-                SuiteError::Parse {
-                    path: file.clone(),
-                    reason: format!("crds: {e}"),
-                }
-            })?),
-            None => None,
-        };
+    let crds = match &raw.crds {
+        Some(p) => Some(
+            super::check::load_crds(
+                &base.join(p),
+                None,
+                mrguard_policy::kube_version::KubeVersion::NEWEST,
+            )
+            .map_err(|e| SuiteError::Parse {
+                path: file.clone(),
+                reason: format!("crds: {e}"),
+            })?,
+        ),
+        None => None,
+    };
     let cluster = crds
         .as_ref()
         .map(mrguard_policy::crd::Crds::cluster)

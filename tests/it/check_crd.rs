@@ -447,3 +447,113 @@ fn metadata_escaping_and_strict_decoding_as_the_api_server() {
         stderr(&out)
     );
 }
+
+#[test]
+fn kube_version_judges_as_that_releases_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let crd = write(dir.path(), "crd.yaml", WIDGET_CRD);
+    // size 11 fails `self.size * 2 <= 20`; spec.colour is not in the schema.
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        &format!("{}  colour: blue\n", widget(11)),
+    );
+    // Today, as without the flag: strict field validation refuses it.
+    for flags in [&[][..], &["--kube-version", "1.36"][..]] {
+        let mut args = vec!["check", "-f", &bad, "--crd", &crd];
+        args.extend_from_slice(flags);
+        let out = mrguard(&args);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out),
+            "Widget/w: invalid: strict decoding error: unknown field \"spec.colour\"\n",
+            "{flags:?}"
+        );
+    }
+    // 1.20 enforces no CEL rule and prunes the unknown field: accepted,
+    // and the notes say what a current API server would have refused.
+    let out = mrguard(&["check", "-f", &bad, "--crd", &crd, "--kube-version", "1.20"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "Widget/w: note: 2 x-kubernetes-validations rules of CRD widgets.example.org not \
+         evaluated: Kubernetes 1.20 does not enforce CRD validation rules (from 1.25)\n\
+         Widget/w: note: unknown field \"spec.colour\" pruned: Kubernetes 1.20 drops fields \
+         the schema does not know and accepts the object (server-side field validation \
+         refuses them from 1.25)\n"
+    );
+    let docs = stdout_docs(&out);
+    assert_eq!(
+        docs[0]["spec"],
+        serde_json::json!({"size": 11, "forProvider": {}})
+    );
+    // 1.26 enforces the rule, without messageExpression (from 1.27).
+    let big = write(dir.path(), "big.yaml", &widget(11));
+    let out = mrguard(&[
+        "check",
+        "-f",
+        &big,
+        "--crd",
+        &crd,
+        "--kube-version",
+        "v1.26.3",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("spec: Invalid value: \"object\": failed rule: self.size * 2 <= 20"),
+        "{}",
+        stderr(&out)
+    );
+    let out = mrguard(&["check", "-f", &big, "--crd", &crd, "--kube-version", "1.27"]);
+    assert!(
+        stderr(&out).contains("spec: Invalid value: \"object\": size 11 is over 10"),
+        "{}",
+        stderr(&out)
+    );
+    // A release newer than mrguard knows is judged as the newest, with a note.
+    let out = mrguard(&["check", "-f", &bad, "--crd", &crd, "--kube-version", "1.99"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(
+            "mrguard check: note: Kubernetes 1.99 is newer than the newest version this \
+             mrguard knows (1.36): judged as 1.36 would judge"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_bad_kube_version_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let crd = write(dir.path(), "crd.yaml", WIDGET_CRD);
+    let w = write(dir.path(), "w.yaml", &widget(1));
+    for (given, says) in [
+        (
+            "1.x",
+            "\"1.x\" is not a Kubernetes version: expected MAJOR.MINOR, such as 1.36",
+        ),
+        (
+            "1.2x",
+            "\"1.2x\" is not a Kubernetes version: expected MAJOR.MINOR",
+        ),
+        (
+            "1.19",
+            "Kubernetes 1.19 is not a version mrguard can judge as: it models 1.20 to 1.36",
+        ),
+    ] {
+        let out = mrguard(&["check", "-f", &w, "--crd", &crd, "--kube-version", given]);
+        assert_eq!(out.status.code(), Some(2), "{given}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!(
+                "invalid value '{given}' for '--kube-version <MAJOR.MINOR>'"
+            )) && err.contains(says),
+            "{given}: {err}"
+        );
+    }
+    // It only means something with --crd.
+    let out = mrguard(&["check", "-f", &w, "--kube-version", "1.20"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--crd"), "{}", stderr(&out));
+}

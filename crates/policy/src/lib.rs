@@ -21,8 +21,9 @@
 //! The same decisions serve the offline paths: [`offline`] wraps manifests
 //! in the reviews the API server would send and, with CRDs from [`crd`],
 //! applies what the API server itself does before and after the webhooks
-//! (`mrguard check --crd`); the runtime's audit judges live objects with the
-//! same request builder.
+//! (`mrguard check --crd`), as the Kubernetes release [`kube_version`]
+//! names would; the runtime's audit judges live objects with the same
+//! request builder.
 //!
 //! Modules depend on each other in one direction, bottom to top:
 //! [`model`] (the shared vocabulary), [`fieldpath`], [`mr`] (managed
@@ -53,6 +54,7 @@ pub mod documented;
 pub mod explain;
 pub mod fieldpath;
 pub mod identity;
+pub mod kube_version;
 pub mod live;
 pub mod managed_fields;
 pub mod manifest;

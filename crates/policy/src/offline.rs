@@ -200,12 +200,16 @@ pub fn judge_in(
     let d = admission::validate_in(&req, config, cluster);
     warnings.extend(d.response.warnings.clone().unwrap_or_default());
     let denial = (!d.response.allowed).then(|| d.response.result.message.clone());
-    let notes = match op {
+    let mut notes = match op {
         Operation::Update => {
             not_created_notes(&current, old, username, config, cluster, &d.findings)
         }
         _ => vec![],
     };
+    // What an older API server would not enforce, judged on what was sent.
+    if let Some(c) = crd {
+        notes.extend(c.notes(object));
+    }
     let findings = d.findings;
     let invalid = match crd {
         None => None,

@@ -234,6 +234,21 @@ impl FieldError {
         )
     }
 
+    /// An `enum` error of a list item (`a.b[0]`) named at its list
+    /// (`a.b`), as older API servers name it.
+    pub(crate) fn name_enum_error_at_its_list(&mut self) {
+        if !matches!(self.kind, FieldErrorKind::NotSupported { .. }) {
+            return;
+        }
+        let Some((list, index)) = self.path.rsplit_once('[') else {
+            return;
+        };
+        let index = index.strip_suffix(']').unwrap_or("");
+        if !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) {
+            self.path = list.to_string();
+        }
+    }
+
     /// `Unsupported value` with the supported values.
     pub fn not_supported(path: &SchemaPath, v: &Value, allowed: &[Value]) -> Self {
         FieldError {

@@ -9,6 +9,12 @@
 //! - [`CrdVersion::validate`] checks types, `enum`, `required` and unknown
 //!   fields, then evaluates the rules with `self` bound at the node that
 //!   declares them and `oldSelf` for transition rules.
+//!
+//! All of it as an API server of one Kubernetes release does
+//! ([`Crds::judged_as`]; the newest known by default): an older one drops
+//! the validation rules, or fields of them, from the CRD it stores, and
+//! prunes unknown fields instead of refusing them ([`CrdVersion::notes`]
+//! says what was not enforced).
 
 mod errors;
 pub mod meta;
@@ -16,6 +22,8 @@ mod schema;
 mod schema_for;
 
 use serde_json::Value;
+
+use crate::kube_version::{since, KubeVersion};
 
 pub use errors::{render, FieldError, FieldErrorKind, SchemaPath};
 pub(crate) use schema::Schema;
@@ -95,6 +103,10 @@ pub struct CrdVersion {
     pub namespaced: bool,
     pub(crate) schema: Schema,
     unsupported: Vec<Unsupported>,
+    /// The release whose API server this version judges as.
+    kube: KubeVersion,
+    /// The `x-kubernetes-validations` rules that release drops.
+    dropped_rules: usize,
 }
 
 /// What an object's apiVersion and kind find.
@@ -117,9 +129,25 @@ pub struct Crds {
     pub crds: Vec<Crd>,
     /// What their descriptions document as immutable (docs/documented-immutables.md).
     documented: Vec<crate::documented::KindFields>,
+    /// The release whose API server judges (the newest known by default).
+    kube: KubeVersion,
 }
 
 impl Crds {
+    /// No CRDs yet, judged as an API server of `kube` would: call this
+    /// before adding any, as that server stores each CRD it is given.
+    pub fn judged_as(kube: KubeVersion) -> Crds {
+        Crds {
+            kube,
+            ..Crds::default()
+        }
+    }
+
+    /// The release these CRDs are judged as.
+    pub fn kube(&self) -> KubeVersion {
+        self.kube
+    }
+
     /// Adds every CRD in `text` (multi-document YAML or JSON) read from
     /// `source`, which errors name. Documents that are not CRDs are ignored.
     pub fn add_yaml(&mut self, source: &str, text: &str) -> Result<(), CrdError> {
@@ -155,7 +183,7 @@ impl Crds {
             if doc.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") {
                 return Ok(());
             }
-            let crd = Self::parse_crd(doc, source)?;
+            let crd = Self::parse_crd(doc, source, self.kube)?;
             if let Some(other) = self
                 .crds
                 .iter()
@@ -208,7 +236,7 @@ impl Crds {
         self.crds.is_empty()
     }
 
-    fn parse_crd(doc: &Value, source: &str) -> Result<Crd, CrdError> {
+    fn parse_crd(doc: &Value, source: &str, kube: KubeVersion) -> Result<Crd, CrdError> {
         let s = |p: &str| {
             doc.pointer(p)
                 .and_then(Value::as_str)
@@ -243,7 +271,7 @@ impl Crds {
                 .unwrap_or("")
                 .to_string();
             let at = format!("spec.versions[{i}].schema.openAPIV3Schema");
-            let schema = match v.pointer("/schema/openAPIV3Schema") {
+            let mut schema = match v.pointer("/schema/openAPIV3Schema") {
                 Some(s) => Schema::parse(s, &at).map_err(invalid)?,
                 // No schema: anything goes (apiextensions v1 requires one).
                 None => Schema {
@@ -251,6 +279,8 @@ impl Crds {
                     ..Schema::default()
                 },
             };
+            // What that release does not store cannot make the CRD unusable.
+            let dropped_rules = schema.as_served_by(kube);
             let mut unsupported = Vec::new();
             schema.unsupported(&SchemaPath::root(), &mut unsupported);
             versions.push(CrdVersion {
@@ -259,6 +289,8 @@ impl Crds {
                 namespaced,
                 schema,
                 unsupported,
+                kube,
+                dropped_rules,
             });
         }
         Ok(Crd {
@@ -333,9 +365,11 @@ impl CrdVersion {
 
     /// What the API server answers to a create or update of `sent` (what
     /// the client sent) that became `current` (defaulted and mutated), in
-    /// its order: strict decoding fails first and alone; then metadata,
-    /// the schema and list sets and maps; the CEL rules only when none of
-    /// those is a blocking error.
+    /// its order: strict decoding fails first and alone (where the release
+    /// has server-side field validation; before, unknown fields are pruned
+    /// and [`CrdVersion::notes`] names them); then metadata, the schema and
+    /// list sets and maps; the CEL rules only when none of those is a
+    /// blocking error.
     pub fn admit(
         &self,
         sent: &Value,
@@ -343,23 +377,48 @@ impl CrdVersion {
         old: Option<&Value>,
     ) -> Result<Vec<FieldError>, CrdError> {
         self.ensure_supported()?;
-        let unknown = self.unknown_fields(sent);
-        if !unknown.is_empty() {
-            return Ok(unknown);
+        if self.kube.validates_fields() {
+            let unknown = self.unknown_fields(sent);
+            if !unknown.is_empty() {
+                return Ok(unknown);
+            }
         }
         self.validate(current, old)
     }
 
-    /// The failures of the `x-kubernetes-validations` rules alone, as if no
-    /// other error blocked them: what API servers before the blocking-error
-    /// short-circuit (such as the 1.24 of the e2e suite) also report.
-    pub fn rule_errors(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
-        let mut pruned = obj.clone();
-        self.prune(&mut pruned);
-        let mut errors = Vec::new();
-        self.schema
-            .validate_rules(&pruned, old, &SchemaPath::root(), true, &mut errors);
-        errors
+    /// What the API server of this release does not enforce on `sent`
+    /// that a current one would, for the reader: the validation rules it
+    /// dropped from the CRD, and the unknown fields it prunes silently.
+    pub fn notes(&self, sent: &Value) -> Vec<String> {
+        let mut notes = Vec::new();
+        let kube = self.kube;
+        if self.dropped_rules > 0 {
+            let n = self.dropped_rules;
+            notes.push(format!(
+                "{n} x-kubernetes-validations rule{} of CRD {} not evaluated: Kubernetes {kube} \
+                 does not enforce CRD validation rules (from {})",
+                if n == 1 { "" } else { "s" },
+                self.crd,
+                since::VALIDATION_RULES
+            ));
+        }
+        if !kube.validates_fields() {
+            let unknown: Vec<String> = self
+                .unknown_fields(sent)
+                .iter()
+                .map(|e| format!("{:?}", e.path))
+                .collect();
+            if !unknown.is_empty() {
+                notes.push(format!(
+                    "unknown field{} {} pruned: Kubernetes {kube} drops fields the schema does not \
+                     know and accepts the object (server-side field validation refuses them from {})",
+                    if unknown.len() == 1 { "" } else { "s" },
+                    unknown.join(", "),
+                    since::FIELD_VALIDATION
+                ));
+            }
+        }
+        notes
     }
 
     /// Drops unknown fields, as the API server prunes them before storing.
@@ -379,7 +438,16 @@ impl CrdVersion {
         let mut pruned = obj.clone();
         self.schema
             .check(&mut pruned, &SchemaPath::root(), true, false, &mut errors);
+        if !self.kube.at_least(since::ENUM_ERROR_AT_ITEM) {
+            for e in &mut errors {
+                e.name_enum_error_at_its_list();
+            }
+        }
         if errors.iter().any(FieldError::is_blocking) {
+            // A release that enforces no rule has nothing left unchecked.
+            if !self.kube.enforces_validation_rules() {
+                return Ok(errors);
+            }
             errors.push(FieldError::invalid(
                 &SchemaPath::root(),
                 "null",

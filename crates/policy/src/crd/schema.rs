@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::cel::{CelProgram, Scope, CRD_VARS};
+use crate::kube_version::{since, KubeVersion};
 
 use super::errors::{FieldError, SchemaPath};
 
@@ -191,6 +192,41 @@ impl Schema {
             }
         }
         Ok(s)
+    }
+
+    /// Drops what an API server of `kube` drops from a CRD when it is
+    /// created: the fields of `x-kubernetes-validations` it does not know
+    /// yet, and the whole list where it does not enforce the rules. Returns
+    /// how many rules were dropped.
+    pub(crate) fn as_served_by(&mut self, kube: KubeVersion) -> usize {
+        let mut dropped = 0;
+        if kube.enforces_validation_rules() {
+            for r in &mut self.rules {
+                if !kube.at_least(since::MESSAGE_EXPRESSION) {
+                    r.message_expression = None;
+                }
+                if !kube.at_least(since::REASON_AND_FIELD_PATH) {
+                    r.reason = None;
+                    r.field_path = None;
+                }
+                if !kube.at_least(since::OPTIONAL_OLD_SELF) {
+                    r.optional_old_self = false;
+                }
+            }
+        } else {
+            dropped += self.rules.len();
+            self.rules.clear();
+        }
+        for p in self.properties.values_mut() {
+            dropped += p.as_served_by(kube);
+        }
+        for s in [self.additional.as_deref_mut(), self.items.as_deref_mut()]
+            .into_iter()
+            .flatten()
+        {
+            dropped += s.as_served_by(kube);
+        }
+        dropped
     }
 
     /// Every rule that did not compile, with where it is declared.

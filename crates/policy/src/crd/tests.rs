@@ -1,6 +1,8 @@
 use super::*;
 use serde_json::json;
 
+use crate::kube_version::KubeVersion;
+
 use std::path::{Path, PathBuf};
 
 fn fixtures() -> PathBuf {
@@ -272,6 +274,11 @@ fn metadata_and_preserved_fields_are_not_unknown() {
 // Synthetic CRDs for what the fixtures do not exercise.
 
 fn synthetic(schema: Value) -> CrdVersion {
+    synthetic_as(schema, KubeVersion::NEWEST)
+}
+
+/// The CRD of `schema` as an API server of `kube` stores and judges it.
+fn synthetic_as(schema: Value, kube: KubeVersion) -> CrdVersion {
     let doc = json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -280,7 +287,7 @@ fn synthetic(schema: Value) -> CrdVersion {
             {"name": "v1", "schema": {"openAPIV3Schema": schema}}
         ]}
     });
-    let crd = Crds::parse_crd(&doc, "test.yaml").unwrap();
+    let crd = Crds::parse_crd(&doc, "test.yaml", kube).unwrap();
     crd.versions.into_iter().next().unwrap()
 }
 
@@ -903,4 +910,188 @@ mod properties {
             let _ = crate::crd::render("Widget", "w", &errors);
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// As the API server of an older release judges.
+
+fn as_of(minor: u32) -> KubeVersion {
+    KubeVersion::new(1, minor)
+}
+
+fn admitted(v: &CrdVersion, obj: &Value, old: Option<&Value>) -> Vec<String> {
+    let mut obj = obj.clone();
+    v.apply_defaults(&mut obj);
+    v.admit(&obj, &obj, old)
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[test]
+fn validation_rules_are_enforced_from_1_25_and_noted_before() {
+    let big = widget(json!({"size": 11}));
+    for minor in [20, 23, 24] {
+        let v = synthetic_as(widget_schema(), as_of(minor));
+        assert!(admitted(&v, &big, None).is_empty(), "1.{minor}");
+        // Transition rules neither.
+        let old = widget(json!({"size": 12}));
+        assert!(admitted(&v, &big, Some(&old)).is_empty(), "1.{minor}");
+        assert_eq!(
+            v.notes(&big),
+            [format!(
+                "5 x-kubernetes-validations rules of CRD widgets.example.org not evaluated: \
+                 Kubernetes 1.{minor} does not enforce CRD validation rules (from 1.25)"
+            )]
+        );
+    }
+    let v = synthetic_as(widget_schema(), as_of(25));
+    assert!(v.notes(&big).is_empty());
+    assert_eq!(
+        admitted(&v, &big, None),
+        ["spec: Invalid value: \"object\": failed rule: self.size * 2 <= 20"]
+    );
+    assert_eq!(
+        admitted(&v, &big, Some(&widget(json!({"size": 12})))),
+        [
+            "spec: Invalid value: \"object\": failed rule: self.size * 2 <= 20",
+            "spec: Invalid value: \"object\": size is immutable"
+        ]
+    );
+}
+
+#[test]
+fn message_expression_from_1_27_reason_and_field_path_from_1_28() {
+    let obj = widget(json!({"size": 11, "mode": "x"}));
+    let messages = |minor| admitted(&synthetic_as(widget_schema(), as_of(minor)), &obj, None);
+    assert_eq!(
+        messages(26),
+        [
+            "spec: Invalid value: \"object\": failed rule: self.size * 2 <= 20",
+            "spec: Invalid value: \"object\": mode x"
+        ]
+    );
+    assert_eq!(
+        messages(27),
+        [
+            "spec: Invalid value: \"object\": size 11 is over 10",
+            "spec: Invalid value: \"object\": mode x"
+        ]
+    );
+    for minor in [28, 36] {
+        assert_eq!(
+            messages(minor),
+            [
+                "spec: Invalid value: \"object\": size 11 is over 10",
+                "spec.mode: Required value: mode x"
+            ]
+        );
+    }
+}
+
+#[test]
+fn optional_old_self_from_1_30() {
+    let schema = json!({"type": "object", "properties": {"spec": {
+        "type": "object",
+        "x-kubernetes-validations": [{
+            "rule": "oldSelf.hasValue() || self.size <= 100",
+            "optionalOldSelf": true,
+            "message": "start small"
+        }],
+        "properties": {"size": {"type": "integer"}}
+    }}});
+    let big = widget(json!({"size": 200}));
+    // Before, the field is dropped: a transition rule, not run on create.
+    assert!(admitted(&synthetic_as(schema.clone(), as_of(29)), &big, None).is_empty());
+    assert_eq!(
+        admitted(&synthetic_as(schema, as_of(30)), &big, None),
+        ["spec: Invalid value: \"object\": start small"]
+    );
+}
+
+#[test]
+fn unknown_fields_are_pruned_with_a_note_before_1_25() {
+    let obj = widget(json!({"size": 1, "colour": "blue"}));
+    let mut with_meta = obj.clone();
+    with_meta["metadata"]["lables"] = json!({"a": "b"});
+    let v = synthetic_as(widget_schema(), as_of(24));
+    assert!(admitted(&v, &with_meta, None).is_empty());
+    assert_eq!(
+        v.notes(&with_meta)[1],
+        "unknown fields \"metadata.lables\", \"spec.colour\" pruned: Kubernetes 1.24 drops \
+         fields the schema does not know and accepts the object (server-side field \
+         validation refuses them from 1.25)"
+    );
+    // Other errors still count: the unknown field does not hide them.
+    let bad = widget(json!({"size": "big", "colour": "blue"}));
+    assert_eq!(
+        admitted(&v, &bad, None),
+        ["spec.size: Invalid value: \"string\": spec.size in body must be of type integer: \"string\""]
+    );
+    let v = synthetic_as(widget_schema(), as_of(25));
+    assert_eq!(admitted(&v, &obj, None), ["unknown field \"spec.colour\""]);
+    assert!(v.notes(&obj).is_empty());
+}
+
+#[test]
+fn a_rule_the_release_drops_cannot_make_the_crd_unusable() {
+    let schema = json!({"type": "object", "properties": {"spec": {
+        "type": "object",
+        "x-kubernetes-validations": [{"rule": "isURL(self.endpoint)"}],
+        "properties": {"endpoint": {"type": "string"}}
+    }}});
+    assert!(synthetic(schema.clone()).ensure_supported().is_err());
+    let v = synthetic_as(schema, as_of(24));
+    assert!(v.ensure_supported().is_ok());
+    assert!(admitted(&v, &widget(json!({"endpoint": "x"})), None).is_empty());
+}
+
+#[test]
+fn crds_are_judged_as_the_release_they_were_read_for() {
+    let doc = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.org"},
+        "spec": {"group": "example.org", "names": {"kind": "Widget"}, "scope": "Cluster",
+            "versions": [{"name": "v1", "schema": {"openAPIV3Schema": widget_schema()}}]}
+    });
+    let big = widget(json!({"size": 11}));
+    for (crds, rejected) in [(Crds::default(), true), (Crds::judged_as(as_of(20)), false)] {
+        let mut crds = crds;
+        crds.add("w.yaml", &doc).unwrap();
+        let Lookup::Found(v) = crds.lookup("example.org/v1", "Widget") else {
+            panic!("no Widget");
+        };
+        assert_eq!(
+            !admitted(v, &big, None).is_empty(),
+            rejected,
+            "{}",
+            crds.kube()
+        );
+    }
+}
+
+#[test]
+fn an_enum_error_of_a_list_item_is_named_at_the_list_before_1_25() {
+    let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "policies": {"type": "array", "items": {"type": "string", "enum": ["Observe", "*"]}},
+        "tags": {"type": "object", "additionalProperties": {"type": "string", "enum": ["a"]}},
+    }}}});
+    let obj = widget(json!({"policies": ["Observe", "Destroy"], "tags": {"k": "b"}}));
+    let paths = |minor| -> Vec<String> {
+        let v = synthetic_as(schema.clone(), as_of(minor));
+        let mut obj = obj.clone();
+        v.apply_defaults(&mut obj);
+        v.validate(&obj, None)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.path)
+            .filter(|p| p != "<nil>")
+            .collect()
+    };
+    // A map value's error keeps its path: only list items were measured.
+    assert_eq!(paths(20), ["spec.policies", "spec.tags.k"]);
+    assert_eq!(paths(24), ["spec.policies", "spec.tags.k"]);
+    assert_eq!(paths(25), ["spec.policies[1]", "spec.tags.k"]);
 }
