@@ -52,3 +52,9 @@ mod poll;
 pub mod server;
 pub mod shutdown;
 pub mod tls;
+
+// The third-party test data (MRGUARD_FIXTURES), found as the end-to-end
+// harness finds it.
+#[path = "../crates/envtest/src/fixtures.rs"]
+#[cfg(test)]
+mod third_party;

@@ -1,7 +1,7 @@
 //! `check --crd` against a real API server, document by document: the
-//! upstream provider-upjet-aws CRDs and example manifests vendored in
-//! tests/fixtures/differential (PROVENANCE.md), plus hand-written hostile
-//! documents, each judged by mrguard's CRD code (what `check --crd` runs)
+//! upstream provider-upjet-aws CRDs and example manifests in
+//! `differential/` of MRGUARD_FIXTURES, plus hand-written hostile
+//! documents (tests/fixtures/differential/hostile), each judged by mrguard's CRD code (what `check --crd` runs)
 //! and by a server-side dry-run create with strict field validation.
 //!
 //! The vendored run asserts 0 false greens and 0 false reds, and the same
@@ -114,6 +114,11 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The project's own part of the vendored set: `hostile/`.
+fn hostile_root() -> PathBuf {
+    support::fixtures_dir().join("differential")
+}
+
 fn docs_of(root: &Path, files: &[PathBuf]) -> Vec<Doc> {
     let mut out = Vec::new();
     for f in files {
@@ -122,7 +127,8 @@ fn docs_of(root: &Path, files: &[PathBuf]) -> Vec<Doc> {
             eprintln!("differential: {} does not parse; skipped", f.display());
             continue;
         };
-        let rel = f.strip_prefix(root).unwrap_or(f).display().to_string();
+        let rel = f.strip_prefix(root).or_else(|_| f.strip_prefix(hostile_root()));
+        let rel = rel.unwrap_or(f).display().to_string();
         for (i, obj) in docs.into_iter().enumerate() {
             if obj.is_object() {
                 out.push(Doc {
@@ -295,7 +301,9 @@ async fn run(root: &Path, groups: Option<&BTreeSet<String>>, test: &str) -> Opti
     }
     let mut files = Vec::new();
     yaml_files(&root.join("examples"), &mut files);
-    yaml_files(&root.join("hostile"), &mut files);
+    if std::env::var_os("MRGUARD_DIFFERENTIAL_DIR").is_none() {
+        yaml_files(&hostile_root().join("hostile"), &mut files);
+    }
     let in_groups = |f: &PathBuf| {
         let rel = f.strip_prefix(root.join("examples")).ok();
         let g = rel.and_then(|r| r.iter().next()).and_then(|g| g.to_str());
@@ -440,7 +448,12 @@ async fn check_crd_agrees_with_the_api_server_on_upstream_manifests() {
                 .map(|g| g.split(',').map(str::to_string).collect::<BTreeSet<_>>());
             (PathBuf::from(dir), groups)
         }
-        Err(_) => (support::fixtures_dir().join("differential"), None),
+        Err(_) => {
+            let Some(fixtures) = support::third_party_fixtures(test) else {
+                return;
+            };
+            (fixtures.join("differential"), None)
+        }
     };
     let vendored = std::env::var("MRGUARD_DIFFERENTIAL_DIR").is_err();
     let Some(t) = run(&root, groups.as_ref(), test).await else {

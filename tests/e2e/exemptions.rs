@@ -9,21 +9,22 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 
-use crate::support::{self, api, fixtures_dir, wait_for, Options, WAIT};
+use crate::support::{self, api, wait_for, Options, WAIT};
 
 /// A group the chart's audit RBAC covers, so that other tests' releases
 /// sharing the API server count no extra forbidden kind.
 const GROUP: &str = "ec2.aws.upbound.io";
 
 /// Crossplane's ProviderRevision and DeploymentRuntimeConfig CRDs
-/// (tests/fixtures/crds-crossplane), once per API server: tests share it.
-pub(crate) async fn install_package_crds(client: &kube::Client) {
+/// (`crds-crossplane/` of `fixtures`, the folder MRGUARD_FIXTURES names),
+/// once per API server: tests share it.
+pub(crate) async fn install_package_crds(client: &kube::Client, fixtures: &std::path::Path) {
     for file in [
         "pkg.crossplane.io_providerrevisions.yaml",
         "pkg.crossplane.io_deploymentruntimeconfigs.yaml",
     ] {
         let text =
-            std::fs::read_to_string(fixtures_dir().join("crds-crossplane").join(file)).unwrap();
+            std::fs::read_to_string(fixtures.join("crds-crossplane").join(file)).unwrap();
         let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
         match support::cluster::create_crd(client, &crd).await {
             Ok(()) => {}
@@ -102,8 +103,13 @@ async fn only_the_provider_serving_a_kind_is_exempt_and_crossplane_core_is_judge
     else {
         return;
     };
+    let Some(fixtures) = support::third_party_fixtures(
+        "only_the_provider_serving_a_kind_is_exempt_and_crossplane_core_is_judged",
+    ) else {
+        return;
+    };
     let admin = cluster.admin().await.unwrap();
-    install_package_crds(&admin).await;
+    install_package_crds(&admin, &fixtures).await;
 
     // Revision A runs as the ServiceAccount of its name; revision B's
     // runtime config names another one.
