@@ -90,7 +90,12 @@ async fn a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr() {
     .await;
     let config = r.rendered.config_yaml().unwrap();
     assert!(!config.contains("crossplane-system:*"), "{config}");
-    crossplane_crd(&r.client, &fixtures, "compositions.apiextensions.crossplane.io").await;
+    crossplane_crd(
+        &r.client,
+        &fixtures,
+        "compositions.apiextensions.crossplane.io",
+    )
+    .await;
     // The controller writes the caBundle of the Compositions webhook with
     // the others'.
     let ca = r.secret_ca().await.unwrap();

@@ -127,7 +127,9 @@ fn docs_of(root: &Path, files: &[PathBuf]) -> Vec<Doc> {
             eprintln!("differential: {} does not parse; skipped", f.display());
             continue;
         };
-        let rel = f.strip_prefix(root).or_else(|_| f.strip_prefix(hostile_root()));
+        let rel = f
+            .strip_prefix(root)
+            .or_else(|_| f.strip_prefix(hostile_root()));
         let rel = rel.unwrap_or(f).display().to_string();
         for (i, obj) in docs.into_iter().enumerate() {
             if obj.is_object() {

@@ -23,8 +23,7 @@ pub(crate) async fn install_package_crds(client: &kube::Client, fixtures: &std::
         "pkg.crossplane.io_providerrevisions.yaml",
         "pkg.crossplane.io_deploymentruntimeconfigs.yaml",
     ] {
-        let text =
-            std::fs::read_to_string(fixtures.join("crds-crossplane").join(file)).unwrap();
+        let text = std::fs::read_to_string(fixtures.join("crds-crossplane").join(file)).unwrap();
         let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
         match support::cluster::create_crd(client, &crd).await {
             Ok(()) => {}

@@ -30,8 +30,7 @@ pub(crate) async fn ensure_report_crds(client: &kube::Client, fixtures: &std::pa
         "openreports.io_reports.yaml",
         "openreports.io_clusterreports.yaml",
     ] {
-        let text =
-            std::fs::read_to_string(fixtures.join("policy-reports").join(file)).unwrap();
+        let text = std::fs::read_to_string(fixtures.join("policy-reports").join(file)).unwrap();
         let v: Value = serde_saphyr::from_str(&text).unwrap();
         let crd: CustomResourceDefinition = serde_json::from_value(v).unwrap();
         let name = crd.metadata.name.clone().unwrap();

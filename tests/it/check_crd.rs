@@ -72,7 +72,11 @@ fn upjets_generated_rules_judge_the_real_crds() {
     ] {
         let theirs = rules(&real.join(name));
         assert_eq!(theirs.as_array().map(Vec::len), Some(4), "{name}");
-        assert_eq!(rules(&fixtures::dir().join("crds").join(name)), theirs, "{name}");
+        assert_eq!(
+            rules(&fixtures::dir().join("crds").join(name)),
+            theirs,
+            "{name}"
+        );
     }
     let out = mrguard(&["check", "-f", &fixture(CONTACT), "--crd", &real_crds]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -442,7 +446,8 @@ fn only_the_crds_of_the_manifests_groups_are_parsed() {
 /// value of the wrong type.
 #[test]
 fn metadata_escaping_and_strict_decoding_as_the_api_server() {
-    let Some(third_party) = fixtures::third_party("metadata_escaping_and_strict_decoding_as_the_api_server")
+    let Some(third_party) =
+        fixtures::third_party("metadata_escaping_and_strict_decoding_as_the_api_server")
     else {
         return;
     };

@@ -52,7 +52,8 @@ fn check_update(
 
 #[test]
 fn changing_account_tier_of_a_created_account_warns_quoting_the_crd() {
-    let Some(crds) = crds("changing_account_tier_of_a_created_account_warns_quoting_the_crd") else {
+    let Some(crds) = crds("changing_account_tier_of_a_created_account_warns_quoting_the_crd")
+    else {
         return;
     };
     let (code, err) = check_update(

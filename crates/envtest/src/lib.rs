@@ -25,8 +25,8 @@
 pub mod api;
 pub mod certs;
 pub mod chart;
-pub mod fixtures;
 pub mod cluster;
+pub mod fixtures;
 pub mod metrics;
 pub mod process;
 pub mod procfs;
@@ -43,8 +43,8 @@ use kube::api::ApiResource;
 use serde_json::{json, Value};
 
 pub use cluster::Cluster;
-pub use fixtures::{third_party_fixtures, FIXTURES_ENV, FIXTURES_SKIP_MARKER};
 use fixtures::ci;
+pub use fixtures::{third_party_fixtures, FIXTURES_ENV, FIXTURES_SKIP_MARKER};
 pub use metrics::Metrics;
 pub use release::{Options, Release};
 pub use version::{needs, KubeVersion};

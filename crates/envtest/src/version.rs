@@ -162,7 +162,10 @@ mod tests {
     #[test]
     fn parses_what_servers_and_binaries_say() {
         let v = KubeVersion::parse("Kubernetes v1.20.2\n").unwrap();
-        assert_eq!((v.major, v.minor, v.git_version.as_str()), (1, 20, "v1.20.2"));
+        assert_eq!(
+            (v.major, v.minor, v.git_version.as_str()),
+            (1, 20, "v1.20.2")
+        );
         let v = KubeVersion::parse("v1.24.0-alpha.1").unwrap();
         assert_eq!((v.major, v.minor), (1, 24));
         let v = KubeVersion::parse("1.36").unwrap();
@@ -174,7 +177,10 @@ mod tests {
     #[test]
     fn gates_only_where_the_feature_is_alpha() {
         let v = |s| KubeVersion::parse(s).unwrap();
-        assert!(v("1.20.2").flags().is_empty(), "1.20 knows none of the gates");
+        assert!(
+            v("1.20.2").flags().is_empty(),
+            "1.20 knows none of the gates"
+        );
         assert_eq!(
             v("1.24.0").flags(),
             ["--feature-gates=CustomResourceValidationExpressions=true,ServerSideFieldValidation=true"]

@@ -233,7 +233,7 @@ fn summary() {
         "\ndocumented immutables over {} CRDs in {}: parse {:.2} s, derive {:.0} ms, \
          {kinds} kinds with {fields} fields, {:.2} MiB more resident memory (the facts; text alone {:.2} MiB)",
         parsed.len(),
-        dir().display(),
+        dir().unwrap_or_default().display(),
         parse.as_secs_f64(),
         derived.as_secs_f64() * 1e3,
         heap / (1024.0 * 1024.0),

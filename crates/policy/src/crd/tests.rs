@@ -80,7 +80,8 @@ fn all_fixture_crds_load_and_compile() {
 
 #[test]
 fn the_providers_own_crds_load_and_compile() {
-    if let Some(dir) = crate::third_party::third_party_fixtures("the_providers_own_crds_load_and_compile")
+    if let Some(dir) =
+        crate::third_party::third_party_fixtures("the_providers_own_crds_load_and_compile")
     {
         all_load_and_compile(&crds_in(&dir));
     }
@@ -144,7 +145,11 @@ fn each_missing_parameter_in(fixtures: &Path) {
     let crds = crds_in(fixtures);
     for name in CONTACTS {
         let full = example_in(fixtures, name);
-        assert_eq!(judge_with(&crds, &full, None), Vec::<String>::new(), "{name}");
+        assert_eq!(
+            judge_with(&crds, &full, None),
+            Vec::<String>::new(),
+            "{name}"
+        );
         for field in ["emailAddress", "name", "phoneNumber", "title"] {
             let mut obj = full.clone();
             obj["spec"]["forProvider"]
