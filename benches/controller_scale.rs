@@ -316,7 +316,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let dir = std::env::var_os(mrguard_envtest::FIXTURES_ENV).ok_or_else(|| {
                 anyhow!(
                     "--policy-reports installs the upstream report CRDs: set {} to a folder \
-                     laid out as ../shared/fixtures",
+                     laid out as the shared fixtures folder (tests/fixtures/PROVENANCE.md)",
                     mrguard_envtest::FIXTURES_ENV
                 )
             })?;

@@ -94,7 +94,7 @@ pub(crate) struct Args {
     /// The mrguard binary [default: build and use target/release/mrguard].
     #[arg(long)]
     server_bin: Option<PathBuf>,
-    /// The third-party fixtures folder (`../shared/fixtures`' layout): its
+    /// The third-party fixtures folder (tests/fixtures/PROVENANCE.md): its
     /// recorded reviews and provider examples make the mix.
     #[arg(long, env = "MRGUARD_FIXTURES")]
     fixtures: Option<PathBuf>,
@@ -244,7 +244,8 @@ fn fixtures(args: &Args) -> anyhow::Result<PathBuf> {
     args.fixtures.clone().ok_or_else(|| {
         anyhow::anyhow!(
             "the mix is built from the provider examples the repository does not hold: \
-             pass --fixtures or set MRGUARD_FIXTURES to a folder laid out as ../shared/fixtures"
+             pass --fixtures or set MRGUARD_FIXTURES to the shared fixtures folder \
+             (tests/fixtures/PROVENANCE.md)"
         )
     })
 }

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 /// Names the folder of third-party test data (real provider CRDs and
 /// examples, Crossplane's and the policy-report CRDs, the differential
-/// set), laid out as `../shared/fixtures`. The repository holds no copy of
+/// set), laid out as the shared fixtures folder beside the repository
+/// (tests/fixtures/PROVENANCE.md). The repository holds no copy of
 /// them; `.ci/run` and `scripts/test.sh` set it.
 pub const FIXTURES_ENV: &str = "MRGUARD_FIXTURES";
 
@@ -38,7 +39,7 @@ pub fn third_party_fixtures(test: &str) -> Option<PathBuf> {
             let why = format!(
                 "{FIXTURES_ENV} is not set: this test reads third-party data (real provider and \
                  Crossplane CRDs) that the repository does not hold; scripts/test.sh sets it when \
-                 ../shared/fixtures exists"
+                 the shared fixtures folder beside the repository exists"
             );
             if ci() {
                 panic!("{test} needs third-party fixtures and CI=true: {why}");

@@ -70,7 +70,7 @@ fn main() {
         // Not a test: scripts/test.sh counts no skip for it.
         eprintln!(
             "documented bench: nothing to measure: set MRGUARD_BENCH_CRDS, or MRGUARD_FIXTURES \
-             to a folder laid out as ../shared/fixtures"
+             to the shared fixtures folder (tests/fixtures/PROVENANCE.md)"
         );
         return;
     }

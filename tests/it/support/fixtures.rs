@@ -21,8 +21,8 @@ pub(crate) fn read(rel: &str) -> String {
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("failed to read {}: {e}", p.display()))
 }
 
-/// The third-party fixtures folder (`MRGUARD_FIXTURES`, laid out as
-/// `../shared/fixtures`), or None after `test` has been reported as
+/// The third-party fixtures folder (`MRGUARD_FIXTURES`, see
+/// tests/fixtures/PROVENANCE.md), or None after `test` has been reported as
 /// skipped; with `CI=true` a missing folder fails the test.
 pub(crate) fn third_party(test: &str) -> Option<PathBuf> {
     mrguard_envtest::third_party_fixtures(test)
