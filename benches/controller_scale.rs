@@ -313,9 +313,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "wgpolicyk8s.io_policyreports.yaml",
             "wgpolicyk8s.io_clusterpolicyreports.yaml",
         ] {
-            let path = mrguard_envtest::fixtures_dir()
-                .join("policy-reports")
-                .join(file);
+            let dir = std::env::var_os(mrguard_envtest::FIXTURES_ENV).ok_or_else(|| {
+                anyhow!(
+                    "--policy-reports installs the upstream report CRDs: set {} to a folder \
+                     laid out as the shared fixtures folder (tests/fixtures/PROVENANCE.md)",
+                    mrguard_envtest::FIXTURES_ENV
+                )
+            })?;
+            let path = std::path::Path::new(&dir).join("policy-reports").join(file);
             let v: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path)?)
                 .map_err(|e| anyhow!("{}: {e}", path.display()))?;
             let crd: CustomResourceDefinition = serde_json::from_value(v)?;

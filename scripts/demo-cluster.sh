@@ -2,7 +2,8 @@
 # A throwaway API server with mrguard in its admission path, for trying
 # mrguard with kubectl on a workstation (docs/try-it.md). It starts etcd
 # and kube-apiserver on loopback, `mrguard serve --self-signed`, installs the
-# provider CRDs of tests/fixtures/crds/ and two webhook configurations that
+# project's small MR CRDs of tests/fixtures/crds/ (the real groups and kinds
+# of provider-upjet-aws and provider-nop) and two webhook configurations that
 # reach mrguard by URL, then waits; Ctrl-C stops everything and deletes the
 # state folder.
 #
@@ -80,7 +81,9 @@ for _ in $(seq 60); do
 done
 kubectl get --raw /readyz >/dev/null || { tail -20 "$state/apiserver.log" >&2; exit 1; }
 
-kubectl apply -f tests/fixtures/crds/ >/dev/null
+# --validate=false: an API server older than 1.25 does not know the CRDs'
+# x-kubernetes-validations, and drops them.
+kubectl apply --validate=false -f tests/fixtures/crds/ >/dev/null
 kubectl wait --for condition=Established crd --all --timeout 60s >/dev/null
 
 ca=$(base64 -w0 "$state/mrguard-ca.crt")

@@ -94,8 +94,9 @@ pub(crate) struct Args {
     /// The mrguard binary [default: build and use target/release/mrguard].
     #[arg(long)]
     server_bin: Option<PathBuf>,
-    /// The shared fixtures folder.
-    #[arg(long)]
+    /// The third-party fixtures folder (tests/fixtures/PROVENANCE.md): its
+    /// recorded reviews and provider examples make the mix.
+    #[arg(long, env = "MRGUARD_FIXTURES")]
     fixtures: Option<PathBuf>,
     /// Also write the Markdown report here.
     #[arg(long)]
@@ -239,10 +240,14 @@ fn cpus() -> usize {
         .max(1)
 }
 
-fn fixtures(args: &Args) -> PathBuf {
-    args.fixtures
-        .clone()
-        .unwrap_or_else(|| Path::new(MANIFEST).join("tests/fixtures"))
+fn fixtures(args: &Args) -> anyhow::Result<PathBuf> {
+    args.fixtures.clone().ok_or_else(|| {
+        anyhow::anyhow!(
+            "the mix is built from the provider examples the repository does not hold: \
+             pass --fixtures or set MRGUARD_FIXTURES to the shared fixtures folder \
+             (tests/fixtures/PROVENANCE.md)"
+        )
+    })
 }
 
 /// mrguard's router as `serve` builds it, with metrics, minus TLS and HTTP.
@@ -309,7 +314,7 @@ fn inproc(args: &Args, n: usize) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let items = selected(args, mix::build(&fixtures(args))?)?;
+    let items = selected(args, mix::build(&fixtures(args)?)?)?;
     let bytes: usize = items.iter().map(|i| i.body.len()).sum();
     if let Some(ids) = args.identities {
         return identity::inproc(args, &rt, &items, n, ids);
@@ -677,7 +682,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         identities,
         server_core: args.pin.cores().map(|(s, _)| s),
     };
-    let fixtures = fixtures(&args);
+    let fixtures = fixtures(&args)?;
     let items = Arc::new(selected(
         &args,
         mix::build(&fixtures)

@@ -1,8 +1,9 @@
 //! The request mix: the AdmissionReviews a real kube-apiserver sent
-//! (fixtures/reviews/) plus reviews built from the provider examples
-//! (fixtures/examples/), padded to realistic sizes with tags, the
-//! `last-applied-configuration` annotation and managedFields, as objects
-//! look after a few `kubectl apply`s and provider writes.
+//! (reviews/) plus reviews built from the provider examples (examples/) of
+//! the third-party fixtures folder (`--fixtures`, MRGUARD_FIXTURES), padded
+//! to realistic sizes with tags, the `last-applied-configuration`
+//! annotation and managedFields, as objects look after a few `kubectl
+//! apply`s and provider writes.
 
 use std::path::Path;
 

@@ -571,8 +571,8 @@ async fn write_all(
 pub(crate) mod tests_support {
     use super::*;
 
-    /// A configuration as the chart creates it (no caBundle, no rules), in
-    /// the shape of the provider-nop fixture.
+    /// A configuration as the chart creates it, with `bundle` and `rules`
+    /// (none when empty) and the fields a webhook must have.
     pub(crate) fn config_json(
         kind: ConfigKind,
         name: &str,
@@ -580,16 +580,14 @@ pub(crate) mod tests_support {
         rules: Value,
         rv: &str,
     ) -> Value {
-        let fixture = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/nop_webhookconfigurations.yaml"),
-        )
-        .unwrap();
-        let mut v: Value = serde_saphyr::from_str(&fixture).unwrap();
-        v["kind"] = json!(kind.kind());
-        v["metadata"] = json!({"name": name, "resourceVersion": rv});
+        let mut v = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": kind.kind(),
+            "metadata": {"name": name, "resourceVersion": rv},
+            "webhooks": [{"admissionReviewVersions": ["v1"], "failurePolicy": "Fail",
+                "name": kind.webhook(), "sideEffects": "None"}],
+        });
         let w = &mut v["webhooks"][0];
-        w["name"] = json!(kind.webhook());
         w["clientConfig"] = json!({"service": {"name": "mrguard", "namespace": "crossplane-system",
             "path": if kind == ConfigKind::Mutating { "/mutate" } else { "/validate" }}});
         if !bundle.is_empty() {
@@ -649,13 +647,15 @@ mod tests {
 
     #[test]
     fn the_fixture_configuration_gets_mrguard_rules() {
-        // provider-nop's own webhook configuration, renamed to ours: its
-        // hand-written rules are replaced by the computed ones.
-        let fixture = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/nop_webhookconfigurations.yaml"),
-        )
-        .unwrap();
+        // provider-nop's own webhook configuration (MRGUARD_FIXTURES),
+        // renamed to ours: its hand-written rules are replaced by the
+        // computed ones.
+        let Some(dir) = crate::third_party::third_party_fixtures(
+            "the_fixture_configuration_gets_mrguard_rules",
+        ) else {
+            return;
+        };
+        let fixture = std::fs::read_to_string(dir.join("nop_webhookconfigurations.yaml")).unwrap();
         let mut v: Value = serde_saphyr::from_str(&fixture).unwrap();
         v["webhooks"][0]["name"] = json!(VALIDATE_WEBHOOK);
         let c: ConfigSummary = serde_json::from_value(v).unwrap();

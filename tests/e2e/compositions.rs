@@ -23,16 +23,17 @@ resources:
 
 const CROSSPLANE: &str = "system:serviceaccount:crossplane-system:crossplane";
 
-/// A vendored Crossplane CRD, created once per API server. Before 1.25 an
-/// API server compiles no `oldSelf` rules (transition rules): there those
-/// (fields that are immutable) are left out; 1.20 drops every rule.
-async fn crossplane_crd(client: &kube::Client, name: &str) {
+/// One of Crossplane's own CRDs (`crds-crossplane/` of `fixtures`, the
+/// folder MRGUARD_FIXTURES names), created once per API server. Before 1.25
+/// an API server compiles no `oldSelf` rules (transition rules): there
+/// those (fields that are immutable) are left out; 1.20 drops every rule.
+async fn crossplane_crd(client: &kube::Client, fixtures: &std::path::Path, name: &str) {
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
     if crds.get_opt(name).await.unwrap().is_some() {
         return;
     }
     let plural = name.split('.').next().unwrap();
-    let text = std::fs::read_to_string(support::fixtures_dir().join(format!(
+    let text = std::fs::read_to_string(fixtures.join(format!(
         "crds-crossplane/apiextensions.crossplane.io_{plural}.yaml"
     )))
     .unwrap();
@@ -76,6 +77,11 @@ async fn a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr() {
     else {
         return;
     };
+    let Some(fixtures) = support::third_party_fixtures(
+        "a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr",
+    ) else {
+        return;
+    };
     let r = support::install(
         cluster,
         "e2e-compositions",
@@ -87,7 +93,12 @@ async fn a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr() {
     .await;
     let config = r.rendered.config_yaml().unwrap();
     assert!(!config.contains("crossplane-system:*"), "{config}");
-    crossplane_crd(&r.client, "compositions.apiextensions.crossplane.io").await;
+    crossplane_crd(
+        &r.client,
+        &fixtures,
+        "compositions.apiextensions.crossplane.io",
+    )
+    .await;
     // The controller writes the caBundle of the Compositions webhook with
     // the others'.
     let ca = r.secret_ca().await.unwrap();
@@ -268,6 +279,7 @@ async fn a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr() {
     // watches XRDs), the claim refuses the change first: no warnings.
     crossplane_crd(
         &r.client,
+        &fixtures,
         "compositeresourcedefinitions.apiextensions.crossplane.io",
     )
     .await;

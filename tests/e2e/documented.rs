@@ -11,9 +11,9 @@ use crate::support::{self, api, wait_for, Options, WAIT};
 const GROUP: &str = "storage.azure.upbound.io";
 const PATH: &str = "/apis/storage.azure.upbound.io/v1beta1/accounts";
 
-fn account_crd() -> CustomResourceDefinition {
-    let p = support::repo_root()
-        .join("tests/fixtures/crds-documented/storage.azure.upbound.io_accounts.yaml");
+/// The provider's own Account CRD, from the folder MRGUARD_FIXTURES names.
+fn account_crd(fixtures: &std::path::Path) -> CustomResourceDefinition {
+    let p = fixtures.join("crds-documented/storage.azure.upbound.io_accounts.yaml");
     let text = std::fs::read_to_string(&p).unwrap();
     serde_saphyr::from_str(&text).unwrap()
 }
@@ -46,6 +46,11 @@ async fn a_newly_installed_crds_documented_fields_are_warned_at_apply() {
     else {
         return;
     };
+    let Some(fixtures) = support::third_party_fixtures(
+        "a_newly_installed_crds_documented_fields_are_warned_at_apply",
+    ) else {
+        return;
+    };
     let r = support::install(
         cluster,
         "e2e-documented",
@@ -56,7 +61,7 @@ async fn a_newly_installed_crds_documented_fields_are_warned_at_apply() {
     )
     .await;
     // Installed only now, while both replicas run.
-    if let Err(e) = support::cluster::create_crd(&r.client, &account_crd()).await {
+    if let Err(e) = support::cluster::create_crd(&r.client, &account_crd(&fixtures)).await {
         assert!(e.contains("already exists"), "{e}");
     }
     wait_for("the Account kind in both configurations", WAIT, || async {

@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 use crate::preflight::{mrguard, text};
 use crate::support::{self, api, wait_for, Options, WAIT};
 
-/// Crossplane v2's namespaced Bucket (tests/fixtures/PROVENANCE.md); kept
-/// out of `crds/` so the coverage tests' counts stay those of the shared
-/// fixtures.
+/// A stand-in for Crossplane v2's namespaced Bucket, written here
+/// (tests/fixtures/PROVENANCE.md); kept out of `crds/` so that the coverage
+/// tests' counts stay those of the fixture CRDs.
 async fn install_namespaced_bucket_crd(client: &kube::Client) {
     let path = support::fixtures_dir().join("crds-identity/s3.aws.m.upbound.io_buckets.yaml");
     let v: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
@@ -343,6 +343,11 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
     else {
         return;
     };
+    let Some(fixtures) = support::third_party_fixtures(
+        "duplicates_created_while_mrguard_was_down_are_found_by_the_audit",
+    ) else {
+        return;
+    };
     // This release writes policy reports: one writer at a time.
     let _writer = crate::policy_reports::REPORT_WRITERS.lock().await;
     // No release yet, and no label any release's objectSelector matches:
@@ -384,7 +389,7 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
             "{me}: {claimants:?}"
         );
     }
-    crate::policy_reports::ensure_report_crds(&admin).await;
+    crate::policy_reports::ensure_report_crds(&admin, &fixtures).await;
     let r = support::install(
         cluster,
         "e2e-identity-audit",

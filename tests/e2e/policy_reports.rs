@@ -1,5 +1,5 @@
 //! Policy reports from the audit against a real API server, with the
-//! upstream report CRDs (tests/fixtures/policy-reports) and the chart's RBAC
+//! upstream report CRDs (`policy-reports/` of MRGUARD_FIXTURES) and the chart's RBAC
 //! for `controller.policyReports`: reports appear, change, disappear, and a
 //! pass that finds the same writes nothing.
 
@@ -20,8 +20,9 @@ use mrguard_policy::reports::{Flavor, PassInput, ReportFinding, Subject};
 /// reports with their own configurations. Taken first, dropped last.
 pub(crate) static REPORT_WRITERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Installs the vendored report CRDs once per API server.
-pub(crate) async fn ensure_report_crds(client: &kube::Client) {
+/// Installs the upstream report CRDs (from `fixtures`, the folder
+/// MRGUARD_FIXTURES names) once per API server.
+pub(crate) async fn ensure_report_crds(client: &kube::Client, fixtures: &std::path::Path) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for file in [
         "wgpolicyk8s.io_policyreports.yaml",
@@ -29,9 +30,7 @@ pub(crate) async fn ensure_report_crds(client: &kube::Client) {
         "openreports.io_reports.yaml",
         "openreports.io_clusterreports.yaml",
     ] {
-        let text =
-            std::fs::read_to_string(support::fixtures_dir().join("policy-reports").join(file))
-                .unwrap();
+        let text = std::fs::read_to_string(fixtures.join("policy-reports").join(file)).unwrap();
         let v: Value = serde_saphyr::from_str(&text).unwrap();
         let crd: CustomResourceDefinition = serde_json::from_value(v).unwrap();
         let name = crd.metadata.name.clone().unwrap();
@@ -106,8 +105,11 @@ async fn policy_reports_appear_change_and_disappear_and_an_unchanged_pass_writes
     let Some(cluster) = support::require_cluster(test).await else {
         return;
     };
+    let Some(fixtures) = support::third_party_fixtures(test) else {
+        return;
+    };
     let admin = cluster.admin().await.unwrap();
-    ensure_report_crds(&admin).await;
+    ensure_report_crds(&admin, &fixtures).await;
     let release = support::install(
         cluster,
         "e2e-reports",
@@ -353,8 +355,11 @@ async fn openreports_split_into_numbered_reports_the_api_server_accepts() {
     let Some(cluster) = support::require_cluster(test).await else {
         return;
     };
+    let Some(fixtures) = support::third_party_fixtures(test) else {
+        return;
+    };
     let admin = cluster.admin().await.unwrap();
-    ensure_report_crds(&admin).await;
+    ensure_report_crds(&admin, &fixtures).await;
     let ns = "e2e-openreports";
     ensure_namespace(&admin, ns).await;
     let max = 30_000;
@@ -426,8 +431,11 @@ async fn policy_reports_show_audit_findings_and_skip_waived_ones() {
     let Some(cluster) = support::require_cluster(test).await else {
         return;
     };
+    let Some(fixtures) = support::third_party_fixtures(test) else {
+        return;
+    };
     let admin = cluster.admin().await.unwrap();
-    ensure_report_crds(&admin).await;
+    ensure_report_crds(&admin, &fixtures).await;
     let release = support::install(
         cluster,
         "e2e-reports-ops",

@@ -1183,7 +1183,7 @@ fn audit_role_covers_the_fixture_providers_without_wildcards() {
     let groups = &audit[0].0;
     assert!(groups.len() > 600, "{} groups", groups.len());
     assert!(groups.iter().all(|g| !g.contains('*')));
-    // Every MR group of the real provider CRDs in the fixtures is covered,
+    // Every MR group of the fixture CRDs (the providers' real groups) is covered,
     // cluster-scoped and namespaced alike.
     let dir = fixtures::dir().join("crds");
     let mut seen = 0;

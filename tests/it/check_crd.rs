@@ -49,6 +49,52 @@ fn the_full_example_passes_with_crd_defaults_applied() {
     }
 }
 
+/// The provider's own AlternateContact CRDs (MRGUARD_FIXTURES): upjet's
+/// generated rules judge as the project's stand-ins do, and those carry
+/// the same rules, word for word.
+#[test]
+fn upjets_generated_rules_judge_the_real_crds() {
+    let Some(third_party) = fixtures::third_party("upjets_generated_rules_judge_the_real_crds")
+    else {
+        return;
+    };
+    let real = third_party.join("crds");
+    let real_crds = real.display().to_string();
+    let rules = |path: &std::path::Path| -> Value {
+        let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["x-kubernetes-validations"]
+            .clone()
+    };
+    for name in [
+        "account.aws.upbound.io_alternatecontacts.yaml",
+        "account.aws.m.upbound.io_alternatecontacts.yaml",
+    ] {
+        let theirs = rules(&real.join(name));
+        assert_eq!(theirs.as_array().map(Vec::len), Some(4), "{name}");
+        assert_eq!(
+            rules(&fixtures::dir().join("crds").join(name)),
+            theirs,
+            "{name}"
+        );
+    }
+    let out = mrguard(&["check", "-f", &fixture(CONTACT), "--crd", &real_crds]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let dir = tempfile::tempdir().unwrap();
+    for field in ["emailAddress", "name", "phoneNumber", "title"] {
+        let f = write(dir.path(), "c.yaml", &contact_without(&[field]));
+        let out = mrguard(&["check", "-f", &f, "--crd", &real_crds]);
+        assert_eq!(out.status.code(), Some(1), "{field}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!(
+                "spec: Invalid value: \"object\": spec.forProvider.{field} is a required parameter"
+            )),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
 #[test]
 fn a_missing_parameter_is_rejected_with_upjets_message() {
     let dir = tempfile::tempdir().unwrap();
@@ -400,8 +446,16 @@ fn only_the_crds_of_the_manifests_groups_are_parsed() {
 /// value of the wrong type.
 #[test]
 fn metadata_escaping_and_strict_decoding_as_the_api_server() {
+    let Some(third_party) =
+        fixtures::third_party("metadata_escaping_and_strict_decoding_as_the_api_server")
+    else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
-    let crds = fixture("differential/package/crds");
+    let crds = third_party
+        .join("differential/package/crds")
+        .display()
+        .to_string();
     let pia = |name: &str, namespace: &str| {
         format!(
             "apiVersion: eks.aws.upbound.io/v1beta1\nkind: PodIdentityAssociation\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    clusterName: c\n    region: us-west-1\n    roleArn: arn:aws:iam::1:role/r\n    serviceAccount: default\n{namespace}"

@@ -27,6 +27,7 @@ pub mod certs;
 pub mod chart;
 pub mod cluster;
 pub mod crossplane;
+pub mod fixtures;
 pub mod metrics;
 pub mod process;
 pub mod procfs;
@@ -43,6 +44,8 @@ use kube::api::ApiResource;
 use serde_json::{json, Value};
 
 pub use cluster::Cluster;
+use fixtures::ci;
+pub use fixtures::{third_party_fixtures, FIXTURES_ENV, FIXTURES_SKIP_MARKER};
 pub use metrics::Metrics;
 pub use release::{Options, Release};
 pub use version::{needs, KubeVersion};
@@ -69,46 +72,6 @@ pub fn fixtures_dir() -> PathBuf {
     repo_root().join("tests/fixtures")
 }
 
-/// Names the folder of third-party test data (real provider CRDs and
-/// examples, Crossplane's and the policy-report CRDs, the differential
-/// set), laid out as `../shared/fixtures`. The repository holds no copy of
-/// them; `.ci/run` and `scripts/test.sh` set it.
-pub const FIXTURES_ENV: &str = "MRGUARD_FIXTURES";
-
-/// The line scripts/test.sh counts for a test skipped for want of
-/// [`FIXTURES_ENV`].
-pub const FIXTURES_SKIP_MARKER: &str = "fixtures skipped:";
-
-/// The third-party fixtures folder ([`FIXTURES_ENV`]), or None where it is
-/// not set: `test` is then reported as skipped with the reason (and
-/// returns), or fails with `CI=true`, where the data must be there.
-pub fn third_party_fixtures(test: &str) -> Option<PathBuf> {
-    match std::env::var_os(FIXTURES_ENV).filter(|d| !d.is_empty()) {
-        Some(dir) => {
-            let dir = PathBuf::from(dir);
-            assert!(
-                dir.is_dir(),
-                "{test}: {FIXTURES_ENV}={} is not a folder",
-                dir.display()
-            );
-            Some(dir)
-        }
-        None => {
-            let why = format!(
-                "{FIXTURES_ENV} is not set: this test reads third-party data (real provider and \
-                 Crossplane CRDs) that the repository does not hold; scripts/test.sh sets it when \
-                 ../shared/fixtures exists"
-            );
-            if ci() {
-                panic!("{test} needs third-party fixtures and CI=true: {why}");
-            }
-            let line = format!("{FIXTURES_SKIP_MARKER} {test}: {why}\n");
-            let _ = std::io::stderr().write_all(line.as_bytes());
-            None
-        }
-    }
-}
-
 /// Polls `f` every 100 ms until it returns Some, for at most `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T, String>
 where
@@ -130,10 +93,6 @@ where
 /// The line scripts/test.sh counts; written to the real stderr, past the
 /// test harness's output capture, so it shows for passing tests too.
 pub const SKIP_MARKER: &str = "e2e skipped:";
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
 
 /// Writes the skip line for `test` past the harness's capture.
 fn skip(test: &str, why: &str) {

@@ -1,4 +1,5 @@
-//! The files under `tests/fixtures/` (see its PROVENANCE.md).
+//! The project's own files under `tests/fixtures/` (see its PROVENANCE.md),
+//! and the third-party data that only `MRGUARD_FIXTURES` names.
 
 use std::path::PathBuf;
 
@@ -18,6 +19,13 @@ pub(crate) fn path(rel: &str) -> String {
 pub(crate) fn read(rel: &str) -> String {
     let p = dir().join(rel);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("failed to read {}: {e}", p.display()))
+}
+
+/// The third-party fixtures folder (`MRGUARD_FIXTURES`, see
+/// tests/fixtures/PROVENANCE.md), or None after `test` has been reported as
+/// skipped; with `CI=true` a missing folder fails the test.
+pub(crate) fn third_party(test: &str) -> Option<PathBuf> {
+    mrguard_envtest::third_party_fixtures(test)
 }
 
 /// An AdmissionReview a real kube-apiserver sent (`reviews/`).
