@@ -45,7 +45,9 @@ if [[ "$skipped" -gt 0 ]]; then
   echo "skipped tests ($skipped), each with the reason:"
   printf '%s\n' "$skip_lines" | sed 's/^/  /'
   versions=$(printf '%s\n' "$skip_lines" | grep -c 'needs kube-apiserver >=' || true)
-  echo "  ($versions of them need a newer kube-apiserver than KUBEBUILDER_ASSETS holds)"
+  if [[ "$versions" -gt 0 ]]; then
+    echo "  ($versions of them need a newer kube-apiserver than KUBEBUILDER_ASSETS holds)"
+  fi
 fi
 
 # Fuzz smoke: every libFuzzer target briefly (FUZZ_SECONDS each, default 30;
