@@ -508,8 +508,8 @@ impl EventRecorder {
             .unwrap_or_else(|p| p.into_inner())
             .get(&obj.uid)
             .filter(|(_, _, at)| now.duration_since(*at) < SERIES_WINDOW)
-            .cloned();
-        if let Some((name, count, _)) = earlier {
+            .map(|(name, count, _)| (name.clone(), *count));
+        let (name, count) = if let Some((name, count)) = earlier {
             let count = count + 1;
             let patch = json!({
                 "count": count,
@@ -524,46 +524,43 @@ impl EventRecorder {
                 &kube::api::Patch::Merge(&patch),
             )
             .await?;
-            self.core_series
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(obj.uid.clone(), (name, count, now));
-            return Ok(());
-        }
-        let core = CoreEvent {
-            metadata: ObjectMeta {
-                name: Some(format!("{}.{:x}", obj.name, now.as_nanosecond())),
-                namespace: Some("default".into()),
-                ..ObjectMeta::default()
-            },
-            involved_object: obj.reference(),
-            reason: Some(event.reason.clone()),
-            message: event.note.clone(),
-            type_: Some(
-                match event.type_ {
-                    EventType::Warning => "Warning",
-                    EventType::Normal => "Normal",
-                }
-                .into(),
-            ),
-            action: Some(event.action.clone()),
-            count: Some(1),
-            first_timestamp: Some(Time(now)),
-            last_timestamp: Some(Time(now)),
-            reporting_component: Some(self.reporter.controller.clone()),
-            reporting_instance: self.reporter.instance.clone(),
-            source: Some(EventSource {
-                component: Some(self.reporter.controller.clone()),
-                host: None,
-            }),
-            ..CoreEvent::default()
+            (name, count)
+        } else {
+            let core = CoreEvent {
+                metadata: ObjectMeta {
+                    name: Some(format!("{}.{:x}", obj.name, now.as_nanosecond())),
+                    namespace: Some("default".into()),
+                    ..ObjectMeta::default()
+                },
+                involved_object: obj.reference(),
+                reason: Some(event.reason.clone()),
+                message: event.note.clone(),
+                type_: Some(
+                    match event.type_ {
+                        EventType::Warning => "Warning",
+                        EventType::Normal => "Normal",
+                    }
+                    .into(),
+                ),
+                action: Some(event.action.clone()),
+                count: Some(1),
+                first_timestamp: Some(Time(now)),
+                last_timestamp: Some(Time(now)),
+                reporting_component: Some(self.reporter.controller.clone()),
+                reporting_instance: self.reporter.instance.clone(),
+                source: Some(EventSource {
+                    component: Some(self.reporter.controller.clone()),
+                    host: None,
+                }),
+                ..CoreEvent::default()
+            };
+            let created = api.create(&kube::api::PostParams::default(), &core).await?;
+            (created.metadata.name.unwrap_or_default(), 1)
         };
-        let name = core.metadata.name.clone().unwrap_or_default();
-        api.create(&kube::api::PostParams::default(), &core).await?;
-        self.core_series
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(obj.uid.clone(), (name, 1, now));
+        let mut series = self.core_series.lock().unwrap_or_else(|p| p.into_inner());
+        // Only Events still in their window can count a repeat.
+        series.retain(|_, (_, _, at)| now.duration_since(*at) < SERIES_WINDOW);
+        series.insert(obj.uid.clone(), (name, count, now));
         Ok(())
     }
 
