@@ -117,8 +117,14 @@ pub fn free_port() -> u16 {
 /// later), and where the run's scratch folder goes: the temporary folder,
 /// or /dev/shm for an etcd without the flag (Debian's 3.4), where fsync
 /// costs nothing. A test run commits thousands of writes; each fsync on
-/// disk costs milliseconds.
-fn etcd_storage(etcd: &Path) -> (Option<String>, PathBuf) {
+/// disk costs milliseconds. Asked once: every cluster of a run uses the
+/// same etcd.
+fn etcd_storage(etcd: &Path) -> &'static (Option<String>, PathBuf) {
+    static STORAGE: std::sync::OnceLock<(Option<String>, PathBuf)> = std::sync::OnceLock::new();
+    STORAGE.get_or_init(|| etcd_storage_of(etcd))
+}
+
+fn etcd_storage_of(etcd: &Path) -> (Option<String>, PathBuf) {
     let help = std::process::Command::new(etcd)
         .arg("--help")
         .output()
@@ -175,9 +181,9 @@ impl Cluster {
     pub async fn start(options: &ClusterOptions) -> Result<Cluster, String> {
         let assets = assets()?;
         let assets = assets.as_path();
-        let version = crate::version::of_binary(&assets.join("kube-apiserver"))?;
+        let version = crate::version::of_assets()?;
         let etcd_bin = assets.join("etcd");
-        let (no_fsync, scratch) = etcd_storage(&etcd_bin);
+        let (no_fsync, scratch) = etcd_storage(&etcd_bin).clone();
         let dir = tempfile::Builder::new()
             .prefix("mrguard-e2e-")
             .tempdir_in(scratch)

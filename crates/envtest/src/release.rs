@@ -246,47 +246,33 @@ impl Release {
         serde_json::to_string(&v).map_err(|e| e.to_string())
     }
 
-    fn resource(kind: &str) -> Option<(ApiResource, bool)> {
-        let (group, version, plural, namespaced) = match kind {
-            "ServiceAccount" => ("", "v1", "serviceaccounts", true),
-            "Service" => ("", "v1", "services", true),
-            "ConfigMap" => ("", "v1", "configmaps", true),
-            "Secret" => ("", "v1", "secrets", true),
-            "NetworkPolicy" => ("networking.k8s.io", "v1", "networkpolicies", true),
-            "Role" => ("rbac.authorization.k8s.io", "v1", "roles", true),
-            "RoleBinding" => ("rbac.authorization.k8s.io", "v1", "rolebindings", true),
-            "ClusterRole" => ("rbac.authorization.k8s.io", "v1", "clusterroles", false),
-            "ClusterRoleBinding" => (
-                "rbac.authorization.k8s.io",
-                "v1",
-                "clusterrolebindings",
-                false,
-            ),
-            "MutatingWebhookConfiguration" => (
-                "admissionregistration.k8s.io",
-                "v1",
-                "mutatingwebhookconfigurations",
-                false,
-            ),
-            "ValidatingWebhookConfiguration" => (
-                "admissionregistration.k8s.io",
-                "v1",
-                "validatingwebhookconfigurations",
-                false,
-            ),
-            "PodDisruptionBudget" => ("policy", "v1", "poddisruptionbudgets", true),
+    /// The API resource of a chart object, at the apiVersion the chart
+    /// rendered it with (which the chart chooses by the server's version,
+    /// as for the PodDisruptionBudget), and whether it is namespaced.
+    fn resource(obj: &Value) -> Option<(ApiResource, bool)> {
+        let kind = obj["kind"].as_str()?;
+        let (plural, namespaced) = match kind {
+            "ServiceAccount" => ("serviceaccounts", true),
+            "Service" => ("services", true),
+            "ConfigMap" => ("configmaps", true),
+            "Secret" => ("secrets", true),
+            "NetworkPolicy" => ("networkpolicies", true),
+            "Role" => ("roles", true),
+            "RoleBinding" => ("rolebindings", true),
+            "ClusterRole" => ("clusterroles", false),
+            "ClusterRoleBinding" => ("clusterrolebindings", false),
+            "MutatingWebhookConfiguration" => ("mutatingwebhookconfigurations", false),
+            "ValidatingWebhookConfiguration" => ("validatingwebhookconfigurations", false),
+            "PodDisruptionBudget" => ("poddisruptionbudgets", true),
             _ => return None,
         };
-        let api_version = if group.is_empty() {
-            version.to_string()
-        } else {
-            format!("{group}/{version}")
-        };
+        let api_version = obj["apiVersion"].as_str()?;
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         Some((
             ApiResource {
                 group: group.into(),
                 version: version.into(),
-                api_version,
+                api_version: api_version.into(),
                 kind: kind.into(),
                 plural: plural.into(),
             },
@@ -324,17 +310,8 @@ impl Release {
             if kind == "Deployment" {
                 continue;
             }
-            let (mut ar, namespaced) = Self::resource(kind)
+            let (ar, namespaced) = Self::resource(obj)
                 .ok_or_else(|| format!("the chart renders an unexpected {kind}"))?;
-            // The version the chart chose for this server (PodDisruptionBudget).
-            if let Some((group, version)) =
-                obj["apiVersion"].as_str().and_then(|a| a.split_once('/'))
-            {
-                if group == ar.group {
-                    ar.version = version.to_string();
-                    ar.api_version = format!("{group}/{version}");
-                }
-            }
             let obj = if kind.ends_with("WebhookConfiguration") {
                 self.loopback_webhooks(obj)
             } else {

@@ -24,15 +24,26 @@ pub struct KubeVersion {
 
 /// The first version of the features the suite gates on. Each line says
 /// what the feature is, so a test names the feature, not a bare number.
+///
+/// Where `check --crd --kube-version` models the same feature, the release
+/// is the policy crate's (`mrguard_policy::kube_version::since`), so the
+/// suite and the model cannot disagree on it.
 pub mod needs {
+    use mrguard_policy::kube_version::{since, KubeVersion};
+
+    const fn of(v: KubeVersion) -> (u32, u32) {
+        (v.major, v.minor)
+    }
+
     /// CRD validation rules (`x-kubernetes-validations`), enforced without
     /// a gate (beta, on by default).
-    pub const CRD_VALIDATION_RULES: (u32, u32) = (1, 25);
+    pub const CRD_VALIDATION_RULES: (u32, u32) = of(since::VALIDATION_RULES);
     /// Server-side field validation (`fieldValidation=Strict`), on by
     /// default.
-    pub const FIELD_VALIDATION: (u32, u32) = (1, 25);
-    /// CRD transition rules (`oldSelf` in `x-kubernetes-validations`).
-    pub const TRANSITION_RULES: (u32, u32) = (1, 25);
+    pub const FIELD_VALIDATION: (u32, u32) = of(since::FIELD_VALIDATION);
+    /// CRD transition rules (`oldSelf` in `x-kubernetes-validations`),
+    /// which come with the validation rules.
+    pub const TRANSITION_RULES: (u32, u32) = of(since::VALIDATION_RULES);
     /// ValidatingAdmissionPolicy, `admissionregistration.k8s.io/v1`.
     pub const VALIDATING_ADMISSION_POLICY: (u32, u32) = (1, 30);
     /// MutatingAdmissionPolicy, beta (`v1beta1`) and off by default until
@@ -82,7 +93,10 @@ impl KubeVersion {
     pub fn feature_gates(&self) -> Vec<&'static str> {
         let mut gates = Vec::new();
         // Alpha in 1.23 and 1.24, beta (on) from 1.25.
-        if self.at_least((1, 23)) && !self.at_least((1, 25)) {
+        if self.at_least((1, 23))
+            && !(self.at_least(needs::CRD_VALIDATION_RULES)
+                && self.at_least(needs::FIELD_VALIDATION))
+        {
             gates.push("CustomResourceValidationExpressions=true");
             gates.push("ServerSideFieldValidation=true");
         }
@@ -127,7 +141,7 @@ impl fmt::Display for KubeVersion {
 }
 
 /// The version of `kube-apiserver` in `assets`, from its `--version`.
-pub fn of_binary(bin: &Path) -> Result<KubeVersion, String> {
+fn of_binary(bin: &Path) -> Result<KubeVersion, String> {
     let out = std::process::Command::new(bin)
         .arg("--version")
         .output()
