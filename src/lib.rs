@@ -52,10 +52,3 @@ mod poll;
 pub mod server;
 pub mod shutdown;
 pub mod tls;
-
-// The third-party test data (MRGUARD_FIXTURES), found as the end-to-end
-// harness finds it; its items are `pub` there, for the harness's users.
-#[path = "../crates/envtest/src/fixtures.rs"]
-#[allow(unreachable_pub)]
-#[cfg(test)]
-mod third_party;

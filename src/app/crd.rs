@@ -140,7 +140,7 @@ mod tests {
     fn the_azure_account_lists_account_tier_and_not_tags() {
         // The provider's own CRD (MRGUARD_FIXTURES): its descriptions are
         // what the derivation reads.
-        let Some(dir) = crate::third_party::third_party_fixtures(
+        let Some(dir) = mrguard_envtest::third_party_fixtures(
             "the_azure_account_lists_account_tier_and_not_tags",
         ) else {
             return;

@@ -650,9 +650,9 @@ mod tests {
         // provider-nop's own webhook configuration (MRGUARD_FIXTURES),
         // renamed to ours: its hand-written rules are replaced by the
         // computed ones.
-        let Some(dir) = crate::third_party::third_party_fixtures(
-            "the_fixture_configuration_gets_mrguard_rules",
-        ) else {
+        let Some(dir) =
+            mrguard_envtest::third_party_fixtures("the_fixture_configuration_gets_mrguard_rules")
+        else {
             return;
         };
         let fixture = std::fs::read_to_string(dir.join("nop_webhookconfigurations.yaml")).unwrap();
