@@ -239,14 +239,7 @@ async fn run(
     groups: Option<&BTreeSet<String>>,
     test: &str,
 ) -> Option<Tally> {
-    if let Err(why) = support::cluster::assets() {
-        if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
-            panic!("{test} needs a real API server and CI=true: {why}");
-        }
-        // Past the harness's capture, as scripts/test.sh counts it.
-        use std::io::Write;
-        let line = format!("{} {test}: {why}\n", support::SKIP_MARKER);
-        let _ = std::io::stderr().write_all(line.as_bytes());
+    if !support::require_assets(test) {
         return None;
     }
     // On 1.23 and 1.24 the harness turns the alpha gates of CEL rules and
@@ -262,14 +255,14 @@ async fn run(
         })
         .collect();
     if !alpha.is_empty() {
-        use std::io::Write;
-        let line = format!(
-            "{} {test}: kube-apiserver {release} runs with the alpha gates {alpha:?}, which \
-             check --kube-version {} does not model (it judges a release by its defaults)\n",
-            support::SKIP_MARKER,
-            release.major_minor()
+        support::skip(
+            test,
+            &format!(
+                "kube-apiserver {release} runs with the alpha gates {alpha:?}, which check \
+                 --kube-version {} does not model (it judges a release by its defaults)",
+                release.major_minor()
+            ),
         );
-        let _ = std::io::stderr().write_all(line.as_bytes());
         return None;
     }
     let mut files = Vec::new();

@@ -94,8 +94,9 @@ where
 /// test harness's output capture, so it shows for passing tests too.
 pub const SKIP_MARKER: &str = "e2e skipped:";
 
-/// Writes the skip line for `test` past the harness's capture.
-fn skip(test: &str, why: &str) {
+/// Writes the skip line for `test` past the harness's capture, as
+/// scripts/test.sh counts it.
+pub fn skip(test: &str, why: &str) {
     let line = format!("{SKIP_MARKER} {test}: {why}\n");
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
@@ -128,18 +129,26 @@ pub async fn require_cluster_at(test: &str, min: (u32, u32)) -> Option<&'static 
     require_cluster(test).await
 }
 
-/// The shared API server, or None when this test is skipped: without
-/// `KUBEBUILDER_ASSETS` the test prints why and how to get the binaries,
-/// and passes. Under `CI=true` a missing API server fails the test.
+/// Whether `KUBEBUILDER_ASSETS` holds an API server: false (the test
+/// prints why and how to get the binaries, and passes) where it does not;
+/// under `CI=true` a missing API server fails the test.
+pub fn require_assets(test: &str) -> bool {
+    let Err(why) = cluster::assets() else {
+        return true;
+    };
+    let how = "run scripts/envtest.sh ASSETS_DIR, or set KUBEBUILDER_ASSETS to a folder holding \
+               kube-apiserver and etcd (docs/controller.md, \"End-to-end tests\")";
+    if ci() {
+        panic!("{test} needs a real API server and CI=true: {why}; {how}");
+    }
+    skip(test, &format!("{why}; {how}"));
+    false
+}
+
+/// The shared API server, or None when this test is skipped
+/// ([`require_assets`]).
 pub async fn require_cluster(test: &str) -> Option<&'static Cluster> {
-    if let Err(why) = cluster::assets() {
-        let how =
-            "run scripts/envtest.sh ASSETS_DIR, or set KUBEBUILDER_ASSETS to a folder holding \
-                   kube-apiserver and etcd (docs/controller.md, \"End-to-end tests\")";
-        if ci() {
-            panic!("{test} needs a real API server and CI=true: {why}; {how}");
-        }
-        skip(test, &format!("{why}; {how}"));
+    if !require_assets(test) {
         return None;
     }
     match Cluster::shared().await {
