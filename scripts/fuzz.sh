@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz (libFuzzer) target for FUZZ_SECONDS seconds each
 # (default 30), after seeding its corpus from fuzz/seeds/ and the recorded
-# AdmissionReviews (tests/fixtures/reviews, or FIXTURES/reviews). Installs cargo-fuzz into .tools/ when missing. Works on the
-# stable toolchain: RUSTC_BOOTSTRAP=1 lets it take the -Z flags that
-# sanitizer coverage needs.
+# AdmissionReviews (tests/fixtures/reviews, or FIXTURES/reviews). Installs
+# cargo-fuzz into .tools/ when missing. Works on the stable toolchain:
+# RUSTC_BOOTSTRAP=1 lets it take the -Z flags that sanitizer coverage needs.
 #
 #   scripts/fuzz.sh                       # every target, 30 s each
 #   FUZZ_SECONDS=3600 scripts/fuzz.sh review_structured
