@@ -11,6 +11,7 @@
 
 use serde_json::{json, Value};
 
+use crate::preflight::{mrguard, text};
 use crate::support::{self, api, needs, Options};
 
 const PROVIDER: &str = "system:serviceaccount:crossplane-system:provider-aws-s3";
@@ -39,16 +40,13 @@ async fn merge_patch(client: &kube::Client, path: &str, patch: Value) -> api::Re
 
 /// `mrguard export vap` with the built-in configuration, its documents.
 fn exported_policies() -> Vec<Value> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrguard"))
-        .args(["export", "vap"])
-        .output()
-        .expect("mrguard export vap runs");
+    let out = mrguard(&["export", "vap"]);
     assert!(
         out.status.success(),
         "mrguard export vap failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        text(&out.stderr)
     );
-    serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&out.stdout))
+    serde_saphyr::from_multiple::<Value>(&text(&out.stdout))
         .expect("export vap writes YAML")
         .into_iter()
         .filter(|d| d.is_object())
