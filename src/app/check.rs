@@ -7,15 +7,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use serde_json::json;
+use serde_json::{json, Value};
 
+use mrguard_policy::cluster::Cluster;
+use mrguard_policy::composition::{self, XrSchemas};
 use mrguard_policy::config::Config;
-use mrguard_policy::crd::{builtin_group, schema_for, CrdError, Crds, SchemaFor};
+use mrguard_policy::crd::{builtin_group, schema_for, CrdError, CrdVersion, Crds, SchemaFor};
 use mrguard_policy::kube_version::KubeVersion;
 use mrguard_policy::model::Operation;
-use mrguard_policy::offline::{self, identity, label};
-
-use mrguard_policy::composition;
+use mrguard_policy::offline::{self, identity, label, Judged};
 
 use super::live::{LiveFinding, LiveOutput, LiveResult};
 use super::manifests::{self, Manifest, ManifestError};
@@ -151,7 +151,26 @@ fn crd_groups(docs: &[Manifest]) -> BTreeSet<String> {
         .collect()
 }
 
-fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<bool, CheckError> {
+/// What every document is judged with: the configuration, the manifests
+/// and their old versions, and the CRDs and XRDs given.
+struct Inputs {
+    config: Config,
+    xrs: XrSchemas,
+    docs: Vec<Manifest>,
+    /// `--old`: its path and its documents.
+    olds: Option<(PathBuf, Vec<Manifest>)>,
+    crds: Option<Crds>,
+    op: CheckOperation,
+    /// `--crd` as given, for messages.
+    crd_path: String,
+    /// What a cluster with these CRDs would know (documented immutable
+    /// fields).
+    cluster: Cluster,
+}
+
+/// Reads the configuration, the manifests, `--old` and the CRDs; a note
+/// goes to `err` when the release asked for is newer than mrguard knows.
+fn read_inputs(args: &CheckArgs, err: &mut dyn Write) -> Result<Inputs, CheckError> {
     let config = match &args.config {
         Some(p) => crate::config::load_file(p)?.0,
         None => Config::builtin(),
@@ -163,7 +182,7 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
     let read = |p: &PathBuf| manifests::read(std::slice::from_ref(p), args.max_documents);
     let docs = manifests::read(&args.file, args.max_documents)?;
     let olds = match &args.old {
-        Some(p) => Some((p, read(p)?)),
+        Some(p) => Some((p.clone(), read(p)?)),
         None => None,
     };
     let (kube, newer) = args.kube_version.judged_as();
@@ -189,164 +208,215 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
         .as_deref()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    // What a cluster with these CRDs would know (documented immutable fields).
     let cluster = crds.as_ref().map(Crds::cluster).unwrap_or_default();
     for d in &docs {
         xrs.add(&d.object);
     }
-    let text = args.live.output == LiveOutput::Text;
-    let mut results = Vec::new();
-    let mut any_denied = false;
-    for m in &docs {
-        let Manifest {
-            at, object: doc, ..
-        } = m;
-        let old = match (&olds, op) {
-            (Some((path, olds)), CheckOperation::Update) => {
-                let id = identity(doc);
-                let found = olds.iter().find(|o| identity(&o.object) == id);
-                Some(
-                    &found
-                        .ok_or_else(|| CheckError::NoOld {
-                            what: label(doc),
-                            at: at.clone(),
-                            path: m.file.clone(),
-                            old: path.display().to_string(),
-                        })?
-                        .object,
-                )
+    Ok(Inputs {
+        config,
+        xrs,
+        docs,
+        olds,
+        crds,
+        op,
+        crd_path,
+        cluster,
+    })
+}
+
+/// The old version of `m` for an UPDATE: the document of `--old` with its
+/// kind, namespace and name.
+fn old_of<'a>(inputs: &'a Inputs, m: &Manifest) -> Result<Option<&'a Value>, CheckError> {
+    let (Some((path, olds)), CheckOperation::Update) = (&inputs.olds, inputs.op) else {
+        return Ok(None);
+    };
+    let id = identity(&m.object);
+    let found = olds.iter().find(|o| identity(&o.object) == id);
+    let old = found.ok_or_else(|| CheckError::NoOld {
+        what: label(&m.object),
+        at: m.at.clone(),
+        path: m.file.clone(),
+        old: path.display().to_string(),
+    })?;
+    Ok(Some(&old.object))
+}
+
+/// The CRD version that judges `doc`, or why there is none: `missing` when
+/// an API server would refuse the kind, a note when it is judged unchecked.
+fn crd_of<'a>(
+    args: &CheckArgs,
+    inputs: &'a Inputs,
+    doc: &Value,
+    notes: &mut Vec<String>,
+) -> Result<(Option<&'a CrdVersion>, Option<String>), CheckError> {
+    let Some(crds) = &inputs.crds else {
+        return Ok((None, None));
+    };
+    let (api_version, kind, _, _) = identity(doc);
+    let deleting = inputs.op == CheckOperation::Delete;
+    Ok(
+        match schema_for(
+            crds,
+            &api_version,
+            &kind,
+            deleting,
+            args.require_crd,
+            &inputs.crd_path,
+        )? {
+            SchemaFor::Found(v) => (Some(v), None),
+            SchemaFor::NoMatch(why) => (None, Some(why)),
+            SchemaFor::Unchecked(note) => {
+                notes.push(note);
+                (None, None)
             }
-            _ => None,
-        };
-        let (api_version, kind, _, _) = identity(doc);
-        let mut notes = Vec::new();
-        let deleting = op == CheckOperation::Delete;
-        let (crd, missing) = match &crds {
-            Some(c) => match schema_for(
-                c,
-                &api_version,
-                &kind,
-                deleting,
-                args.require_crd,
-                &crd_path,
-            )? {
-                SchemaFor::Found(v) => (Some(v), None),
-                SchemaFor::NoMatch(why) => (None, Some(why)),
-                SchemaFor::Unchecked(note) => {
-                    notes.push(note);
-                    (None, None)
-                }
-                SchemaFor::None => (None, None),
-            },
-            None => (None, None),
-        };
-        let mut judged =
-            offline::judge_in(op.into(), doc, old, &args.username, &config, crd, &cluster)
-                .map_err(|reason| CheckError::Document {
-                    path: m.file.clone(),
-                    at: at.clone(),
-                    reason,
-                })?;
-        let composition = mrguard_policy::live::composition_report(m, &config, &xrs);
-        if let Some(c) = &composition {
-            // The report replaces the webhook's view: it knows the lines
-            // and the XRDs given.
-            judged
-                .warnings
-                .retain(|w| !w.starts_with(&format!("{}: ", composition::RULE)));
-            judged.denial = None;
-            notes.extend(c.notes.iter().cloned());
-        }
-        if text && args.patch {
-            let p = judged.patch.clone().unwrap_or_else(|| json!([]));
-            let _ = writeln!(
-                out,
-                "# {}\n{}",
-                judged.label,
-                serde_json::to_string_pretty(&p).unwrap_or_default()
-            );
-        } else if text && op != CheckOperation::Delete {
-            let yaml = serde_saphyr::to_string(&judged.object).unwrap_or_default();
-            let _ = write!(out, "---\n{yaml}");
-        }
-        notes.extend(judged.notes.iter().cloned());
-        if missing.is_some() {
-            judged.invalid = missing;
-        }
-        let findings = match composition {
-            Some(c) => c.findings,
-            None => judged
-                .findings
-                .iter()
-                .map(|f| LiveFinding::at(f, m))
-                .collect(),
-        };
-        let denied = judged.denial.is_some() || findings.iter().any(|f| f.action == "Deny");
-        any_denied |= denied || judged.invalid.is_some();
-        if text {
-            for n in &notes {
-                let _ = writeln!(err, "{}: note: {n}", judged.label);
-            }
-            for w in &judged.warnings {
-                let _ = writeln!(err, "{}: warning: {w}", judged.label);
-            }
-            // Audit findings change nothing for the request; say them anyway,
-            // so a check shows what an Audit rule would deny once enforced.
-            for f in judged
-                .findings
-                .iter()
-                .filter(|f| f.action == mrguard_policy::model::Action::Audit)
-            {
-                let _ = writeln!(err, "{}: audit: {}: {}", judged.label, f.rule, f.message);
-            }
-            for f in findings.iter().filter(|f| f.rule == composition::RULE) {
-                let level = match f.action.as_str() {
-                    "Deny" => "denied",
-                    "Warn" => "warning",
-                    _ => "note",
-                };
-                let _ = writeln!(
-                    err,
-                    "{}: {level}: {}:{}: {}: {}",
-                    judged.label, m.file, f.line, f.rule, f.message
-                );
-            }
-            if let Some(d) = &judged.denial {
-                let _ = writeln!(err, "{}: denied: {d}", judged.label);
-            }
-            if let Some(i) = &judged.invalid {
-                let _ = writeln!(err, "{}: invalid: {i}", judged.label);
-            }
-        }
-        results.push(LiveResult {
-            file: m.file.clone(),
-            document: m.doc,
-            line: m.lines.start,
-            object: judged.label,
-            operation: Operation::from(op).as_str().into(),
-            verdict: if judged.invalid.is_some() {
-                "invalid"
-            } else if denied {
-                "denied"
-            } else {
-                "allowed"
-            }
-            .into(),
-            findings,
-            warnings: judged.warnings,
-            invalid: judged.invalid,
-            notes,
-            identity: None,
-        });
+            SchemaFor::None => (None, None),
+        },
+    )
+}
+
+/// Judges one document; the object (or its patch) goes to `out` in text
+/// output, and the verdict's lines to `err`.
+fn check_one(
+    args: &CheckArgs,
+    inputs: &Inputs,
+    m: &Manifest,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<LiveResult, CheckError> {
+    let op = inputs.op;
+    let doc = &m.object;
+    let old = old_of(inputs, m)?;
+    let mut notes = Vec::new();
+    let (crd, missing) = crd_of(args, inputs, doc, &mut notes)?;
+    let mut judged = offline::judge_in(
+        op.into(),
+        doc,
+        old,
+        &args.username,
+        &inputs.config,
+        crd,
+        &inputs.cluster,
+    )
+    .map_err(|reason| CheckError::Document {
+        path: m.file.clone(),
+        at: m.at.clone(),
+        reason,
+    })?;
+    let composition = mrguard_policy::live::composition_report(m, &inputs.config, &inputs.xrs);
+    if let Some(c) = &composition {
+        // The report replaces the webhook's view: it knows the lines
+        // and the XRDs given.
+        judged
+            .warnings
+            .retain(|w| !w.starts_with(&format!("{}: ", composition::RULE)));
+        judged.denial = None;
+        notes.extend(c.notes.iter().cloned());
     }
-    match args.live.output {
+    let text = args.live.output == LiveOutput::Text;
+    if text && args.patch {
+        let p = judged.patch.clone().unwrap_or_else(|| json!([]));
+        let _ = writeln!(
+            out,
+            "# {}\n{}",
+            judged.label,
+            serde_json::to_string_pretty(&p).unwrap_or_default()
+        );
+    } else if text && op != CheckOperation::Delete {
+        let yaml = serde_saphyr::to_string(&judged.object).unwrap_or_default();
+        let _ = write!(out, "---\n{yaml}");
+    }
+    notes.extend(judged.notes.iter().cloned());
+    if missing.is_some() {
+        judged.invalid = missing;
+    }
+    let findings = match composition {
+        Some(c) => c.findings,
+        None => judged
+            .findings
+            .iter()
+            .map(|f| LiveFinding::at(f, m))
+            .collect(),
+    };
+    let denied = judged.denial.is_some() || findings.iter().any(|f| f.action == "Deny");
+    if text {
+        print_verdict(&judged, &notes, &findings, m, err);
+    }
+    Ok(LiveResult {
+        file: m.file.clone(),
+        document: m.doc,
+        line: m.lines.start,
+        object: judged.label,
+        operation: Operation::from(op).as_str().into(),
+        verdict: if judged.invalid.is_some() {
+            "invalid"
+        } else if denied {
+            "denied"
+        } else {
+            "allowed"
+        }
+        .into(),
+        findings,
+        warnings: judged.warnings,
+        invalid: judged.invalid,
+        notes,
+        identity: None,
+    })
+}
+
+/// The text output's lines for one document: notes, warnings, audit
+/// findings, the composition report, then the denial and invalidity.
+fn print_verdict(
+    judged: &Judged,
+    notes: &[String],
+    findings: &[LiveFinding],
+    m: &Manifest,
+    err: &mut dyn Write,
+) {
+    for n in notes {
+        let _ = writeln!(err, "{}: note: {n}", judged.label);
+    }
+    for w in &judged.warnings {
+        let _ = writeln!(err, "{}: warning: {w}", judged.label);
+    }
+    // Audit findings change nothing for the request; say them anyway,
+    // so a check shows what an Audit rule would deny once enforced.
+    for f in judged
+        .findings
+        .iter()
+        .filter(|f| f.action == mrguard_policy::model::Action::Audit)
+    {
+        let _ = writeln!(err, "{}: audit: {}: {}", judged.label, f.rule, f.message);
+    }
+    for f in findings.iter().filter(|f| f.rule == composition::RULE) {
+        let level = match f.action.as_str() {
+            "Deny" => "denied",
+            "Warn" => "warning",
+            _ => "note",
+        };
+        let _ = writeln!(
+            err,
+            "{}: {level}: {}:{}: {}: {}",
+            judged.label, m.file, f.line, f.rule, f.message
+        );
+    }
+    if let Some(d) = &judged.denial {
+        let _ = writeln!(err, "{}: denied: {d}", judged.label);
+    }
+    if let Some(i) = &judged.invalid {
+        let _ = writeln!(err, "{}: invalid: {i}", judged.label);
+    }
+}
+
+/// The JSON or SARIF output of every result; text was printed as it went.
+fn print_results(output: LiveOutput, results: &[LiveResult], out: &mut dyn Write) {
+    match output {
         LiveOutput::Text => {}
         LiveOutput::Json => {
-            let s = serde_json::to_string_pretty(&results).unwrap_or_default();
+            let s = serde_json::to_string_pretty(results).unwrap_or_default();
             let _ = writeln!(out, "{s}");
         }
         LiveOutput::Sarif => {
-            let log = mrguard_policy::sarif::log(&mrguard_policy::live::annotations(&results));
+            let log = mrguard_policy::sarif::log(&mrguard_policy::live::annotations(results));
             let _ = writeln!(
                 out,
                 "{}",
@@ -354,6 +424,17 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             );
         }
     }
+}
+
+/// Judges every document; `Ok(true)` when any is denied or invalid.
+fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<bool, CheckError> {
+    let inputs = read_inputs(args, err)?;
+    let mut results = Vec::new();
+    for m in &inputs.docs {
+        results.push(check_one(args, &inputs, m, out, err)?);
+    }
+    let any_denied = results.iter().any(|r| r.verdict != "allowed");
+    print_results(args.live.output, &results, out);
     Ok(any_denied)
 }
 
