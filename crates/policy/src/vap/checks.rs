@@ -1,12 +1,13 @@
-//! The CEL text of the exported rules: safe field access, glob matching,
-//! and one expression (with its message) per rule of every MR.
+//! The CEL text of the exported policies: safe field access and glob
+//! matching, the match conditions that select an entry or waive a rule,
+//! and one validation (with its message) per rule of every MR.
 
 use serde_json::{json, Value};
 
 use crate::config::{Config, ResourceConfig};
 
 /// A CEL string literal.
-pub(super) fn lit(s: &str) -> String {
+fn lit(s: &str) -> String {
     let mut out = String::from("'");
     for c in s.chars() {
         match c {
@@ -22,7 +23,7 @@ pub(super) fn lit(s: &str) -> String {
 }
 
 /// A glob (`*` any characters, `?` one) as an anchored RE2 pattern.
-pub(super) fn glob_regex(glob: &str) -> String {
+fn glob_regex(glob: &str) -> String {
     let mut re = String::from("^");
     for c in glob.chars() {
         match c {
@@ -122,7 +123,7 @@ pub(super) fn no_entry(config: &Config) -> Option<String> {
 }
 
 /// The name exceptions match: the request's, else the object's.
-pub(super) const NAME: &str = "(request.name != '' ? request.name : ((type(object) == map && 'metadata' in object && type(object['metadata']) == map && 'name' in object['metadata'] && type(object['metadata']['name']) == string) ? object['metadata']['name'] : ''))";
+const NAME: &str = "(request.name != '' ? request.name : ((type(object) == map && 'metadata' in object && type(object['metadata']) == map && 'name' in object['metadata'] && type(object['metadata']['name']) == string) ? object['metadata']['name'] : ''))";
 
 /// Match conditions leaving out what an unexpired exception waives for `rule`.
 pub(super) fn exception_conditions(
@@ -177,7 +178,7 @@ pub(super) fn management_policies(_: &ResourceConfig) -> Option<(String, String)
 }
 
 /// `list` holds exactly the actions of `set`, each once.
-pub(super) fn is_set(list: &str, set: crate::mr::PolicySet) -> String {
+fn is_set(list: &str, set: crate::mr::PolicySet) -> String {
     let names = set.names();
     if names.is_empty() {
         return format!("{list}.size() == 0");
@@ -238,7 +239,7 @@ pub(super) fn connection_secret_ref(_: &ResourceConfig) -> Option<(String, Strin
 /// an unreadable set counts as Delete; the default set follows
 /// `deletionPolicy` (absent, not a string or `Delete`: Delete); any other
 /// set deletes exactly when it has `Delete`.
-pub(super) fn deletes(o: &str) -> String {
+fn deletes(o: &str) -> String {
     let (has_dp, dp) = path(o, &["spec", "deletionPolicy"]);
     let (has_mp, l) = path(o, &["spec", "managementPolicies"]);
     let supported: Vec<String> = crate::mr::PolicySet::SUPPORTED

@@ -2,7 +2,7 @@
 //! rules of a configuration that CEL can express, as
 //! `admissionregistration.k8s.io/v1` ValidatingAdmissionPolicies and
 //! bindings, so that an API server at 1.30 or later enforces them itself;
-//! and [`evaluate`], which judges a request with such policies the way the
+//! and [`evaluate()`], which judges a request with such policies the way the
 //! API server does, for the differential test against mrguard's verdict.
 //!
 //! Every expression keeps to the Kubernetes 1.30 CEL environment and is

@@ -7,7 +7,7 @@
 //! `size`, `startsWith`, `endsWith`, `contains`, `matches` (a literal
 //! pattern, compiled once), `split` (a literal separator), `int`, `all`/`exists` (any comprehension whose parts are
 //! covered), `&&`, `||`, `!`, `?:`, literals and constant lists, `self`,
-//! `oldSelf` and the fields of `request`. [`compile`] says why anything else
+//! `oldSelf` and the fields of `request`. [`compile()`] says why anything else
 //! stays with the interpreter.
 //!
 //! Semantics follow `cel` 0.15's interpreter step by step, including the

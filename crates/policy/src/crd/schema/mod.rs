@@ -2,9 +2,10 @@
 //! applies `default`s and checks an object the way the API server does
 //! (types, `enum`, `required`, unknown fields, `x-kubernetes-validations`).
 //!
-//! One file per job: [`parse`](self::parse) reads a schema, `defaults`
-//! applies its `default`s, `check` checks types and limits, `unknown`
-//! finds fields it does not declare, `rules` runs its CEL rules.
+//! One file per job: `parse` reads a schema, `defaults` applies its
+//! `default`s, `check` checks types and limits, `unknown` finds fields it
+//! does not declare, `rules` runs its CEL rules, `formats` checks string
+//! formats.
 
 mod check;
 mod defaults;
