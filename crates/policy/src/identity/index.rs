@@ -145,11 +145,11 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Inner {
     /// Per kind (`group/Kind`, a key's first two parts), its MRs: a kind is
-    /// relisted, dropped or read without a scan of every MR. Flat, a
-    /// relist scanned all of them: at 1,000 kinds and 100,000 MRs a new
-    /// replica's sync took 13.7 s of CPU, each kind's relist holding the
-    /// write lock admission reads wait for (BENCHMARKS.md). A kind without
-    /// MRs has no entry.
+    /// relisted, dropped or read without a scan of every MR. In one flat
+    /// table a relist scans all of them: at 1,000 kinds and 100,000 MRs a
+    /// new replica's sync takes 13.7 s of CPU that way, each kind's relist
+    /// holding the write lock admission reads wait for (BENCHMARKS.md). A
+    /// kind without MRs has no entry.
     by_kind: HashMap<Box<str>, HashMap<MrKey, Entry>>,
     /// Loose digest to the MRs claiming it; almost always one.
     by_identity: HashMap<u64, Vec<MrKey>>,
