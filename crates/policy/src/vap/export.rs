@@ -151,10 +151,9 @@ pub fn export(config: &Config, now: jiff::Timestamp) -> Export {
         config,
         now,
         out: Export::default(),
-        not_exempt: None,
+        not_exempt: not_exempt(config),
     };
     exporter.note_expiring_exceptions();
-    exporter.not_exempt = not_exempt(config);
     exporter.immutable_fields();
     for rule in EVERY_MR {
         exporter.every_mr(rule);
