@@ -379,7 +379,7 @@ impl Exporter<'_> {
             self.out.skipped.push(format!("{rule}: {why}"));
         }
         self.out.skipped.push(
-            "the providers' service accounts found in the cluster (issue 18's index) are not exported; exemptUsernames is"
+            "the providers' service accounts found in the cluster (the controller's provider index) are not exported; exemptUsernames is"
                 .to_string(),
         );
         self.out.skipped.push(
