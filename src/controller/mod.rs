@@ -2,7 +2,7 @@
 //!
 //! Every replica:
 //! - watches the TLS Secret and swaps the server's certificate
-//!   (`secret::run_loader`); `/readyz` turns true once one is loaded;
+//!   (`replica::secret::run_loader`); `/readyz` turns true once one is loaded;
 //! - keeps one CRD watch in one reflector store (`crds`) that the readers
 //!   below, and the leader's coverage, share;
 //! - derives which provider's service account serves which MR kind, for
@@ -15,12 +15,12 @@
 //! - competes for a `coordination.k8s.io` Lease (`leader`).
 //!
 //! Only the Lease holder writes to the cluster. While it leads it runs:
-//! - `certs::CertReconciler`: the CA and serving certificate in the Secret,
+//! - `leader::certs::CertReconciler`: the CA and serving certificate in the Secret,
 //!   with a two-CA caBundle while the CA rotates;
 //! - `coverage`: reads the CRD store; the `managed` category names the MRs;
 //! - `webhooks`: `caBundle` and `rules` of both webhook configurations,
 //!   repaired from a watch, never recreated once deleted;
-//! - `watch::report_leaks`: one `PossiblyLeaked` Event per
+//! - `replica::mr_states::report_leaks`: one `PossiblyLeaked` Event per
 //!   creation-incomplete MR, from the states every replica's identity
 //!   watches keep (which also feed the gauges it publishes);
 //! - `audit`: the validation rules over every existing MR.
@@ -34,30 +34,11 @@
 //! the API server is in `api`. The command line resolves its flags into
 //! `Settings`.
 
-pub(crate) mod api;
-pub(crate) mod audit;
-pub(crate) mod certs;
 mod changes;
-pub(crate) mod connections;
-pub mod coverage;
-pub(crate) mod crds;
-mod documented;
-pub(crate) mod identity;
-mod leader;
-mod list_limit;
+pub mod kube;
+pub mod leader;
 pub(crate) mod metrics;
-mod reachable;
-mod reflect;
-pub(crate) mod replica;
-pub mod reports;
-pub(crate) mod retry;
-pub(crate) mod secret;
-pub mod watch;
-pub(crate) mod webhooks;
-mod xrds;
-
-#[cfg(test)]
-mod mock;
+pub mod replica;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -71,11 +52,11 @@ use tracing::Instrument;
 use crate::config::ConfigStore;
 use crate::shutdown::Signal;
 use crate::tls::CertStore;
-use api::Clock;
+use kube::api::Clock;
 pub use metrics::ControllerMetrics;
 
-pub use api::ControllerError;
-pub use connections::client;
+pub use kube::api::ControllerError;
+pub use kube::connections::client;
 
 /// Where Kubernetes mounts the service account's namespace in a pod.
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -101,9 +82,10 @@ pub(crate) fn resolve_namespace(flag: Option<&str>) -> String {
     "crossplane-system".to_string()
 }
 
-/// A unique identity for the Lease: the pod name plus a random suffix, so a
-/// restarted pod never mistakes its predecessor's lease for its own.
-pub(crate) fn identity() -> String {
+/// This replica's holder identity in the Lease: the pod name plus a random
+/// suffix, so a restarted pod never mistakes its predecessor's lease for
+/// its own.
+pub(crate) fn lease_holder_id() -> String {
     let host = std::env::var("POD_NAME")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
@@ -120,13 +102,13 @@ pub(crate) struct Settings {
     pub(crate) namespace: String,
     pub(crate) service: String,
     pub(crate) secret: String,
-    pub(crate) webhooks: webhooks::WebhookNames,
+    pub(crate) webhooks: leader::webhooks::WebhookNames,
     pub(crate) lease: String,
     pub(crate) lease_duration: Duration,
     pub(crate) audit_interval: Duration,
     /// The report API the audit writes to, if any.
     pub(crate) policy_reports: Option<mrguard_policy::reports::Flavor>,
-    /// This replica's Lease holder identity ([`identity`]).
+    /// This replica's Lease holder identity ([`lease_holder_id`]).
     pub(crate) identity: String,
     pub(crate) certs: crate::pki::rotation::CertSettings,
     /// The port every replica serves admission on, for the rotation probe.
@@ -137,7 +119,7 @@ pub(crate) struct Settings {
 
 /// The running controller's shared pieces.
 pub(crate) struct Controller {
-    pub(crate) client: kube::Client,
+    pub(crate) client: ::kube::Client,
     pub(crate) settings: Settings,
     pub(crate) certs: Arc<CertStore>,
     pub(crate) config: Arc<ConfigStore>,
@@ -170,10 +152,10 @@ impl Controller {
         );
 
         let gate = replica::ReadyGate::new(ready);
-        let (secret_tx, secret_rx) = channel::channel(secret::SecretView::default());
+        let (secret_tx, secret_rx) = channel::channel(replica::secret::SecretView::default());
         let loader = tokio::spawn(
-            secret::run_loader(
-                kube::Api::namespaced(client.clone(), &settings.namespace),
+            replica::secret::run_loader(
+                ::kube::Api::namespaced(client.clone(), &settings.namespace),
                 settings.secret.clone(),
                 certs.clone(),
                 gate.clone(),
@@ -185,7 +167,7 @@ impl Controller {
         );
         // One CRD watch and store for every reader below (and the leader's
         // coverage).
-        let (crds, crd_watch) = crds::Crds::start(client.clone(), metrics.clone());
+        let (crds, crd_watch) = replica::crds::Crds::start(client.clone(), metrics.clone());
         let providers = tokio::spawn(
             replica::run_provider_watch(
                 client.clone(),
@@ -201,21 +183,22 @@ impl Controller {
 
         // Every replica answers admission, so every replica watches.
         let xrd_watch = tokio::spawn(
-            xrds::run(client.clone(), cluster.clone()).instrument(tracing::info_span!("xrd_watch")),
+            replica::xrds::run(client.clone(), cluster.clone())
+                .instrument(tracing::info_span!("xrd_watch")),
         );
 
         // Every replica answers admission, so every replica keeps the facts.
         let documented = tokio::spawn(
-            documented::run(crds.clone(), cluster.clone())
+            replica::documented::run(crds.clone(), cluster.clone())
                 .instrument(tracing::info_span!("documented_immutables")),
         );
 
         // Not ready until the identity watches have listed once. The same
         // watches keep the MR states behind the leader's gauges and Events.
         cluster.identities().set_synced(false);
-        let states = watch::MrStates::new(metrics.clone());
+        let states = replica::mr_states::MrStates::new(metrics.clone());
         let identities = tokio::spawn(
-            identity::run(
+            replica::identity::run(
                 client.clone(),
                 crds.clone(),
                 config.clone(),
@@ -227,8 +210,8 @@ impl Controller {
         );
 
         let (leader_tx, mut leader_rx) = channel::channel(false);
-        let elector = leader::LeaderElector::new(
-            kube::Api::namespaced(client.clone(), &settings.namespace),
+        let elector = kube::lease::LeaderElector::new(
+            ::kube::Api::namespaced(client.clone(), &settings.namespace),
             &settings.lease,
             &settings.identity,
             settings.lease_duration,
@@ -245,7 +228,7 @@ impl Controller {
         // How long a leader whose task died sits out (1-2 s, doubling to
         // 1-2 min): grows while tasks keep dying, resets once a task set
         // ran for a while.
-        let mut sit_out = api::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+        let mut sit_out = kube::api::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 
         loop {
             tokio::select! {
@@ -392,19 +375,19 @@ impl TestHook {
 /// What every leader-only task shares.
 #[derive(Clone)]
 pub(crate) struct LeaderContext {
-    pub(crate) client: kube::Client,
+    pub(crate) client: ::kube::Client,
     pub(crate) settings: Arc<Settings>,
     pub(crate) certs: Arc<CertStore>,
     pub(crate) config: Arc<ConfigStore>,
     pub(crate) metrics: Arc<ControllerMetrics>,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) secret: channel::Receiver<secret::SecretView>,
+    pub(crate) secret: channel::Receiver<replica::secret::SecretView>,
     /// Every replica's MR states (fed by the identity watches).
-    pub(crate) states: watch::MrStates,
+    pub(crate) states: replica::mr_states::MrStates,
     /// Shared with admission; the audit reads the identity index.
     pub(crate) cluster: Arc<mrguard_policy::cluster::Cluster>,
     /// The replica's CRD store, which the coverage reads.
-    pub(crate) crds: crds::Crds,
+    pub(crate) crds: replica::crds::Crds,
 }
 
 impl LeaderContext {
@@ -422,14 +405,14 @@ impl LeaderContext {
         let (coverage_tx, coverage_rx) = channel::channel(None);
         let s = &self.settings;
 
-        let reconciler = certs::CertReconciler {
-            secrets: kube::Api::namespaced(self.client.clone(), &s.namespace),
+        let reconciler = leader::certs::CertReconciler {
+            secrets: ::kube::Api::namespaced(self.client.clone(), &s.namespace),
             name: s.secret.clone(),
             settings: s.certs.clone(),
             clock: self.clock.clone(),
-            webhooks: webhooks::WebhookApi::new(self.client.clone(), s.webhooks.clone()),
-            probe: Arc::new(certs::EndpointProbe {
-                slices: kube::Api::namespaced(self.client.clone(), &s.namespace),
+            webhooks: leader::webhooks::WebhookApi::new(self.client.clone(), s.webhooks.clone()),
+            probe: Arc::new(leader::certs::EndpointProbe {
+                slices: ::kube::Api::namespaced(self.client.clone(), &s.namespace),
                 service: s.service.clone(),
                 port: s.serving_port,
                 server_name: crate::pki::service_host(&s.service, &s.namespace),
@@ -445,14 +428,14 @@ impl LeaderContext {
         );
         spawn(
             "coverage",
-            coverage::run_crd_watch(self.crds.clone(), coverage_tx, self.metrics.clone())
+            replica::coverage::run_crd_watch(self.crds.clone(), coverage_tx, self.metrics.clone())
                 .instrument(tracing::info_span!("coverage"))
                 .boxed(),
         );
         spawn(
             "webhooks",
-            webhooks::run(
-                webhooks::WebhookApi::new(self.client.clone(), s.webhooks.clone()),
+            leader::webhooks::run(
+                leader::webhooks::WebhookApi::new(self.client.clone(), s.webhooks.clone()),
                 self.secret.clone(),
                 coverage_rx,
                 self.metrics.clone(),
@@ -460,11 +443,14 @@ impl LeaderContext {
             .instrument(tracing::info_span!("webhooks"))
             .boxed(),
         );
-        let recorder =
-            watch::EventRecorder::new(self.client.clone(), s.identity.clone(), self.states.dedup());
+        let recorder = replica::mr_states::EventRecorder::new(
+            self.client.clone(),
+            s.identity.clone(),
+            self.states.dedup(),
+        );
         spawn(
             "leak_events",
-            watch::report_leaks(self.states.clone(), recorder, self.metrics.clone())
+            replica::mr_states::report_leaks(self.states.clone(), recorder, self.metrics.clone())
                 .instrument(tracing::info_span!("leak_events"))
                 .boxed(),
         );
@@ -473,7 +459,7 @@ impl LeaderContext {
         // relists).
         spawn(
             "audit",
-            list_limit::in_background(audit::run(
+            kube::list_limit::in_background(leader::audit::run(
                 self.client.clone(),
                 self.crds.clone(),
                 self.config.clone(),
@@ -481,7 +467,7 @@ impl LeaderContext {
                 self.metrics.clone(),
                 s.audit_interval,
                 s.policy_reports
-                    .map(|f| reports::ReportWriter::new(self.client.clone(), f)),
+                    .map(|f| leader::reports::ReportWriter::new(self.client.clone(), f)),
                 self.cluster.clone(),
             ))
             .instrument(tracing::info_span!("audit"))
@@ -506,10 +492,12 @@ mod tests {
     /// on shutdown it releases the Lease.
     #[tokio::test]
     async fn a_leader_bootstraps_certificates_and_webhooks() {
-        use crate::controller::coverage::tests::fixture_crds;
-        use crate::controller::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
-        use crate::controller::mock::{self, list, status, Reply};
-        use crate::controller::webhooks::{tests_support::config_json, ConfigKind};
+        use crate::controller::kube::mock::{self, list, status, Reply};
+        use crate::controller::leader::webhooks::{tests_support::config_json, ConfigKind};
+        use crate::controller::replica::coverage::tests::fixture_crds;
+        use crate::controller::replica::coverage::{
+            Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS,
+        };
         use serde_json::{json, Value};
         use std::collections::BTreeMap;
         use std::sync::atomic::Ordering;
@@ -629,7 +617,7 @@ mod tests {
             namespace: "crossplane-system".into(),
             service: "mrguard".into(),
             secret: "mrguard-tls".into(),
-            webhooks: webhooks::WebhookNames {
+            webhooks: leader::webhooks::WebhookNames {
                 mutating: "mrguard".into(),
                 validating: "mrguard".into(),
             },
@@ -637,7 +625,7 @@ mod tests {
             lease_duration: Duration::from_secs(15),
             audit_interval: Duration::from_secs(600),
             policy_reports: None,
-            identity: identity(),
+            identity: lease_holder_id(),
             certs: crate::pki::rotation::CertSettings {
                 names: crate::pki::serving_names(
                     false,
@@ -663,7 +651,7 @@ mod tests {
             config: ConfigStore::new(mrguard_policy::config::Config::builtin(), None),
             ready: ready.clone(),
             metrics: metrics.clone(),
-            clock: Arc::new(api::SystemClock),
+            clock: Arc::new(kube::api::SystemClock),
             cluster: Default::default(),
         };
         let (trigger, signal) = crate::shutdown::channel();
@@ -691,7 +679,7 @@ mod tests {
 
         // Both configurations get the Secret's ca.crt and the exact rules.
         let ca = secret["data"]["ca.crt"].clone();
-        let cov = Coverage::from_crds(&crate::controller::coverage::tests::summaries(
+        let cov = Coverage::from_crds(&crate::controller::replica::coverage::tests::summaries(
             &fixture_crds(),
         ));
         api.wait_for("both configurations", |_| {
@@ -731,7 +719,7 @@ mod tests {
         assert!(crd_calls(false) <= 2, "CRD lists: {}", crd_calls(false));
         // The server now serves the Secret's certificate.
         let served = certs.current();
-        let leaf = certs::secret_contents(&serde_json::from_value(secret).unwrap())
+        let leaf = leader::certs::secret_contents(&serde_json::from_value(secret).unwrap())
             .leaf
             .unwrap();
         assert_eq!(

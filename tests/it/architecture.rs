@@ -330,7 +330,8 @@ fn no_runtime_module_uses_one_that_uses_it_back() {
     // The reader sees the real edges, parent to child and child to sibling.
     assert!(
         g["crate::server"].contains("crate::server::routes")
-            && g["crate::controller::certs"].contains("crate::controller::webhooks")
+            && g["crate::controller::leader::certs"]
+                .contains("crate::controller::leader::webhooks")
             && g["main"].contains("crate::cli"),
         "{g:?}"
     );

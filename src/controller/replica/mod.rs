@@ -12,6 +12,14 @@
 //! empty), so that no replica judges a provider's write before it knows
 //! the provider.
 
+pub mod coverage;
+pub(crate) mod crds;
+pub(crate) mod documented;
+pub(crate) mod identity;
+pub mod mr_states;
+pub(crate) mod secret;
+pub(crate) mod xrds;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,12 +31,12 @@ use kube::Api;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::providers::{self, MrCrd, Revision, RuntimeConfig, PKG_GROUP};
 
-use super::coverage::{CrdSummary, MANAGED_CATEGORY};
-use super::crds::Crds;
-use super::metrics::ControllerMetrics;
-use super::reflect::{Missing, Reflected};
-use super::retry::{backoff_watcher, watch_config};
+use crate::controller::kube::reflect::{Missing, Reflected};
+use crate::controller::kube::retry::{backoff_watcher, watch_config};
+use crate::controller::metrics::ControllerMetrics;
 use crate::shutdown::Signal;
+use coverage::{CrdSummary, MANAGED_CATEGORY};
+use crds::Crds;
 
 /// `/readyz` turns true once every part is in place.
 #[derive(Debug)]
@@ -199,7 +207,7 @@ pub(crate) async fn run_provider_watch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock::{self, list, Reply};
+    use crate::controller::kube::mock::{self, list, Reply};
     use serde_json::json;
     use std::time::Duration;
 

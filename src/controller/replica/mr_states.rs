@@ -37,9 +37,9 @@ use kube::Api;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::api::{api_err, until_due, Backoff, ControllerError};
 use super::coverage::MrKind;
-use super::metrics::ControllerMetrics;
+use crate::controller::kube::api::{api_err, until_due, Backoff, ControllerError};
+use crate::controller::metrics::ControllerMetrics;
 use mrguard_policy::mr::{Mr, CREATE_PENDING};
 
 pub(crate) const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
@@ -171,7 +171,7 @@ pub struct MrStates {
     publishing: Arc<AtomicBool>,
     leaks: Shared<Option<mpsc::UnboundedSender<Pending>>>,
     dedup: EventDedup,
-    changes: super::changes::Changes,
+    changes: crate::controller::changes::Changes,
 }
 
 impl MrStates {
@@ -189,7 +189,7 @@ impl MrStates {
     }
 
     /// What the watches saw change, for the audit (`changes.rs`).
-    pub(crate) fn changes(&self) -> &super::changes::Changes {
+    pub(crate) fn changes(&self) -> &crate::controller::changes::Changes {
         &self.changes
     }
 
@@ -696,9 +696,9 @@ pub(crate) async fn report_leaks(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::controller::coverage::tests::{fixture_crds, summaries};
-    use crate::controller::coverage::Coverage;
-    use crate::controller::mock::{self, list, status, Reply};
+    use crate::controller::kube::mock::{self, list, status, Reply};
+    use crate::controller::replica::coverage::tests::{fixture_crds, summaries};
+    use crate::controller::replica::coverage::Coverage;
 
     pub(crate) fn vpc_kind() -> MrKind {
         Coverage::from_crds(&summaries(&fixture_crds()))

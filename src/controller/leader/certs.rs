@@ -19,10 +19,12 @@ use rustls::RootCertStore;
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::sync::watch as channel;
 
-use super::api::{api_err, Backoff, Clock, ControllerError};
-use super::metrics::ControllerMetrics;
-use super::secret::{data, tls_pair, SecretView, CA_CRT, CA_KEY, TLS_CRT, TLS_KEY};
 use super::webhooks::WebhookApi;
+use crate::controller::kube::api::{api_err, Backoff, Clock, ControllerError};
+use crate::controller::metrics::ControllerMetrics;
+use crate::controller::replica::secret::{
+    data, tls_pair, SecretView, CA_CRT, CA_KEY, TLS_CRT, TLS_KEY,
+};
 use crate::pki::rotation::{execute, plan, CertPlan, CertSettings, NewContents, SecretContents};
 use crate::pki::{self, chain_verifies, parse_bundle};
 use crate::tls::CertStore;
@@ -282,7 +284,7 @@ fn rotation_annotations(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock::{self, status, ManualClock, Reply};
+    use crate::controller::kube::mock::{self, status, ManualClock, Reply};
     use serde_json::{json, Value};
 
     fn settings() -> CertSettings {
@@ -357,7 +359,7 @@ mod tests {
             clock,
             webhooks: WebhookApi::new(
                 client,
-                crate::controller::webhooks::WebhookNames {
+                crate::controller::leader::webhooks::WebhookNames {
                     mutating: "mrguard".into(),
                     validating: "mrguard".into(),
                 },

@@ -34,14 +34,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::api::ControllerError;
-use super::changes::Changes;
 use super::coverage::{Coverage, CrdSummary, MrKind};
 use super::crds::Crds;
-use super::metrics::ControllerMetrics;
-use super::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
-use super::watch::{MrStates, ObjState, QUIET_NOT_FOUND};
+use super::mr_states::{MrStates, ObjState, QUIET_NOT_FOUND};
 use crate::config::ConfigStore;
+use crate::controller::changes::Changes;
+use crate::controller::kube::api::ControllerError;
+use crate::controller::kube::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
+use crate::controller::metrics::ControllerMetrics;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
 use mrguard_policy::identity::report::entry_of;
@@ -788,8 +788,8 @@ mod tests {
     /// and met 404s (then backed off up to 30 s once it was served).
     #[tokio::test]
     async fn a_kind_is_watched_once_its_crd_is_established() {
-        use crate::controller::coverage::tests::fixture_crds;
-        use crate::controller::mock::{self, list, Reply};
+        use crate::controller::kube::mock::{self, list, Reply};
+        use crate::controller::replica::coverage::tests::fixture_crds;
         let vpc_crd = fixture_crds()
             .into_iter()
             .find(|c| c["spec"]["names"]["kind"] == "VPC")
@@ -830,7 +830,7 @@ mod tests {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(vpc_requests(), 0, "listed before it was served");
-        let mut established = crate::controller::coverage::tests::established(vpc_crd);
+        let mut established = crate::controller::replica::coverage::tests::established(vpc_crd);
         established["metadata"]["resourceVersion"] = json!("2");
         api.wait_watch("customresourcedefinitions").await;
         assert_eq!(
@@ -907,7 +907,7 @@ mod tests {
         let (done, done_rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(watch_kind(
             client,
-            crate::controller::watch::tests::vpc_kind(),
+            crate::controller::replica::mr_states::tests::vpc_kind(),
             Arc::new(config),
             cluster.clone(),
             states,
@@ -924,8 +924,8 @@ mod tests {
     /// so it keeps its watcher and resumes.
     #[tokio::test]
     async fn a_relist_comes_from_the_cache_once_the_kind_is_known_small() {
-        use crate::controller::mock::{self, list, status, Reply};
-        use crate::controller::watch::tests::{objects, vpc_kind};
+        use crate::controller::kube::mock::{self, list, status, Reply};
+        use crate::controller::replica::mr_states::tests::{objects, vpc_kind};
         let watches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (client, api) = mock::client({
             let watches = watches.clone();
@@ -1006,8 +1006,8 @@ mod tests {
     /// list works.
     #[tokio::test]
     async fn one_watch_feeds_the_index_and_the_states() {
-        use crate::controller::mock::{self, list, status, Reply};
-        use crate::controller::watch::tests::objects;
+        use crate::controller::kube::mock::{self, list, status, Reply};
+        use crate::controller::replica::mr_states::tests::objects;
         use std::sync::atomic::{AtomicBool, Ordering};
         let allowed = Arc::new(AtomicBool::new(false));
         let a = allowed.clone();
@@ -1064,8 +1064,8 @@ mod tests {
     /// With a CEL rule that reads status, every update does.
     #[tokio::test]
     async fn only_what_the_audit_judges_moves_the_kinds_stamp() {
-        use crate::controller::mock::{self, list, Reply};
-        use crate::controller::watch::tests::vpc;
+        use crate::controller::kube::mock::{self, list, Reply};
+        use crate::controller::replica::mr_states::tests::vpc;
         let status_rule = Config::from_yaml(
             "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - {name: ready, expression: 'has(self.status)', message: m}\n",
         )

@@ -27,9 +27,9 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::metrics::ControllerMetrics;
-use super::reflect::{Missing, Reflected};
-use super::retry::{backoff_watcher, watch_config};
+use crate::controller::kube::reflect::{Missing, Reflected};
+use crate::controller::kube::retry::{backoff_watcher, watch_config};
+use crate::controller::metrics::ControllerMetrics;
 
 /// The category Crossplane gives every MR CRD.
 pub(crate) const MANAGED_CATEGORY: &str = "managed";
@@ -306,7 +306,7 @@ impl Changes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock::{self, list, Reply};
+    use crate::controller::kube::mock::{self, list, Reply};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
@@ -355,7 +355,7 @@ mod tests {
                                    "acceptedNames": {"kind": "", "plural": ""}});
         let created: Crd = serde_json::from_value(created).unwrap();
         assert!(!created.established && created.documented.is_some());
-        let mut served = crate::controller::coverage::tests::established(crd(
+        let mut served = crate::controller::replica::coverage::tests::established(crd(
             "accounts.storage.azure.upbound.io",
             json!(["managed"]),
         ));
@@ -376,7 +376,8 @@ mod tests {
         let name = "accounts.storage.azure.upbound.io";
         let mut created = crd(name, json!(["managed"]));
         created["status"] = json!({"conditions": null});
-        let served = crate::controller::coverage::tests::established(crd(name, json!(["managed"])));
+        let served =
+            crate::controller::replica::coverage::tests::established(crd(name, json!(["managed"])));
         let mut refused = served.clone();
         refused["status"]["conditions"][1]["status"] = json!("False");
         for (v, want) in [(created, false), (served, true), (refused, false)] {

@@ -14,14 +14,14 @@ use kube::Api;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::api::{api_err, list_pages, list_values, ControllerError};
-use super::changes::Stamp;
-use super::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
-use super::crds::ServedCrd;
-use super::identity::IdentityView;
-use super::metrics::ControllerMetrics;
-use super::watch::MrStates;
 use crate::config::ConfigStore;
+use crate::controller::changes::Stamp;
+use crate::controller::kube::api::{api_err, list_pages, list_values, ControllerError};
+use crate::controller::metrics::ControllerMetrics;
+use crate::controller::replica::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
+use crate::controller::replica::crds::ServedCrd;
+use crate::controller::replica::identity::IdentityView;
+use crate::controller::replica::mr_states::MrStates;
 use mrguard_policy::admission::validate_in;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
@@ -194,7 +194,7 @@ pub(crate) enum PassEvent<'a> {
 /// waits. One at a time, a pass over 1,008 kinds took 30 s, nearly all of
 /// it waiting for one small list after another; each kind's pages still
 /// come one at a time, so at most this many pages are in memory.
-const KINDS_IN_FLIGHT: usize = super::list_limit::COLLECTION_READS;
+const KINDS_IN_FLIGHT: usize = crate::controller::kube::list_limit::COLLECTION_READS;
 
 /// The one audit loop, shared by the controller's passes and `mrguard
 /// audit`: each of `kinds`, listed page by page and judged against
@@ -720,7 +720,7 @@ impl Auditor {
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     client: kube::Client,
-    crds: super::crds::Crds,
+    crds: crate::controller::replica::crds::Crds,
     config: Arc<ConfigStore>,
     states: MrStates,
     metrics: Arc<ControllerMetrics>,
@@ -742,8 +742,8 @@ pub(crate) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::coverage::tests::{fixture_crds, summaries};
-    use crate::controller::mock::{self, list, status, Reply};
+    use crate::controller::kube::mock::{self, list, status, Reply};
+    use crate::controller::replica::coverage::tests::{fixture_crds, summaries};
     use serde_json::json;
 
     fn bucket_kind() -> MrKind {
@@ -900,7 +900,7 @@ mod tests {
         let config = Config::builtin();
         let cluster = Cluster::default();
         for name in ["a", "b"] {
-            let view: crate::controller::identity::IdentityView =
+            let view: crate::controller::replica::identity::IdentityView =
                 serde_json::from_value(vpc(name)).unwrap();
             cluster
                 .identities()
@@ -1036,7 +1036,7 @@ mod tests {
     /// made the pass incomplete).
     #[tokio::test]
     async fn a_forbidden_kind_does_not_fail_the_pass() {
-        use crate::controller::coverage::tests::established;
+        use crate::controller::replica::coverage::tests::established;
         let crds: Vec<Value> = fixture_crds()
             .into_iter()
             .filter_map(|c| match c["metadata"]["name"].as_str() {
@@ -1066,7 +1066,8 @@ mod tests {
             )
         });
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, crd_task) = super::super::crds::Crds::start(client.clone(), metrics.clone());
+        let (crds, crd_task) =
+            crate::controller::replica::crds::Crds::start(client.clone(), metrics.clone());
         let states = MrStates::new(metrics.clone());
         // As the leader does.
         states.publish(true);
@@ -1158,7 +1159,7 @@ mod tests {
     /// REFRESH_PASSES passes.
     #[test]
     fn a_pass_lists_changed_kinds_and_spreads_the_refreshes() {
-        let changes = super::super::changes::Changes::default();
+        let changes = crate::controller::changes::Changes::default();
         let kinds: Vec<MrKind> = (0..25).map(kind_n).collect();
         let stamped = |kinds: &[MrKind]| -> Vec<(MrKind, Stamp)> {
             kinds
@@ -1223,7 +1224,7 @@ mod tests {
     /// are still counted, in the gauges and the reports.
     #[tokio::test]
     async fn a_pass_lists_only_what_changed_and_keeps_the_rest() {
-        use crate::controller::coverage::tests::established;
+        use crate::controller::replica::coverage::tests::established;
         let crds: Vec<Value> = fixture_crds().into_iter().map(established).collect();
         let cov = Coverage::from_crds(&summaries(&crds));
         assert!(cov.len() >= 5, "{}", cov.len());
@@ -1348,7 +1349,7 @@ mod tests {
     /// refreshes list the empty kinds too, as they check the watches.
     #[tokio::test]
     async fn a_kind_its_watch_holds_empty_is_judged_without_a_list() {
-        use crate::controller::coverage::tests::established;
+        use crate::controller::replica::coverage::tests::established;
         let crds: Vec<Value> = fixture_crds().into_iter().map(established).collect();
         let cov = Coverage::from_crds(&summaries(&crds));
         let (client, api) = one_bad_bucket();
@@ -1418,7 +1419,7 @@ mod tests {
     /// most of an incremental pass's lists).
     #[tokio::test]
     async fn a_forbidden_kind_is_kept_between_refreshes() {
-        use crate::controller::coverage::tests::established;
+        use crate::controller::replica::coverage::tests::established;
         let crds: Vec<Value> = fixture_crds().into_iter().map(established).collect();
         let cov = Coverage::from_crds(&summaries(&crds));
         const VPCS: &str = "/apis/ec2.aws.upbound.io/v1beta1/vpcs";

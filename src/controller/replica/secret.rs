@@ -9,9 +9,9 @@ use kube::runtime::watcher;
 use kube::Api;
 use tokio::sync::watch as channel;
 
-use super::api::ControllerError;
-use super::metrics::ControllerMetrics;
-use super::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
+use crate::controller::kube::api::ControllerError;
+use crate::controller::kube::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
+use crate::controller::metrics::ControllerMetrics;
 use crate::pki::PemPair;
 use crate::shutdown::Signal;
 use crate::tls::CertStore;
@@ -77,7 +77,7 @@ pub(crate) async fn run_loader(
     secrets: Api<Secret>,
     name: String,
     store: Arc<CertStore>,
-    ready: Arc<super::replica::ReadyGate>,
+    ready: Arc<crate::controller::replica::ReadyGate>,
     view: channel::Sender<SecretView>,
     shutdown: Signal,
     metrics: Option<Arc<ControllerMetrics>>,
@@ -169,7 +169,7 @@ fn publish(tx: &channel::Sender<SecretView>, v: SecretView) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock::{self, Reply};
+    use crate::controller::kube::mock::{self, Reply};
     use crate::pki;
     use serde_json::{json, Value};
     use std::sync::atomic::{AtomicBool, Ordering};

@@ -10,7 +10,7 @@ use kube::core::ApiResource;
 use tokio::sync::watch as channel;
 
 pub(crate) use super::crds::{CrdSummary, CRD_PAGE_SIZE, MANAGED_CATEGORY};
-use super::metrics::ControllerMetrics;
+use crate::controller::metrics::ControllerMetrics;
 
 pub(crate) const MUTATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE"];
 pub(crate) const VALIDATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];

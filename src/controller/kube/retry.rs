@@ -18,7 +18,7 @@ use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 
 use super::api::{Backoff, ControllerError};
-use super::metrics::ControllerMetrics;
+use crate::controller::metrics::ControllerMetrics;
 
 /// Whether a watcher item shows that the API server answered a list or a
 /// watch. `Init` is only the watcher announcing a (re)list it has not made
@@ -198,7 +198,7 @@ impl ErrorOnce {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock::{self, list, status, Reply};
+    use crate::controller::kube::mock::{self, list, status, Reply};
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::Api;
     use std::sync::{Arc, Mutex};

@@ -30,11 +30,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch as channel;
 
-use super::api::{api_err, until_due, Backoff, ControllerError, FIELD_MANAGER};
-use super::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
-use super::metrics::ControllerMetrics;
-use super::retry::{backoff_on_failure, ErrorOnce};
-use super::secret::SecretView;
+use crate::controller::kube::api::{api_err, until_due, Backoff, ControllerError, FIELD_MANAGER};
+use crate::controller::kube::retry::{backoff_on_failure, ErrorOnce};
+use crate::controller::metrics::ControllerMetrics;
+use crate::controller::replica::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
+use crate::controller::replica::secret::SecretView;
 
 /// The webhook inside the MutatingWebhookConfiguration whose rules we keep.
 pub(crate) const MUTATE_WEBHOOK: &str = "mutate.mrguard.io";
@@ -604,8 +604,8 @@ pub(crate) mod tests_support {
 mod tests {
     use super::tests_support::config_json;
     use super::*;
-    use crate::controller::coverage::tests::{fixture_crds, summaries};
-    use crate::controller::mock::{self, list, status, Reply};
+    use crate::controller::kube::mock::{self, list, status, Reply};
+    use crate::controller::replica::coverage::tests::{fixture_crds, summaries};
     use std::time::Duration;
 
     fn b64(b: &[u8]) -> String {

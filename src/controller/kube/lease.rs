@@ -30,7 +30,7 @@ use kube::Api;
 use tokio::sync::watch as channel;
 
 use super::api::{api_err, with_timeout, Clock, ControllerError};
-use super::metrics::ControllerMetrics;
+use crate::controller::metrics::ControllerMetrics;
 use crate::shutdown::Signal;
 
 const RESOURCE: &str = "leases.coordination.k8s.io";
@@ -265,7 +265,7 @@ impl LeaderElector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock::{self, status, ManualClock, Reply};
+    use crate::controller::kube::mock::{self, status, ManualClock, Reply};
     use serde_json::{json, Value};
     use std::sync::Mutex;
 
