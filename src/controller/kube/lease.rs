@@ -27,7 +27,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::Api;
-use tokio::sync::watch as channel;
+use tokio::sync::watch;
 
 use super::api::{api_err, with_timeout, Clock, ControllerError};
 use crate::controller::metrics::ControllerMetrics;
@@ -199,7 +199,7 @@ impl LeaderElector {
     /// duration it carries before campaigning again.
     pub(crate) async fn run(
         mut self,
-        tx: channel::Sender<bool>,
+        tx: watch::Sender<bool>,
         shutdown: Signal,
         mut step_down: tokio::sync::mpsc::UnboundedReceiver<Duration>,
     ) {

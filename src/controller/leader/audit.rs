@@ -19,8 +19,8 @@ use crate::controller::changes::Stamp;
 use crate::controller::kube::api::{api_err, list_pages, list_values, ControllerError};
 use crate::controller::metrics::ControllerMetrics;
 use crate::controller::replica::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
-use crate::controller::replica::crds::ServedCrd;
-use crate::controller::replica::identity::IdentityView;
+use crate::controller::replica::crds::{Crds, ServedCrd};
+use crate::controller::replica::identity::{IdentityView, MrView};
 use crate::controller::replica::mr_states::MrStates;
 use mrguard_policy::admission::validate_in;
 use mrguard_policy::cluster::Cluster;
@@ -710,32 +710,22 @@ impl Auditor {
     }
 }
 
-/// Audits every MR kind the API server serves on `interval`, starting
-/// once the CRDs are listed. Runs only on the Lease holder.
-///
-/// Kinds whose CRDs are not `Established` yet are left for a later pass:
-/// listing them was a 404 that marked the pass incomplete (installing
-/// 1,000 CRDs: 293 such lists, and no successful pass for minutes).
-// The task's inputs, each from a different owner; a struct would only rename them.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn run(
-    client: kube::Client,
-    crds: crate::controller::replica::crds::Crds,
-    config: Arc<ConfigStore>,
-    states: MrStates,
-    metrics: Arc<ControllerMetrics>,
-    interval: Duration,
-    reports: Option<super::reports::ReportWriter>,
-    cluster: Arc<Cluster>,
-) {
-    if crds.subscribe().next().await.is_none() {
-        return;
-    }
-    let mut auditor = Auditor::new(client, config, states, metrics, reports, cluster);
-    loop {
-        let cov = Coverage::from_crds(crds.served().iter().map(|c| &c.summary));
-        auditor.pass(&cov).await;
-        tokio::time::sleep(interval).await;
+impl Auditor {
+    /// Audits every MR kind the API server serves on `interval`, starting
+    /// once the CRDs are listed. Runs only on the Lease holder.
+    ///
+    /// Kinds whose CRDs are not `Established` yet are left for a later pass:
+    /// listing them was a 404 that marked the pass incomplete (installing
+    /// 1,000 CRDs: 293 such lists, and no successful pass for minutes).
+    pub(crate) async fn run(mut self, crds: Crds, interval: Duration) {
+        if crds.subscribe().next().await.is_none() {
+            return;
+        }
+        loop {
+            let cov = Coverage::from_crds(crds.served().iter().map(|c| &c.summary));
+            self.pass(&cov).await;
+            tokio::time::sleep(interval).await;
+        }
     }
 }
 
@@ -1029,7 +1019,7 @@ mod tests {
         assert_eq!(g(), 1);
     }
 
-    /// Bug 3 (regression): with one kind RBAC forbids (the chart's
+    /// With one kind RBAC forbids (the chart's
     /// default `groups` mode and a provider outside it), a pass still
     /// counts as successful, and the kind is reported as forbidden. A kind
     /// whose CRD is not established yet is not listed (it was a 404 that
@@ -1066,21 +1056,20 @@ mod tests {
             )
         });
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, crd_task) =
-            crate::controller::replica::crds::Crds::start(client.clone(), metrics.clone());
+        let (crds, crd_watch) = Crds::watch(client.clone(), metrics.clone());
+        let crd_task = tokio::spawn(crd_watch);
         let states = MrStates::new(metrics.clone());
         // As the leader does.
         states.publish(true);
-        let task = tokio::spawn(run(
+        let auditor = Auditor::new(
             client,
-            crds,
             ConfigStore::new(Config::builtin(), None),
             states.clone(),
             metrics.clone(),
-            Duration::from_secs(600),
             None,
             Default::default(),
-        ));
+        );
+        let task = tokio::spawn(auditor.run(crds, Duration::from_secs(600)));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while metrics.audit_last_success.get() == 0 {
             assert!(tokio::time::Instant::now() < deadline, "no successful pass");

@@ -14,10 +14,11 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::ByteString;
 use kube::api::{ListParams, PostParams};
+use kube::runtime::utils::Backoff as _;
 use kube::Api;
 use rustls::RootCertStore;
 use rustls_pki_types::{CertificateDer, ServerName};
-use tokio::sync::watch as channel;
+use tokio::sync::watch;
 
 use super::webhooks::WebhookApi;
 use crate::controller::kube::api::{api_err, Backoff, Clock, ControllerError};
@@ -230,7 +231,7 @@ impl CertReconciler {
     /// and with backoff after failures.
     pub(crate) async fn run(
         self,
-        mut secret: channel::Receiver<SecretView>,
+        mut secret: watch::Receiver<SecretView>,
         metrics: Arc<ControllerMetrics>,
     ) {
         let mut backoff = Backoff::default();
@@ -412,7 +413,7 @@ mod tests {
         ));
     }
 
-    /// Issue 18: no `create` on Secrets. A missing Secret is reported,
+    /// No `create` on Secrets (the chart grants none): a missing Secret is reported,
     /// naming it and the way out, and nothing is created.
     #[tokio::test]
     async fn a_missing_secret_is_reported_not_created() {

@@ -291,7 +291,8 @@ mod tests {
         );
         let (trigger, signal) = crate::shutdown::channel();
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, crd_task) = Crds::start(client.clone(), metrics.clone());
+        let (crds, crd_watch) = Crds::watch(client.clone(), metrics.clone());
+        let crd_task = tokio::spawn(crd_watch);
         let task = tokio::spawn(run_provider_watch(
             client,
             crds,
@@ -316,7 +317,7 @@ mod tests {
             "system:serviceaccount:crossplane-system:rev-s3"
         ));
         // The teardown guard's map: the CRD names no Provider, its
-        // controlling revision does (it was empty before, issue 19).
+        // controlling revision does.
         let bucket = mrguard_policy::identity::MrKey::new("s3.aws.upbound.io", "Bucket", "", "b1");
         cluster
             .identities()
@@ -374,7 +375,8 @@ mod tests {
         gate.cert_loaded();
         let (trigger, signal) = crate::shutdown::channel();
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, crd_task) = Crds::start(client.clone(), metrics.clone());
+        let (crds, crd_watch) = Crds::watch(client.clone(), metrics.clone());
+        let crd_task = tokio::spawn(crd_watch);
         let task = tokio::spawn(run_provider_watch(
             client,
             crds,

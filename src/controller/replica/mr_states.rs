@@ -5,10 +5,10 @@
 //! `managementPolicies: []`) and whether its creation is incomplete.
 //!
 //! [`MrStates`] is fed by the identity index's watches (`identity.rs`), the
-//! one watch per MR kind that every replica runs: at 1,000 kinds the leader
-//! used to hold a second, metadata-only watch per kind for this, which
-//! doubled its per-kind memory and its relists after an API-server restart
-//! (BENCHMARKS.md, "The controller at 100,000 MRs"). Every replica keeps the
+//! one watch per MR kind that every replica runs: at 1,000 kinds a second,
+//! metadata-only watch per kind for this doubled the leader's per-kind
+//! memory and its relists after an API-server restart (BENCHMARKS.md, "The
+//! controller at 100,000 MRs"). Every replica keeps the
 //! states; only the leader exports the gauges and writes Events, so a new
 //! leader has them at once.
 //!
@@ -33,6 +33,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::runtime::events::{Event as RecordedEvent, EventType, Recorder, Reporter};
+use kube::runtime::utils::Backoff as _;
 use kube::Api;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -975,7 +976,7 @@ pub(crate) mod tests {
             e.body["regarding"]["apiVersion"],
             "ec2.aws.upbound.io/v1beta1"
         );
-        // Bug: generateName "leaky." is not a valid name prefix (422). The
+        // generateName "leaky." is not a valid name prefix (422). The
         // Recorder names the Event "<name>.<hex time>".
         assert!(
             e.body["metadata"].get("generateName").is_none(),
