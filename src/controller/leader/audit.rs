@@ -418,7 +418,7 @@ struct Listed {
     /// The pass that listed it.
     pass: u64,
     /// `None`: RBAC forbade the list. Kept like findings: a kind's watch
-    /// is refused too, until a grant lets it list, which moves the stamp.
+    /// is refused as well, until a grant lets it list, which moves the stamp.
     report: Option<KindReport>,
 }
 
