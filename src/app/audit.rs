@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::progress::Progress;
-use crate::controller::audit::{discover, index_identities, pass, AuditFinding, PassEvent};
+use crate::controller::leader::audit::{discover, index_identities, pass, AuditFinding, PassEvent};
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
 

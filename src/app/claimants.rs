@@ -17,7 +17,7 @@ use mrguard_policy::config::Config;
 use mrguard_policy::identity::report::entry_of;
 use mrguard_policy::identity::{fold_group, IdentityIndex, IndexedMr};
 
-use crate::controller::api::list_values;
+use crate::controller::kube::api::list_values;
 
 /// Page size of the lists, as the audit's.
 const PAGE: u32 = 500;

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::controller::api::ControllerError;
+use crate::controller::ControllerError;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::Scope;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::parse::{parse_duration, parse_fraction};
-use crate::controller::{identity, resolve_namespace, webhooks, ControllerError, Settings};
+use crate::controller::leader::webhooks;
+use crate::controller::{lease_holder_id, resolve_namespace, ControllerError, Settings};
 use crate::pki::{self, rotation};
 use mrguard_policy::reports::Flavor;
 
@@ -87,7 +88,7 @@ pub struct ControllerArgs {
     /// another connection opens when every one is full. Keep it below the
     /// API server's --http2-max-streams-per-connection (250 by default).
     /// 0 speaks HTTP/1.1: one connection per request in flight.
-    #[arg(long, env = "MRGUARD_API_STREAMS_PER_CONNECTION", default_value_t = crate::controller::connections::DEFAULT_STREAMS_PER_CONNECTION)]
+    #[arg(long, env = "MRGUARD_API_STREAMS_PER_CONNECTION", default_value_t = crate::controller::kube::connections::DEFAULT_STREAMS_PER_CONNECTION)]
     pub api_streams_per_connection: usize,
 }
 
@@ -184,7 +185,7 @@ impl ControllerArgs {
             lease_duration: self.lease_duration.max(Duration::from_secs(3)),
             audit_interval: self.audit_interval.max(Duration::from_secs(1)),
             policy_reports: self.policy_reports.flavor(),
-            identity: identity(),
+            identity: lease_holder_id(),
             certs: rotation::CertSettings {
                 names,
                 ca_lifetime: self.ca_lifetime,

@@ -339,7 +339,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             config,
             ready: ready.clone(),
             metrics,
-            clock: Arc::new(crate::controller::api::SystemClock),
+            clock: Arc::new(crate::controller::kube::api::SystemClock),
             cluster,
         };
         tasks.spawn(

@@ -1,29 +1,34 @@
 //! The companion controller (docs/controller.md), run inside `mrguard serve`.
 //!
-//! Every replica:
+//! In three layers, each a folder; every import points down
+//! (`tests/it/architecture.rs`): this module → `leader` → `replica` →
+//! `kube`, and `metrics` and `changes` beside this module serve them all.
+//!
+//! Every replica (`replica`):
 //! - watches the TLS Secret and swaps the server's certificate
 //!   (`secret::run_loader`); `/readyz` turns true once one is loaded;
 //! - keeps one CRD watch in one reflector store (`crds`) that the readers
 //!   below, and the leader's coverage, share;
 //! - derives which provider's service account serves which MR kind, for
 //!   the exemptions, and which Provider serves which kinds, for the
-//!   teardown guard (`replica`); `/readyz` waits for that too;
+//!   teardown guard (`replica` itself); `/readyz` waits for that too;
 //! - derives the documented immutable fields of the MR CRDs into the shared
 //!   `Cluster` (`documented`), for the `documented-immutable-field` rule;
 //! - keeps the external-identity index admission reads (`identity`);
 //!   `/readyz` waits for its first full list;
-//! - competes for a `coordination.k8s.io` Lease (`leader`).
+//! - competes for a `coordination.k8s.io` Lease (`kube::lease`).
 //!
 //! Only the Lease holder writes to the cluster. While it leads it runs:
-//! - `certs::CertReconciler`: the CA and serving certificate in the Secret,
-//!   with a two-CA caBundle while the CA rotates;
-//! - `coverage`: reads the CRD store; the `managed` category names the MRs;
-//! - `webhooks`: `caBundle` and `rules` of both webhook configurations,
-//!   repaired from a watch, never recreated once deleted;
-//! - `watch::report_leaks`: one `PossiblyLeaked` Event per
+//! - `leader::certs`: the CA and serving certificate in the Secret, with a
+//!   two-CA caBundle while the CA rotates;
+//! - `replica::coverage`: reads the CRD store; the `managed` category names
+//!   the MRs;
+//! - `leader::webhooks`: `caBundle` and `rules` of both webhook
+//!   configurations, repaired from a watch, never recreated once deleted;
+//! - `replica::mr_states::report_leaks`: one `PossiblyLeaked` Event per
 //!   creation-incomplete MR, from the states every replica's identity
 //!   watches keep (which also feed the gauges it publishes);
-//! - `audit`: the validation rules over every existing MR.
+//! - `leader::audit`: the validation rules over every existing MR.
 //!
 //! Losing the Lease stops those tasks; serving admission never stops. The
 //! tasks are supervised: when one ends or panics, the leader logs it once at
@@ -31,51 +36,35 @@
 //! again after a backoff, so a leader never holds the Lease doing nothing.
 //!
 //! This module only wires the tasks together; what they share to talk to
-//! the API server is in `api`. The command line resolves its flags into
+//! the API server is in `kube`. The command line resolves its flags into
 //! `Settings`.
 
-pub(crate) mod api;
-pub(crate) mod audit;
-pub(crate) mod certs;
 mod changes;
-pub(crate) mod connections;
-pub mod coverage;
-pub(crate) mod crds;
-mod documented;
-pub(crate) mod identity;
-mod leader;
-mod list_limit;
+pub mod kube;
+pub mod leader;
 pub(crate) mod metrics;
-mod reachable;
-mod reflect;
-pub(crate) mod replica;
-pub mod reports;
-pub(crate) mod retry;
-pub(crate) mod secret;
-pub mod watch;
-pub(crate) mod webhooks;
-mod xrds;
-
-#[cfg(test)]
-mod mock;
+pub mod replica;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ::kube::runtime::utils::Backoff as _;
 use futures::FutureExt;
-use tokio::sync::watch as channel;
+use mrguard_policy::cluster::Cluster;
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
 use tracing::Instrument;
 
 use crate::config::ConfigStore;
 use crate::shutdown::Signal;
 use crate::tls::CertStore;
-use api::Clock;
+use kube::api::Clock;
 pub use metrics::ControllerMetrics;
 
-pub use api::ControllerError;
-pub use connections::client;
+pub use kube::api::ControllerError;
+pub use kube::connections::client;
 
 /// Where Kubernetes mounts the service account's namespace in a pod.
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -101,9 +90,10 @@ pub(crate) fn resolve_namespace(flag: Option<&str>) -> String {
     "crossplane-system".to_string()
 }
 
-/// A unique identity for the Lease: the pod name plus a random suffix, so a
-/// restarted pod never mistakes its predecessor's lease for its own.
-pub(crate) fn identity() -> String {
+/// This replica's holder identity in the Lease: the pod name plus a random
+/// suffix, so a restarted pod never mistakes its predecessor's lease for
+/// its own.
+pub(crate) fn lease_holder_id() -> String {
     let host = std::env::var("POD_NAME")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
@@ -120,13 +110,13 @@ pub(crate) struct Settings {
     pub(crate) namespace: String,
     pub(crate) service: String,
     pub(crate) secret: String,
-    pub(crate) webhooks: webhooks::WebhookNames,
+    pub(crate) webhooks: leader::webhooks::WebhookNames,
     pub(crate) lease: String,
     pub(crate) lease_duration: Duration,
     pub(crate) audit_interval: Duration,
     /// The report API the audit writes to, if any.
     pub(crate) policy_reports: Option<mrguard_policy::reports::Flavor>,
-    /// This replica's Lease holder identity ([`identity`]).
+    /// This replica's Lease holder identity ([`lease_holder_id`]).
     pub(crate) identity: String,
     pub(crate) certs: crate::pki::rotation::CertSettings,
     /// The port every replica serves admission on, for the rotation probe.
@@ -137,7 +127,7 @@ pub(crate) struct Settings {
 
 /// The running controller's shared pieces.
 pub(crate) struct Controller {
-    pub(crate) client: kube::Client,
+    pub(crate) client: ::kube::Client,
     pub(crate) settings: Settings,
     pub(crate) certs: Arc<CertStore>,
     pub(crate) config: Arc<ConfigStore>,
@@ -145,37 +135,55 @@ pub(crate) struct Controller {
     pub(crate) metrics: Arc<ControllerMetrics>,
     pub(crate) clock: Arc<dyn Clock>,
     /// What admission reads of the cluster; every replica's watches fill it.
-    pub(crate) cluster: Arc<mrguard_policy::cluster::Cluster>,
+    pub(crate) cluster: Arc<Cluster>,
 }
 
 impl Controller {
     /// Runs until `shutdown` fires; releases the Lease on the way out.
     pub(crate) async fn run(self, shutdown: Signal) {
+        tracing::info!(
+            namespace = %self.settings.namespace,
+            identity = %self.settings.identity,
+            secret = %self.settings.secret,
+            "controller starting"
+        );
+        let mut replica_tasks = JoinSet::new();
+        let replica = ReplicaState::start(&self, &mut replica_tasks, &shutdown);
+        let mut election = Election::start(&self, &shutdown);
+        let leader = LeaderContext::new(self, replica);
+        leader.lead_while_elected(&mut election, &shutdown).await;
+        election.release().await;
+        // Aborts the replica's watches and waits for them to stop.
+        replica_tasks.shutdown().await;
+    }
+}
+
+/// What every replica's watches keep for the leader's tasks.
+struct ReplicaState {
+    secret: watch::Receiver<replica::secret::SecretView>,
+    crds: replica::crds::Crds,
+    states: replica::mr_states::MrStates,
+}
+
+impl ReplicaState {
+    /// Spawns the watches every replica runs (it answers admission) into
+    /// `tasks`: the TLS Secret, the CRDs, the providers' accounts, the
+    /// XRDs, the documented immutable fields and the identity index.
+    fn start(ctl: &Controller, tasks: &mut JoinSet<()>, shutdown: &Signal) -> Self {
         let Controller {
             client,
             settings,
-            certs,
-            config,
-            ready,
             metrics,
-            clock,
             cluster,
-        } = self;
-        let settings = Arc::new(settings);
-        tracing::info!(
-            namespace = %settings.namespace,
-            identity = %settings.identity,
-            secret = %settings.secret,
-            "controller starting"
-        );
-
-        let gate = replica::ReadyGate::new(ready);
-        let (secret_tx, secret_rx) = channel::channel(secret::SecretView::default());
-        let loader = tokio::spawn(
-            secret::run_loader(
-                kube::Api::namespaced(client.clone(), &settings.namespace),
+            ..
+        } = ctl;
+        let gate = replica::ReadyGate::new(ctl.ready.clone());
+        let (secret_tx, secret) = watch::channel(replica::secret::SecretView::default());
+        tasks.spawn(
+            replica::secret::run_loader(
+                ::kube::Api::namespaced(client.clone(), &settings.namespace),
                 settings.secret.clone(),
-                certs.clone(),
+                ctl.certs.clone(),
                 gate.clone(),
                 secret_tx,
                 shutdown.clone(),
@@ -185,8 +193,9 @@ impl Controller {
         );
         // One CRD watch and store for every reader below (and the leader's
         // coverage).
-        let (crds, crd_watch) = crds::Crds::start(client.clone(), metrics.clone());
-        let providers = tokio::spawn(
+        let (crds, crd_watch) = replica::crds::Crds::watch(client.clone(), metrics.clone());
+        tasks.spawn(crd_watch);
+        tasks.spawn(
             replica::run_provider_watch(
                 client.clone(),
                 crds.clone(),
@@ -198,150 +207,130 @@ impl Controller {
             )
             .instrument(tracing::info_span!("provider_accounts")),
         );
-
-        // Every replica answers admission, so every replica watches.
-        let xrd_watch = tokio::spawn(
-            xrds::run(client.clone(), cluster.clone()).instrument(tracing::info_span!("xrd_watch")),
+        tasks.spawn(
+            replica::xrds::run(client.clone(), cluster.clone())
+                .instrument(tracing::info_span!("xrd_watch")),
         );
-
-        // Every replica answers admission, so every replica keeps the facts.
-        let documented = tokio::spawn(
-            documented::run(crds.clone(), cluster.clone())
+        tasks.spawn(
+            replica::documented::run(crds.clone(), cluster.clone())
                 .instrument(tracing::info_span!("documented_immutables")),
         );
-
         // Not ready until the identity watches have listed once. The same
         // watches keep the MR states behind the leader's gauges and Events.
         cluster.identities().set_synced(false);
-        let states = watch::MrStates::new(metrics.clone());
-        let identities = tokio::spawn(
-            identity::run(
+        let states = replica::mr_states::MrStates::new(metrics.clone());
+        tasks.spawn(
+            replica::identity::run(
                 client.clone(),
                 crds.clone(),
-                config.clone(),
+                ctl.config.clone(),
                 cluster.clone(),
                 states.clone(),
                 metrics.clone(),
             )
             .instrument(tracing::info_span!("identity_index")),
         );
+        Self {
+            secret,
+            crds,
+            states,
+        }
+    }
+}
 
-        let (leader_tx, mut leader_rx) = channel::channel(false);
-        let elector = leader::LeaderElector::new(
-            kube::Api::namespaced(client.clone(), &settings.namespace),
+/// This replica's campaign for the Lease.
+struct Election {
+    /// True while this replica holds the Lease.
+    leading: watch::Receiver<bool>,
+    /// Asks the elector to release the Lease and sit out this long.
+    step_down: mpsc::UnboundedSender<Duration>,
+    task: JoinHandle<()>,
+}
+
+impl Election {
+    fn start(ctl: &Controller, shutdown: &Signal) -> Self {
+        let settings = &ctl.settings;
+        let (leading_tx, leading) = watch::channel(false);
+        let elector = kube::lease::LeaderElector::new(
+            ::kube::Api::namespaced(ctl.client.clone(), &settings.namespace),
             &settings.lease,
             &settings.identity,
             settings.lease_duration,
-            clock.clone(),
+            ctl.clock.clone(),
         )
-        .with_metrics(metrics.clone());
-        let (step_down, step_down_rx) = tokio::sync::mpsc::unbounded_channel();
-        let election = tokio::spawn(
+        .with_metrics(ctl.metrics.clone());
+        let (step_down, step_down_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(
             elector
-                .run(leader_tx, shutdown.clone(), step_down_rx)
+                .run(leading_tx, shutdown.clone(), step_down_rx)
                 .instrument(tracing::info_span!("leader_election")),
         );
-        let hook = TestHook::from_env();
-        // How long a leader whose task died sits out (1-2 s, doubling to
-        // 1-2 min): grows while tasks keep dying, resets once a task set
-        // ran for a while.
-        let mut sit_out = api::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
-
-        loop {
-            tokio::select! {
-                r = leader_rx.wait_for(|l| *l) => if r.is_err() { break },
-                _ = shutdown.wait() => break,
-            }
-            metrics.leader.set(1);
-            tracing::info!(
-                "leading: managing certificates, webhook configurations, MR gauges and events"
-            );
-            let mut tasks = tokio::task::JoinSet::new();
-            let shared = LeaderContext {
-                client: client.clone(),
-                settings: settings.clone(),
-                certs: certs.clone(),
-                config: config.clone(),
-                metrics: metrics.clone(),
-                clock: clock.clone(),
-                secret: secret_rx.clone(),
-                states: states.clone(),
-                cluster: cluster.clone(),
-                crds: crds.clone(),
-            };
-            let names = shared.spawn_all(&mut tasks, &hook);
-            states.publish(true);
-            let started = tokio::time::Instant::now();
-            let died = tokio::select! {
-                r = leader_rx.wait_for(|l| !*l) => { let _ = r; None }
-                _ = shutdown.wait() => None,
-                Some(ended) = tasks.join_next_with_id() => Some(ended),
-            };
-            tasks.abort_all();
-            while tasks.join_next().await.is_some() {}
-            states.publish(false);
-            metrics.clear_leader_state();
-            if let Some(ended) = died {
-                let name = |id| names.get(&id).copied().unwrap_or("unknown");
-                let (task, how) = match ended {
-                    Ok((id, ())) => (name(id), "ended".to_string()),
-                    Err(e) if e.is_panic() => {
-                        let task = name(e.id());
-                        let payload = e.into_panic();
-                        let msg = payload
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                            .unwrap_or_default();
-                        (task, format!("panicked ({msg})"))
-                    }
-                    Err(e) => (name(e.id()), e.to_string()),
-                };
-                metrics.task_restarts.with_label_values(&[task]).inc();
-                if started.elapsed() > RAN_LONG_ENOUGH {
-                    sit_out.reset();
-                }
-                let wait = sit_out.next_delay();
-                tracing::error!(
-                    task,
-                    sit_out = ?wait,
-                    "leader task {task} {how}; stepped down, releasing the lease, and will restart the leader tasks"
-                );
-                let _ = step_down.send(wait);
-                // Until the elector has let go, leader_rx still says true.
-                tokio::select! {
-                    r = leader_rx.wait_for(|l| !*l) => { let _ = r; }
-                    _ = shutdown.wait() => {}
-                }
-            } else {
-                tracing::info!("no longer leading: stopped writing");
-            }
-            if shutdown.is_fired() {
-                break;
-            }
+        Self {
+            leading,
+            step_down,
+            task,
         }
-        // The elector releases the Lease when shutdown fires; an API server
-        // that does not answer must not hold the shutdown up.
-        let abort = election.abort_handle();
-        if tokio::time::timeout(Duration::from_secs(5), election)
+    }
+
+    /// True once this replica leads; false when shutdown fires first (or
+    /// the elector is gone).
+    async fn elected(&mut self, shutdown: &Signal) -> bool {
+        tokio::select! {
+            r = self.leading.wait_for(|l| *l) => r.is_ok(),
+            _ = shutdown.wait() => false,
+        }
+    }
+
+    /// Returns once this replica no longer leads, or shutdown fires.
+    async fn deposed(&mut self, shutdown: &Signal) {
+        tokio::select! {
+            r = self.leading.wait_for(|l| !*l) => { let _ = r; }
+            _ = shutdown.wait() => {}
+        }
+    }
+
+    /// Releases the Lease on the way out (the elector does when shutdown
+    /// fires); an API server that does not answer must not hold the
+    /// shutdown up.
+    async fn release(self) {
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(5), self.task)
             .await
             .is_err()
         {
             abort.abort();
             tracing::warn!("gave up releasing the lease; it expires on its own");
         }
-        loader.abort();
-        let _ = loader.await;
-        providers.abort();
-        let _ = providers.await;
-        xrd_watch.abort();
-        let _ = xrd_watch.await;
-        documented.abort();
-        let _ = documented.await;
-        identities.abort();
-        let _ = identities.await;
-        crd_watch.abort();
-        let _ = crd_watch.await;
+    }
+}
+
+/// A leader task that ended or panicked: its name and how.
+struct Died {
+    task: &'static str,
+    how: String,
+}
+
+impl Died {
+    fn of(
+        ended: Result<(tokio::task::Id, ()), tokio::task::JoinError>,
+        names: &HashMap<tokio::task::Id, &'static str>,
+    ) -> Self {
+        let name = |id| names.get(&id).copied().unwrap_or("unknown");
+        let (task, how) = match ended {
+            Ok((id, ())) => (name(id), "ended".to_string()),
+            Err(e) if e.is_panic() => {
+                let task = name(e.id());
+                let payload = e.into_panic();
+                let msg = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                (task, format!("panicked ({msg})"))
+            }
+            Err(e) => (name(e.id()), e.to_string()),
+        };
+        Self { task, how }
     }
 }
 
@@ -351,12 +340,15 @@ const RAN_LONG_ENOUGH: Duration = Duration::from_secs(600);
 
 /// Test-only: `MRGUARD_TEST_PANIC_TASK=<task>` makes that leader task panic
 /// once, two seconds after it first starts, so the end-to-end tests can
-/// show the supervision. Unset in any real deployment.
+/// show the supervision. Compiled with the `test-hooks` feature only, which
+/// test builds enable and release builds do not.
+#[cfg(feature = "test-hooks")]
 struct TestHook {
     task: Option<String>,
     fired: Arc<AtomicBool>,
 }
 
+#[cfg(feature = "test-hooks")]
 impl TestHook {
     const ENV: &'static str = "MRGUARD_TEST_PANIC_TASK";
 
@@ -389,29 +381,122 @@ impl TestHook {
     }
 }
 
+/// Without the `test-hooks` feature: every task runs as it is.
+#[cfg(not(feature = "test-hooks"))]
+struct TestHook;
+
+#[cfg(not(feature = "test-hooks"))]
+impl TestHook {
+    fn from_env() -> Self {
+        Self
+    }
+
+    fn wrap<F>(&self, _name: &'static str, task: F) -> F {
+        task
+    }
+}
+
 /// What every leader-only task shares.
 #[derive(Clone)]
 pub(crate) struct LeaderContext {
-    pub(crate) client: kube::Client,
+    pub(crate) client: ::kube::Client,
     pub(crate) settings: Arc<Settings>,
     pub(crate) certs: Arc<CertStore>,
     pub(crate) config: Arc<ConfigStore>,
     pub(crate) metrics: Arc<ControllerMetrics>,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) secret: channel::Receiver<secret::SecretView>,
+    pub(crate) secret: watch::Receiver<replica::secret::SecretView>,
     /// Every replica's MR states (fed by the identity watches).
-    pub(crate) states: watch::MrStates,
+    pub(crate) states: replica::mr_states::MrStates,
     /// Shared with admission; the audit reads the identity index.
-    pub(crate) cluster: Arc<mrguard_policy::cluster::Cluster>,
+    pub(crate) cluster: Arc<Cluster>,
     /// The replica's CRD store, which the coverage reads.
-    pub(crate) crds: crds::Crds,
+    pub(crate) crds: replica::crds::Crds,
 }
 
 impl LeaderContext {
+    fn new(ctl: Controller, replica: ReplicaState) -> Self {
+        Self {
+            client: ctl.client,
+            settings: Arc::new(ctl.settings),
+            certs: ctl.certs,
+            config: ctl.config,
+            metrics: ctl.metrics,
+            clock: ctl.clock,
+            secret: replica.secret,
+            states: replica.states,
+            cluster: ctl.cluster,
+            crds: replica.crds,
+        }
+    }
+
+    /// Runs the leader tasks whenever this replica holds the Lease, until
+    /// shutdown fires. A task that ends or panics makes the leader step
+    /// down and sit out (1-2 s, doubling to 1-2 min): the wait grows while
+    /// tasks keep dying, and resets once a task set ran for a while.
+    async fn lead_while_elected(&self, election: &mut Election, shutdown: &Signal) {
+        let hook = TestHook::from_env();
+        let mut sit_out = kube::api::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+        while election.elected(shutdown).await {
+            let started = tokio::time::Instant::now();
+            match self.lead_once(election, shutdown, &hook).await {
+                Some(died) => {
+                    self.metrics
+                        .task_restarts
+                        .with_label_values(&[died.task])
+                        .inc();
+                    if started.elapsed() > RAN_LONG_ENOUGH {
+                        sit_out.reset();
+                    }
+                    let wait = sit_out.next_delay();
+                    tracing::error!(
+                        task = died.task,
+                        sit_out = ?wait,
+                        "leader task {} {}; stepped down, releasing the lease, and will restart the leader tasks",
+                        died.task,
+                        died.how,
+                    );
+                    let _ = election.step_down.send(wait);
+                    // Until the elector has let go, `leading` still says true.
+                    election.deposed(shutdown).await;
+                }
+                None => tracing::info!("no longer leading: stopped writing"),
+            }
+            if shutdown.is_fired() {
+                break;
+            }
+        }
+    }
+
+    /// One term: runs every leader task until the Lease is lost, shutdown
+    /// fires or a task dies (returned), then stops them all.
+    async fn lead_once(
+        &self,
+        election: &mut Election,
+        shutdown: &Signal,
+        hook: &TestHook,
+    ) -> Option<Died> {
+        self.metrics.leader.set(1);
+        tracing::info!(
+            "leading: managing certificates, webhook configurations, MR gauges and events"
+        );
+        let mut tasks = JoinSet::new();
+        let names = self.clone().spawn_all(&mut tasks, hook);
+        self.states.publish(true);
+        let died = tokio::select! {
+            () = election.deposed(shutdown) => None,
+            Some(ended) = tasks.join_next_with_id() => Some(Died::of(ended, &names)),
+        };
+        tasks.shutdown().await;
+        self.states.publish(false);
+        self.metrics.clear_leader_state();
+        died
+    }
+
     /// Spawns every leader task; returns their names by task id.
     fn spawn_all(
         self,
-        tasks: &mut tokio::task::JoinSet<()>,
+        tasks: &mut JoinSet<()>,
         hook: &TestHook,
     ) -> HashMap<tokio::task::Id, &'static str> {
         let mut names = HashMap::new();
@@ -419,17 +504,17 @@ impl LeaderContext {
             let id = tasks.spawn(hook.wrap(name, task)).id();
             names.insert(id, name);
         };
-        let (coverage_tx, coverage_rx) = channel::channel(None);
+        let (coverage_tx, coverage_rx) = watch::channel(None);
         let s = &self.settings;
 
-        let reconciler = certs::CertReconciler {
-            secrets: kube::Api::namespaced(self.client.clone(), &s.namespace),
+        let reconciler = leader::certs::CertReconciler {
+            secrets: ::kube::Api::namespaced(self.client.clone(), &s.namespace),
             name: s.secret.clone(),
             settings: s.certs.clone(),
             clock: self.clock.clone(),
-            webhooks: webhooks::WebhookApi::new(self.client.clone(), s.webhooks.clone()),
-            probe: Arc::new(certs::EndpointProbe {
-                slices: kube::Api::namespaced(self.client.clone(), &s.namespace),
+            webhooks: leader::webhooks::WebhookApi::new(self.client.clone(), s.webhooks.clone()),
+            probe: Arc::new(leader::certs::EndpointProbe {
+                slices: ::kube::Api::namespaced(self.client.clone(), &s.namespace),
                 service: s.service.clone(),
                 port: s.serving_port,
                 server_name: crate::pki::service_host(&s.service, &s.namespace),
@@ -445,14 +530,14 @@ impl LeaderContext {
         );
         spawn(
             "coverage",
-            coverage::run_crd_watch(self.crds.clone(), coverage_tx, self.metrics.clone())
+            replica::coverage::run_crd_watch(self.crds.clone(), coverage_tx, self.metrics.clone())
                 .instrument(tracing::info_span!("coverage"))
                 .boxed(),
         );
         spawn(
             "webhooks",
-            webhooks::run(
-                webhooks::WebhookApi::new(self.client.clone(), s.webhooks.clone()),
+            leader::webhooks::run(
+                leader::webhooks::WebhookApi::new(self.client.clone(), s.webhooks.clone()),
                 self.secret.clone(),
                 coverage_rx,
                 self.metrics.clone(),
@@ -460,11 +545,14 @@ impl LeaderContext {
             .instrument(tracing::info_span!("webhooks"))
             .boxed(),
         );
-        let recorder =
-            watch::EventRecorder::new(self.client.clone(), s.identity.clone(), self.states.dedup());
+        let recorder = replica::mr_states::EventRecorder::new(
+            self.client.clone(),
+            s.identity.clone(),
+            self.states.dedup(),
+        );
         spawn(
             "leak_events",
-            watch::report_leaks(self.states.clone(), recorder, self.metrics.clone())
+            replica::mr_states::report_leaks(self.states.clone(), recorder, self.metrics.clone())
                 .instrument(tracing::info_span!("leak_events"))
                 .boxed(),
         );
@@ -473,17 +561,18 @@ impl LeaderContext {
         // relists).
         spawn(
             "audit",
-            list_limit::in_background(audit::run(
-                self.client.clone(),
-                self.crds.clone(),
-                self.config.clone(),
-                self.states.clone(),
-                self.metrics.clone(),
-                s.audit_interval,
-                s.policy_reports
-                    .map(|f| reports::ReportWriter::new(self.client.clone(), f)),
-                self.cluster.clone(),
-            ))
+            kube::list_limit::in_background(
+                leader::audit::Auditor::new(
+                    self.client.clone(),
+                    self.config.clone(),
+                    self.states.clone(),
+                    self.metrics.clone(),
+                    s.policy_reports
+                        .map(|f| leader::reports::ReportWriter::new(self.client.clone(), f)),
+                    self.cluster.clone(),
+                )
+                .run(self.crds.clone(), s.audit_interval),
+            )
             .instrument(tracing::info_span!("audit"))
             .boxed(),
         );
@@ -506,10 +595,12 @@ mod tests {
     /// on shutdown it releases the Lease.
     #[tokio::test]
     async fn a_leader_bootstraps_certificates_and_webhooks() {
-        use crate::controller::coverage::tests::fixture_crds;
-        use crate::controller::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
-        use crate::controller::mock::{self, list, status, Reply};
-        use crate::controller::webhooks::{tests_support::config_json, ConfigKind};
+        use crate::controller::kube::mock::{self, list, status, Reply};
+        use crate::controller::leader::webhooks::{tests_support::config_json, ConfigKind};
+        use crate::controller::replica::coverage::tests::fixture_crds;
+        use crate::controller::replica::coverage::{
+            Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS,
+        };
         use serde_json::{json, Value};
         use std::collections::BTreeMap;
         use std::sync::atomic::Ordering;
@@ -629,7 +720,7 @@ mod tests {
             namespace: "crossplane-system".into(),
             service: "mrguard".into(),
             secret: "mrguard-tls".into(),
-            webhooks: webhooks::WebhookNames {
+            webhooks: leader::webhooks::WebhookNames {
                 mutating: "mrguard".into(),
                 validating: "mrguard".into(),
             },
@@ -637,7 +728,7 @@ mod tests {
             lease_duration: Duration::from_secs(15),
             audit_interval: Duration::from_secs(600),
             policy_reports: None,
-            identity: identity(),
+            identity: lease_holder_id(),
             certs: crate::pki::rotation::CertSettings {
                 names: crate::pki::serving_names(
                     false,
@@ -663,7 +754,7 @@ mod tests {
             config: ConfigStore::new(mrguard_policy::config::Config::builtin(), None),
             ready: ready.clone(),
             metrics: metrics.clone(),
-            clock: Arc::new(api::SystemClock),
+            clock: Arc::new(kube::api::SystemClock),
             cluster: Default::default(),
         };
         let (trigger, signal) = crate::shutdown::channel();
@@ -691,7 +782,7 @@ mod tests {
 
         // Both configurations get the Secret's ca.crt and the exact rules.
         let ca = secret["data"]["ca.crt"].clone();
-        let cov = Coverage::from_crds(&crate::controller::coverage::tests::summaries(
+        let cov = Coverage::from_crds(&crate::controller::replica::coverage::tests::summaries(
             &fixture_crds(),
         ));
         api.wait_for("both configurations", |_| {
@@ -731,7 +822,7 @@ mod tests {
         assert!(crd_calls(false) <= 2, "CRD lists: {}", crd_calls(false));
         // The server now serves the Secret's certificate.
         let served = certs.current();
-        let leaf = certs::secret_contents(&serde_json::from_value(secret).unwrap())
+        let leaf = leader::certs::secret_contents(&serde_json::from_value(secret).unwrap())
             .leaf
             .unwrap();
         assert_eq!(

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::preflight::{ensure_namespace, kubectl_apply_create};
 use crate::support::{self, cluster::create_crd, resource, wait_for, Options, WAIT};
-use mrguard::controller::reports::ReportWriter;
+use mrguard::controller::leader::reports::ReportWriter;
 use mrguard_policy::model::Action;
 use mrguard_policy::reports::{Flavor, PassInput, ReportFinding, Subject};
 

@@ -330,7 +330,8 @@ fn no_runtime_module_uses_one_that_uses_it_back() {
     // The reader sees the real edges, parent to child and child to sibling.
     assert!(
         g["crate::server"].contains("crate::server::routes")
-            && g["crate::controller::certs"].contains("crate::controller::webhooks")
+            && g["crate::controller::leader::certs"]
+                .contains("crate::controller::leader::webhooks")
             && g["main"].contains("crate::cli"),
         "{g:?}"
     );
@@ -390,4 +391,94 @@ fn the_command_line_stays_thin() {
         total += n;
     }
     assert!(total <= 2000, "src/cli has {total} lines (at most 2,000)");
+}
+
+// ------------------------------------------- the controller's three layers
+
+/// The controller's floors, top down: the supervisor (`mod.rs`), `leader/`
+/// (what only the Lease holder writes), `replica/` (what every replica
+/// watches), `kube/` (talking to the API server). The shared bits beside
+/// the supervisor (`metrics`, `changes`) sit below them all.
+const CONTROLLER_LAYERS: [&str; 5] = ["root", "leader", "replica", "kube", "shared"];
+
+/// Which floor a controller module is on, or `None` outside the controller.
+fn controller_layer(module: &str) -> Option<&'static str> {
+    let rest = module.strip_prefix("crate::controller")?;
+    if rest.is_empty() {
+        return Some("root");
+    }
+    let first = rest.strip_prefix("::")?.split("::").next()?;
+    Some(match first {
+        "leader" => "leader",
+        "replica" => "replica",
+        "kube" => "kube",
+        _ => "shared",
+    })
+}
+
+/// Every use in the controller that points up a floor, one line each.
+fn layer_violations(g: &Graph) -> Vec<String> {
+    let floor = |layer: &str| CONTROLLER_LAYERS.iter().position(|l| *l == layer).unwrap();
+    let mut problems = Vec::new();
+    for (module, uses) in g {
+        let Some(from) = controller_layer(module) else {
+            continue;
+        };
+        for used in uses {
+            let Some(to) = controller_layer(used) else {
+                continue;
+            };
+            if floor(to) < floor(from) {
+                problems.push(format!(
+                    "{module} ({from}) uses {used} ({to}): the controller's imports point \
+                     down, root → leader → replica → kube → shared (metrics, changes)"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn the_controller_layers_point_down() {
+    let g = file_graph(&runtime_files());
+    // The reader sees the real edges across floors.
+    assert!(
+        g["crate::controller::leader::audit"].contains("crate::controller::replica::identity")
+            && g["crate::controller::replica::identity"]
+                .contains("crate::controller::replica::mr_states")
+            && g["crate::controller::replica::crds"].contains("crate::controller::kube::retry"),
+        "{g:?}"
+    );
+    let problems = layer_violations(&g);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_layer_checker_finds_an_import_that_points_up() {
+    let file = |p: &str, t: &str| (PathBuf::from(p), t.to_string());
+    let files = [
+        file(
+            "controller/mod.rs",
+            "pub mod kube;\npub mod replica;\nfn f() { replica::go(); }\n",
+        ),
+        file("controller/metrics.rs", "fn m() {}\n"),
+        file("controller/kube/mod.rs", "pub mod retry;\n"),
+        file(
+            "controller/kube/retry.rs",
+            "use crate::controller::metrics::M;\nuse crate::controller::replica::crds::Crds;\n",
+        ),
+        file("controller/replica/mod.rs", "pub mod crds;\n"),
+        file(
+            "controller/replica/crds.rs",
+            "use crate::controller::kube::retry;\nuse crate::controller::Settings;\n",
+        ),
+    ];
+    let problems = layer_violations(&file_graph(&files));
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+    assert!(problems[0].starts_with(
+        "crate::controller::kube::retry (kube) uses crate::controller::replica::crds (replica)"
+    ));
+    assert!(problems[1]
+        .starts_with("crate::controller::replica::crds (replica) uses crate::controller (root)"));
 }

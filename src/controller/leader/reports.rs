@@ -10,8 +10,8 @@ use kube::core::{ApiResource, DynamicObject};
 use kube::Api;
 use serde_json::Value;
 
-use super::api::{api_err, list_values, ControllerError, FIELD_MANAGER};
-use super::metrics::ControllerMetrics;
+use crate::controller::kube::api::{api_err, list_values, ControllerError, FIELD_MANAGER};
+use crate::controller::metrics::ControllerMetrics;
 use mrguard_policy::reports::{
     self, Flavor, PassInput, MANAGED_BY, MANAGED_BY_LABEL, MAX_REPORT_BYTES,
 };
@@ -216,11 +216,11 @@ fn object(ns: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::audit::{AuditFinding, KindReport, PassCollector};
-    use crate::controller::coverage::tests::{fixture_crds, summaries};
-    use crate::controller::coverage::Coverage;
-    use crate::controller::coverage::MrKind;
-    use crate::controller::mock::{self, list, status, Reply};
+    use crate::controller::kube::mock::{self, list, status, Reply};
+    use crate::controller::leader::audit::{AuditFinding, KindReport, PassCollector};
+    use crate::controller::replica::coverage::tests::{fixture_crds, summaries};
+    use crate::controller::replica::coverage::Coverage;
+    use crate::controller::replica::coverage::MrKind;
     use std::collections::BTreeMap;
     use std::sync::{Arc, Mutex};
 

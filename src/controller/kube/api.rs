@@ -15,7 +15,7 @@ use kube::Api;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::metrics::ControllerMetrics;
+use crate::controller::metrics::ControllerMetrics;
 
 /// The field manager of every server-side apply, and the Event reporter.
 pub(crate) const FIELD_MANAGER: &str = "mrguard";
@@ -230,8 +230,10 @@ impl Clock for SystemClock {
 /// The one backoff of the controller, for failed calls and failed watches
 /// alike: exponential, each delay drawn from [d, 2d) (up to 100% jitter, as
 /// kube's and client-go's) while d doubles up to `max`, and reset on
-/// progress. See `retry::backoff_on_failure` for what counts as progress
-/// for a watch.
+/// progress. It is a kube-runtime [`kube::runtime::utils::Backoff`] (an
+/// endless iterator of delays with a reset), so kube's backoff helpers take
+/// it too. See `retry::backoff_on_failure` for what counts as progress for
+/// a watch.
 #[derive(Debug, Clone)]
 pub(crate) struct Backoff {
     min: Duration,
@@ -259,13 +261,24 @@ impl Backoff {
         Self::new(Duration::from_millis(800), Duration::from_secs(30))
     }
 
+    /// The next delay; the backoff never gives up.
     pub(crate) fn next_delay(&mut self) -> Duration {
         let d = self.current;
         self.current = (self.current * 2).min(self.max);
         d.mul_f64(1.0 + fastrand::f64())
     }
+}
 
-    pub(crate) fn reset(&mut self) {
+impl Iterator for Backoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.next_delay())
+    }
+}
+
+impl kube::runtime::utils::Backoff for Backoff {
+    fn reset(&mut self) {
         self.current = self.min;
     }
 }
@@ -376,6 +389,7 @@ pub(crate) fn watcher_source(e: watcher::Error) -> kube::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::runtime::utils::Backoff as _;
 
     /// What kube-client makes of a watch line that does not decode.
     #[test]

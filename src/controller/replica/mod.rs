@@ -12,6 +12,14 @@
 //! empty), so that no replica judges a provider's write before it knows
 //! the provider.
 
+pub mod coverage;
+pub(crate) mod crds;
+pub(crate) mod documented;
+pub(crate) mod identity;
+pub mod mr_states;
+pub(crate) mod secret;
+pub(crate) mod xrds;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,12 +31,12 @@ use kube::Api;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::providers::{self, MrCrd, Revision, RuntimeConfig, PKG_GROUP};
 
-use super::coverage::{CrdSummary, MANAGED_CATEGORY};
-use super::crds::Crds;
-use super::metrics::ControllerMetrics;
-use super::reflect::{Missing, Reflected};
-use super::retry::{backoff_watcher, watch_config};
+use crate::controller::kube::reflect::{Missing, Reflected};
+use crate::controller::kube::retry::{backoff_watcher, watch_config};
+use crate::controller::metrics::ControllerMetrics;
 use crate::shutdown::Signal;
+use coverage::{CrdSummary, MANAGED_CATEGORY};
+use crds::Crds;
 
 /// `/readyz` turns true once every part is in place.
 #[derive(Debug)]
@@ -199,7 +207,7 @@ pub(crate) async fn run_provider_watch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock::{self, list, Reply};
+    use crate::controller::kube::mock::{self, list, Reply};
     use serde_json::json;
     use std::time::Duration;
 
@@ -283,7 +291,8 @@ mod tests {
         );
         let (trigger, signal) = crate::shutdown::channel();
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, crd_task) = Crds::start(client.clone(), metrics.clone());
+        let (crds, crd_watch) = Crds::watch(client.clone(), metrics.clone());
+        let crd_task = tokio::spawn(crd_watch);
         let task = tokio::spawn(run_provider_watch(
             client,
             crds,
@@ -308,7 +317,7 @@ mod tests {
             "system:serviceaccount:crossplane-system:rev-s3"
         ));
         // The teardown guard's map: the CRD names no Provider, its
-        // controlling revision does (it was empty before, issue 19).
+        // controlling revision does.
         let bucket = mrguard_policy::identity::MrKey::new("s3.aws.upbound.io", "Bucket", "", "b1");
         cluster
             .identities()
@@ -366,7 +375,8 @@ mod tests {
         gate.cert_loaded();
         let (trigger, signal) = crate::shutdown::channel();
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, crd_task) = Crds::start(client.clone(), metrics.clone());
+        let (crds, crd_watch) = Crds::watch(client.clone(), metrics.clone());
+        let crd_task = tokio::spawn(crd_watch);
         let task = tokio::spawn(run_provider_watch(
             client,
             crds,

@@ -8,17 +8,19 @@
 //! against a real API server: 340 KB of log in 3 minutes). Here the backoff
 //! (kube's client-go-like default: 0.8 s doubling to 30 s, jittered) and the
 //! log latch reset only when a list or watch really delivered something.
-//! The backoff is the controller's one [`Backoff`], in its watch flavour;
-//! unlike kube's `StreamBackoff`, its sleep ends when the API server
-//! recovers (`reachable`).
+//! The backoff is any kube-runtime [`Backoff`], the controller's one
+//! ([`api::Backoff`]) in its watch flavour; unlike kube's `StreamBackoff`,
+//! the sleep ends when the API server recovers (`reachable`), and, as
+//! there, a backoff that gives up ends the stream.
 
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 
-use super::api::{Backoff, ControllerError};
-use super::metrics::ControllerMetrics;
+use super::api::{self, ControllerError};
+use crate::controller::metrics::ControllerMetrics;
 
 /// Whether a watcher item shows that the API server answered a list or a
 /// watch. `Init` is only the watcher announcing a (re)list it has not made
@@ -59,34 +61,47 @@ where
     T: Send,
     E: Send,
 {
-    backoff_until_recovery(stream, progress, wait, super::reachable::recoveries())
+    backoff_until_recovery(
+        stream,
+        progress,
+        wait,
+        api::Backoff::for_watches(),
+        super::reachable::recoveries(),
+    )
 }
 
 /// [`backoff_on_failure`] woken by `recoveries`.
-fn backoff_until_recovery<S, T, E>(
+fn backoff_until_recovery<S, T, E, B>(
     stream: S,
     progress: fn(&Result<T, E>) -> bool,
     wait: fn(&Result<T, E>) -> bool,
+    backoff: B,
     recoveries: tokio::sync::watch::Receiver<u64>,
 ) -> impl Stream<Item = Result<T, E>> + Send
 where
     S: Stream<Item = Result<T, E>> + Send,
     T: Send,
     E: Send,
+    B: Backoff,
 {
-    struct State<S> {
+    struct State<S, B> {
         inner: std::pin::Pin<Box<S>>,
-        backoff: Backoff,
+        backoff: B,
         wait: Option<Duration>,
+        gave_up: bool,
         recoveries: tokio::sync::watch::Receiver<u64>,
     }
     let state = State {
         inner: Box::pin(stream),
-        backoff: Backoff::for_watches(),
+        backoff,
         wait: None,
+        gave_up: false,
         recoveries,
     };
     futures::stream::unfold(state, move |mut st| async move {
+        if st.gave_up {
+            return None;
+        }
         if let Some(d) = st.wait.take() {
             tokio::select! {
                 () = tokio::time::sleep(d) => {}
@@ -103,7 +118,12 @@ where
             st.backoff.reset();
         }
         if wait(&item) {
-            st.wait = Some(st.backoff.next_delay());
+            // A backoff that gives up ends the stream after this item, as
+            // kube's does.
+            match st.backoff.next() {
+                Some(d) => st.wait = Some(d),
+                None => st.gave_up = true,
+            }
             // Only a recovery after this failure ends the wait early.
             st.recoveries.borrow_and_update();
         }
@@ -198,7 +218,7 @@ impl ErrorOnce {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock::{self, list, status, Reply};
+    use crate::controller::kube::mock::{self, list, status, Reply};
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::Api;
     use std::sync::{Arc, Mutex};
@@ -297,7 +317,7 @@ mod tests {
 
     use kube::runtime::watcher::watcher;
 
-    /// Regression: the backoff between failed lists doubles across
+    /// The backoff between failed lists doubles across
     /// relists (0.8 s, 1.6 s, … each with up to 100% jitter) instead of
     /// restarting at 0.8 s after every `Init`.
     #[tokio::test(start_paused = true)]
@@ -337,6 +357,7 @@ mod tests {
             failures,
             |_| false,
             Result::is_err,
+            api::Backoff::for_watches(),
             rx,
         ));
         // A recovery before the failures is old news: six failures wait

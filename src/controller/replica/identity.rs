@@ -2,7 +2,7 @@
 //! docs/controller.md): the shared CRD store (`crds`) names the MR kinds,
 //! and one watch per kind feeds `Cluster::identities` with the identity of
 //! each MR, and [`MrStates`] (the gauges and the leader's `PossiblyLeaked`
-//! Events, `watch.rs`) with whether it is paused or its creation
+//! Events, `mr_states`) with whether it is paused or its creation
 //! incomplete. That is the only watch of MRs a replica holds.
 //!
 //! Every replica answers admission, so every replica runs these watches,
@@ -20,28 +20,26 @@
 //! A configuration change (another external-name strategy or default
 //! provider config) relists every kind.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::ApiResource;
+use kube::core::{NotUsed, Object};
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::api::ControllerError;
-use super::changes::Changes;
 use super::coverage::{Coverage, CrdSummary, MrKind};
 use super::crds::Crds;
-use super::metrics::ControllerMetrics;
-use super::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
-use super::watch::{MrStates, ObjState, QUIET_NOT_FOUND};
+use super::mr_states::{MrStates, ObjState, QUIET_NOT_FOUND};
 use crate::config::ConfigStore;
+use crate::controller::changes::Changes;
+use crate::controller::kube::api::ControllerError;
+use crate::controller::kube::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
+use crate::controller::metrics::ControllerMetrics;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
 use mrguard_policy::identity::report::entry_of;
@@ -52,18 +50,16 @@ use mrguard_policy::mr::EXTERNAL_NAME;
 /// computed with.
 const CONFIG_POLL: Duration = Duration::from_secs(2);
 
-/// What the index needs of one MR; everything else is skipped.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub(crate) struct IdentityView {
-    #[serde(default)]
-    metadata: ObjectMeta,
-    #[serde(default)]
-    spec: ViewSpec,
-}
+/// What the index needs of one MR; everything else is skipped while
+/// decoding. kube's `Object` costs what a hand-written view did, measured
+/// decoding a 2.3 KB Bucket 20,000 times: 89 against 86 allocations and
+/// 13.7 against 13.4 KB allocated per MR, 56 bytes more per view held, and
+/// no view is held: the index keeps keys and digests.
+pub(crate) type IdentityView = Object<ViewSpec, NotUsed>;
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ViewSpec {
+pub(crate) struct ViewSpec {
     #[serde(default)]
     for_provider: ViewForProvider,
     #[serde(default)]
@@ -81,55 +77,12 @@ struct ViewForProvider {
     region: Option<Value>,
 }
 
-/// A partial view of objects of any kind, named by an [`ApiResource`].
-macro_rules! dynamic_view {
-    ($t:ty) => {
-        impl Resource for $t {
-            type DynamicType = ApiResource;
-            type Scope = kube::core::DynamicResourceScope;
-
-            fn kind(dt: &ApiResource) -> Cow<'_, str> {
-                dt.kind.as_str().into()
-            }
-            fn group(dt: &ApiResource) -> Cow<'_, str> {
-                dt.group.as_str().into()
-            }
-            fn version(dt: &ApiResource) -> Cow<'_, str> {
-                dt.version.as_str().into()
-            }
-            fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-                dt.api_version.as_str().into()
-            }
-            fn plural(dt: &ApiResource) -> Cow<'_, str> {
-                dt.plural.as_str().into()
-            }
-            fn meta(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
-
-dynamic_view!(IdentityView);
-dynamic_view!(ProviderConfigView);
-
 /// What the index needs of a ProviderConfig: its credentials Secret and
 /// whether MRs use it.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub(crate) struct ProviderConfigView {
-    #[serde(default)]
-    metadata: ObjectMeta,
-    #[serde(default)]
-    spec: PcSpec,
-    #[serde(default)]
-    status: PcStatus,
-}
+pub(crate) type ProviderConfigView = Object<PcSpec, PcStatus>;
 
 #[derive(Clone, Debug, Default, Deserialize)]
-struct PcSpec {
+pub(crate) struct PcSpec {
     #[serde(default)]
     credentials: Option<PcCredentials>,
 }
@@ -152,13 +105,18 @@ struct PcSecretRef {
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
-struct PcStatus {
+pub(crate) struct PcStatus {
     #[serde(default)]
     users: Option<i64>,
 }
 
-impl ProviderConfigView {
-    pub(crate) fn facts(&self, kind: &MrKind) -> Option<(MrKey, ProviderConfigFacts)> {
+/// What the index reads of a [`ProviderConfigView`].
+pub(crate) trait ProviderConfigFactsOf {
+    fn facts(&self, kind: &MrKind) -> Option<(MrKey, ProviderConfigFacts)>;
+}
+
+impl ProviderConfigFactsOf for ProviderConfigView {
+    fn facts(&self, kind: &MrKind) -> Option<(MrKey, ProviderConfigFacts)> {
         let name = self.metadata.name.as_deref()?;
         let namespace = self.metadata.namespace.as_deref().unwrap_or("");
         let secret = self.spec.credentials.as_ref().and_then(|c| {
@@ -178,7 +136,7 @@ impl ProviderConfigView {
             MrKey::new(&kind.group, &kind.kind, namespace, name),
             ProviderConfigFacts {
                 secret,
-                in_use: self.status.users.unwrap_or(0) > 0,
+                in_use: self.status.as_ref().and_then(|s| s.users).unwrap_or(0) > 0,
             },
         ))
     }
@@ -213,14 +171,21 @@ fn provider_config_kinds<'a>(
         .collect()
 }
 
-impl IdentityView {
+/// What the index, the gauges and the audit read of an [`IdentityView`].
+pub(crate) trait MrView {
+    fn judged(&self, every_change: bool) -> u32;
+    fn state(&self, kind: &MrKind) -> Option<(String, ObjState)>;
+    fn claim(&self, kind: &MrKind, config: &Config) -> Option<IndexedMr>;
+}
+
+impl MrView for IdentityView {
     /// A digest of what the audit judges of this MR: its metadata but for
     /// `resourceVersion` and `managedFields`, and its generation, which
     /// the API server moves on any change but to metadata and, with the
     /// status subresource (every Crossplane MR's CRD has it), status. So
     /// a provider rewriting status leaves it. `every_change` (a rule reads
     /// status or managedFields): the resourceVersion too.
-    pub(crate) fn judged(&self, every_change: bool) -> u32 {
+    fn judged(&self, every_change: bool) -> u32 {
         use std::hash::{Hash, Hasher};
         let m = &self.metadata;
         // Fixed keys: digests are compared within this process only.
@@ -244,7 +209,7 @@ impl IdentityView {
     }
 
     /// The MR's UID and what the gauges count of it.
-    pub(crate) fn state(&self, kind: &MrKind) -> Option<(String, ObjState)> {
+    fn state(&self, kind: &MrKind) -> Option<(String, ObjState)> {
         let uid = self.metadata.uid.clone()?;
         let state = ObjState::of(kind, &self.metadata, self.spec.management_policies.as_ref());
         Some((uid, state))
@@ -252,7 +217,7 @@ impl IdentityView {
 
     /// The index key and claim of this MR of `kind` (no claim when it has
     /// no identity yet), and whether deleting it deletes its resource.
-    pub(crate) fn claim(&self, kind: &MrKind, config: &Config) -> Option<IndexedMr> {
+    fn claim(&self, kind: &MrKind, config: &Config) -> Option<IndexedMr> {
         // The fields the view keeps, as an object for the one conversion
         // that `check --live` and `explain` use on listed MRs too.
         let name = self.metadata.name.as_deref()?;
@@ -784,12 +749,12 @@ mod tests {
     }
 
     /// A kind is listed only once its CRD is established; until then it
-    /// does not hold readiness back. Before, the watch started with the CRD
-    /// and met 404s (then backed off up to 30 s once it was served).
+    /// does not hold readiness back. A watch started with the CRD meets
+    /// 404s (then backs off up to 30 s once it is served).
     #[tokio::test]
     async fn a_kind_is_watched_once_its_crd_is_established() {
-        use crate::controller::coverage::tests::fixture_crds;
-        use crate::controller::mock::{self, list, Reply};
+        use crate::controller::kube::mock::{self, list, Reply};
+        use crate::controller::replica::coverage::tests::fixture_crds;
         let vpc_crd = fixture_crds()
             .into_iter()
             .find(|c| c["spec"]["names"]["kind"] == "VPC")
@@ -805,7 +770,8 @@ mod tests {
             Reply::Json(200, list("VPCList", "ec2.aws.upbound.io/v1beta1", vec![]))
         });
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, crd_task) = Crds::start(client.clone(), metrics.clone());
+        let (crds, crd_watch) = Crds::watch(client.clone(), metrics.clone());
+        let crd_task = tokio::spawn(crd_watch);
         let cluster = Arc::new(Cluster::default());
         let config = ConfigStore::new(Config::builtin(), None);
         let task = tokio::spawn(run(
@@ -830,7 +796,7 @@ mod tests {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(vpc_requests(), 0, "listed before it was served");
-        let mut established = crate::controller::coverage::tests::established(vpc_crd);
+        let mut established = crate::controller::replica::coverage::tests::established(vpc_crd);
         established["metadata"]["resourceVersion"] = json!("2");
         api.wait_watch("customresourcedefinitions").await;
         assert_eq!(
@@ -907,7 +873,7 @@ mod tests {
         let (done, done_rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(watch_kind(
             client,
-            crate::controller::watch::tests::vpc_kind(),
+            crate::controller::replica::mr_states::tests::vpc_kind(),
             Arc::new(config),
             cluster.clone(),
             states,
@@ -924,8 +890,8 @@ mod tests {
     /// so it keeps its watcher and resumes.
     #[tokio::test]
     async fn a_relist_comes_from_the_cache_once_the_kind_is_known_small() {
-        use crate::controller::mock::{self, list, status, Reply};
-        use crate::controller::watch::tests::{objects, vpc_kind};
+        use crate::controller::kube::mock::{self, list, status, Reply};
+        use crate::controller::replica::mr_states::tests::{objects, vpc_kind};
         let watches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (client, api) = mock::client({
             let watches = watches.clone();
@@ -1006,8 +972,8 @@ mod tests {
     /// list works.
     #[tokio::test]
     async fn one_watch_feeds_the_index_and_the_states() {
-        use crate::controller::mock::{self, list, status, Reply};
-        use crate::controller::watch::tests::objects;
+        use crate::controller::kube::mock::{self, list, status, Reply};
+        use crate::controller::replica::mr_states::tests::objects;
         use std::sync::atomic::{AtomicBool, Ordering};
         let allowed = Arc::new(AtomicBool::new(false));
         let a = allowed.clone();
@@ -1064,8 +1030,8 @@ mod tests {
     /// With a CEL rule that reads status, every update does.
     #[tokio::test]
     async fn only_what_the_audit_judges_moves_the_kinds_stamp() {
-        use crate::controller::mock::{self, list, Reply};
-        use crate::controller::watch::tests::vpc;
+        use crate::controller::kube::mock::{self, list, Reply};
+        use crate::controller::replica::mr_states::tests::vpc;
         let status_rule = Config::from_yaml(
             "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - {name: ready, expression: 'has(self.status)', message: m}\n",
         )

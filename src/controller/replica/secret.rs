@@ -7,11 +7,11 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::watcher;
 use kube::Api;
-use tokio::sync::watch as channel;
+use tokio::sync::watch;
 
-use super::api::ControllerError;
-use super::metrics::ControllerMetrics;
-use super::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
+use crate::controller::kube::api::ControllerError;
+use crate::controller::kube::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
+use crate::controller::metrics::ControllerMetrics;
 use crate::pki::PemPair;
 use crate::shutdown::Signal;
 use crate::tls::CertStore;
@@ -77,8 +77,8 @@ pub(crate) async fn run_loader(
     secrets: Api<Secret>,
     name: String,
     store: Arc<CertStore>,
-    ready: Arc<super::replica::ReadyGate>,
-    view: channel::Sender<SecretView>,
+    ready: Arc<crate::controller::replica::ReadyGate>,
+    view: watch::Sender<SecretView>,
     shutdown: Signal,
     metrics: Option<Arc<ControllerMetrics>>,
 ) {
@@ -155,7 +155,7 @@ pub(crate) async fn run_loader(
     }
 }
 
-fn publish(tx: &channel::Sender<SecretView>, v: SecretView) {
+fn publish(tx: &watch::Sender<SecretView>, v: SecretView) {
     tx.send_if_modified(|cur| {
         if *cur == v {
             false
@@ -169,7 +169,7 @@ fn publish(tx: &channel::Sender<SecretView>, v: SecretView) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock::{self, Reply};
+    use crate::controller::kube::mock::{self, Reply};
     use crate::pki;
     use serde_json::{json, Value};
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -192,7 +192,7 @@ mod tests {
     struct Loader {
         store: Arc<CertStore>,
         ready: Arc<AtomicBool>,
-        view: channel::Receiver<SecretView>,
+        view: watch::Receiver<SecretView>,
         api: mock::MockApi,
         task: tokio::task::JoinHandle<()>,
         // Dropping the trigger would stop the loader.
@@ -219,7 +219,7 @@ mod tests {
         let gate = crate::controller::replica::ReadyGate::new(ready.clone());
         // Only the certificate gates readiness here.
         gate.providers_synced();
-        let (tx, rx) = channel::channel(SecretView::default());
+        let (tx, rx) = watch::channel(SecretView::default());
         let (trigger, signal) = crate::shutdown::channel();
         let task = tokio::spawn(run_loader(
             Api::namespaced(client, "crossplane-system"),

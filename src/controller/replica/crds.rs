@@ -14,9 +14,11 @@
 //! coalesce into one wake-up, and the reader then reads the whole store.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
@@ -27,9 +29,9 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::metrics::ControllerMetrics;
-use super::reflect::{Missing, Reflected};
-use super::retry::{backoff_watcher, watch_config};
+use crate::controller::kube::reflect::{Missing, Reflected};
+use crate::controller::kube::retry::{backoff_watcher, watch_config};
+use crate::controller::metrics::ControllerMetrics;
 
 /// The category Crossplane gives every MR CRD.
 pub(crate) const MANAGED_CATEGORY: &str = "managed";
@@ -37,8 +39,17 @@ pub(crate) const MANAGED_CATEGORY: &str = "managed";
 /// CRDs of big providers carry large schemas: list them in small pages.
 pub(crate) const CRD_PAGE_SIZE: u32 = 50;
 
-/// A CRD type read from the CRD API: both shapes below are a
-/// CustomResourceDefinition to kube, with their metadata at `$($meta).+`.
+/// A CRD type read from the CRD API: the views below are each a
+/// CustomResourceDefinition to kube, with their metadata at `$($meta).+`,
+/// named from k8s-openapi's type.
+///
+/// Views of their own, not k8s-openapi's `CustomResourceDefinition` nor
+/// kube's `DynamicObject`: those keep each CRD's schemas, most of a
+/// provider CRD's size (1,539 Azure CRDs are 79 MB of YAML; the facts the
+/// controller derives from them take 3.9 MiB, BENCHMARKS.md), and every
+/// replica holds every CRD in its store. Nor kube's `Object<P, U>`: [`Crd`]
+/// derives its documented fields from the schema while decoding and keeps
+/// fields that are neither spec nor status.
 macro_rules! crd_resource {
     ($ty:ty, $($meta:ident).+) => {
         impl Resource for $ty {
@@ -46,16 +57,16 @@ macro_rules! crd_resource {
             type Scope = k8s_openapi::ClusterResourceScope;
 
             fn kind(_: &()) -> Cow<'_, str> {
-                "CustomResourceDefinition".into()
+                <CustomResourceDefinition as k8s_openapi::Resource>::KIND.into()
             }
             fn group(_: &()) -> Cow<'_, str> {
-                "apiextensions.k8s.io".into()
+                <CustomResourceDefinition as k8s_openapi::Resource>::GROUP.into()
             }
             fn version(_: &()) -> Cow<'_, str> {
-                "v1".into()
+                <CustomResourceDefinition as k8s_openapi::Resource>::VERSION.into()
             }
             fn plural(_: &()) -> Cow<'_, str> {
-                "customresourcedefinitions".into()
+                <CustomResourceDefinition as k8s_openapi::Resource>::URL_PATH_SEGMENT.into()
             }
             fn meta(&self) -> &ObjectMeta {
                 &self.$($meta).+
@@ -236,11 +247,12 @@ pub(crate) struct Crds {
 }
 
 impl Crds {
-    /// Starts the watch; the task runs until aborted.
-    pub(crate) fn start(
+    /// The store and the watch that fills it, for the caller to spawn; the
+    /// watch runs until its task is aborted.
+    pub(crate) fn watch(
         client: kube::Client,
         metrics: Arc<ControllerMetrics>,
-    ) -> (Self, tokio::task::JoinHandle<()>) {
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let mut reflected: Reflected<Crd> =
             Reflected::new((), RESOURCE, "CRD watch", Missing::Wait);
         let store = reflected.store.clone();
@@ -261,7 +273,7 @@ impl Crds {
                 tx.send_replace(Some(generation));
             }
         };
-        let task = tokio::spawn(task.instrument(tracing::info_span!("crd_watch")));
+        let task = task.instrument(tracing::info_span!("crd_watch"));
         (Self { store, changes: rx }, task)
     }
 
@@ -306,7 +318,7 @@ impl Changes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock::{self, list, Reply};
+    use crate::controller::kube::mock::{self, list, Reply};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
@@ -355,7 +367,7 @@ mod tests {
                                    "acceptedNames": {"kind": "", "plural": ""}});
         let created: Crd = serde_json::from_value(created).unwrap();
         assert!(!created.established && created.documented.is_some());
-        let mut served = crate::controller::coverage::tests::established(crd(
+        let mut served = crate::controller::replica::coverage::tests::established(crd(
             "accounts.storage.azure.upbound.io",
             json!(["managed"]),
         ));
@@ -376,7 +388,8 @@ mod tests {
         let name = "accounts.storage.azure.upbound.io";
         let mut created = crd(name, json!(["managed"]));
         created["status"] = json!({"conditions": null});
-        let served = crate::controller::coverage::tests::established(crd(name, json!(["managed"])));
+        let served =
+            crate::controller::replica::coverage::tests::established(crd(name, json!(["managed"])));
         let mut refused = served.clone();
         refused["status"]["conditions"][1]["status"] = json!("False");
         for (v, want) in [(created, false), (served, true), (refused, false)] {
@@ -414,7 +427,8 @@ mod tests {
             )
         });
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, task) = Crds::start(client, metrics);
+        let (crds, watch) = Crds::watch(client, metrics);
+        let task = tokio::spawn(watch);
         let mut readers: Vec<Changes> = (0..3).map(|_| crds.subscribe()).collect();
         for r in &mut readers {
             tokio::time::timeout(Duration::from_secs(5), r.next())

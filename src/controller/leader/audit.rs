@@ -14,14 +14,14 @@ use kube::Api;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::api::{api_err, list_pages, list_values, ControllerError};
-use super::changes::Stamp;
-use super::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
-use super::crds::ServedCrd;
-use super::identity::IdentityView;
-use super::metrics::ControllerMetrics;
-use super::watch::MrStates;
 use crate::config::ConfigStore;
+use crate::controller::changes::Stamp;
+use crate::controller::kube::api::{api_err, list_pages, list_values, ControllerError};
+use crate::controller::metrics::ControllerMetrics;
+use crate::controller::replica::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
+use crate::controller::replica::crds::{Crds, ServedCrd};
+use crate::controller::replica::identity::{IdentityView, MrView};
+use crate::controller::replica::mr_states::MrStates;
 use mrguard_policy::admission::validate_in;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
@@ -194,7 +194,7 @@ pub(crate) enum PassEvent<'a> {
 /// waits. One at a time, a pass over 1,008 kinds took 30 s, nearly all of
 /// it waiting for one small list after another; each kind's pages still
 /// come one at a time, so at most this many pages are in memory.
-const KINDS_IN_FLIGHT: usize = super::list_limit::COLLECTION_READS;
+const KINDS_IN_FLIGHT: usize = crate::controller::kube::list_limit::COLLECTION_READS;
 
 /// The one audit loop, shared by the controller's passes and `mrguard
 /// audit`: each of `kinds`, listed page by page and judged against
@@ -418,7 +418,7 @@ struct Listed {
     /// The pass that listed it.
     pass: u64,
     /// `None`: RBAC forbade the list. Kept like findings: a kind's watch
-    /// is refused too, until a grant lets it list, which moves the stamp.
+    /// is refused as well, until a grant lets it list, which moves the stamp.
     report: Option<KindReport>,
 }
 
@@ -710,40 +710,30 @@ impl Auditor {
     }
 }
 
-/// Audits every MR kind the API server serves on `interval`, starting
-/// once the CRDs are listed. Runs only on the Lease holder.
-///
-/// Kinds whose CRDs are not `Established` yet are left for a later pass:
-/// listing them was a 404 that marked the pass incomplete (installing
-/// 1,000 CRDs: 293 such lists, and no successful pass for minutes).
-// The task's inputs, each from a different owner; a struct would only rename them.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn run(
-    client: kube::Client,
-    crds: super::crds::Crds,
-    config: Arc<ConfigStore>,
-    states: MrStates,
-    metrics: Arc<ControllerMetrics>,
-    interval: Duration,
-    reports: Option<super::reports::ReportWriter>,
-    cluster: Arc<Cluster>,
-) {
-    if crds.subscribe().next().await.is_none() {
-        return;
-    }
-    let mut auditor = Auditor::new(client, config, states, metrics, reports, cluster);
-    loop {
-        let cov = Coverage::from_crds(crds.served().iter().map(|c| &c.summary));
-        auditor.pass(&cov).await;
-        tokio::time::sleep(interval).await;
+impl Auditor {
+    /// Audits every MR kind the API server serves on `interval`, starting
+    /// once the CRDs are listed. Runs only on the Lease holder.
+    ///
+    /// Kinds whose CRDs are not `Established` yet are left for a later pass:
+    /// listing them was a 404 that marked the pass incomplete (installing
+    /// 1,000 CRDs: 293 such lists, and no successful pass for minutes).
+    pub(crate) async fn run(mut self, crds: Crds, interval: Duration) {
+        if crds.subscribe().next().await.is_none() {
+            return;
+        }
+        loop {
+            let cov = Coverage::from_crds(crds.served().iter().map(|c| &c.summary));
+            self.pass(&cov).await;
+            tokio::time::sleep(interval).await;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::coverage::tests::{fixture_crds, summaries};
-    use crate::controller::mock::{self, list, status, Reply};
+    use crate::controller::kube::mock::{self, list, status, Reply};
+    use crate::controller::replica::coverage::tests::{fixture_crds, summaries};
     use serde_json::json;
 
     fn bucket_kind() -> MrKind {
@@ -900,7 +890,7 @@ mod tests {
         let config = Config::builtin();
         let cluster = Cluster::default();
         for name in ["a", "b"] {
-            let view: crate::controller::identity::IdentityView =
+            let view: crate::controller::replica::identity::IdentityView =
                 serde_json::from_value(vpc(name)).unwrap();
             cluster
                 .identities()
@@ -1029,14 +1019,14 @@ mod tests {
         assert_eq!(g(), 1);
     }
 
-    /// Bug 3 (regression): with one kind RBAC forbids (the chart's
+    /// With one kind RBAC forbids (the chart's
     /// default `groups` mode and a provider outside it), a pass still
     /// counts as successful, and the kind is reported as forbidden. A kind
     /// whose CRD is not established yet is not listed (it was a 404 that
     /// made the pass incomplete).
     #[tokio::test]
     async fn a_forbidden_kind_does_not_fail_the_pass() {
-        use crate::controller::coverage::tests::established;
+        use crate::controller::replica::coverage::tests::established;
         let crds: Vec<Value> = fixture_crds()
             .into_iter()
             .filter_map(|c| match c["metadata"]["name"].as_str() {
@@ -1066,20 +1056,20 @@ mod tests {
             )
         });
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, crd_task) = super::super::crds::Crds::start(client.clone(), metrics.clone());
+        let (crds, crd_watch) = Crds::watch(client.clone(), metrics.clone());
+        let crd_task = tokio::spawn(crd_watch);
         let states = MrStates::new(metrics.clone());
         // As the leader does.
         states.publish(true);
-        let task = tokio::spawn(run(
+        let auditor = Auditor::new(
             client,
-            crds,
             ConfigStore::new(Config::builtin(), None),
             states.clone(),
             metrics.clone(),
-            Duration::from_secs(600),
             None,
             Default::default(),
-        ));
+        );
+        let task = tokio::spawn(auditor.run(crds, Duration::from_secs(600)));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while metrics.audit_last_success.get() == 0 {
             assert!(tokio::time::Instant::now() < deadline, "no successful pass");
@@ -1158,7 +1148,7 @@ mod tests {
     /// REFRESH_PASSES passes.
     #[test]
     fn a_pass_lists_changed_kinds_and_spreads_the_refreshes() {
-        let changes = super::super::changes::Changes::default();
+        let changes = crate::controller::changes::Changes::default();
         let kinds: Vec<MrKind> = (0..25).map(kind_n).collect();
         let stamped = |kinds: &[MrKind]| -> Vec<(MrKind, Stamp)> {
             kinds
@@ -1223,7 +1213,7 @@ mod tests {
     /// are still counted, in the gauges and the reports.
     #[tokio::test]
     async fn a_pass_lists_only_what_changed_and_keeps_the_rest() {
-        use crate::controller::coverage::tests::established;
+        use crate::controller::replica::coverage::tests::established;
         let crds: Vec<Value> = fixture_crds().into_iter().map(established).collect();
         let cov = Coverage::from_crds(&summaries(&crds));
         assert!(cov.len() >= 5, "{}", cov.len());
@@ -1348,7 +1338,7 @@ mod tests {
     /// refreshes list the empty kinds too, as they check the watches.
     #[tokio::test]
     async fn a_kind_its_watch_holds_empty_is_judged_without_a_list() {
-        use crate::controller::coverage::tests::established;
+        use crate::controller::replica::coverage::tests::established;
         let crds: Vec<Value> = fixture_crds().into_iter().map(established).collect();
         let cov = Coverage::from_crds(&summaries(&crds));
         let (client, api) = one_bad_bucket();
@@ -1418,7 +1408,7 @@ mod tests {
     /// most of an incremental pass's lists).
     #[tokio::test]
     async fn a_forbidden_kind_is_kept_between_refreshes() {
-        use crate::controller::coverage::tests::established;
+        use crate::controller::replica::coverage::tests::established;
         let crds: Vec<Value> = fixture_crds().into_iter().map(established).collect();
         let cov = Coverage::from_crds(&summaries(&crds));
         const VPCS: &str = "/apis/ec2.aws.upbound.io/v1beta1/vpcs";

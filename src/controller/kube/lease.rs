@@ -27,10 +27,10 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::Api;
-use tokio::sync::watch as channel;
+use tokio::sync::watch;
 
 use super::api::{api_err, with_timeout, Clock, ControllerError};
-use super::metrics::ControllerMetrics;
+use crate::controller::metrics::ControllerMetrics;
 use crate::shutdown::Signal;
 
 const RESOURCE: &str = "leases.coordination.k8s.io";
@@ -199,7 +199,7 @@ impl LeaderElector {
     /// duration it carries before campaigning again.
     pub(crate) async fn run(
         mut self,
-        tx: channel::Sender<bool>,
+        tx: watch::Sender<bool>,
         shutdown: Signal,
         mut step_down: tokio::sync::mpsc::UnboundedReceiver<Duration>,
     ) {
@@ -265,7 +265,7 @@ impl LeaderElector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock::{self, status, ManualClock, Reply};
+    use crate::controller::kube::mock::{self, status, ManualClock, Reply};
     use serde_json::{json, Value};
     use std::sync::Mutex;
 

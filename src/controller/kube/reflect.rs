@@ -11,8 +11,8 @@ use kube::runtime::reflector::{Lookup, Store};
 use kube::runtime::watcher;
 
 use super::api::ControllerError;
-use super::metrics::ControllerMetrics;
 use super::retry::{watcher_progress, ErrorOnce};
+use crate::controller::metrics::ControllerMetrics;
 
 /// What a reflected collection does when its list is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

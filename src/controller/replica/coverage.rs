@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
 use kube::core::ApiResource;
-use tokio::sync::watch as channel;
+use tokio::sync::watch;
 
 pub(crate) use super::crds::{CrdSummary, CRD_PAGE_SIZE, MANAGED_CATEGORY};
-use super::metrics::ControllerMetrics;
+use crate::controller::metrics::ControllerMetrics;
 
 pub(crate) const MUTATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE"];
 pub(crate) const VALIDATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];
@@ -150,7 +150,7 @@ impl Coverage {
 /// the first full list and after every change to the set of MR kinds.
 pub(crate) async fn run_crd_watch(
     crds: super::crds::Crds,
-    tx: channel::Sender<Option<Arc<Coverage>>>,
+    tx: watch::Sender<Option<Arc<Coverage>>>,
     metrics: Arc<ControllerMetrics>,
 ) {
     let mut changes = crds.subscribe();

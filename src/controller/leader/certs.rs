@@ -14,15 +14,18 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::ByteString;
 use kube::api::{ListParams, PostParams};
+use kube::runtime::utils::Backoff as _;
 use kube::Api;
 use rustls::RootCertStore;
 use rustls_pki_types::{CertificateDer, ServerName};
-use tokio::sync::watch as channel;
+use tokio::sync::watch;
 
-use super::api::{api_err, Backoff, Clock, ControllerError};
-use super::metrics::ControllerMetrics;
-use super::secret::{data, tls_pair, SecretView, CA_CRT, CA_KEY, TLS_CRT, TLS_KEY};
 use super::webhooks::WebhookApi;
+use crate::controller::kube::api::{api_err, Backoff, Clock, ControllerError};
+use crate::controller::metrics::ControllerMetrics;
+use crate::controller::replica::secret::{
+    data, tls_pair, SecretView, CA_CRT, CA_KEY, TLS_CRT, TLS_KEY,
+};
 use crate::pki::rotation::{execute, plan, CertPlan, CertSettings, NewContents, SecretContents};
 use crate::pki::{self, chain_verifies, parse_bundle};
 use crate::tls::CertStore;
@@ -228,7 +231,7 @@ impl CertReconciler {
     /// and with backoff after failures.
     pub(crate) async fn run(
         self,
-        mut secret: channel::Receiver<SecretView>,
+        mut secret: watch::Receiver<SecretView>,
         metrics: Arc<ControllerMetrics>,
     ) {
         let mut backoff = Backoff::default();
@@ -282,7 +285,7 @@ fn rotation_annotations(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::mock::{self, status, ManualClock, Reply};
+    use crate::controller::kube::mock::{self, status, ManualClock, Reply};
     use serde_json::{json, Value};
 
     fn settings() -> CertSettings {
@@ -357,7 +360,7 @@ mod tests {
             clock,
             webhooks: WebhookApi::new(
                 client,
-                crate::controller::webhooks::WebhookNames {
+                crate::controller::leader::webhooks::WebhookNames {
                     mutating: "mrguard".into(),
                     validating: "mrguard".into(),
                 },
@@ -410,7 +413,7 @@ mod tests {
         ));
     }
 
-    /// Issue 18: no `create` on Secrets. A missing Secret is reported,
+    /// No `create` on Secrets (the chart grants none): a missing Secret is reported,
     /// naming it and the way out, and nothing is created.
     #[tokio::test]
     async fn a_missing_secret_is_reported_not_created() {

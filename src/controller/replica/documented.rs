@@ -34,7 +34,7 @@ pub(crate) async fn run(crds: Crds, cluster: Arc<Cluster>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::crds::Crd;
+    use crate::controller::replica::crds::Crd;
     use serde_json::{json, Value};
 
     fn crd(cats: Value) -> Crd {

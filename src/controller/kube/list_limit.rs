@@ -8,15 +8,15 @@
 //! refused with 429 after 3.7 s, and the leader lost its Lease for 47 s
 //! (BENCHMARKS.md, "The controller at 100,000 MRs"). The same burst
 //! follows an API server restart, when every watcher relists. Reads of a
-//! collection (a list, or a watch until its response starts) now wait for
+//! collection (a list, or a watch until its response starts) wait for
 //! one of [`COLLECTION_READS`] places; reads and writes of one object (the
 //! Lease, the webhook configurations, the Secret) never wait.
 //!
 //! Reads made [`in_background`] (the audit's and the policy reports') take
 //! a place only while no other read waits for one. After an API-server
 //! restart every watcher relists at once; the leader's audit pass (1,000
-//! lists at 1,000 kinds) queued among them in arrival order, and now runs
-//! after them (BENCHMARKS.md).
+//! lists at 1,000 kinds) queued among them in arrival order delays them,
+//! so it runs after them (BENCHMARKS.md).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -304,8 +304,7 @@ mod tests {
         }
     }
 
-    /// Regression (the leader lost its Lease while 3,000 watchers
-    /// listed): 100 lists at once reach the server 8 at a time, and a
+    /// The leader must keep its Lease while 3,000 watchers list: 100 lists at once reach the server 8 at a time, and a
     /// Lease read meanwhile answers at once.
     #[tokio::test(start_paused = true)]
     async fn a_burst_of_lists_is_limited_and_a_lease_read_passes_it() {
@@ -364,8 +363,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 
-    /// Regression (after an API-server restart the audit's lists queued
-    /// among the watchers' relists, in arrival order): a background read
+    /// After an API-server restart the audit's lists must not queue among
+    /// the watchers' relists in arrival order: a background read
     /// waits while foreground reads wait, even ones that came after it.
     #[tokio::test(start_paused = true)]
     async fn background_reads_let_waiting_reads_go_first() {

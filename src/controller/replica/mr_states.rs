@@ -5,10 +5,10 @@
 //! `managementPolicies: []`) and whether its creation is incomplete.
 //!
 //! [`MrStates`] is fed by the identity index's watches (`identity.rs`), the
-//! one watch per MR kind that every replica runs: at 1,000 kinds the leader
-//! used to hold a second, metadata-only watch per kind for this, which
-//! doubled its per-kind memory and its relists after an API-server restart
-//! (BENCHMARKS.md, "The controller at 100,000 MRs"). Every replica keeps the
+//! one watch per MR kind that every replica runs: at 1,000 kinds a second,
+//! metadata-only watch per kind for this doubled the leader's per-kind
+//! memory and its relists after an API-server restart (BENCHMARKS.md, "The
+//! controller at 100,000 MRs"). Every replica keeps the
 //! states; only the leader exports the gauges and writes Events, so a new
 //! leader has them at once.
 //!
@@ -33,13 +33,14 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::runtime::events::{Event as RecordedEvent, EventType, Recorder, Reporter};
+use kube::runtime::utils::Backoff as _;
 use kube::Api;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::api::{api_err, until_due, Backoff, ControllerError};
 use super::coverage::MrKind;
-use super::metrics::ControllerMetrics;
+use crate::controller::kube::api::{api_err, until_due, Backoff, ControllerError};
+use crate::controller::metrics::ControllerMetrics;
 use mrguard_policy::mr::{Mr, CREATE_PENDING};
 
 pub(crate) const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
@@ -171,7 +172,7 @@ pub struct MrStates {
     publishing: Arc<AtomicBool>,
     leaks: Shared<Option<mpsc::UnboundedSender<Pending>>>,
     dedup: EventDedup,
-    changes: super::changes::Changes,
+    changes: crate::controller::changes::Changes,
 }
 
 impl MrStates {
@@ -189,7 +190,7 @@ impl MrStates {
     }
 
     /// What the watches saw change, for the audit (`changes.rs`).
-    pub(crate) fn changes(&self) -> &super::changes::Changes {
+    pub(crate) fn changes(&self) -> &crate::controller::changes::Changes {
         &self.changes
     }
 
@@ -696,9 +697,9 @@ pub(crate) async fn report_leaks(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::controller::coverage::tests::{fixture_crds, summaries};
-    use crate::controller::coverage::Coverage;
-    use crate::controller::mock::{self, list, status, Reply};
+    use crate::controller::kube::mock::{self, list, status, Reply};
+    use crate::controller::replica::coverage::tests::{fixture_crds, summaries};
+    use crate::controller::replica::coverage::Coverage;
 
     pub(crate) fn vpc_kind() -> MrKind {
         Coverage::from_crds(&summaries(&fixture_crds()))
@@ -975,7 +976,7 @@ pub(crate) mod tests {
             e.body["regarding"]["apiVersion"],
             "ec2.aws.upbound.io/v1beta1"
         );
-        // Bug: generateName "leaky." is not a valid name prefix (422). The
+        // generateName "leaky." is not a valid name prefix (422). The
         // Recorder names the Event "<name>.<hex time>".
         assert!(
             e.body["metadata"].get("generateName").is_none(),
