@@ -538,7 +538,16 @@ async fn the_audit_lists_what_changed_and_finds_an_update_at_once() {
         return;
     };
     let admin = cluster.admin().await.unwrap();
-    let release = support::install(cluster, "e2e-audit-changes", Options::default()).await;
+    // Each new finding's own line is at debug, under a target of its own.
+    let release = support::install(
+        cluster,
+        "e2e-audit-changes",
+        Options {
+            log_level: "info,mrguard::audit=debug".into(),
+            ..Options::default()
+        },
+    )
+    .await;
     let ns = release.workload_ns.clone();
     let api = vpcs(&admin, &ns);
     kubectl_apply_create(&api, &vpc(&ns, "calm-vpc", json!({}), json!(["*"]))).await;
