@@ -420,7 +420,7 @@ async fn openreports_split_into_numbered_reports_the_api_server_accepts() {
     assert_eq!(left.items.len(), 1);
 }
 
-/// Issue 20 against a real API server with the chart's RBAC: with an
+/// Against a real API server with the chart's RBAC: with an
 /// exception and an Audit action in the chart's `config`, the audit
 /// reports the waived finding as `skip` naming the exception, and the
 /// Audit finding as `fail` with action Audit.
