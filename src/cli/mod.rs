@@ -129,8 +129,21 @@ fn log_directives(filter: &str) -> String {
     }
 }
 
-fn init_logging(log: &LogArgs) {
-    let filter = tracing_subscriber::EnvFilter::try_new(log_directives(&log.log_level))
+/// [`log_directives`] for a one-shot command (all but `serve`), which
+/// reports a failed call to the cluster itself, in its own words on
+/// stderr: kube's client logging it again at ERROR is a second, vaguer
+/// line before the one a script reads. Unless the user names kube_client.
+fn command_directives(filter: &str, serve: bool) -> String {
+    let d = log_directives(filter);
+    if serve || filter.contains("kube_client") {
+        d
+    } else {
+        format!("{d},kube_client=off")
+    }
+}
+
+fn init_logging(log: &LogArgs, serve: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_new(command_directives(&log.log_level, serve))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colour only for people at a terminal: pods and CI read plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -193,7 +206,7 @@ impl Command {
 /// ones that talk to a cluster (`audit`, `check --live`, `explain`) log
 /// through the controller's code what they cannot do.
 pub fn run(cli: Cli) -> i32 {
-    init_logging(&cli.log);
+    init_logging(&cli.log, matches!(cli.command, Command::Serve(_)));
     tracing::debug!(
         command = cli.command.name(),
         version = env!("CARGO_PKG_VERSION"),
@@ -264,6 +277,24 @@ mod tests {
         assert_eq!(log_directives("kube_runtime=debug"), "kube_runtime=debug");
         assert!(
             tracing_subscriber::EnvFilter::try_new(log_directives("info,mrguard=debug")).is_ok()
+        );
+    }
+
+    /// A one-shot command leaves kube's client out of its log unless
+    /// asked; `serve` keeps it.
+    #[test]
+    fn a_command_leaves_kube_client_out_unless_asked() {
+        assert_eq!(
+            command_directives("info", false),
+            "info,kube_runtime::watcher=error,kube_client=off"
+        );
+        assert_eq!(
+            command_directives("info", true),
+            "info,kube_runtime::watcher=error"
+        );
+        assert_eq!(
+            command_directives("kube_client=debug", false),
+            "kube_client=debug,kube_runtime::watcher=error"
         );
     }
 
