@@ -38,8 +38,11 @@
 //! - [`shutdown`] carries the signal that stops every task: readiness goes
 //!   false, the listener closes, in-flight requests drain;
 //! - [`cli`] is the command line: it parses `serve`, `check` (offline
-//!   decisions, or `--live` against a cluster), `audit`, `explain`, `config`
-//!   and `certs`, and calls the [`app`] function that does each.
+//!   decisions, or `--live` against a cluster), `audit`, `explain`, `test`
+//!   (a configuration's test suites), `config`, `export` (ValidatingAdmissionPolicies),
+//!   `crd` (what is derived from CRD files), `certs` (development
+//!   certificates), `completion` and `man`, and calls the [`app`] function
+//!   that does each (`tests/it/docs.rs` holds this list to the command line's).
 
 #![deny(missing_docs)]
 pub mod app;

@@ -16,6 +16,7 @@
 //! `Command::Foo(args) => app::foo::run(*args),`.
 
 pub mod audit;
+pub mod certs;
 pub mod check;
 pub(crate) mod claimants;
 pub(crate) mod cluster;

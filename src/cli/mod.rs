@@ -1,7 +1,6 @@
 //! The command line (docs/cli.md): clap definitions with an environment
 //! variable for every serve flag, and one runner per subcommand.
 
-mod certs;
 mod completion;
 
 use std::path::PathBuf;
@@ -10,18 +9,18 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::app;
 pub use crate::app::audit::AuditArgs;
+pub use crate::app::certs::CertsCommand;
 pub use crate::app::check::CheckArgs;
 pub use crate::app::controller_args::{ControllerArgs, PolicyReports};
 pub use crate::app::explain::ExplainArgs;
 pub use crate::app::parse::parse_duration;
 pub use crate::app::serve::ServeArgs;
 pub use crate::app::suite::TestArgs;
-pub use certs::CertsCommand;
 
 /// A flag given twice takes its last value (`args_override_self`), as
 /// kubectl and most Kubernetes components do: the chart's `extraArgs` come
-/// after the flags the chart sets, so they can override them. Before, clap
-/// refused the second occurrence and the pod crash-looped.
+/// after the flags the chart sets, so they can override them. clap's own
+/// default refuses the second occurrence, which crash-looped the pod.
 #[derive(Debug, Parser)]
 #[command(
     name = "mrguard",
@@ -60,7 +59,7 @@ pub enum Command {
     Export(ExportCommand),
     /// Development certificates for local TLS.
     #[command(subcommand)]
-    Certs(certs::CertsCommand),
+    Certs(CertsCommand),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
     Completion(completion::CompletionArgs),
     /// Print the man page, mrguard(1), in roff.
@@ -130,8 +129,21 @@ fn log_directives(filter: &str) -> String {
     }
 }
 
-fn init_logging(log: &LogArgs) {
-    let filter = tracing_subscriber::EnvFilter::try_new(log_directives(&log.log_level))
+/// [`log_directives`] for a one-shot command (all but `serve`), which
+/// reports a failed call to the cluster itself, in its own words on
+/// stderr: kube's client logging it again at ERROR is a second, vaguer
+/// line before the one a script reads. Unless the user names kube_client.
+fn command_directives(filter: &str, serve: bool) -> String {
+    let d = log_directives(filter);
+    if serve || filter.contains("kube_client") {
+        d
+    } else {
+        format!("{d},kube_client=off")
+    }
+}
+
+fn init_logging(log: &LogArgs, serve: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_new(command_directives(&log.log_level, serve))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colour only for people at a terminal: pods and CI read plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -170,18 +182,43 @@ fn invoked_as_plugin(argv0: Option<std::ffi::OsString>) -> bool {
         .is_some_and(|name| name == KUBECTL_PLUGIN)
 }
 
-/// Runs the command line; returns the process exit code.
-pub fn run(cli: Cli) -> i32 {
-    match cli.command {
-        Command::Serve(args) => {
-            init_logging(&cli.log);
-            app::serve::run(*args)
+impl Command {
+    /// The subcommand's name, as typed.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Serve(_) => "serve",
+            Command::Check(_) => "check",
+            Command::Audit(_) => "audit",
+            Command::Explain(_) => "explain",
+            Command::Test(_) => "test",
+            Command::Config(_) => "config",
+            Command::Export(_) => "export",
+            Command::Certs(_) => "certs",
+            Command::Completion(_) => "completion",
+            Command::Man => "man",
+            Command::Crd(_) => "crd",
         }
+    }
+}
+
+/// Runs the command line; returns the process exit code. `--log-level`
+/// and `--log-format` are global, so every subcommand logs by them: the
+/// ones that talk to a cluster (`audit`, `check --live`, `explain`) log
+/// through the controller's code what they cannot do.
+pub fn run(cli: Cli) -> i32 {
+    init_logging(&cli.log, matches!(cli.command, Command::Serve(_)));
+    tracing::debug!(
+        command = cli.command.name(),
+        version = env!("CARGO_PKG_VERSION"),
+        "mrguard starting"
+    );
+    match cli.command {
+        Command::Serve(args) => app::serve::run(*args),
         Command::Check(args) => app::check::run(*args),
         Command::Audit(args) => app::audit::run(*args),
         Command::Explain(args) => app::explain::run(*args),
         Command::Test(args) => app::suite::run(*args),
-        Command::Certs(cmd) => certs::run(cmd),
+        Command::Certs(cmd) => app::certs::run(cmd),
         Command::Completion(args) => {
             completion::completion(&args, <Cli as clap::CommandFactory>::command())
         }
@@ -243,8 +280,26 @@ mod tests {
         );
     }
 
-    /// Bug 6 (regression): a flag given again later wins instead of
-    /// failing with "cannot be used multiple times".
+    /// A one-shot command leaves kube's client out of its log unless
+    /// asked; `serve` keeps it.
+    #[test]
+    fn a_command_leaves_kube_client_out_unless_asked() {
+        assert_eq!(
+            command_directives("info", false),
+            "info,kube_runtime::watcher=error,kube_client=off"
+        );
+        assert_eq!(
+            command_directives("info", true),
+            "info,kube_runtime::watcher=error"
+        );
+        assert_eq!(
+            command_directives("kube_client=debug", false),
+            "kube_client=debug,kube_runtime::watcher=error"
+        );
+    }
+
+    /// A flag given again later wins instead of failing with "cannot be
+    /// used multiple times", so the chart's `extraArgs` can override.
     #[test]
     fn a_later_flag_wins() {
         let cli = Cli::try_parse_from([

@@ -47,7 +47,7 @@ pub enum PkiError {
         /// Why it cannot be used.
         reason: &'static str,
     },
-    /// rcgen refused to generate or sign.
+    /// rcgen could not generate or sign.
     #[error("failed to generate a certificate: {0}")]
     Generate(#[from] rcgen::Error),
     /// A file could not be written.

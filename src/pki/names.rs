@@ -1,10 +1,10 @@
 //! The one SAN builder: which names a serving certificate carries.
 //!
-//! `certs generate` and the controller used to build these apart and
-//! disagreed: only the dev certificate covered `<service>.<ns>.svc.cluster.local`,
-//! only the controller trimmed extra names and dropped empty ones, and the
-//! controller issued for a wildcard it then could not verify, so it
-//! reissued every 30 seconds.
+//! `certs generate` and the controller share it, so that they cannot
+//! disagree: built apart, only the dev certificate covered
+//! `<service>.<ns>.svc.cluster.local`, only the controller trimmed extra
+//! names and dropped empty ones, and the controller issued for a wildcard
+//! it then could not verify, so it reissued every 30 seconds.
 
 use std::net::IpAddr;
 
@@ -114,8 +114,8 @@ mod tests {
         let extra = vec![" 10.0.0.7 ".to_string(), String::new(), "mrguard".into()];
         let controller = serving_names(false, Some(("mrguard", "crossplane-system")), &extra);
         let dev = serving_names(true, Some(("mrguard", "crossplane-system")), &extra);
-        // The controller's certificate used to lack the fully qualified
-        // name; the dev one kept " 10.0.0.7 " and "" as names.
+        // Both carry the fully qualified name, and neither keeps
+        // " 10.0.0.7 " or "" as names.
         assert_eq!(
             controller,
             [

@@ -1,11 +1,11 @@
 //! Reading certificates and keys, and the one key–certificate match.
 //!
-//! Three copies used to answer "is this the key of that certificate":
-//! `serve` (rustls' SPKI comparison after loading any PEM key form), the
-//! controller (SPKI bytes after loading the key with rcgen, PKCS#8 only)
-//! and `certs generate` (raw key bits, rcgen again). A PKCS#1 or SEC1 key
-//! served fine and yet was "no key" to the other two. Now [`key_for`]
-//! answers for all of them, and [`check_ca`] says whether a CA can issue.
+//! [`key_for`] is the one answer to "is this the key of that certificate"
+//! for `serve`, the controller and `certs generate`: three comparisons
+//! (rustls' SPKI after loading any PEM key form, SPKI bytes after rcgen
+//! loaded a PKCS#8 key, raw key bits) disagreed, and a PKCS#1 or SEC1 key
+//! that served fine was "no key" to two of them. [`check_ca`] says whether
+//! a CA can issue.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -438,11 +438,11 @@ async fn namespaced_mrs_get_their_namespace_provider_config() {
     kube_denied(e, "immutable-field");
 }
 
-/// Bug 4 (regression): on UPDATE a live MR keeps the provider config it
+/// On UPDATE a live MR keeps the provider config it
 /// had. A Bucket a provider wrote with `{name: default}` (exempt: never
 /// mutated) keeps it through a user's `kubectl label` and the provider's
-/// finalizer removal, though `defaultName` is `aws-default`. Before the
-/// fix both updates rewrote it to `aws-default` and added tags.
+/// finalizer removal, though `defaultName` is `aws-default`: neither
+/// update rewrites it to `aws-default` or adds tags.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_by_a_user_or_the_provider_keeps_the_provider_config() {
     let Some(cluster) =
@@ -555,9 +555,9 @@ async fn an_update_by_a_user_or_the_provider_keeps_the_provider_config() {
     );
 }
 
-/// Bug 5 (regression): pausing an observe-only, provider-named VPC with
-/// `managementPolicies: []` is allowed; it was denied by
-/// observe-only-external-name.
+/// Pausing an observe-only, provider-named VPC with
+/// `managementPolicies: []` is allowed: observe-only-external-name does
+/// not deny it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pausing_with_an_empty_policy_set_is_allowed() {
     let Some(cluster) =
@@ -607,7 +607,7 @@ async fn pausing_with_an_empty_policy_set_is_allowed() {
     kube_denied(e, "observe-only-external-name");
 }
 
-/// Issue 20 through a real API server: an exception lets a region change
+/// Policy operations through a real API server: an exception lets a region change
 /// of a created Bucket named `sample-*` through, with the warning naming
 /// it, and not for another name; a staged Deny warns with its date; an
 /// Audit rule allows with no warning.

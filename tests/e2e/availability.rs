@@ -21,7 +21,7 @@ async fn the_standby_takes_over_when_the_leader_is_killed() {
         "e2e-failover",
         Options {
             replicas: 2,
-            // The chart's extraArgs override its defaults (bug 6); a short
+            // The chart's extraArgs override its defaults; a short
             // Lease keeps the test quick.
             extra_args: vec!["--lease-duration=4s".into()],
             ..Options::default()

@@ -14,9 +14,9 @@ fn render(values: &str) -> Rendered {
     Rendered::render("mrguard", "crossplane-system", values).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Bug 6 (regression): `extraArgs` that repeat a flag the chart already
-/// sets win, as the last occurrence; before, clap refused the second
-/// occurrence ("cannot be used multiple times") and the pod crash-looped.
+/// `extraArgs` that repeat a flag the chart already sets win, as the last
+/// occurrence; were the second occurrence refused ("cannot be used
+/// multiple times"), the pod would crash-loop.
 #[test]
 fn extra_args_override_the_flags_the_chart_sets() {
     let rendered = render(

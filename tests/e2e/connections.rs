@@ -144,7 +144,8 @@ async fn the_stream_limit_opens_connections_and_zero_speaks_http1() {
 /// 145-290 s, so within 250 s most have renewed. The leader's sockets are
 /// compared with the connections its client logs opening, not with a fixed
 /// count: other tests add MR kinds to the shared API server, and each is
-/// one more watch. Before the fix: 8 sockets where the client had opened 6.
+/// one more watch. A connection opened behind the client's back shows as
+/// more sockets than opened connections (8 where the client opened 6).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_carry_only_watches_are_kept_across_renewals() {
     let test = "connections_that_carry_only_watches_are_kept_across_renewals";
@@ -180,8 +181,8 @@ async fn connections_that_carry_only_watches_are_kept_across_renewals() {
 /// MR of a kind watched before the restart is counted, a kind created
 /// after it is covered and watched, and it is all one connection again.
 /// The watches, which failed and backed off while the server drained (up
-/// to a minute), retry as soon as it answers again: before, each slept out
-/// its backoff (up to 60 s) and this took up to 90 s more. The watcher
+/// to a minute), retry as soon as it answers again, not after sleeping out
+/// their backoff (up to 60 s, which made this up to 90 s longer). The watcher
 /// relists once, from the API server's watch cache (`resourceVersion=0`,
 /// no `limit`), since it knows the kind fits in a page: from etcd, a list
 /// cost the restarted server about six times the CPU. Its own API server,
@@ -246,10 +247,9 @@ async fn watches_come_back_on_a_new_connection_after_the_api_server_restarts() {
 /// One CRD watch per replica, proven by the API server's audit log of
 /// mrguard's service accounts: the provider accounts, the documented
 /// immutable fields, the identity index and the leader's coverage all read
-/// one store. Before the shared store a leader listed and watched CRDs 4
-/// times, a standby 3 times. Likewise one watch per MR kind per replica:
-/// the identity index's feeds the leader's gauges and Events too (before,
-/// the leader watched each kind twice). Each watcher's watches carry its
+/// one store (with a store each, a leader listed and watched CRDs 4
+/// times, a standby 3 times). Likewise one watch per MR kind per replica:
+/// the identity index's feeds the leader's gauges and Events too. Each watcher's watches carry its
 /// own timeout, so that they are not renewed in step. Its own API server,
 /// so that the log holds this release's requests only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

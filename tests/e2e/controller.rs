@@ -289,7 +289,7 @@ pub(crate) async fn managed_crds(client: &kube::Client) -> Option<usize> {
     )
 }
 
-/// Issue 18: the controller may not create Secrets. Deleting the TLS
+/// The controller may not create Secrets. Deleting the TLS
 /// Secret is reported once at ERROR, naming it and the fix, and nothing
 /// recreates it; the chart's empty Secret put back (what `helm upgrade`
 /// does) is filled with a new CA, and admission works again.
@@ -354,10 +354,10 @@ async fn a_lost_secret_gives_a_new_ca_and_admission_works_again() {
     r.wait_admission().await.unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Bug 1 (regression): a creation-incomplete MR gets its
-/// `PossiblyLeaked` Event. Before the fix the Event was rejected
-/// (`generateName: "<name>."` is invalid), retried forever, and
-/// `mrguard_controller_events_total{result="failed"}` climbed. A new
+/// A creation-incomplete MR gets its `PossiblyLeaked` Event, which the API
+/// server accepts (a `generateName` of `"<name>."` is invalid, and such an
+/// Event was retried forever while
+/// `mrguard_controller_events_total{result="failed"}` climbed). A new
 /// incomplete creation of the same MR counts into the same Event (kube's
 /// Recorder series) instead of adding one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -495,15 +495,14 @@ fn log_lines<'a>(log: &'a str, needles: &[&str]) -> Vec<&'a str> {
         .collect()
 }
 
-/// Bugs 2 and 3 (regression), with the chart's default RBAC
-/// (`rbac.audit.mode=groups`) and provider-nop installed, whose group is
-/// not on the list:
+/// With the chart's default RBAC (`rbac.audit.mode=groups`) and
+/// provider-nop installed, whose group is not on the list:
 /// - the forbidden MR watch is logged once per failure streak, never
-///   "recovered" while it still fails, and its retries back off (before:
-///   an ERROR, a kube WARN and a false "recovered" about once a second);
-/// - the audit still records its passes as successful and reports the
-///   forbidden kind in `mrguard_controller_forbidden_kinds` (before:
-///   `mrguard_audit_last_success_timestamp_seconds` stayed 0).
+///   "recovered" while it still fails, and its retries back off (not an
+///   ERROR, a kube WARN and a false "recovered" about once a second);
+/// - the audit still records its passes as successful (so
+///   `mrguard_audit_last_success_timestamp_seconds` moves) and reports the
+///   forbidden kind in `mrguard_controller_forbidden_kinds`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forbidden_kind_is_logged_once_backs_off_and_the_audit_still_succeeds() {
     let Some(cluster) = support::require_cluster(

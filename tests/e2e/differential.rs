@@ -149,7 +149,7 @@ async fn server(
     // Where the release validates fields, Warn names every unknown field
     // as Strict (kubectl's default) refuses them, and the request goes on;
     // strict decoding is applied here: unknown fields fail it alone.
-    // Before, the parameter does not exist and unknown fields are pruned.
+    // An older release has no such parameter and prunes unknown fields.
     let path = if field_validation {
         format!("{path}?dryRun=All&fieldValidation=Warn")
     } else {

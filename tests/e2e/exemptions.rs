@@ -1,4 +1,4 @@
-//! Exact exemptions (issue 18) against the real API server with the chart's
+//! Exact exemptions against the real API server with the chart's
 //! default configuration and RBAC: only the service account of the
 //! provider that serves a kind is exempt, derived from the
 //! ProviderRevision that controls the kind's CRD and the
@@ -88,8 +88,8 @@ fn denied_by(e: kube::Error, rule: &str) {
 /// the provider's own account (named after the ProviderRevision that
 /// controls the CRD) may, but only for the kinds that revision serves; a
 /// DeploymentRuntimeConfig's `serviceAccountTemplate` moves the exemption
-/// to the account it names. Before issue 18 the chart's
-/// `system:serviceaccount:crossplane-system:*` exempted core too.
+/// to the account it names. A glob such as
+/// `system:serviceaccount:crossplane-system:*` would exempt core too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_provider_serving_a_kind_is_exempt_and_crossplane_core_is_judged() {
     let Some(cluster) = support::require_cluster(

@@ -908,13 +908,13 @@ async fn a_provider_whose_kinds_have_mrs_cannot_be_deleted_until_they_are_gone()
         .expect("a Provider without MRs is deleted");
 }
 
-/// Issue 19's gap in the Provider entry: Crossplane v2 makes MR CRDs from
+/// The Provider entry of the teardown guard: Crossplane v2 makes MR CRDs from
 /// ManagedResourceDefinitions, so a CRD names its MRD and (as controller)
 /// the ProviderRevision, never the Provider; the revision's controller is
 /// the Provider. The guard maps the kind through the revision, whatever
-/// the names (the revision is not named after the Provider here). Before,
-/// only a direct owner reference to the Provider counted, and this
-/// Provider's deletion was allowed while its MR existed.
+/// the names (the revision is not named after the Provider here); a
+/// direct owner reference to the Provider alone would miss this kind and
+/// allow the Provider's deletion while its MR exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_whose_v2_kinds_have_mrs_is_found_through_its_revision() {
     let Some(cluster) = support::require_cluster(

@@ -420,7 +420,7 @@ async fn openreports_split_into_numbered_reports_the_api_server_accepts() {
     assert_eq!(left.items.len(), 1);
 }
 
-/// Issue 20 against a real API server with the chart's RBAC: with an
+/// Against a real API server with the chart's RBAC: with an
 /// exception and an Audit action in the chart's `config`, the audit
 /// reports the waived finding as `skip` naming the exception, and the
 /// Audit finding as `fail` with action Audit.
@@ -538,7 +538,16 @@ async fn the_audit_lists_what_changed_and_finds_an_update_at_once() {
         return;
     };
     let admin = cluster.admin().await.unwrap();
-    let release = support::install(cluster, "e2e-audit-changes", Options::default()).await;
+    // Each new finding's own line is at debug, under a target of its own.
+    let release = support::install(
+        cluster,
+        "e2e-audit-changes",
+        Options {
+            log_level: "info,mrguard::audit=debug".into(),
+            ..Options::default()
+        },
+    )
+    .await;
     let ns = release.workload_ns.clone();
     let api = vpcs(&admin, &ns);
     kubectl_apply_create(&api, &vpc(&ns, "calm-vpc", json!({}), json!(["*"]))).await;

@@ -1,4 +1,4 @@
-//! The leader's tasks are supervised (issue 18, problem 6), against a real
+//! The leader's tasks are supervised, against a real
 //! API server with the chart's RBAC: a task that dies makes the leader step
 //! down and restart its tasks; a Lease taken away stops the tasks until it
 //! is won back; an API server that stops answering for 30 s makes the
@@ -66,8 +66,8 @@ fn lines(r: &Release, level: &str, needle: &str) -> Vec<String> {
 /// A leader task that panics (the test hook `MRGUARD_TEST_PANIC_TASK`)
 /// is logged once at ERROR and counted; the leader releases the Lease,
 /// takes it again and restarts its tasks, and the webhook configurations
-/// are still repaired afterwards. Before, the leader kept the Lease and
-/// did nothing more.
+/// are still repaired afterwards, where an unsupervised leader would keep
+/// the Lease and do nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_task_that_panics_is_restarted() {
     let Some(cluster) = support::require_cluster("a_leader_task_that_panics_is_restarted").await
@@ -199,9 +199,9 @@ fn signal(cluster: &Cluster, sig: &str) {
 /// The API server stops answering for 30 s: the leader's Lease calls time
 /// out (counted with code 0) instead of hanging, so it stops writing
 /// before the Lease could pass to another replica; when the API server
-/// answers again it leads again and repairs drift. Before, a renewal hung
-/// and the leader kept writing on a Lease it might have lost. Its own API
-/// server, since stopping it would disturb the other tests.
+/// answers again it leads again and repairs drift. A renewal that hung
+/// would let the leader keep writing on a Lease it might have lost. Its
+/// own API server, since stopping it would disturb the other tests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_server_unreachable_for_30s_stops_the_leader_and_it_recovers() {
     let test = "an_api_server_unreachable_for_30s_stops_the_leader_and_it_recovers";

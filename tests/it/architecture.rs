@@ -377,7 +377,7 @@ fn the_file_checker_reads_every_kind_of_path() {
     assert!(c.contains(&"crate::a::child".to_string()), "{c:?}");
 }
 
-/// The command line stays thin (issue 21): it parses arguments and calls
+/// The command line stays thin: it parses arguments and calls
 /// one `src/app/` function per subcommand, so `src/cli` holds at most
 /// 2,000 lines and no file over 400.
 #[test]

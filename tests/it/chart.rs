@@ -1,7 +1,7 @@
 //! The Helm chart (charts/mrguard) and the Dockerfile, checked with a real
 //! helm binary: `helm lint`, `helm template` with the default values and
 //! with tests/fixtures/values-ha-off.yaml, the rendered YAML parsed and held
-//! to every requirement of issue 6, and `helm template --dry-run=server`
+//! to the chart's requirements (RBAC, probes, security context, HA), and `helm template --dry-run=server`
 //! against a fake API server to prove that an upgrade carries the live
 //! caBundle and rules over.
 //!
@@ -951,7 +951,7 @@ fn rbac_is_exactly_the_least_privilege_listed() {
     }
 }
 
-/// Issue 18: a created `kubernetes.io/service-account-token` Secret is a
+/// A created `kubernetes.io/service-account-token` Secret is a
 /// token for any ServiceAccount in the namespace. No rule of any rendered
 /// role, under any RBAC or report mode, grants `create` (or a wildcard
 /// verb) on Secrets; the chart renders the TLS Secret itself, empty and of
@@ -1316,7 +1316,7 @@ fn the_configmap_config_passes_mrguard_config_check() {
             "config check failed:\n{}\n{text}",
             String::from_utf8_lossy(&out.stderr)
         );
-        // Neither exempts Crossplane core (issue 18).
+        // Neither exempts Crossplane core.
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("Crossplane's own service account"), "{err}");
     }

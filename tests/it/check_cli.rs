@@ -275,3 +275,52 @@ fn config_check_validates_files() {
         Some(0)
     );
 }
+
+/// `--log-level` and `--log-format` are global flags, and every subcommand
+/// logs by them, not only `serve`: a debug line on stderr, as JSON when
+/// asked, while stdout keeps the checked documents.
+#[test]
+fn the_log_flags_work_for_check_too() {
+    let example = examples("aws_ec2_cluster_v1beta1_subnet.yaml");
+    let run = |args: &[&str]| {
+        crate::support::bin::mrguard()
+            .args(args)
+            .env_remove("MRGUARD_LOG")
+            .env_remove("MRGUARD_LOG_FORMAT")
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        "--log-level",
+        "debug",
+        "--log-format",
+        "json",
+        "check",
+        "-f",
+        &example,
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["level"] == "DEBUG" && l["fields"]["command"] == "check"),
+        "{stderr}"
+    );
+    assert!(std::str::from_utf8(&out.stdout)
+        .unwrap()
+        .contains("providerConfigRef"));
+    // After the subcommand too, in text.
+    let out = run(&["check", "--log-level", "debug", "-f", &example]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("DEBUG") && stderr.contains("mrguard starting"),
+        "{stderr}"
+    );
+    // At the default level, nothing.
+    assert!(run(&["check", "-f", &example]).stderr.is_empty());
+}

@@ -441,7 +441,8 @@ fn only_the_crds_of_the_manifests_groups_are_parsed() {
     assert!(stderr(&out).contains("other.yaml"), "{}", stderr(&out));
 }
 
-/// The three causes of issue 26, through the binary: a name the API server
+/// Where `check --crd` and the API server could disagree, through the
+/// binary: a name the API server
 /// refuses, a rule on an escaped property name, and unknown fields inside a
 /// value of the wrong type.
 #[test]

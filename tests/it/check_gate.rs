@@ -313,8 +313,8 @@ fn config_check_warns_about_empty_files_and_lost_protections() {
     );
 }
 
-/// Issue 18: the old default glob also matched Crossplane core, which
-/// writes every composed MR. `config check` flags such a glob (exit 0: it
+/// A glob that matches Crossplane core, which writes every composed MR,
+/// exempts too much. `config check` flags such a glob (exit 0: it
 /// is valid) and names the account it matches; a provider glob passes.
 #[test]
 fn config_check_flags_a_glob_that_exempts_crossplane_core() {
@@ -393,7 +393,7 @@ fn an_allowed_immutable_change_says_why_it_was_allowed() {
     assert!(!stderr(&o).contains("note:"), "{}", stderr(&o));
 }
 
-/// Issue 22: `config check` says which CEL rules run compiled and why the
+/// `config check` says which CEL rules run compiled and why the
 /// others run in the interpreter, one note per rule.
 #[test]
 fn config_check_says_which_cel_rules_are_compiled() {

@@ -5,7 +5,8 @@
 //! - every key of the configuration file is documented;
 //! - every relative link and anchor of every Markdown file resolves (GitHub's
 //!   heading anchors), and so does every repository path named in a
-//!   message or in the docs;
+//!   message or in the docs, at the path it is named by (not merely a file
+//!   of that name somewhere);
 //! - nothing outside `.ci/` reaches into the folder beside the repository.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -196,6 +197,43 @@ fn the_cli_reference_is_generated_from_clap() {
     flags_table(&globals, &mut out);
     command_reference(&cmd, "mrguard", &mut out);
     check_generated("docs/cli.md", "cli", &out);
+}
+
+/// `src/lib.rs` names every subcommand in its paragraph on [`cli`], and
+/// nothing that is not one as a plain code word.
+#[test]
+fn the_crate_docs_name_every_subcommand() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    let start = lib
+        .find("//! - [`cli`]")
+        .expect("src/lib.rs has a bullet on cli");
+    let para: String = lib[start..]
+        .lines()
+        .take_while(|l| l.starts_with("//!") && l.trim() != "//!")
+        .enumerate()
+        .take_while(|(i, l)| *i == 0 || !l.starts_with("//! - "))
+        .map(|(_, l)| l.trim_start_matches("//!"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    // Intra-doc links (`[`app`]`) are modules, not subcommands.
+    let para = regex::Regex::new(r"\[`[^`]*`\]")
+        .unwrap()
+        .replace_all(&para, "")
+        .into_owned();
+    let named: BTreeSet<&str> = para
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| w.chars().all(|c| c.is_ascii_lowercase()))
+        .collect();
+    let cmd = mrguard::cli::Cli::command();
+    let subcommands: BTreeSet<&str> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name())
+        .filter(|n| *n != "help")
+        .collect();
+    assert!(subcommands.len() >= 10, "{subcommands:?}");
+    assert_eq!(named, subcommands, "src/lib.rs: {para}");
 }
 
 #[test]
@@ -570,8 +608,171 @@ fn check_path(path: &str, anchor: Option<&str>, at: &str, problems: &mut Vec<Str
     }
 }
 
+/// What the repository's files and folders could be named by: each path
+/// relative to the root and every tail of it (`a/b/c.rs`, `b/c.rs`,
+/// `c.rs`).
+fn repo_names() -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for f in repo_files() {
+        let r = rel(&f);
+        let mut path = r.as_str();
+        loop {
+            let mut tail = path;
+            loop {
+                names.insert(tail.to_string());
+                match tail.split_once('/') {
+                    Some((_, rest)) => tail = rest,
+                    None => break,
+                }
+            }
+            match path.rsplit_once('/') {
+                Some((parent, _)) => path = parent,
+                None => break,
+            }
+        }
+    }
+    names
+}
+
+/// Endings of the file names the docs name in code spans.
+const FILE_ENDINGS: [&str; 10] = [
+    ".rs", ".md", ".yaml", ".yml", ".toml", ".sh", ".py", ".json", ".txt", ".tpl",
+];
+
+/// Whether a code span is the name of a repository file or folder: a path
+/// (`a/b.rs`, `dir/`, `b.rs`) that some file or folder of the repository
+/// is, or ends with. Other names with a dot (a field path, a user's
+/// `config.yaml`, the third-party fixtures' folders) are not.
+fn names_repo_path(span: &str, names: &BTreeSet<String>) -> bool {
+    let shape = span.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        && span
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '/'));
+    shape
+        && (span.ends_with('/') || FILE_ENDINGS.iter().any(|e| span.ends_with(e)))
+        && names.contains(span.trim_end_matches('/'))
+}
+
+/// The repository paths named in code spans of one Markdown file that do
+/// not exist at the path they are named by, and how many were checked. A
+/// path is read relative to the repository root, to the file's folder, to
+/// a folder its section's heading names (`## \`it/\` modules`), or to a
+/// folder named before it in the same paragraph, table row or list item
+/// (`\`crates/policy/src/live.rs\`, \`sarif.rs\``); one with a `/` also
+/// as a module path under a crate's `src/` (`\`controller/mod.rs\``). Code
+/// spans in a link's text are the link's business.
+fn misplaced_doc_paths(file: &Path, text: &str, names: &BTreeSet<String>) -> (usize, Vec<String>) {
+    let root = root();
+    let dir = file.parent().unwrap().to_path_buf();
+    let crate_srcs: Vec<PathBuf> = std::iter::once(root.join("src"))
+        .chain(
+            std::fs::read_dir(root.join("crates"))
+                .unwrap()
+                .filter_map(Result::ok)
+                .map(|e| e.path().join("src")),
+        )
+        .filter(|p| p.is_dir())
+        .collect();
+    let line_of = |offset: usize| text[..offset].matches('\n').count() + 1;
+    let resolve_in = |bases: &[PathBuf], span: &str| -> Option<PathBuf> {
+        bases
+            .iter()
+            .filter_map(|b| resolve(b, span))
+            .find(|p| p.exists())
+    };
+    let folder = |p: PathBuf| {
+        if p.is_dir() {
+            p
+        } else {
+            p.parent().unwrap().to_path_buf()
+        }
+    };
+    let (mut section, mut block, mut heading): (Vec<PathBuf>, Vec<PathBuf>, Option<Vec<PathBuf>>) =
+        (Vec::new(), Vec::new(), None);
+    let (mut in_link, mut checked, mut problems) = (0usize, 0, Vec::new());
+    let parser = Parser::new_ext(
+        text,
+        Options::ENABLE_TABLES | Options::ENABLE_HEADING_ATTRIBUTES,
+    );
+    for (event, range) in parser.into_offset_iter() {
+        match event {
+            Event::Start(Tag::Heading { .. }) => {
+                heading = Some(Vec::new());
+                block.clear();
+            }
+            Event::End(TagEnd::Heading(_)) => section = heading.take().unwrap_or_default(),
+            Event::Start(Tag::Paragraph | Tag::TableRow | Tag::TableHead | Tag::Item) => {
+                block.clear()
+            }
+            Event::Start(Tag::Link { dest_url, .. }) => {
+                in_link += 1;
+                let dest = dest_url.split('#').next().unwrap_or("");
+                if !dest.is_empty() && !dest.contains("://") {
+                    if let Some(p) = resolve(&dir, dest).filter(|p| p.exists()) {
+                        block.push(folder(p));
+                    }
+                }
+            }
+            Event::End(TagEnd::Link) => in_link = in_link.saturating_sub(1),
+            Event::Code(c) if in_link == 0 && names_repo_path(&c, names) => {
+                checked += 1;
+                let mut bases = vec![root.clone(), dir.clone()];
+                bases.extend(section.iter().cloned());
+                bases.extend(block.iter().cloned());
+                if c.trim_end_matches('/').contains('/') {
+                    bases.extend(crate_srcs.iter().cloned());
+                }
+                match resolve_in(&bases, &c) {
+                    Some(p) => {
+                        let p = folder(p);
+                        match heading.as_mut() {
+                            Some(h) => h.push(p),
+                            None => block.push(p),
+                        }
+                    }
+                    None => problems.push(format!(
+                        "{}:{}: `{c}` is no file or folder at that path (relative to the repository, the file, its section's or its paragraph's folders)",
+                        rel(file),
+                        line_of(range.start)
+                    )),
+                }
+            }
+            _ => {}
+        }
+    }
+    (checked, problems)
+}
+
+#[test]
+fn a_doc_path_must_exist_where_it_is_named() {
+    let names = repo_names();
+    let doc = root().join("docs/x.md");
+    let check = |text: &str| misplaced_doc_paths(&doc, text, &names).1.len();
+    // Where it is: from the root, the doc's folder, a folder named before
+    // it in the row, a module path.
+    assert_eq!(check("`crates/policy/src/sarif.rs`, `README.md`\n"), 0);
+    assert_eq!(
+        check("| `crates/policy/src/live.rs`, `sarif.rs` | x |\n|-|-|\n"),
+        0
+    );
+    assert_eq!(check("`review/prune.rs`\n"), 0);
+    assert_eq!(
+        check("## `crates/policy/src/`\n\n`sarif.rs` and `manifest/`\n"),
+        0
+    );
+    // A file of that name elsewhere is not enough.
+    assert_eq!(check("| `src/app/` | `live.rs`, `sarif.rs` |\n|-|-|\n"), 1);
+    assert_eq!(check("`sarif.rs`\n"), 1);
+    assert_eq!(check("`src/sarif.rs`\n"), 1);
+    // The folder named in one paragraph does not carry to the next.
+    assert_eq!(check("`crates/policy/src/`\n\n`sarif.rs`\n"), 1);
+    // Not a repository path: no file of the repository has that name.
+    assert_eq!(check("`my-config.yaml` and `spec.forProvider.json`\n"), 0);
+}
+
 #[test]
 fn every_repository_path_in_messages_and_docs_exists() {
+    let names = repo_names();
     let mut problems = Vec::new();
     let mut checked = 0;
     let literal = regex::Regex::new(r#""((?:[^"\\\n]|\\.)*)""#).unwrap();
@@ -631,7 +832,11 @@ fn every_repository_path_in_messages_and_docs_exists() {
                 }
             }
         } else if file.extension().is_some_and(|e| e == "md") {
-            let md = parse_markdown(&std::fs::read_to_string(&file).unwrap());
+            let text = std::fs::read_to_string(&file).unwrap();
+            let (n, misplaced) = misplaced_doc_paths(&file, &text, &names);
+            checked += n;
+            problems.extend(misplaced);
+            let md = parse_markdown(&text);
             for (code, line) in &md.code {
                 if code.contains(' ') {
                     continue;

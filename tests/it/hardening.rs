@@ -1,4 +1,4 @@
-//! Cluster-critical bounds (issue 18), driven over real HTTPS against the
+//! Cluster-critical bounds, driven over real HTTPS against the
 //! release binary with `serve`'s defaults, which are the chart's: peak
 //! memory under large reviews, `/metrics` under invented kinds, and
 //! half-sent requests on both ports (docs/security.md).

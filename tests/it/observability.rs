@@ -655,8 +655,8 @@ fn dashboard_has_its_variables_and_every_panel_on_the_right_metric() {
     }
 }
 
-/// The reload alerts used to fire for a window after a failure; a value
-/// file that still sets that window is told what replaced it.
+/// The chart has no reload-alert window value: a values file that sets
+/// one is refused and told what replaced it.
 #[test]
 fn the_removed_reload_window_value_is_refused_with_its_replacement() {
     let out = helm(&[

@@ -1,4 +1,4 @@
-//! Issue 20, over real HTTPS: exceptions, the Audit action and staged
+//! Policy operations over real HTTPS: exceptions, the Audit action and staged
 //! enforcement on the chart's own configuration, a region change of a
 //! created VPC named sample-vpc; and what `config check` and `explain`
 //! say about them.

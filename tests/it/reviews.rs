@@ -209,7 +209,7 @@ async fn namespace_mapping_applies_to_namespaced_reviews() {
     h.stop().await;
 }
 
-/// Issue 18: the built-in configuration exempts no one by name (without
+/// The built-in configuration exempts no one by name (without
 /// the controller nothing derives the providers' accounts), so a
 /// crossplane-system account changing an immutable field is denied; a
 /// configured glob still exempts the providers it names.

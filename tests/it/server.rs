@@ -411,7 +411,7 @@ async fn invalid_config_at_start_fails_naming_the_line() {
     assert!(err.contains("line 3") && err.contains("bogus"), "{err}");
 }
 
-/// Issue 18: a configuration whose `exemptUsernames` glob matches
+/// A configuration whose `exemptUsernames` glob matches
 /// Crossplane core's service account is valid, but `mrguard serve` warns
 /// at start, naming the glob and the account.
 #[test]

@@ -1,4 +1,4 @@
-//! `mrguard test DIR` through the binary (issue 20): the shipped suites in
+//! `mrguard test DIR` through the binary: the shipped suites in
 //! examples/tests pass and cover every built-in rule, a CEL rule, an
 //! exception and a staged rule; a wrong expectation fails with exit 1 and
 //! a JUnit failure; a broken suite is exit 2, naming what is wrong.

@@ -1,4 +1,4 @@
-//! `mrguard export vap` (issue 20): the exported ValidatingAdmissionPolicies,
+//! `mrguard export vap`: the exported ValidatingAdmissionPolicies,
 //! evaluated as the API server evaluates them (`mrguard_policy::vap::evaluate`
 //! with the project's CEL engine, which follows the Kubernetes CEL
 //! environment), against mrguard's own verdict for the same rules, on every

@@ -489,9 +489,9 @@ mod tests {
         );
     }
 
-    /// Issue 19's gap: a v2 CRD made from an MRD names no Provider, only
-    /// the revision (controller) and the MRD; the revision names the
-    /// Provider. Before, the teardown guard found no kinds for it.
+    /// A v2 CRD made from an MRD names no Provider, only the revision
+    /// (controller) and the MRD; the revision names the Provider, and
+    /// through it the teardown guard finds the Provider's kinds.
     #[test]
     fn a_provider_serves_the_kinds_its_revisions_control_whatever_the_names() {
         let rev = |name: &str, provider: &str| {

@@ -519,8 +519,8 @@ mod tests {
         assert!(w["resources"][0].get("namespace").is_none());
     }
 
-    /// Issue 20: Audit findings fail without enforcing; waived ones are
-    /// `skip` results naming the exception.
+    /// Audit findings fail without enforcing; waived ones are `skip`
+    /// results naming the exception.
     #[test]
     fn audit_findings_fail_and_waived_ones_skip_with_the_exception() {
         let a = result(&finding("team-a", "b", "immutable-field", Action::Audit));

@@ -327,12 +327,103 @@ impl PassCollector {
     }
 }
 
-/// Keeps the violation gauges and the once-per-finding log across passes.
+/// Findings a pass summary names as examples.
+const SUMMARY_EXAMPLES: usize = 5;
+/// Kinds a pass summary counts by name; the others are summed. At 400
+/// kinds with findings, naming each makes a line of about 20 KB.
+const SUMMARY_KINDS: usize = 10;
+
+/// What a pass found, for its one log line: findings counted by rule and
+/// by kind, how many are new since the last pass, and the first new ones.
+/// A WARN line per finding, where 4,000 MRs name a ProviderConfig not
+/// created yet, is 4,000 lines from each leader (8,004 WARN and ERROR
+/// lines over a leader change in the e2e test `quiet::`, against 4).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct FindingsSummary {
+    by_rule: BTreeMap<String, usize>,
+    /// By `Kind.group`.
+    by_kind: BTreeMap<String, usize>,
+    new: usize,
+    /// `Kind.group/namespace/name rule` (no namespace for a cluster-scoped
+    /// MR), the first [`SUMMARY_EXAMPLES`] new findings.
+    examples: Vec<String>,
+}
+
+impl FindingsSummary {
+    /// Counts one of the pass's findings, listed now or kept.
+    fn count(&mut self, f: &AuditFinding) {
+        *self.by_rule.entry(f.rule.clone()).or_default() += 1;
+        *self
+            .by_kind
+            .entry(format!("{}.{}", f.kind, f.group))
+            .or_default() += 1;
+    }
+
+    /// Notes a finding not seen in the last pass.
+    fn new_finding(&mut self, f: &AuditFinding) {
+        self.new += 1;
+        if self.examples.len() < SUMMARY_EXAMPLES {
+            let at = if f.namespace.is_empty() {
+                f.name.clone()
+            } else {
+                format!("{}/{}", f.namespace, f.name)
+            };
+            self.examples
+                .push(format!("{}.{}/{at} {}", f.kind, f.group, f.rule));
+        }
+    }
+
+    /// `rule=n` for every rule, most findings first.
+    fn by_rule(&self) -> String {
+        most_first(&self.by_rule, usize::MAX)
+    }
+
+    /// `Kind.group=n` for the [`SUMMARY_KINDS`] kinds with most findings,
+    /// then how many more kinds and findings there are.
+    fn by_kind(&self) -> String {
+        let mut s = most_first(&self.by_kind, SUMMARY_KINDS);
+        if self.by_kind.len() > SUMMARY_KINDS {
+            let mut counts: Vec<usize> = self.by_kind.values().copied().collect();
+            counts.sort_unstable_by(|a, b| b.cmp(a));
+            let rest: usize = counts[SUMMARY_KINDS..].iter().sum();
+            s.push_str(&format!(
+                ",{} more kinds={rest}",
+                self.by_kind.len() - SUMMARY_KINDS
+            ));
+        }
+        s
+    }
+
+    fn examples(&self) -> String {
+        self.examples.join(", ")
+    }
+}
+
+/// `key=n,…` for the `limit` keys of `counts` with the highest counts,
+/// highest first; ties by key.
+fn most_first(counts: &BTreeMap<String, usize>, limit: usize) -> String {
+    let mut v: Vec<(&String, &usize)> = counts.iter().collect();
+    // Stable: ties keep the map's (the keys') order.
+    v.sort_by(|a, b| b.1.cmp(a.1));
+    v.iter()
+        .take(limit)
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The target of the per-finding debug lines, the same wherever the
+/// module lives: `MRGUARD_LOG=info,mrguard::audit=debug` shows them.
+const FINDING_TARGET: &str = "mrguard::audit";
+
+/// Keeps the violation gauges and which findings are new across passes.
 pub(crate) struct AuditState {
     metrics: Arc<ControllerMetrics>,
-    /// Per kind: the gauge label sets last exported and the finding keys
-    /// already logged.
+    /// Per kind: the gauge label sets last exported and the keys of the
+    /// findings it had.
     kinds: HashMap<String, (Vec<[String; 3]>, HashSet<String>)>,
+    /// The new findings of the pass under way, for its summary.
+    news: FindingsSummary,
 }
 
 impl AuditState {
@@ -340,12 +431,18 @@ impl AuditState {
         Self {
             metrics,
             kinds: HashMap::new(),
+            news: FindingsSummary::default(),
         }
     }
 
+    /// The new findings recorded since the last call, for a pass summary.
+    fn take_news(&mut self) -> FindingsSummary {
+        std::mem::take(&mut self.news)
+    }
+
     /// Records one kind's pass: sets its gauges, drops series that no
-    /// longer apply, and logs findings not logged before. Returns how many
-    /// were new.
+    /// longer apply, and notes findings its last pass did not have (each
+    /// at debug, and in the pass summary). Returns how many were new.
     pub(crate) fn record(&mut self, kind: &MrKind, findings: &[AuditFinding]) -> usize {
         let mut counts: BTreeMap<[String; 3], i64> = BTreeMap::new();
         for f in findings {
@@ -353,7 +450,7 @@ impl AuditState {
                 .entry([f.rule.clone(), kind.group.clone(), kind.kind.clone()])
                 .or_default() += 1;
         }
-        let (labels, logged) = self.kinds.entry(kind.key()).or_default();
+        let (labels, seen) = self.kinds.entry(kind.key()).or_default();
         for old in labels.iter().filter(|l| !counts.contains_key(*l)) {
             let _ = self
                 .metrics
@@ -371,9 +468,11 @@ impl AuditState {
         let mut new = 0;
         for f in findings {
             let key = f.key();
-            if !logged.contains(&key) {
+            if !seen.contains(&key) {
                 new += 1;
-                tracing::warn!(
+                self.news.new_finding(f);
+                tracing::debug!(
+                    target: FINDING_TARGET,
                     group = %f.group,
                     kind = %f.kind,
                     namespace = %f.namespace,
@@ -386,8 +485,8 @@ impl AuditState {
             }
             now_seen.insert(key);
         }
-        // A finding that went away and comes back is logged again.
-        *logged = now_seen;
+        // A finding that went away and comes back is new again.
+        *seen = now_seen;
         new
     }
 
@@ -669,12 +768,14 @@ impl Auditor {
             }
         })
         .await;
+        let mut found = self.state.take_news();
         for kind in cov.kinds() {
             let key = kind.key();
             match self.listed.get(&key).map(|l| &l.report) {
                 Some(Some(report)) => {
                     summary.objects += report.objects;
                     summary.findings += report.findings.len();
+                    report.findings.iter().for_each(|f| found.count(f));
                     collected.kind(kind, report);
                 }
                 Some(None) => {
@@ -690,19 +791,37 @@ impl Auditor {
                 .audit_last_success
                 .set(jiff::Timestamp::now().as_second());
         }
-        tracing::info!(
-            kinds = summary.kinds,
-            listed = summary.listed,
-            empty = summary.empty,
-            objects = summary.objects,
-            read = summary.read,
-            findings = summary.findings,
-            complete = summary.complete,
-            forbidden = summary.forbidden.len(),
-            forbidden_kinds = %summary.forbidden.join(","),
-            seconds = started.elapsed().as_secs_f64(),
-            "audit pass done"
-        );
+        // One line a pass. WARN when it found something its last pass did
+        // not: a steady state of known findings is in the gauges and the
+        // reports, not worth a WARN every interval. A new leader's first
+        // pass finds everything new, and says so once.
+        macro_rules! pass_done {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    kinds = summary.kinds,
+                    listed = summary.listed,
+                    empty = summary.empty,
+                    objects = summary.objects,
+                    read = summary.read,
+                    findings = summary.findings,
+                    new_findings = found.new,
+                    by_rule = %found.by_rule(),
+                    by_kind = %found.by_kind(),
+                    new_examples = %found.examples(),
+                    complete = summary.complete,
+                    forbidden = summary.forbidden.len(),
+                    forbidden_kinds = %summary.forbidden.join(","),
+                    seconds = started.elapsed().as_secs_f64(),
+                    "audit pass done"
+                )
+            };
+        }
+        if found.new > 0 {
+            pass_done!(tracing::Level::WARN);
+        } else {
+            pass_done!(tracing::Level::INFO);
+        }
         if let Some(w) = &self.reports {
             super::reports::sync_logged(w, &collected.finish(), &self.metrics).await;
         }
@@ -985,8 +1104,67 @@ mod tests {
         assert!(f.is_empty(), "{f:?}");
     }
 
+    fn finding(kind: &str, namespace: &str, name: &str, rule: &str) -> AuditFinding {
+        AuditFinding {
+            group: "ec2.aws.upbound.io".into(),
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: format!("{namespace}/{name}"),
+            rule: rule.into(),
+            action: "Warn".into(),
+            message: "m".into(),
+            fix: None,
+            exception: None,
+        }
+    }
+
+    /// A pass's line counts every finding by rule and by kind (the ten
+    /// kinds with most, then the rest summed) and names the first five
+    /// new ones.
     #[test]
-    fn gauges_follow_passes_and_each_finding_is_logged_once() {
+    fn a_pass_summary_counts_by_rule_and_kind_and_names_the_first_new_findings() {
+        let mut s = FindingsSummary::default();
+        let db = finding("K0", "team", "db", "deletion-policy");
+        s.count(&db);
+        s.new_finding(&db);
+        // Kind K<i> has i + 1 findings.
+        for i in 0..12 {
+            for j in 0..=i {
+                let f = finding(
+                    &format!("K{i}"),
+                    "",
+                    &format!("mr-{j}"),
+                    "provider-config-exists",
+                );
+                s.count(&f);
+                s.new_finding(&f);
+            }
+        }
+        assert_eq!(s.new, 79);
+        assert_eq!(s.by_rule(), "provider-config-exists=78,deletion-policy=1");
+        let kinds: Vec<String> = (2..12)
+            .rev()
+            .map(|i| format!("K{i}.ec2.aws.upbound.io={}", i + 1))
+            .collect();
+        assert_eq!(s.by_kind(), format!("{},2 more kinds=4", kinds.join(",")));
+        assert_eq!(
+            s.examples(),
+            "K0.ec2.aws.upbound.io/team/db deletion-policy, \
+             K0.ec2.aws.upbound.io/mr-0 provider-config-exists, \
+             K1.ec2.aws.upbound.io/mr-0 provider-config-exists, \
+             K1.ec2.aws.upbound.io/mr-1 provider-config-exists, \
+             K2.ec2.aws.upbound.io/mr-0 provider-config-exists"
+        );
+        // Kept findings are counted, not new.
+        let mut kept = FindingsSummary::default();
+        kept.count(&db);
+        assert_eq!((kept.new, kept.examples()), (0, String::new()));
+        assert_eq!(kept.by_kind(), "K0.ec2.aws.upbound.io=1");
+    }
+
+    #[test]
+    fn gauges_follow_passes_and_each_finding_is_new_once() {
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
         let mut s = AuditState::new(metrics.clone());
         let kind = bucket_kind();
@@ -998,6 +1176,12 @@ mod tests {
         let findings = audit_object(&kind, bad, &Config::builtin(), Cluster::empty());
         assert_eq!(findings.len(), 1);
         assert_eq!(s.record(&kind, &findings), 1);
+        let news = s.take_news();
+        assert_eq!(news.new, 1);
+        assert_eq!(
+            news.examples(),
+            "Bucket.s3.aws.upbound.io/bad deletion-policy"
+        );
         let g = || {
             metrics
                 .audit_violations
@@ -1005,8 +1189,9 @@ mod tests {
                 .get()
         };
         assert_eq!(g(), 1);
-        // The same finding on the next pass is not logged again.
+        // The same finding on the next pass is not new.
         assert_eq!(s.record(&kind, &findings), 0);
+        assert_eq!(s.take_news(), FindingsSummary::default());
         // Fixed: the series goes away.
         assert_eq!(s.record(&kind, &[]), 0);
         let families = prometheus::core::Collector::collect(&metrics.audit_violations);
@@ -1014,7 +1199,7 @@ mod tests {
             families.iter().all(|f| f.get_metric().is_empty()),
             "{families:?}"
         );
-        // Broken again: logged again.
+        // Broken again: new again.
         assert_eq!(s.record(&kind, &findings), 1);
         assert_eq!(g(), 1);
     }

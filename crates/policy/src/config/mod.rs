@@ -1114,7 +1114,7 @@ resources:
     }
 }
 
-/// Issue 20: what `config check` refuses in `exceptions` and staged actions.
+/// What `config check` refuses in `exceptions` and staged actions.
 #[cfg(test)]
 mod exception_tests {
     use super::*;

@@ -30,7 +30,7 @@ pub(crate) use schema::Schema;
 pub use schema::Unsupported;
 pub use schema_for::{builtin_group, schema_for, SchemaFor};
 
-/// Why a CRD cannot be used to judge objects.
+/// Why a CRD cannot judge objects.
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
     /// The text does not parse as YAML.

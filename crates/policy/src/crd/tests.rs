@@ -621,8 +621,8 @@ fn message_expressions_read_fields_their_rule_does_not() {
 }
 
 // ---------------------------------------------------------------------------
-// Regressions of issue 26: what the API server rejected and `check` passed,
-// or the other way round.
+// Where `check` and the API server could disagree: what the API server
+// rejects must fail `check`, and what it accepts must pass.
 
 #[test]
 fn reserved_and_special_property_names_are_escaped_for_cel() {
@@ -774,7 +774,7 @@ fn formats_the_api_server_checks_and_mrguard_does_not_refuse_the_crd() {
         e.contains("format: email") && e.contains("spec.mail"),
         "{e}"
     );
-    // Patterns Rust's regex cannot read: refused too.
+    // Patterns Rust's regex cannot read: rejected too.
     let v = synthetic(
         json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
             "word": {"type": "string", "pattern": "^(?=a)"},
@@ -1049,7 +1049,8 @@ fn optional_old_self_from_1_30() {
         "properties": {"size": {"type": "integer"}}
     }}});
     let big = widget(json!({"size": 200}));
-    // Before, the field is dropped: a transition rule, not run on create.
+    // A release before 1.30 drops the field: a transition rule, not run on
+    // create.
     assert!(admitted(&synthetic_as(schema.clone(), as_of(29)), &big, None).is_empty());
     assert_eq!(
         admitted(&synthetic_as(schema, as_of(30)), &big, None),

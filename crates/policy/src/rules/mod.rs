@@ -638,8 +638,8 @@ mod warning_length {
     }
 }
 
-/// Issue 20: the effective action of a finding (Audit, staged Deny,
-/// exceptions), decided in one place.
+/// The effective action of a finding (Audit, staged Deny, exceptions),
+/// decided in one place.
 #[cfg(test)]
 mod policy_operations {
     use super::testing::*;

@@ -1,5 +1,5 @@
-//! `mrguard certs generate`: the arguments of [`crate::pki::generate_dev`]
-//! (a development CA and serving certificate; see certs/README.md).
+//! `mrguard certs generate`: a development CA and serving certificate
+//! (certs/README.md), written by [`crate::pki::generate_dev`].
 
 use std::path::PathBuf;
 
@@ -15,6 +15,7 @@ pub enum CertsCommand {
     Generate(GenerateArgs),
 }
 
+/// The arguments of `mrguard certs generate`.
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
     /// Folder for ca.crt, ca.key, tls.crt and tls.key.
@@ -40,7 +41,8 @@ pub struct GenerateArgs {
     pub(crate) force: bool,
 }
 
-pub(crate) fn run(cmd: CertsCommand) -> i32 {
+/// Runs `mrguard certs`; returns the process exit code.
+pub fn run(cmd: CertsCommand) -> i32 {
     let CertsCommand::Generate(a) = cmd;
     let req = DevRequest {
         out: a.out,
