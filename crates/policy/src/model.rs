@@ -193,4 +193,15 @@ impl Finding {
             ),
         }
     }
+
+    /// [`Finding::warning`] followed by `. Fix: …` when the finding has a
+    /// fix: for warnings whose reader has nowhere else to learn it.
+    pub fn warning_with_fix(&self) -> String {
+        let mut w = self.warning();
+        if let Some(fix) = &self.fix {
+            w.push_str(". Fix: ");
+            w.push_str(fix);
+        }
+        w
+    }
 }
