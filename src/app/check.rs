@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
+use mrguard_policy::admission::Decider;
 use mrguard_policy::config::Config;
 use mrguard_policy::crd::{builtin_group, schema_for, CrdError, Crds, SchemaFor};
 use mrguard_policy::kube_version::KubeVersion;
 use mrguard_policy::model::Operation;
-use mrguard_policy::offline::{self, identity, label};
+use mrguard_policy::offline::{identity, label};
 
 use mrguard_policy::composition;
 
@@ -240,13 +241,14 @@ fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result
             },
             None => (None, None),
         };
-        let mut judged =
-            offline::judge_in(op.into(), doc, old, &args.username, &config, crd, &cluster)
-                .map_err(|reason| CheckError::Document {
-                    path: m.file.clone(),
-                    at: at.clone(),
-                    reason,
-                })?;
+        let mut judged = Decider::new(&config, &cluster)
+            .judge(op.into(), doc, old, &args.username, crd)
+            .map_err(|e| e.to_string())
+            .map_err(|reason| CheckError::Document {
+                path: m.file.clone(),
+                at: at.clone(),
+                reason,
+            })?;
         let composition = mrguard_policy::live::composition_report(m, &config, &xrs);
         if let Some(c) = &composition {
             // The report replaces the webhook's view: it knows the lines

@@ -196,7 +196,9 @@ fn body() -> Vec<u8> {
 fn decode_and_validate(b: Bencher<'_, '_>, on: bool) {
     let (body, cfg, cluster) = (body(), config(on), cluster());
     b.bench(|| {
-        let req = Decider::offline(&cfg).decode(black_box(&body)).expect("a valid review");
+        let req = Decider::offline(&cfg)
+            .decode(black_box(&body))
+            .expect("a valid review");
         black_box(Decider::new(&cfg, cluster).validate(&req))
     });
 }
@@ -267,7 +269,9 @@ fn summary() {
         for (cfg, out) in [(&on, &mut d_on), (&off, &mut d_off)] {
             out.push(
                 time(2_000, || {
-                    let req = Decider::offline(cfg).decode(black_box(&body)).expect("a valid review");
+                    let req = Decider::offline(cfg)
+                        .decode(black_box(&body))
+                        .expect("a valid review");
                     black_box(Decider::new(cfg, cluster).validate(&req));
                 })
                 .as_secs_f64()

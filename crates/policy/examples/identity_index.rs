@@ -139,7 +139,8 @@ fn main() {
         let t = Instant::now();
         for _ in 0..PER_ROUND {
             assert!(
-                Decider::new(&config, Cluster::empty()).validate(&req)
+                Decider::new(&config, Cluster::empty())
+                    .validate(&req)
                     .response
                     .allowed
             );

@@ -211,9 +211,7 @@ fn judge(
     warnings.extend(d.response.warnings.clone().unwrap_or_default());
     let denial = (!d.response.allowed).then(|| d.response.result.message.clone());
     let mut notes = match op {
-        Operation::Update => {
-            not_created_notes(decider, &current, old, username, &d.findings)
-        }
+        Operation::Update => not_created_notes(decider, &current, old, username, &d.findings),
         _ => vec![],
     };
     // What an older API server would not enforce, judged on what was sent.

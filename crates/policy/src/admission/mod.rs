@@ -199,11 +199,8 @@ impl<'a> Decider<'a> {
             return allow(req);
         };
         let xrs = self.cluster.composites().snapshot();
-        let analysis = crate::composition::analyse(
-            object,
-            self.config,
-            Some(&*xrs).filter(|x| !x.is_empty()),
-        );
+        let analysis =
+            crate::composition::analyse(object, self.config, Some(&*xrs).filter(|x| !x.is_empty()));
         let name = if req.name.is_empty() {
             crate::mr::Mr(object).name()
         } else {
@@ -396,4 +393,3 @@ fn patch_failed(mut response: AdmissionResponse, why: String) -> Decision {
         mutated: None,
     }
 }
-

@@ -154,4 +154,3 @@ fn composed_by(obj: &Value) -> Option<String> {
         " This MR is composed by {xr}{claim}: undo the change on {on}; its Composition patches it into the field(s) above, and Crossplane retries this update until then."
     ))
 }
-

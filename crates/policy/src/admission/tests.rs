@@ -25,8 +25,7 @@ fn decode(body: &[u8], config: &Config) -> Result<Request, DecodeError> {
 /// server sent and with a tags field under `status` too.
 #[test]
 fn patch_only_path_matches_mutating_the_whole_object() {
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reviews");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reviews");
     let configs = [
         Config::builtin(),
         Config::from_yaml(
@@ -44,8 +43,7 @@ fn patch_only_path_matches_mutating_the_whole_object() {
         let mut req = crate::review::decode(&body).unwrap();
         if let Some(o) = req.object.as_mut() {
             // A status as providers write it, so leaving it out matters.
-            o.value["status"] =
-                serde_json::json!({"atProvider": {"id": "x"}, "conditions": []});
+            o.value["status"] = serde_json::json!({"atProvider": {"id": "x"}, "conditions": []});
         }
         for config in &configs {
             let full = mutate(&req, config);
@@ -107,8 +105,7 @@ fn the_touched_copy_holds_only_what_mutation_touches() {
 /// by managedFields.
 #[test]
 fn leaving_out_managed_fields_changes_no_answer() {
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reviews");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/reviews");
     let config = Config::builtin();
     assert!(!config.reads_managed_fields());
     let mut with_managed_fields = 0;
@@ -225,9 +222,7 @@ fn a_composition_is_allowed_with_warnings() {
         assert_eq!(w.len(), 5, "{w:#?}");
         assert!(w[0].starts_with("composition-immutable-patch: step \"patch-and-transform\", resource \"vpc\", patches[0]: FromCompositeFieldPath spec.parameters.region -> spec.forProvider.region"), "{}", w[0]);
         assert!(w[0].contains("Fix: make spec.parameters.region immutable in the XRD"));
-        assert!(
-            w[1].contains("resource \"subnet-a\", patch set \"subnet-location\" patches[0]")
-        );
+        assert!(w[1].contains("resource \"subnet-a\", patch set \"subnet-location\" patches[0]"));
         assert!(w[1].contains("CombineFromComposite spec.parameters.geo, spec.parameters.area -> spec.forProvider.region"));
         assert!(!w.iter().any(|w| w.contains("-> spec.forProvider.tags")));
     }

@@ -295,7 +295,9 @@ fn a_staged_rule_notes_the_date_it_denies_from() {
         ..judging(&cfg, "c")
     };
     let f = judge(&analyse(&comp, &cfg, None), &then);
-    assert!(f.iter().all(|f| f.action == Action::Deny && f.note.is_none()));
+    assert!(f
+        .iter()
+        .all(|f| f.action == Action::Deny && f.note.is_none()));
 }
 
 /// An exception matching the Composition by name waives its findings
@@ -323,5 +325,7 @@ fn an_exception_waives_a_compositions_findings_by_its_name() {
         ..judging(&cfg, "xnetworks.aws.example.org")
     };
     let f = judge(&a, &expired);
-    assert!(f.iter().all(|f| f.action == Action::Deny && f.exception().is_none()));
+    assert!(f
+        .iter()
+        .all(|f| f.action == Action::Deny && f.exception().is_none()));
 }

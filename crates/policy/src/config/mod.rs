@@ -326,9 +326,8 @@ impl Config {
         }
         // An exception may also waive the teardown guard, which has no
         // configurable action.
-        let known_rule = |r: &str| {
-            r == crate::admission::TEARDOWN || check_rule_key("", r, &cel_names).is_ok()
-        };
+        let known_rule =
+            |r: &str| r == crate::admission::TEARDOWN || check_rule_key("", r, &cel_names).is_ok();
         let exceptions = exceptions::validate(raw.exceptions, &known_rule, &resources)?;
         const MANAGED_FIELDS: &[&str] = &["metadata", "managedFields"];
         let reaches = |path: &[&str]| {
@@ -1118,7 +1117,7 @@ resources:
     }
 }
 
-/// Issue 20: what `config check` refuses in `exceptions` and staged actions.
+/// What `config check` refuses in `exceptions` and staged actions.
 #[cfg(test)]
 mod exception_tests {
     use super::*;

@@ -14,8 +14,8 @@ use crate::mr::{self, DeletionOutcome, Mr, PolicyAction, PolicySet};
 use crate::review::RequestBuilder;
 
 use super::{
-    Creation, CreationState, Deletion, DocumentedMark, ExceptionSummary, ExplainError,
-    Explanation, Fact, FieldExplanation, FindingSummary, Options, Policies, SetBy, VALUE_WIDTH,
+    Creation, CreationState, Deletion, DocumentedMark, ExceptionSummary, ExplainError, Explanation,
+    Fact, FieldExplanation, FindingSummary, Options, Policies, SetBy, VALUE_WIDTH,
 };
 
 /// What [`Decider::explain`] says of `object`.
@@ -239,57 +239,57 @@ impl Rows<'_> {
     /// immutable, and which rules a change to it meets.
     fn row(&self, keys: &[String], value: &Value) -> FieldExplanation {
         let (object, entries, is_provider) = (self.object, self.entries, self.is_provider);
-    let list = value.is_array();
-    let steps: Vec<Step<'_>> = keys.iter().map(|k| Step::Field(k)).collect();
-    let owners: Vec<&ManagedEntry> = entries
-        .iter()
-        .filter(|e| e.subresource.is_empty() && e.owns(&steps, list))
-        .collect();
-    let mut managers: Vec<String> = Vec::new();
-    for e in &owners {
-        if !managers.contains(&e.manager) {
-            managers.push(e.manager.clone());
+        let list = value.is_array();
+        let steps: Vec<Step<'_>> = keys.iter().map(|k| Step::Field(k)).collect();
+        let owners: Vec<&ManagedEntry> = entries
+            .iter()
+            .filter(|e| e.subresource.is_empty() && e.owns(&steps, list))
+            .collect();
+        let mut managers: Vec<String> = Vec::new();
+        for e in &owners {
+            if !managers.contains(&e.manager) {
+                managers.push(e.manager.clone());
+            }
         }
-    }
-    let set_by = if owners.is_empty() {
-        SetBy::Unknown
-    } else if owners.iter().all(|e| is_provider(e)) {
-        SetBy::Provider
-    } else {
-        SetBy::User
-    };
-    let immutable = self.immutable_paths.iter().any(|p| {
-        let n = p.len().min(keys.len());
-        p[..n] == keys[..n]
-    });
-    let mut changed = object.clone();
-    if let Some(slot) = pointer_mut(&mut changed, keys) {
-        *slot = perturb(slot);
-    }
-    let change_denied_by = denials(self.decider, object, &changed)
-        .into_iter()
-        .filter(|r| !self.baseline.contains(r))
-        .collect();
-    let path = display_path(keys);
-    let hint = (list && set_by == SetBy::Provider).then(|| {
+        let set_by = if owners.is_empty() {
+            SetBy::Unknown
+        } else if owners.iter().all(|e| is_provider(e)) {
+            SetBy::Provider
+        } else {
+            SetBy::User
+        };
+        let immutable = self.immutable_paths.iter().any(|p| {
+            let n = p.len().min(keys.len());
+            p[..n] == keys[..n]
+        });
+        let mut changed = object.clone();
+        if let Some(slot) = pointer_mut(&mut changed, keys) {
+            *slot = perturb(slot);
+        }
+        let change_denied_by = denials(self.decider, object, &changed)
+            .into_iter()
+            .filter(|r| !self.baseline.contains(r))
+            .collect();
+        let path = display_path(keys);
+        let hint = (list && set_by == SetBy::Provider).then(|| {
         format!(
             "{path} is a list the provider late-initialized ({}): it is enforced from now on and fights changes made outside Crossplane; \
              leave LateInitialize out of spec.managementPolicies, or set the field yourself",
             managers.join(", ")
         )
     });
-    FieldExplanation {
-        path,
-        value: shorten(value),
-        list,
-        managers,
-        set_by,
-        immutable,
-        change_denied_by,
-        hint,
-        documented: None,
+        FieldExplanation {
+            path,
+            value: shorten(value),
+            list,
+            managers,
+            set_by,
+            immutable,
+            change_denied_by,
+            hint,
+            documented: None,
+        }
     }
-}
 }
 
 /// The documented mark of a row at `keys`: the field itself, a documented

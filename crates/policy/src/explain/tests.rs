@@ -1,9 +1,13 @@
 use super::*;
-use analysis::perturb;
 use crate::config::Config;
+use analysis::perturb;
 use serde_json::Value;
 
-fn explain(object: &Value, config: &Config, options: &Options) -> Result<Explanation, ExplainError> {
+fn explain(
+    object: &Value,
+    config: &Config,
+    options: &Options,
+) -> Result<Explanation, ExplainError> {
     Decider::offline(config).explain(object, options)
 }
 use serde_json::json;

@@ -661,7 +661,7 @@ mod warning_length {
     }
 }
 
-/// Issue 20: the effective action of a finding (Audit, staged Deny,
+/// The effective action of a finding (Audit, staged Deny,
 /// exceptions), decided in one place.
 #[cfg(test)]
 mod policy_operations {
