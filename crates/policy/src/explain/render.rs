@@ -2,9 +2,19 @@
 
 use super::{CreationState, Explanation, FieldExplanation, SetBy};
 
-/// The explanation as text for a terminal.
+/// The explanation as text for a terminal: the facts, the field table,
+/// the documented immutable fields, then the hints.
 pub fn render_text(e: &Explanation) -> String {
     let mut out = String::new();
+    facts(e, &mut out);
+    field_table(e, &mut out);
+    documented(e, &mut out);
+    hints(e, &mut out);
+    out
+}
+
+/// The heading and one line per derived fact, deletion and identity.
+fn facts(e: &Explanation, out: &mut String) {
     let scope = if e.namespace.is_empty() {
         "cluster-scoped".to_string()
     } else {
@@ -41,13 +51,6 @@ pub fn render_text(e: &Explanation) -> String {
             "{} (does not apply: the outcome is Orphan)",
             d.protected_by.join(" and ")
         )
-    };
-    let verdict = |denied: &[String]| {
-        if denied.is_empty() {
-            "allowed".to_string()
-        } else {
-            format!("denied by {}", denied.join(", "))
-        }
     };
     let rows: [(&str, String); 10] = [
         (
@@ -138,6 +141,19 @@ pub fn render_text(e: &Explanation) -> String {
         let (k, v) = l.split_once(": ").unwrap_or(("", &l));
         out.push_str(&format!("  {k:<11} {v}\n"));
     }
+}
+
+/// "allowed", or the rules that deny.
+fn verdict(denied: &[String]) -> String {
+    if denied.is_empty() {
+        "allowed".to_string()
+    } else {
+        format!("denied by {}", denied.join(", "))
+    }
+}
+
+/// One row per value under forProvider and initProvider, in columns.
+fn field_table(e: &Explanation, out: &mut String) {
     if !e.fields.is_empty() {
         out.push('\n');
         let header = ["FIELD", "VALUE", "SET BY", "IMMUTABLE", "CHANGE NOW"];
@@ -187,6 +203,11 @@ pub fn render_text(e: &Explanation) -> String {
             out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
         }
     }
+}
+
+/// The fields the CRD documents as immutable that the configuration does
+/// not list.
+fn documented(e: &Explanation, out: &mut String) {
     let documented: Vec<&FieldExplanation> = e
         .fields
         .iter()
@@ -204,13 +225,16 @@ pub fn render_text(e: &Explanation) -> String {
             }
         }
     }
+}
+
+/// What to do next, when anything stands out.
+fn hints(e: &Explanation, out: &mut String) {
     if !e.hints.is_empty() {
         out.push_str("\nhints:\n");
         for h in &e.hints {
             out.push_str(&format!("  - {h}\n"));
         }
     }
-    out
 }
 
 fn yes_no(b: bool) -> &'static str {
