@@ -55,6 +55,7 @@ pub mod documented;
 pub mod explain;
 pub mod fieldpath;
 pub mod identity;
+pub(crate) mod judging;
 pub mod kube_version;
 pub mod live;
 pub mod managed_fields;

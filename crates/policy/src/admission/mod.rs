@@ -26,8 +26,9 @@ use serde_json::Value;
 use crate::cluster::Cluster;
 use crate::config::{Config, Subject};
 use crate::fieldpath::{FieldPath, Segment};
+use crate::judging::Judging;
 use crate::model::{Finding, Operation};
-use crate::rules::{self, Judging, RuleContext};
+use crate::rules::{self, RuleContext};
 
 use crate::review::{self, DecodeError, Request};
 

@@ -11,8 +11,7 @@ use crate::cluster::Cluster;
 use crate::model::{Operation, Violation};
 use crate::review::Request;
 
-/// The rule name in messages and metrics.
-pub const TEARDOWN: &str = "teardown";
+pub use crate::model::TEARDOWN;
 
 /// mrguard's annotation on a namespace: `"true"` allows deleting it while
 /// it holds MRs whose deletion deletes their external resources.

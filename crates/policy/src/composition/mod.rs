@@ -22,8 +22,8 @@ use serde_json::Value;
 pub use explain::{patches, Patches};
 
 use crate::config::Config;
+use crate::judging::Judging;
 use crate::model::{Action, Finding, Violation};
-use crate::rules::Judging;
 
 pub use xr::{XrIndex, XrSchemas};
 

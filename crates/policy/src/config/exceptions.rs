@@ -169,7 +169,7 @@ pub(super) fn validate(
                     format!(
                         "unknown rule {r:?}; known rules are {}, {} and cel:<name> of a defined CEL rule",
                         crate::model::RULE_NAMES.join(", "),
-                        crate::admission::TEARDOWN
+                        crate::model::TEARDOWN
                     ),
                 ));
             }

@@ -327,7 +327,7 @@ impl Config {
         // An exception may also waive the teardown guard, which has no
         // configurable action.
         let known_rule =
-            |r: &str| r == crate::admission::TEARDOWN || check_rule_key("", r, &cel_names).is_ok();
+            |r: &str| r == crate::model::TEARDOWN || check_rule_key("", r, &cel_names).is_ok();
         let exceptions = exceptions::validate(raw.exceptions, &known_rule, &resources)?;
         const MANAGED_FIELDS: &[&str] = &["metadata", "managedFields"];
         let reaches = |path: &[&str]| {

@@ -7,9 +7,10 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use crate::cluster::Cluster;
+use crate::config::Subject;
 use crate::config::{Config, ResourceConfig};
-use crate::config::{RuleAction, Subject};
-use crate::model::{Action, Finding, Note, Operation, Violation};
+use crate::judging::Judging;
+use crate::model::{Action, Finding, Operation, Violation};
 use crate::review::Request;
 
 mod adoption;
@@ -182,60 +183,6 @@ pub trait Rule: Sync {
 pub(crate) const CU: &[Operation] = &[Operation::Create, Operation::Update];
 pub(crate) const U: &[Operation] = &[Operation::Update];
 pub(crate) const D: &[Operation] = &[Operation::Delete];
-
-/// What a finding is judged against besides its rule's action: the object
-/// exceptions are matched with and the time staged actions and expiries
-/// are read at. MR rules, Composition patches and the teardown guard all
-/// decide through it, so a waiver or a staged date reads the same
-/// whichever webhook answers.
-pub(crate) struct Judging<'a> {
-    pub(crate) config: &'a Config,
-    pub(crate) subject: Subject<'a>,
-    pub(crate) now: jiff::Timestamp,
-}
-
-impl Judging<'_> {
-    /// The one place that decides what a violation does: the configured
-    /// action as of `now` (Off, Audit, Warn, Deny, or a staged Deny that
-    /// warns until its date), capped for warn-only violations, then waived
-    /// by the first exception that matches. `None` when the rule is Off.
-    pub(crate) fn decide(
-        &self,
-        rule: Cow<'static, str>,
-        configured: RuleAction,
-        v: Violation,
-    ) -> Option<Finding> {
-        let (mut action, deny_from) = configured.at(self.now);
-        if v.warn_only {
-            action = action.min(Action::Warn);
-        }
-        if action == Action::Off {
-            return None;
-        }
-        let mut note = match deny_from {
-            // A warn-only violation never denies, so nothing is staged for it.
-            Some(t) if !v.warn_only => Some(Note::Staged {
-                deny_from: t.to_string(),
-            }),
-            _ => None,
-        };
-        if let Some(e) = self.config.exception_for(&rule, &self.subject, self.now) {
-            // Waived: allowed, and the user is told which exception waived it.
-            action = Action::Warn;
-            note = Some(Note::Waived {
-                exception: e.name.clone(),
-                expires: e.expires.map(|t| t.to_string()),
-            });
-        }
-        Some(Finding {
-            rule,
-            action,
-            message: v.message,
-            fix: v.fix,
-            note,
-        })
-    }
-}
 
 /// Runs every built-in rule and every configured CEL rule; returns all
 /// findings whose action is not Off.
