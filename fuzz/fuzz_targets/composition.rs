@@ -1,10 +1,12 @@
 //! Compositions (JSON, as the webhook receives them; an array stands for
 //! several documents, XRDs among them) through the analysis, with and
-//! without the XRD: never a panic.
+//! without the XRD, and through the webhook's decision: never a panic.
 #![no_main]
 
-use mrguard_policy::composition::{analyse, judge, XrSchemas};
+use mrguard_policy::admission::Decider;
+use mrguard_policy::composition::{analyse, XrSchemas};
 use mrguard_policy::config::Config;
+use mrguard_policy::review::RequestBuilder;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else {
@@ -19,13 +21,14 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     for d in &docs {
         xrs.add(d);
     }
+    let decider = Decider::offline(&config);
     for d in &docs {
         for x in [None, Some(&xrs)] {
             let a = analyse(d, &config, x);
             for f in &a.findings {
                 let _ = (f.message(), f.fix());
             }
-            let _ = judge(&a, &config);
         }
+        let _ = decider.composition(&RequestBuilder::create(d.clone()).build());
     }
 });

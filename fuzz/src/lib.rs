@@ -87,10 +87,11 @@ pub fn review_bytes(body: &[u8]) {
 
 pub fn review_request(request: &Request) {
     for config in configs() {
-        let decision = admission::validate(request, config);
+        let decider = admission::Decider::offline(config);
+        let decision = decider.validate(request);
         check_encoded(&review::encode(decision.response), &request.uid);
 
-        let decision = admission::mutate(request, config);
+        let decision = decider.mutate(request);
         let encoded = review::encode(decision.response);
         let response = check_encoded(&encoded, &request.uid);
         if let Some(patch) = response.get("patch") {
@@ -115,7 +116,7 @@ pub fn review_request(request: &Request) {
             // Idempotence: mutating the result again changes nothing.
             let mut again = request.clone();
             again.object = Some(review::RawObject::new(object));
-            let second = admission::mutate(&again, config);
+            let second = decider.mutate(&again);
             assert!(
                 second.response.patch.is_none(),
                 "mutation is not idempotent: first patch {}, second patch {}, request {}",
@@ -148,8 +149,9 @@ pub fn patch_only_bytes(body: &[u8]) {
         return;
     };
     for config in configs() {
-        let whole = admission::mutate(&request, config);
-        let lean = admission::mutate_patch_only(&request, config);
+        let decider = admission::Decider::offline(config);
+        let whole = decider.mutate(&request);
+        let lean = decider.mutate_patch_only(&request);
         assert!(lean.mutated.is_none(), "patch-only built the whole object");
         let patch = |d: &admission::Decision| {
             d.response

@@ -9,13 +9,14 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 
+use mrguard_policy::admission::Decider;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::composition::{self, XrSchemas};
 use mrguard_policy::config::Config;
 use mrguard_policy::crd::{builtin_group, schema_for, CrdError, CrdVersion, Crds, SchemaFor};
 use mrguard_policy::kube_version::KubeVersion;
 use mrguard_policy::model::Operation;
-use mrguard_policy::offline::{self, identity, label, Judged};
+use mrguard_policy::offline::{identity, label, Judged};
 
 use super::live::{LiveFinding, LiveOutput, LiveResult};
 use super::manifests::{self, Manifest, ManifestError};
@@ -288,16 +289,10 @@ fn check_one(
     let old = old_of(inputs, m)?;
     let mut notes = Vec::new();
     let (crd, missing) = crd_of(args, inputs, doc, &mut notes)?;
-    let mut judged = offline::judge_in(
-        op.into(),
-        doc,
-        old,
-        &args.username,
-        &inputs.config,
-        crd,
-        &inputs.cluster,
-    )
-    .map_err(|reason| CheckError::Document {
+    let mut judged = Decider::new(&inputs.config, &inputs.cluster)
+        .judge(op.into(), doc, old, &args.username, crd)
+        .map_err(|e| e.to_string())
+        .map_err(|reason| CheckError::Document {
         path: m.file.clone(),
         at: m.at.clone(),
         reason,

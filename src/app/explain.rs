@@ -11,6 +11,7 @@ use clap::{Args, ValueEnum};
 use super::cluster::{self, api_error, ConfigSource, Resource};
 use super::manifests;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use mrguard_policy::admission::Decider;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::crd::Crds;
 use mrguard_policy::explain::{self, Options, DEFAULT_PROVIDER_MANAGERS};
@@ -172,15 +173,15 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
             },
             (None, None) => None,
         };
-        let cluster = facts.as_ref().unwrap_or(Cluster::empty());
+        let decider = Decider::new(&config, facts.as_ref().unwrap_or(Cluster::empty()));
         let is_mr = mrguard_policy::mr::is_managed(o);
         if !is_mr && composition.is_none() {
             // Neither an MR nor an XR whose Composition is known.
-            explain::explain_in(o, &config, &options, cluster)?;
+            decider.explain(o, &options)?;
         }
         out.push(Explained {
             mr: if is_mr {
-                Some(explain::explain_in(o, &config, &options, cluster)?)
+                Some(decider.explain(o, &options)?)
             } else {
                 None
             },

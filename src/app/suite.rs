@@ -9,9 +9,9 @@ use clap::Args;
 use serde::Deserialize;
 use serde_json::Value;
 
+use mrguard_policy::admission::Decider;
 use mrguard_policy::config::{Config, ConfigError};
 use mrguard_policy::model::Operation;
-use mrguard_policy::offline;
 use mrguard_policy::suite::{compare, junit, text_report, CaseResult, Expect, SuiteResult};
 
 /// Arguments of `mrguard test`.
@@ -260,7 +260,7 @@ pub(crate) fn run_suite(path: &Path) -> Result<SuiteResult, SuiteError> {
             Some(mrguard_policy::crd::Lookup::Found(v)) => Some(v),
             _ => None,
         };
-        let judged = offline::judge_in(op, &object, old.as_ref(), user, &config, crd, &cluster);
+        let judged = Decider::new(&config, &cluster).judge(op, &object, old.as_ref(), user, crd);
         let failures = match judged {
             Ok(j) => compare(&c.expect, &j),
             Err(e) => vec![format!("the request could not be judged: {e}")],

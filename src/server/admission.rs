@@ -36,7 +36,7 @@ use tower::{BoxError, ServiceBuilder};
 
 use crate::config::ConfigStore;
 use crate::metrics::{AdmissionMetrics, RejectReason, RequestLabels};
-use mrguard_policy::admission::{self, Decision, Outcome, Webhook};
+use mrguard_policy::admission::{Decider, Decision, Outcome, Webhook};
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::review::{self, DecodeError};
 
@@ -184,14 +184,17 @@ async fn answer(State(endpoint): State<Arc<Endpoint>>, arrived: Arrived, req: Re
         drop(permit.split(permit.num_permits() - used as usize));
     }
     let config = endpoint.config.load();
-    let decoded = admission::decode(&body, &config).map_err(Rejection::Undecodable);
+    // Two references: built per request from this snapshot of the
+    // configuration and the replica's cluster view.
+    let decider = Decider::new(&config, &endpoint.cluster);
+    let decoded = decider.decode(&body).map_err(Rejection::Undecodable);
     // The raw bytes are not needed once parsed.
     drop(body);
     let request = match decoded {
         Ok(r) => r,
         Err(rejection) => return endpoint.refuse(rejection, arrived),
     };
-    let decide = || decide(endpoint.webhook, &request, &config, &endpoint.cluster);
+    let decide = || decide(endpoint.webhook, &request, &decider);
     // Each configured CEL rule is timed into the metrics' histogram.
     let decision = match &endpoint.metrics {
         Some(m) => mrguard_policy::cel::with_observer(m.cel_observer(), decide),
@@ -241,15 +244,9 @@ async fn read_body(
 /// in depth so one bad input can never take the answer down with it: the
 /// validating webhook then denies, the mutating one allows unchanged with
 /// a warning.
-fn decide(
-    webhook: Webhook,
-    request: &review::Request,
-    config: &mrguard_policy::config::Config,
-    cluster: &Cluster,
-) -> Decision {
-    let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match webhook {
-        Webhook::Mutate => admission::mutate_patch_only_in(request, config, cluster),
-        Webhook::Validate => admission::validate_in(request, config, cluster),
+fn decide(webhook: Webhook, request: &review::Request, decider: &Decider<'_>) -> Decision {
+    let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        decider.decide(webhook, request)
     }));
     let decision = decided.unwrap_or_else(|_| {
         tracing::error!(uid = %request.uid, webhook = webhook.as_str(), "a rule panicked; answering by failure policy");

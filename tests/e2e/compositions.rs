@@ -2,7 +2,8 @@
 //! Composition that patches an XR field into an immutable field is
 //! admitted with mrguard's warnings, and when Crossplane core's account
 //! then updates a created composed VPC with a new region, the denial names
-//! the VPC's XR and claim.
+//! the VPC's XR and claim. A staged action and an exception read on a
+//! Composition's warnings as on an MR's.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -317,6 +318,81 @@ async fn a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr() {
     )
     .await
     .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
+}
+
+/// Staged enforcement and exceptions reach Compositions as every rule:
+/// with `composition-immutable-patch` a staged Deny, `kubectl create` of a
+/// Composition prints each warning with the date it will be denied from;
+/// an exception whose `match.names` names another Composition waives its
+/// findings, and each warning names the exception and its expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_composition_rule_warns_with_its_date_and_an_exception_names_itself() {
+    const TEST: &str =
+        "a_staged_composition_rule_warns_with_its_date_and_an_exception_names_itself";
+    let Some(cluster) = support::require_cluster(TEST).await else {
+        return;
+    };
+    let Some(fixtures) = support::third_party_fixtures(TEST) else {
+        return;
+    };
+    let waived = "xnetworks-legacy.e2e-compositions-staged.example.org";
+    let r = support::install(
+        cluster,
+        "e2e-compositions-staged",
+        Options {
+            config: Some(format!(
+                "{CONFIG}rules:\n  composition-immutable-patch: {{action: Deny, warnUntil: \"2099-06-01T00:00:00Z\"}}\n\
+                 exceptions:\n  - name: net-legacy\n    rules: [composition-immutable-patch]\n    match: {{names: [\"{waived}\"]}}\n    \
+                 reason: the legacy network is retired in 2099 (ticket NET-7)\n    expires: \"2099-01-31T00:00:00Z\"\n"
+            )),
+            ..Options::default()
+        },
+    )
+    .await;
+    crossplane_crd(
+        &r.client,
+        &fixtures,
+        "compositions.apiextensions.crossplane.io",
+    )
+    .await;
+    let path = "/apis/apiextensions.crossplane.io/v1/compositions";
+    let ours = |w: &&String| w.starts_with("composition-immutable-patch: ");
+
+    // The webhook answers once the controller has written its caBundle.
+    let staged = serde_json::to_value(
+        r.object(composition("xnetworks.e2e-compositions-staged.example.org")),
+    )
+    .unwrap();
+    wait_for("the staged warnings", WAIT, || async {
+        let resp = api::create(&r.client, path, &staged, true).await.ok()?;
+        resp.warnings.iter().any(|w| ours(&w)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
+    let resp = api::create(&r.client, path, &staged, false).await.unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    let w: Vec<&String> = resp.warnings.iter().filter(ours).collect();
+    assert_eq!(w.len(), 5, "{:#?}", resp.warnings);
+    for w in &w {
+        assert!(
+            w.contains("(staged: this will be denied from 2099-06-01T00:00:00Z). Fix: "),
+            "{w}"
+        );
+    }
+
+    let legacy = serde_json::to_value(r.object(composition(waived))).unwrap();
+    let resp = api::create(&r.client, path, &legacy, false).await.unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    let w: Vec<&String> = resp.warnings.iter().filter(ours).collect();
+    assert_eq!(w.len(), 5, "{:#?}", resp.warnings);
+    for w in &w {
+        assert!(
+            w.starts_with(
+                "composition-immutable-patch: waived by exception net-legacy (expires 2099-01-31T00:00:00Z): step "
+            ),
+            "{w}"
+        );
+    }
 }
 
 /// A cluster-scoped XR kind for XNetwork, as Crossplane generates from

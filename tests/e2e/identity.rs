@@ -481,6 +481,85 @@ async fn namespace_with_vpc(r: &support::Release, name: &str) {
     .unwrap();
 }
 
+/// An exception with `rules: [teardown]` matching a namespace by name
+/// waives the teardown denial: the deletion goes through with a warning
+/// naming the exception; a namespace it does not name is still denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exception_naming_a_namespace_waives_its_teardown_denial() {
+    let Some(cluster) =
+        support::require_cluster("an_exception_naming_a_namespace_waives_its_teardown_denial")
+            .await
+    else {
+        return;
+    };
+    let r = support::install(
+        cluster,
+        "e2e-teardown-exc",
+        Options {
+            // The built-in configuration (the chart's default) with the exception.
+            config: Some(format!(
+                "{}exceptions:\n  - name: retired-teams\n    rules: [teardown]\n    match: {{names: [\"*-retired\"]}}\n    \
+                 reason: these teams' accounts are closed (ticket OPS-9)\n    expires: \"2099-01-31T00:00:00Z\"\n",
+                mrguard_policy::config::BUILTIN_YAML
+            )),
+            ..Options::default()
+        },
+    )
+    .await;
+    let (retired, held) = (
+        format!("{}-retired", r.workload_ns),
+        format!("{}-held", r.workload_ns),
+    );
+    namespace_with_vpc(&r, &held).await;
+    namespace_with_vpc(&r, &retired).await;
+    let ns: kube::Api<Namespace> = kube::Api::all(r.client.clone());
+    let dry = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    // The index has the MRs once the namespace the exception leaves out
+    // is denied.
+    wait_for("the held namespace's deletion denied", WAIT, || async {
+        match ns.delete(&held, &dry).await {
+            Err(kube::Error::Api(s)) if s.message.contains("[teardown]") => Some(()),
+            _ => None,
+        }
+    })
+    .await
+    .map_err(|e| r.with_logs(e))
+    .unwrap();
+    let resp = api::request(
+        &r.client,
+        "DELETE",
+        &format!("/api/v1/namespaces/{retired}"),
+        "application/json",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert!(
+        resp.warnings.iter().any(|w| {
+            w.starts_with(
+            "teardown: waived by exception retired-teams (expires 2099-01-31T00:00:00Z): namespace "
+        ) && w.contains(&format!("VPC.ec2.aws.m.upbound.io {retired}/net"))
+        }),
+        "{:?}",
+        resp.warnings
+    );
+    // envtest runs no namespace controller: the namespace stays
+    // Terminating; its VPC goes so that no MR is left in it.
+    for n in [&retired, &held] {
+        let _ = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+            r.client.clone(),
+            n,
+            &support::namespaced_vpc_resource(),
+        )
+        .delete("net", &DeleteParams::default())
+        .await;
+    }
+}
+
 /// The teardown guard: a namespace that still holds an MR whose deletion
 /// deletes its external resource cannot be deleted (the denial names the
 /// MR), and can be once annotated. With mrguard stopped the entry fails

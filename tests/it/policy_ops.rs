@@ -340,3 +340,65 @@ fn check_shows_audit_findings_without_failing() {
     );
     assert!(!err.contains("warning: immutable-field"), "{err}");
 }
+
+/// An exception reaches a Composition's findings over real HTTPS: with
+/// `composition-immutable-patch: Deny`, the Composition it names by
+/// `match.names` is admitted with warnings naming it, and each waived
+/// finding is counted by the exception instead of as a finding.
+#[tokio::test]
+async fn an_exception_waives_a_compositions_denial_and_is_counted() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/compositions/network-pipeline.yaml"),
+    )
+    .unwrap();
+    let composition: Value = serde_saphyr::from_str(&text).unwrap();
+    let h = TestServer::with_config(&chart_config_with(json!({
+        "rules": {"composition-immutable-patch": "Deny"},
+        "exceptions": [{
+            "name": "net-legacy",
+            "rules": ["composition-immutable-patch"],
+            "match": {"names": ["xnetworks.aws.example.org"]},
+            "reason": "the legacy network is retired in 2099 (ticket NET-7)",
+            "expires": "2099-01-31T00:00:00Z",
+        }],
+    })))
+    .await;
+    let r = h
+        .review("/validate", &crate::support::create(&composition).review())
+        .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let w = warnings(&r);
+    assert_eq!(w.len(), 5, "{w:?}");
+    assert!(
+        w.iter().all(|w| w.starts_with(
+            "composition-immutable-patch: waived by exception net-legacy (expires 2099-01-31T00:00:00Z): step "
+        )),
+        "{w:?}"
+    );
+    // Another name is denied.
+    let mut other = composition.clone();
+    other["metadata"]["name"] = json!("xnetworks-2.aws.example.org");
+    let r = h
+        .review("/validate", &crate::support::create(&other).review())
+        .await;
+    assert_eq!(r["allowed"], false, "{r}");
+    let m = h.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            "mrguard_exceptions_applied_total{exception=\"net-legacy\",rule=\"composition-immutable-patch\"}"
+        ),
+        Some(5.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "mrguard_rule_findings_total{action=\"Deny\",rule=\"composition-immutable-patch\"}"
+        ),
+        Some(5.0),
+        "{m}"
+    );
+    h.stop().await;
+}

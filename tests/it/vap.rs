@@ -35,7 +35,8 @@ fn exported(rule: &str) -> bool {
 /// mrguard's verdict on the exported rules: (rule, action) of every
 /// finding not waived by an exception.
 fn mrguard_verdict(req: &Request, config: &Config) -> BTreeSet<(String, String)> {
-    mrguard_policy::admission::validate(req, config)
+    mrguard_policy::admission::Decider::offline(config)
+        .validate(req)
         .findings
         .iter()
         .filter(|f| exported(&f.rule) && f.exception().is_none())

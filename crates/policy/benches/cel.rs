@@ -20,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use divan::{black_box, Bencher};
-use mrguard_policy::admission::validate;
+use mrguard_policy::admission::Decider;
 use mrguard_policy::cel::{CelProgram, Inputs, Reads, Scope, CONFIG_VARS, CRD_VARS};
 use mrguard_policy::config::Config;
 use mrguard_policy::review::{Request, RequestBuilder};
@@ -130,9 +130,9 @@ fn update_request() -> Request {
 fn validate_update(bencher: Bencher<'_, '_>, rules: usize) {
     let req = update_request();
     let config = config(rules);
-    let d = validate(&req, &config);
+    let d = Decider::offline(&config).validate(&req);
     assert!(d.response.allowed, "{}", d.response.result.message);
-    bencher.bench_local(|| black_box(validate(black_box(&req), &config)));
+    bencher.bench_local(|| black_box(Decider::offline(&config).validate(black_box(&req))));
 }
 
 fn ten_programs() -> Vec<CelProgram> {
@@ -338,7 +338,7 @@ fn ratios() {
     for _ in 0..ROUNDS {
         for (i, c) in configs.iter().enumerate() {
             let t = time(2_000 / (1 + counts[i] as u32 / 10), || {
-                black_box(validate(black_box(&req), c));
+                black_box(Decider::offline(c).validate(black_box(&req)));
             });
             times[i].push(t.as_secs_f64() * 1e6);
         }

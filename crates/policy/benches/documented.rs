@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use divan::{black_box, Bencher};
-use mrguard_policy::admission::{decode, validate_in};
+use mrguard_policy::admission::Decider;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::{Config, BUILTIN_YAML};
 use mrguard_policy::documented::derive;
@@ -196,15 +196,17 @@ fn body() -> Vec<u8> {
 fn decode_and_validate(b: Bencher<'_, '_>, on: bool) {
     let (body, cfg, cluster) = (body(), config(on), cluster());
     b.bench(|| {
-        let req = decode(black_box(&body), &cfg).expect("a valid review");
-        black_box(validate_in(&req, &cfg, cluster))
+        let req = Decider::offline(&cfg)
+            .decode(black_box(&body))
+            .expect("a valid review");
+        black_box(Decider::new(&cfg, cluster).validate(&req))
     });
 }
 
 #[divan::bench(args = [true, false])]
 fn validate(b: Bencher<'_, '_>, on: bool) {
     let (req, cfg, cluster) = (request(), config(on), cluster());
-    b.bench(|| black_box(validate_in(black_box(&req), &cfg, cluster)));
+    b.bench(|| black_box(Decider::new(&cfg, cluster).validate(black_box(&req))));
 }
 
 fn time(n: u32, mut f: impl FnMut()) -> Duration {
@@ -248,14 +250,14 @@ fn summary() {
     for _ in 0..ROUNDS {
         t_on.push(
             time(2_000, || {
-                black_box(validate_in(black_box(&req), &on, cluster));
+                black_box(Decider::new(&on, cluster).validate(black_box(&req)));
             })
             .as_secs_f64()
                 * 1e6,
         );
         t_off.push(
             time(2_000, || {
-                black_box(validate_in(black_box(&req), &off, cluster));
+                black_box(Decider::new(&off, cluster).validate(black_box(&req)));
             })
             .as_secs_f64()
                 * 1e6,
@@ -267,8 +269,10 @@ fn summary() {
         for (cfg, out) in [(&on, &mut d_on), (&off, &mut d_off)] {
             out.push(
                 time(2_000, || {
-                    let req = decode(black_box(&body), cfg).expect("a valid review");
-                    black_box(validate_in(&req, cfg, cluster));
+                    let req = Decider::offline(cfg)
+                        .decode(black_box(&body))
+                        .expect("a valid review");
+                    black_box(Decider::new(cfg, cluster).validate(&req));
                 })
                 .as_secs_f64()
                     * 1e6,

@@ -14,7 +14,7 @@
 
 use std::time::Instant;
 
-use mrguard_policy::admission::validate_in;
+use mrguard_policy::admission::Decider;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
 use mrguard_policy::identity::{Identity, IdentityIndex, IndexedMr, MrKey};
@@ -133,13 +133,14 @@ fn main() {
     for _ in 0..ROUNDS {
         let t = Instant::now();
         for _ in 0..PER_ROUND {
-            assert!(validate_in(&req, &config, &full).response.allowed);
+            assert!(Decider::new(&config, &full).validate(&req).response.allowed);
         }
         on += t.elapsed();
         let t = Instant::now();
         for _ in 0..PER_ROUND {
             assert!(
-                validate_in(&req, &config, Cluster::empty())
+                Decider::new(&config, Cluster::empty())
+                    .validate(&req)
                     .response
                     .allowed
             );

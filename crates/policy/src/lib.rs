@@ -9,13 +9,14 @@
 //! 1. [`review::decode`] turns an AdmissionReview body into a
 //!    [`review::Request`], keeping the object as a `serde_json::Value`;
 //!    [`review::RequestBuilder`] makes the same request from objects.
-//! 2. [`admission::mutate`] or [`admission::validate`] decides against a
-//!    [`config::Config`]:
-//!    - mutation runs the steps of [`admission`] on a copy of the object and
-//!      builds one JSON Patch from the difference;
-//!    - validation builds one rule context and runs every rule of [`rules`]
-//!      and every configured CEL rule of [`cel`], then merges the findings
-//!      into one response.
+//! 2. an [`admission::Decider`], built from a [`config::Config`] and what
+//!    the runtime knows of the cluster ([`cluster::Cluster`]), decides:
+//!    - [`admission::Decider::mutate`] runs the steps of [`admission`] on a
+//!      copy of the object and builds one JSON Patch from the difference;
+//!    - [`admission::Decider::validate`] builds one rule context and runs
+//!      every rule of [`rules`] and every configured CEL rule of [`cel`]
+//!      (or the Composition patches, or the teardown guard), then answers
+//!      with one response for all of them.
 //! 3. [`review::encode`] writes the AdmissionReview answer.
 //!
 //! The same decisions serve the offline paths: [`offline`] wraps manifests
@@ -54,6 +55,7 @@ pub mod documented;
 pub mod explain;
 pub mod fieldpath;
 pub mod identity;
+pub(crate) mod judging;
 pub mod kube_version;
 pub mod live;
 pub mod managed_fields;

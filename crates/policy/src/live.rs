@@ -158,12 +158,11 @@ pub fn judge_manifest(
         .map(|c| c.cluster_for(group, &kind))
         .unwrap_or_default();
     let identity = report(&new, cluster.identities());
-    let judged =
-        offline::judge_in(op, &new, live, username, config, crd, &cluster).map_err(|e| {
-            JudgeError {
-                object: label.clone(),
-                reason: e.to_string(),
-            }
+    let judged = crate::admission::Decider::new(config, &cluster)
+        .judge(op, &new, live, username, crd)
+        .map_err(|e| JudgeError {
+            object: label.clone(),
+            reason: e.to_string(),
         })?;
     let findings: Vec<LiveFinding> = judged
         .findings

@@ -44,6 +44,11 @@ impl From<&kube_core::admission::Operation> for Operation {
     }
 }
 
+/// The teardown guard's name in messages, metrics and exceptions
+/// (docs/rules.md); it has no configurable action, so it is not in
+/// [`RULE_NAMES`].
+pub const TEARDOWN: &str = "teardown";
+
 /// The stable names of the built-in rules (docs/rules.md), in the order findings
 /// are reported. They name rules in messages, metrics and the
 /// configuration, which checks its `rules` keys against this list below
@@ -192,5 +197,16 @@ impl Finding {
                 self.rule, self.message
             ),
         }
+    }
+
+    /// [`Finding::warning`] followed by `. Fix: …` when the finding has a
+    /// fix: for warnings whose reader has nowhere else to learn it.
+    pub fn warning_with_fix(&self) -> String {
+        let mut w = self.warning();
+        if let Some(fix) = &self.fix {
+            w.push_str(". Fix: ");
+            w.push_str(fix);
+        }
+        w
     }
 }

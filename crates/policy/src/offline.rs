@@ -6,12 +6,22 @@
 
 use serde_json::Value;
 
-use crate::admission;
-use crate::cluster::Cluster;
-use crate::config::Config;
-use crate::crd::CrdVersion;
+use crate::admission::{self, Decider};
+use crate::crd::{CrdError, CrdVersion};
 use crate::model::Operation;
 use crate::review::{self, RequestBuilder};
+
+/// Why a manifest could not be judged.
+#[derive(Debug, thiserror::Error)]
+pub enum JudgeError {
+    /// The mutating webhook's patch did not encode as JSON.
+    #[error("failed to encode the mutating webhook's patch: {0}")]
+    Patch(#[source] serde_json::Error),
+    /// The CRD given cannot judge the object (a schema mrguard does not
+    /// support).
+    #[error(transparent)]
+    Crd(#[from] CrdError),
+}
 
 /// What one manifest came to.
 #[derive(Debug)]
@@ -48,11 +58,10 @@ const ONCE_CREATED: [&str; 4] = [
 /// [`ONCE_CREATED`] would say once it is: the same request judged again
 /// with the old object marked created.
 fn not_created_notes(
+    decider: &Decider<'_>,
     new: &Value,
     old: Option<&Value>,
     username: &str,
-    config: &Config,
-    cluster: &Cluster,
     found: &[crate::model::Finding],
 ) -> Vec<String> {
     let Some(old) = old else { return vec![] };
@@ -73,11 +82,12 @@ fn not_created_notes(
         crate::mr::CREATE_SUCCEEDED.into(),
         Value::from("1970-01-01T00:00:00Z"),
     );
-    let d = admission::validate_in(
-        &request(Operation::Update, Some(new), Some(&created), username),
-        config,
-        cluster,
-    );
+    let d = decider.validate(&request(
+        Operation::Update,
+        Some(new),
+        Some(&created),
+        username,
+    ));
     d.findings
         .iter()
         .filter(|f| ONCE_CREATED.contains(&f.rule.as_ref()))
@@ -141,31 +151,31 @@ fn request(
     b.build()
 }
 
-/// Mutates then validates one object, as the API server chains the
-/// webhooks; with `crd`, also what the API server does with the object's
-/// CRD. On DELETE only validation runs, on the object as the old one.
-pub fn judge(
-    op: Operation,
-    object: &Value,
-    old: Option<&Value>,
-    username: &str,
-    config: &Config,
-    crd: Option<&CrdVersion>,
-) -> Result<Judged, String> {
-    judge_in(op, object, old, username, config, crd, Cluster::empty())
+impl Decider<'_> {
+    /// `mrguard check` on one manifest: mutates then validates it, as the
+    /// API server chains the webhooks; with `crd`, also what the API server
+    /// does with the object's CRD. On DELETE only validation runs, on the
+    /// object as the old one.
+    pub fn judge(
+        &self,
+        op: Operation,
+        object: &Value,
+        old: Option<&Value>,
+        username: &str,
+        crd: Option<&CrdVersion>,
+    ) -> Result<Judged, JudgeError> {
+        judge(self, op, object, old, username, crd)
+    }
 }
 
-/// [`judge`] in a cluster that knows `cluster`, e.g. the documented
-/// immutable fields of the CRDs given ([`crate::crd::Crds::cluster`]).
-pub fn judge_in(
+fn judge(
+    decider: &Decider<'_>,
     op: Operation,
     object: &Value,
     old: Option<&Value>,
     username: &str,
-    config: &Config,
     crd: Option<&CrdVersion>,
-    cluster: &Cluster,
-) -> Result<Judged, String> {
+) -> Result<Judged, JudgeError> {
     let label = label(object);
     // The API server does not validate objects being deleted.
     let crd = crd.filter(|_| op != Operation::Delete);
@@ -180,12 +190,12 @@ pub fn judge_in(
     let old = old.as_ref();
     let (mut current, mut patch, mut warnings) = (object.clone(), None, Vec::new());
     if op != Operation::Delete {
-        let d = admission::mutate_in(&request(op, Some(object), old, username), config, cluster);
+        let d = decider.mutate(&request(op, Some(object), old, username));
         warnings.extend(d.response.warnings.clone().unwrap_or_default());
         if let Some(m) = d.mutated {
             patch = Some(
                 serde_json::to_value(admission::patch::build(object, &m))
-                    .map_err(|e| e.to_string())?,
+                    .map_err(JudgeError::Patch)?,
             );
             current = defaulted(&m);
         }
@@ -197,13 +207,11 @@ pub fn judge_in(
         Operation::Delete => request(op, None, Some(object), username),
         _ => request(op, Some(&current), old, username),
     };
-    let d = admission::validate_in(&req, config, cluster);
+    let d = decider.validate(&req);
     warnings.extend(d.response.warnings.clone().unwrap_or_default());
     let denial = (!d.response.allowed).then(|| d.response.result.message.clone());
     let mut notes = match op {
-        Operation::Update => {
-            not_created_notes(&current, old, username, config, cluster, &d.findings)
-        }
+        Operation::Update => not_created_notes(decider, &current, old, username, &d.findings),
         _ => vec![],
     };
     // What an older API server would not enforce, judged on what was sent.
@@ -215,7 +223,7 @@ pub fn judge_in(
         None => None,
         Some(c) => {
             // Strict field validation judges what the client sent.
-            let errors = c.admit(object, &current, old).map_err(|e| e.to_string())?;
+            let errors = c.admit(object, &current, old)?;
             let (_, kind, _, name) = identity(&current);
             (!errors.is_empty()).then(|| crate::crd::render(&kind, &name, &errors))
         }
@@ -235,7 +243,19 @@ pub fn judge_in(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
     use serde_json::json;
+
+    fn judge(
+        op: Operation,
+        object: &Value,
+        old: Option<&Value>,
+        username: &str,
+        config: &Config,
+        crd: Option<&CrdVersion>,
+    ) -> Result<Judged, JudgeError> {
+        Decider::offline(config).judge(op, object, old, username, crd)
+    }
 
     #[test]
     fn judge_defaults_and_denies() {

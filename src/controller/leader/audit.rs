@@ -22,7 +22,6 @@ use crate::controller::replica::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
 use crate::controller::replica::crds::{Crds, ServedCrd};
 use crate::controller::replica::identity::{IdentityView, MrView};
 use crate::controller::replica::mr_states::MrStates;
-use mrguard_policy::admission::validate_in;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
 use mrguard_policy::model::Action;
@@ -99,7 +98,8 @@ pub(crate) fn audit_object(
     // With the replica's identity index, an MR claiming what another
     // holds (both created while mrguard was down) is a finding.
     let req = RequestBuilder::create(object).build();
-    validate_in(&req, config, cluster)
+    mrguard_policy::admission::Decider::new(config, cluster)
+        .validate(&req)
         .findings
         .into_iter()
         .map(|f| AuditFinding {

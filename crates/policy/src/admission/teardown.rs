@@ -7,17 +7,11 @@
 //! index is synced, it allows. Its webhook entry fails open
 //! (`failurePolicy: Ignore`), so mrguard down never blocks a deletion.
 
-use kube_core::admission::AdmissionResponse;
-use kube_core::Status;
-
 use crate::cluster::Cluster;
-use crate::model::{Action, Finding, Operation};
+use crate::model::{Operation, Violation};
 use crate::review::Request;
 
-use super::{Decision, Outcome};
-
-/// The rule name in messages and metrics.
-pub const TEARDOWN: &str = "teardown";
+pub use crate::model::TEARDOWN;
 
 /// mrguard's annotation on a namespace: `"true"` allows deleting it while
 /// it holds MRs whose deletion deletes their external resources.
@@ -26,9 +20,11 @@ pub const ALLOW_TEARDOWN: &str = "mrguard.io/allow-teardown";
 /// How many MRs a denial names before "and N more".
 const NAMED: usize = 5;
 
-/// The decision for a request the teardown guard judges, or `None` for
-/// every other request (which the MR rules judge).
-pub(super) fn judge(req: &Request, cluster: &Cluster) -> Option<Decision> {
+/// What the teardown guard finds in a request it judges (`Some(None)`:
+/// nothing), or `None` for every other request (which the MR rules judge).
+/// [`super::Decider::teardown`] decides and answers, so exceptions and the
+/// denial read as every rule's.
+pub(super) fn judge(req: &Request, cluster: &Cluster) -> Option<Option<Violation>> {
     if Operation::from(&req.operation) != Operation::Delete {
         return None;
     }
@@ -51,14 +47,14 @@ fn acknowledged(req: &Request) -> bool {
 
 /// A Provider package whose kinds still have MRs (crossplane#6001):
 /// without the provider nothing reconciles or deletes them.
-fn provider(req: &Request, cluster: &Cluster) -> Decision {
+fn provider(req: &Request, cluster: &Cluster) -> Option<Violation> {
     let index = cluster.identities();
     if !index.is_synced() || acknowledged(req) {
-        return allow(req);
+        return None;
     }
     let mrs = index.mrs_of_provider(&req.name);
     if mrs.is_empty() {
-        return allow(req);
+        return None;
     }
     let message = format!(
         "{} MR{} of its kinds still exist{} ({}); without the provider nothing reconciles or deletes them, and their finalizers block their deletion",
@@ -70,42 +66,7 @@ fn provider(req: &Request, cluster: &Cluster) -> Decision {
     let fix = format!(
         "delete those MRs first and wait until they are gone, or annotate the Provider {ALLOW_TEARDOWN}=true to delete it anyway"
     );
-    deny(req, "Provider", message, fix)
-}
-
-fn allow(req: &Request) -> Decision {
-    Decision {
-        response: AdmissionResponse::from(req),
-        outcome: Outcome::Allowed,
-        findings: vec![],
-        mutated: None,
-    }
-}
-
-fn deny(req: &Request, kind: &str, message: String, fix: String) -> Decision {
-    let mut what = format!("{kind} {:?}", req.name);
-    if let Some(ns) = req.namespace.as_deref().filter(|n| !n.is_empty()) {
-        what.push_str(&format!(" in namespace {ns:?}"));
-    }
-    let mut response = AdmissionResponse::from(req);
-    response.allowed = false;
-    response.result = Status::failure(
-        &format!("mrguard denied DELETE of {what}: [{TEARDOWN}] {message}. Fix: {fix}."),
-        "Forbidden",
-    )
-    .with_code(403);
-    Decision {
-        response,
-        outcome: Outcome::Denied,
-        findings: vec![Finding {
-            rule: TEARDOWN.into(),
-            action: Action::Deny,
-            message,
-            fix: Some(fix),
-            note: None,
-        }],
-        mutated: None,
-    }
+    Some(Violation::new(message).fix(fix))
 }
 
 /// Names up to [`NAMED`] keys, then how many more.
@@ -118,15 +79,15 @@ fn list(keys: &[crate::identity::MrKey]) -> String {
 }
 
 /// A credentials Secret that a provider config in use references.
-fn secret(req: &Request, cluster: &Cluster) -> Decision {
+fn secret(req: &Request, cluster: &Cluster) -> Option<Violation> {
     let index = cluster.identities();
     let namespace = req.namespace.as_deref().unwrap_or("");
     if !index.is_synced() {
-        return allow(req);
+        return None;
     }
     let users = index.secret_users(namespace, &req.name);
     if users.is_empty() {
-        return allow(req);
+        return None;
     }
     let message = format!(
         "the provider config{} {} in use read{} credentials from this Secret; every MR behind {} would fail",
@@ -137,27 +98,17 @@ fn secret(req: &Request, cluster: &Cluster) -> Decision {
     );
     let fix =
         "point those provider configs at other credentials, or delete their MRs first".to_string();
-    deny(req, "Secret", message, fix)
+    Some(Violation::new(message).fix(fix))
 }
 
-fn namespace(req: &Request, cluster: &Cluster) -> Decision {
+fn namespace(req: &Request, cluster: &Cluster) -> Option<Violation> {
     let index = cluster.identities();
-    if !index.is_synced() {
-        return allow(req);
-    }
-    let acknowledged = req
-        .old_object
-        .as_ref()
-        .and_then(|o| o.value.pointer("/metadata/annotations"))
-        .and_then(|a| a.get(ALLOW_TEARDOWN))
-        .and_then(|v| v.as_str())
-        == Some("true");
-    if acknowledged {
-        return allow(req);
+    if !index.is_synced() || acknowledged(req) {
+        return None;
     }
     let held = index.deleting_in_namespace(&req.name);
     if held.is_empty() {
-        return allow(req);
+        return None;
     }
     let message = format!(
         "namespace {:?} holds {} MR{} whose deletion deletes the external resource ({}); deleting the namespace removes their credentials and provider configs too, so they may hang or leak",
@@ -169,15 +120,22 @@ fn namespace(req: &Request, cluster: &Cluster) -> Decision {
     let fix = format!(
         "delete those MRs first and wait until they are gone, or annotate the namespace {ALLOW_TEARDOWN}=true to delete it anyway"
     );
-    deny(req, "Namespace", message, fix)
+    Some(Violation::new(message).fix(fix))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::{Decider, Decision};
+    use crate::config::Config;
     use crate::identity::{IndexedMr, MrKey};
     use crate::review::RequestBuilder;
     use serde_json::json;
+
+    /// The teardown decision with the built-in configuration.
+    fn judge(req: &Request, cluster: &Cluster) -> Option<Decision> {
+        Decider::new(&Config::builtin(), cluster).teardown(req)
+    }
 
     fn delete_namespace(annotations: serde_json::Value) -> Request {
         let ns = json!({"apiVersion": "v1", "kind": "Namespace",
@@ -217,7 +175,7 @@ mod tests {
         let d = judge(&delete_secret("aws-secret"), &cluster()).unwrap();
         assert!(!d.response.allowed);
         let m = &d.response.result.message;
-        assert!(m.starts_with("mrguard denied DELETE of Secret \"aws-secret\" in namespace \"crossplane-system\": [teardown]"), "{m}");
+        assert!(m.starts_with("mrguard denied DELETE of Secret \"aws-secret\" in namespace \"crossplane-system\" (1 problem): (1) [teardown]"), "{m}");
         assert!(
             m.contains(
                 "ClusterProviderConfig.aws.m.upbound.io default in use reads its credentials"
@@ -296,7 +254,7 @@ mod tests {
         let m = &d.response.result.message;
         assert!(
             m.starts_with(
-                "mrguard denied DELETE of Provider \"provider-aws-ec2\": [teardown] 3 MRs"
+                "mrguard denied DELETE of Provider \"provider-aws-ec2\" (1 problem): (1) [teardown] 3 MRs"
             ),
             "{m}"
         );
@@ -340,5 +298,52 @@ mod tests {
             .old_object(vpc)
             .build();
         assert!(judge(&del, &c).is_none());
+    }
+
+    /// A teardown denial reads the configuration's exceptions as every
+    /// rule does, by the namespace's, Secret's or Provider's name.
+    fn with_exception(names: &str, expires: &str) -> Config {
+        Config::from_yaml(&format!(
+            "exceptions:\n  - name: team-a-retired\n    rules: [teardown]\n    match: {{names: [{names}]}}\n    reason: team A moved out (OPS-9)\n    expires: '{expires}'\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_exception_waives_a_teardown_denial_with_a_warning_naming_it() {
+        let c = cluster();
+        let config = with_exception("team-a, aws-secret", "2099-01-01T00:00:00Z");
+        let decider = Decider::new(&config, &c);
+        let d = decider.teardown(&delete_namespace(json!({}))).unwrap();
+        assert!(d.response.allowed);
+        let w = d.response.warnings.unwrap();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].starts_with("teardown: waived by exception team-a-retired (expires 2099-01-01T00:00:00Z): namespace \"team-a\" holds 1 MR"), "{}", w[0]);
+        // The metrics count it by its exception, as for an MR.
+        assert_eq!(d.findings[0].exception(), Some("team-a-retired"));
+        assert_eq!(d.findings[0].rule, TEARDOWN);
+        let d = decider.teardown(&delete_secret("aws-secret")).unwrap();
+        assert!(d.response.allowed);
+        assert_eq!(d.findings[0].exception(), Some("team-a-retired"));
+        // Another namespace's name is not matched.
+        let other = with_exception("team-b", "2099-01-01T00:00:00Z");
+        let d = Decider::new(&other, &c)
+            .teardown(&delete_namespace(json!({})))
+            .unwrap();
+        assert!(!d.response.allowed);
+        assert_eq!(d.findings[0].exception(), None);
+    }
+
+    #[test]
+    fn an_expired_exception_waives_no_teardown_denial() {
+        let c = cluster();
+        let config = with_exception("team-a", "2020-01-01T00:00:00Z");
+        let d = Decider::new(&config, &c)
+            .teardown(&delete_namespace(json!({})))
+            .unwrap();
+        assert!(!d.response.allowed);
+        assert!(d.response.warnings.is_none());
+        assert_eq!(d.findings[0].exception(), None);
+        assert!(d.response.result.message.contains("[teardown]"));
     }
 }

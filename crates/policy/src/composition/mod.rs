@@ -22,7 +22,8 @@ use serde_json::Value;
 pub use explain::{patches, Patches};
 
 use crate::config::Config;
-use crate::model::{Action, Finding};
+use crate::judging::Judging;
+use crate::model::{Action, Finding, Violation};
 
 pub use xr::{XrIndex, XrSchemas};
 
@@ -210,8 +211,10 @@ pub fn analyse(composition: &Value, config: &Config, xrs: Option<&XrSchemas>) ->
             step: None,
             body: spec,
             at: vec!["spec".into()],
+            config,
+            frozen: &frozen,
         };
-        input.analyse(config, &frozen, &mut a);
+        input.analyse(&mut a);
         return a;
     }
     for (i, s) in spec["pipeline"]
@@ -241,17 +244,23 @@ pub fn analyse(composition: &Value, config: &Config, xrs: Option<&XrSchemas>) ->
                 i.to_string(),
                 "input".into(),
             ],
+            config,
+            frozen: &frozen,
         };
-        input.analyse(config, &frozen, &mut a);
+        input.analyse(&mut a);
     }
     a
 }
 
-/// One set of `resources` and `patchSets`: a step's input, or the legacy spec.
+/// One set of `resources` and `patchSets`: a step's input, or the legacy
+/// spec, with what its patches are read against.
 struct Input<'a> {
     step: Option<String>,
     body: &'a Value,
     at: Vec<String>,
+    config: &'a Config,
+    /// Whether the XR's schema makes every one of these sources immutable.
+    frozen: &'a dyn Fn(&[String]) -> bool,
 }
 
 impl Input<'_> {
@@ -262,7 +271,8 @@ impl Input<'_> {
         }
     }
 
-    fn analyse(&self, config: &Config, frozen: &dyn Fn(&[String]) -> bool, a: &mut Analysis) {
+    fn analyse(&self, a: &mut Analysis) {
+        let config = self.config;
         let sets = self.body["patchSets"].as_array();
         for (ri, r) in self.body["resources"]
             .as_array()
@@ -290,7 +300,7 @@ impl Input<'_> {
                     let mut loc = at.clone();
                     loc.push(pi.to_string());
                     let patch = PatchRef::Direct { index: pi };
-                    self.patch(p, patch, loc, (&name, group, kind), config, frozen, a);
+                    self.patch(p, patch, loc, (&name, group, kind), a);
                     continue;
                 }
                 let set_name = p["patchSetName"].as_str().unwrap_or("");
@@ -319,23 +329,21 @@ impl Input<'_> {
                         index: j,
                         via: pi,
                     };
-                    self.patch(sp, patch, loc, (&name, group, kind), config, frozen, a);
+                    self.patch(sp, patch, loc, (&name, group, kind), a);
                 }
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn patch(
         &self,
         p: &Value,
         patch: PatchRef,
         location: Vec<String>,
         (resource, group, kind): (&str, &str, &str),
-        config: &Config,
-        frozen: &dyn Fn(&[String]) -> bool,
         a: &mut Analysis,
     ) {
+        let (config, frozen) = (self.config, self.frozen);
         let ty = p["type"].as_str().unwrap_or("FromCompositeFieldPath");
         let from = p["fromFieldPath"].as_str();
         let vars = || -> Vec<String> {
@@ -410,28 +418,24 @@ impl Input<'_> {
 
 /// The findings as rule findings, each with its composed kind's action
 /// (`rules` of the kind's `resources` entry, else the global one, else
-/// Warn); informational and Off findings are left out.
-pub fn judge(analysis: &Analysis, config: &Config) -> Vec<Finding> {
+/// Warn) staged and waived as every rule's ([`Judging::decide`]), against
+/// the Composition in `judging`; informational and Off findings are left
+/// out.
+pub(crate) fn judge(analysis: &Analysis, judging: &Judging<'_>) -> Vec<Finding> {
+    let config = judging.config;
     analysis
         .findings
         .iter()
         .filter(|f| !f.informational)
         .filter_map(|f| {
             let entry = config.resource(&f.group, &f.kind);
-            // The same staging as every rule (rules::decide); exceptions
-            // match MRs, not Compositions, so none applies here.
-            let (action, deny_from) = config
-                .rule_action(entry, RULE, Action::Warn)
-                .at(jiff::Timestamp::now());
-            (action != Action::Off).then(|| Finding {
-                rule: RULE.into(),
-                action,
+            let configured = config.rule_action(entry, RULE, Action::Warn);
+            let violation = Violation {
                 message: f.message(),
                 fix: Some(f.fix()),
-                note: deny_from.map(|t| crate::model::Note::Staged {
-                    deny_from: t.to_string(),
-                }),
-            })
+                warn_only: false,
+            };
+            judging.decide(RULE.into(), configured, violation)
         })
         .collect()
 }

@@ -1,6 +1,7 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::judging::Judging;
 
 fn yaml(name: &str) -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -21,6 +22,21 @@ fn summary(a: &Analysis) -> Vec<(String, String, String, Vec<String>)> {
             )
         })
         .collect()
+}
+
+/// The Composition `name` judged now by `platform-team`.
+fn judging<'a>(config: &'a Config, name: &'a str) -> Judging<'a> {
+    Judging {
+        config,
+        subject: crate::config::Subject {
+            group: GROUP,
+            kind: KIND,
+            name,
+            namespace: "",
+            user: "platform-team",
+        },
+        now: jiff::Timestamp::now(),
+    }
 }
 
 fn s(v: &[&str]) -> Vec<String> {
@@ -164,7 +180,7 @@ fn an_xrd_that_freezes_the_sources_makes_findings_informational() {
         .message()
         .contains("the XRD makes the source immutable"));
     assert!(!a.findings[0].fix().contains("x-kubernetes-validations"));
-    assert!(judge(&a, &Config::builtin()).is_empty());
+    assert!(judge(&a, &judging(&Config::builtin(), "c")).is_empty());
 
     // The XRD without the rule leaves them warnings; one for another XR
     // kind says it does not apply.
@@ -191,14 +207,14 @@ fn an_xrd_that_freezes_the_sources_makes_findings_informational() {
 fn judged_findings_take_the_composed_kinds_action() {
     let comp = yaml("network-pipeline.yaml");
     let a = analyse(&comp, &Config::builtin(), None);
-    let f = judge(&a, &Config::builtin());
+    let f = judge(&a, &judging(&Config::builtin(), "c"));
     assert_eq!(f.len(), 5);
     assert!(f.iter().all(|f| f.rule == RULE && f.action == Action::Warn));
     let cfg = Config::from_yaml(
         "rules: {composition-immutable-patch: Deny}\nresources:\n  - apiGroups: [ec2.aws.upbound.io]\n    kinds: [Subnet]\n    immutableFields: [spec.forProvider.region]\n    rules: {composition-immutable-patch: Off}\n  - apiGroups: ['*']\n    kinds: ['*']\n    immutableFields: [spec.forProvider.region]\n",
     )
     .unwrap();
-    let f = judge(&analyse(&comp, &cfg, None), &cfg);
+    let f = judge(&analyse(&comp, &cfg, None), &judging(&cfg, "c"));
     // Subnets are Off; the VPC and the gateway are denied.
     assert_eq!(f.len(), 2);
     assert!(f.iter().all(|f| f.action == Action::Deny));
@@ -257,4 +273,60 @@ fn unknown_inputs_and_types_are_notes_never_errors() {
     ] {
         assert_eq!(analyse(&v, &Config::builtin(), None).findings, vec![]);
     }
+}
+
+/// A staged Deny warns with the date it starts denying, as every rule does.
+#[test]
+fn a_staged_rule_notes_the_date_it_denies_from() {
+    let comp = yaml("network-pipeline.yaml");
+    let cfg = Config::from_yaml(&format!(
+        "rules:\n  composition-immutable-patch: {{action: Deny, warnUntil: '2099-01-01T00:00:00Z'}}\n{}",
+        crate::config::BUILTIN_YAML
+    ))
+    .unwrap();
+    let f = judge(&analyse(&comp, &cfg, None), &judging(&cfg, "c"));
+    assert_eq!(f.len(), 5);
+    assert!(f.iter().all(|f| f.action == Action::Warn));
+    assert!(f[0]
+        .warning()
+        .ends_with("(staged: this will be denied from 2099-01-01T00:00:00Z)"));
+    // Past the date it denies, with no note.
+    let then = Judging {
+        now: "2099-01-02T00:00:00Z".parse().unwrap(),
+        ..judging(&cfg, "c")
+    };
+    let f = judge(&analyse(&comp, &cfg, None), &then);
+    assert!(f
+        .iter()
+        .all(|f| f.action == Action::Deny && f.note.is_none()));
+}
+
+/// An exception matching the Composition by name waives its findings
+/// into warnings naming it; another name, or an expired one, does not.
+#[test]
+fn an_exception_waives_a_compositions_findings_by_its_name() {
+    let comp = yaml("network-pipeline.yaml");
+    let cfg = Config::from_yaml(&format!(
+        "rules: {{composition-immutable-patch: Deny}}\nexceptions:\n  - name: net-legacy\n    rules: [composition-immutable-patch]\n    match: {{names: [xnetworks.*]}}\n    reason: migrating (NET-7)\n    expires: '2099-01-01T00:00:00Z'\n{}",
+        crate::config::BUILTIN_YAML
+    ))
+    .unwrap();
+    let a = analyse(&comp, &cfg, None);
+    let f = judge(&a, &judging(&cfg, "xnetworks.aws.example.org"));
+    assert_eq!(f.len(), 5);
+    assert!(f.iter().all(|f| f.action == Action::Warn));
+    assert_eq!(f[0].exception(), Some("net-legacy"));
+    assert!(f[0].warning().starts_with(
+        "composition-immutable-patch: waived by exception net-legacy (expires 2099-01-01T00:00:00Z): step"
+    ));
+    let other = judge(&a, &judging(&cfg, "other"));
+    assert!(other.iter().all(|f| f.action == Action::Deny));
+    let expired = Judging {
+        now: "2099-01-01T00:00:00Z".parse().unwrap(),
+        ..judging(&cfg, "xnetworks.aws.example.org")
+    };
+    let f = judge(&a, &expired);
+    assert!(f
+        .iter()
+        .all(|f| f.action == Action::Deny && f.exception().is_none()));
 }

@@ -1,5 +1,7 @@
-//! `exceptions` (docs/exceptions.md): reviewed waivers of named rules for
-//! the MRs they match, each with a reason and an optional expiry.
+//! `exceptions` (docs/policy-operations.md#exceptions): reviewed waivers of
+//! named rules for the objects they match (MRs, Compositions, and the
+//! namespaces, Secrets and Providers the teardown guard judges), each with
+//! a reason and an optional expiry.
 
 use std::collections::BTreeSet;
 
@@ -165,8 +167,9 @@ pub(super) fn validate(
                 return Err(invalid(
                     format!("{at}.rules[{j}]"),
                     format!(
-                        "unknown rule {r:?}; known rules are {} and cel:<name> of a defined CEL rule",
-                        crate::model::RULE_NAMES.join(", ")
+                        "unknown rule {r:?}; known rules are {}, {} and cel:<name> of a defined CEL rule",
+                        crate::model::RULE_NAMES.join(", "),
+                        crate::model::TEARDOWN
                     ),
                 ));
             }

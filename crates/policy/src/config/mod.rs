@@ -324,7 +324,10 @@ impl Config {
         for name in raw.rules.keys() {
             check_rule_key("rules", name, &cel_names)?;
         }
-        let known_rule = |r: &str| check_rule_key("", r, &cel_names).is_ok();
+        // An exception may also waive the teardown guard, which has no
+        // configurable action.
+        let known_rule =
+            |r: &str| r == crate::model::TEARDOWN || check_rule_key("", r, &cel_names).is_ok();
         let exceptions = exceptions::validate(raw.exceptions, &known_rule, &resources)?;
         const MANAGED_FIELDS: &[&str] = &["metadata", "managedFields"];
         let reaches = |path: &[&str]| {

@@ -7,9 +7,10 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use crate::cluster::Cluster;
+use crate::config::Subject;
 use crate::config::{Config, ResourceConfig};
-use crate::config::{RuleAction, Subject};
-use crate::model::{Action, Finding, Note, Operation, Violation};
+use crate::judging::Judging;
+use crate::model::{Action, Finding, Operation, Violation};
 use crate::review::Request;
 
 mod adoption;
@@ -117,6 +118,15 @@ impl<'a> RuleContext<'a> {
         self
     }
 
+    /// What the findings are judged against: this MR and this request.
+    pub(crate) fn judging(&self) -> Judging<'_> {
+        Judging {
+            config: self.config,
+            subject: self.subject(),
+            now: self.now,
+        }
+    }
+
     /// What exceptions are matched against.
     fn subject(&self) -> Subject<'_> {
         Subject {
@@ -174,51 +184,11 @@ pub(crate) const CU: &[Operation] = &[Operation::Create, Operation::Update];
 pub(crate) const U: &[Operation] = &[Operation::Update];
 pub(crate) const D: &[Operation] = &[Operation::Delete];
 
-/// The one place that decides what a violation does: the configured
-/// action as of `ctx.now` (Off, Audit, Warn, Deny, or a staged Deny that
-/// warns until its date), capped for warn-only violations, then waived by
-/// the first exception that matches. `None` when the rule is Off.
-fn decide(
-    ctx: &RuleContext<'_>,
-    rule: Cow<'static, str>,
-    configured: RuleAction,
-    v: Violation,
-) -> Option<Finding> {
-    let (mut action, deny_from) = configured.at(ctx.now);
-    if v.warn_only {
-        action = action.min(Action::Warn);
-    }
-    if action == Action::Off {
-        return None;
-    }
-    let mut note = match deny_from {
-        // A warn-only violation never denies, so nothing is staged for it.
-        Some(t) if !v.warn_only => Some(Note::Staged {
-            deny_from: t.to_string(),
-        }),
-        _ => None,
-    };
-    if let Some(e) = ctx.config.exception_for(&rule, &ctx.subject(), ctx.now) {
-        // Waived: allowed, and the user is told which exception waived it.
-        action = Action::Warn;
-        note = Some(Note::Waived {
-            exception: e.name.clone(),
-            expires: e.expires.map(|t| t.to_string()),
-        });
-    }
-    Some(Finding {
-        rule,
-        action,
-        message: v.message,
-        fix: v.fix,
-        note,
-    })
-}
-
 /// Runs every built-in rule and every configured CEL rule; returns all
 /// findings whose action is not Off.
 pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
     let mut findings = Vec::new();
+    let judging = ctx.judging();
     let exempt = ctx.config.is_exempt(ctx.username)
         || ctx
             .cluster
@@ -234,7 +204,7 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
             continue;
         }
         for v in rule.check(ctx) {
-            findings.extend(decide(ctx, Cow::Borrowed(rule.name()), configured, v));
+            findings.extend(judging.decide(Cow::Borrowed(rule.name()), configured, v));
         }
     }
     if ctx.resource.cel_rules.is_empty() {
@@ -260,7 +230,7 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
             continue;
         }
         if let Some(v) = crate::cel::check_configured(cel, &scope) {
-            findings.extend(decide(ctx, Cow::Owned(name.to_string()), configured, v));
+            findings.extend(judging.decide(Cow::Owned(name.to_string()), configured, v));
         }
         if let (Some(o), Some(start)) = (&observe, &mut last) {
             let now = std::time::Instant::now();
