@@ -293,10 +293,10 @@ fn check_one(
         .judge(op.into(), doc, old, &args.username, crd)
         .map_err(|e| e.to_string())
         .map_err(|reason| CheckError::Document {
-        path: m.file.clone(),
-        at: m.at.clone(),
-        reason,
-    })?;
+            path: m.file.clone(),
+            at: m.at.clone(),
+            reason,
+        })?;
     let composition = mrguard_policy::live::composition_report(m, &inputs.config, &inputs.xrs);
     if let Some(c) = &composition {
         // The report replaces the webhook's view: it knows the lines
