@@ -16,11 +16,11 @@
 /// never denies more than the configuration alone would.
 #[derive(Debug, Default)]
 pub struct Cluster {
-    /// Which provider's service account serves which kind (issue 18).
+    /// Which provider's service account serves which kind.
     providers: crate::providers::ProviderIndex,
     /// XR schemas from the CompositeResourceDefinitions (docs/compositions.md).
     composites: crate::composition::XrIndex,
-    /// Immutable fields the installed CRDs document (issue 25).
+    /// Immutable fields the installed CRDs document.
     documented: crate::documented::Documented,
     /// Which external resources live MRs claim (docs/rules.md, external-identity).
     identities: crate::identity::IdentityIndex,
