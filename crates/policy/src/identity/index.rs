@@ -598,25 +598,8 @@ impl IdentityIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
-    use crate::identity::Identity;
-    use serde_json::{json, Value};
-
-    fn identity(obj: &Value, group: &str, kind: &str, ns: &str) -> Option<Identity> {
-        let c = Config::builtin();
-        Identity::of(
-            obj,
-            group,
-            kind,
-            ns,
-            c.resource(group, kind),
-            &c.provider_config,
-        )
-    }
-
-    fn bucket(name: &str, annotations: Value, spec: Value) -> Value {
-        json!({"metadata": {"name": name, "annotations": annotations}, "spec": spec})
-    }
+    use crate::identity::testing::{bucket, identity};
+    use serde_json::json;
 
     #[test]
     fn the_index_finds_other_claimants_and_forgets_the_gone() {

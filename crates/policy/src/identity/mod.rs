@@ -22,3 +22,29 @@ pub use index::{
     Claimant, IdentityIndex, IndexedMr, MrKey, ProviderConfigFacts, ProviderConfigStatus,
 };
 pub use model::{fold_group, Claim, Identity, ProviderConfigRef};
+
+/// What the model's and the index's tests both build: an MR's identity
+/// under the built-in configuration, and a Bucket.
+#[cfg(test)]
+mod testing {
+    use serde_json::{json, Value};
+
+    use super::Identity;
+    use crate::config::Config;
+
+    pub(super) fn identity(obj: &Value, group: &str, kind: &str, ns: &str) -> Option<Identity> {
+        let c = Config::builtin();
+        Identity::of(
+            obj,
+            group,
+            kind,
+            ns,
+            c.resource(group, kind),
+            &c.provider_config,
+        )
+    }
+
+    pub(super) fn bucket(name: &str, annotations: Value, spec: Value) -> Value {
+        json!({"metadata": {"name": name, "annotations": annotations}, "spec": spec})
+    }
+}

@@ -276,23 +276,8 @@ fn named<'a>(obj: &'a Value, resource: &ResourceConfig) -> Option<(&'a str, Opti
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::identity::testing::{bucket, identity};
     use serde_json::json;
-
-    fn identity(obj: &Value, group: &str, kind: &str, ns: &str) -> Option<Identity> {
-        let c = Config::builtin();
-        Identity::of(
-            obj,
-            group,
-            kind,
-            ns,
-            c.resource(group, kind),
-            &c.provider_config,
-        )
-    }
-
-    fn bucket(name: &str, annotations: Value, spec: Value) -> Value {
-        json!({"metadata": {"name": name, "annotations": annotations}, "spec": spec})
-    }
 
     /// Admission's allocation-free claim is the claim of the identity the
     /// messages name, folded group and provider config defaults included.
