@@ -29,9 +29,12 @@ const CROSSPLANE: &str = "system:serviceaccount:crossplane-system:crossplane";
 /// an API server compiles no `oldSelf` rules (transition rules): there
 /// those (fields that are immutable) are left out; 1.20 drops every rule.
 async fn crossplane_crd(client: &kube::Client, fixtures: &std::path::Path, name: &str) {
+    // The tests of this file run at once and share the CRD: whichever
+    // comes second waits for the first one's to be served.
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    let served = || support::cluster::wait_for_crd_condition(client, name, "Established", "True");
     if crds.get_opt(name).await.unwrap().is_some() {
-        return;
+        return served().await.unwrap();
     }
     let plural = name.split('.').next().unwrap();
     let text = std::fs::read_to_string(fixtures.join(format!(
@@ -56,7 +59,10 @@ async fn crossplane_crd(client: &kube::Client, fixtures: &std::path::Path, name:
         drop_transition_rules(&mut crd);
     }
     let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
-    support::cluster::create_crd(client, &crd).await.unwrap();
+    if let Err(e) = support::cluster::create_crd(client, &crd).await {
+        assert!(e.contains("AlreadyExists"), "{e}");
+        served().await.unwrap();
+    }
 }
 
 fn composition(name: &str) -> Value {
@@ -359,16 +365,38 @@ async fn a_staged_composition_rule_warns_with_its_date_and_an_exception_names_it
     let ours = |w: &&String| w.starts_with("composition-immutable-patch: ");
 
     // The webhook answers once the controller has written its caBundle.
+    let ca = r.secret_ca().await.unwrap();
+    let ca = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca);
+    wait_for("the Compositions webhook's caBundle", WAIT, || async {
+        let (_, v) = r.configurations().await?;
+        (v["webhooks"][1]["name"] == "compositions.validate.mrguard.io"
+            && v["webhooks"][1]["clientConfig"]["caBundle"] == json!(ca))
+        .then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
     let staged = serde_json::to_value(
         r.object(composition("xnetworks.e2e-compositions-staged.example.org")),
     )
     .unwrap();
+    // The last dry run's answer, for the failure message.
+    let last = std::sync::Mutex::new(String::new());
     wait_for("the staged warnings", WAIT, || async {
-        let resp = api::create(&r.client, path, &staged, true).await.ok()?;
+        let resp = match api::create(&r.client, path, &staged, true).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                *last.lock().unwrap() = format!("error: {e}");
+                return None;
+            }
+        };
+        *last.lock().unwrap() = format!("{} {:?} {}", resp.status, resp.warnings, resp.body);
         resp.warnings.iter().any(|w| ours(&w)).then_some(())
     })
     .await
-    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
+    .unwrap_or_else(|e| {
+        let last = last.lock().unwrap().clone();
+        panic!("{}", r.with_logs(format!("{e}\nthe last dry run: {last}")))
+    });
     let resp = api::create(&r.client, path, &staged, false).await.unwrap();
     assert_eq!(resp.status, 201, "{}", resp.body);
     let w: Vec<&String> = resp.warnings.iter().filter(ours).collect();
@@ -417,5 +445,15 @@ async fn xr_crd(client: &kube::Client) {
                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
     }))
     .unwrap();
-    support::cluster::create_crd(client, &crd).await.unwrap();
+    if let Err(e) = support::cluster::create_crd(client, &crd).await {
+        assert!(e.contains("AlreadyExists"), "{e}");
+        support::cluster::wait_for_crd_condition(
+            client,
+            "xnetworks.aws.example.org",
+            "Established",
+            "True",
+        )
+        .await
+        .unwrap();
+    }
 }

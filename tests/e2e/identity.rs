@@ -395,6 +395,8 @@ async fn duplicates_created_while_mrguard_was_down_are_found_by_the_audit() {
         "e2e-identity-audit",
         Options {
             values: Some("controller:\n  policyReports: wgpolicyk8s\n".into()),
+            // Each finding, naming the other claimant, is a debug line.
+            log_level: "info,mrguard::audit=debug".into(),
             ..Options::default()
         },
     )
