@@ -65,6 +65,21 @@ async fn crossplane_crd(client: &kube::Client, fixtures: &std::path::Path, name:
     }
 }
 
+/// Waits until the controller has written the Compositions webhook's
+/// caBundle (with the others'): before, the API server cannot call it.
+async fn composition_webhook_ready(r: &support::Release) {
+    let ca = r.secret_ca().await.unwrap();
+    let ca = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca);
+    wait_for("the Compositions webhook's caBundle", WAIT, || async {
+        let (_, v) = r.configurations().await?;
+        (v["webhooks"][1]["name"] == "compositions.validate.mrguard.io"
+            && v["webhooks"][1]["clientConfig"]["caBundle"] == json!(ca))
+        .then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
+}
+
 fn composition(name: &str) -> Value {
     let text = std::fs::read_to_string(
         support::repo_root().join("examples/compositions/network-pipeline.yaml"),
@@ -108,16 +123,7 @@ async fn a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr() {
     .await;
     // The controller writes the caBundle of the Compositions webhook with
     // the others'.
-    let ca = r.secret_ca().await.unwrap();
-    let ca = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca);
-    wait_for("the Compositions webhook's caBundle", WAIT, || async {
-        let (_, v) = r.configurations().await?;
-        (v["webhooks"][1]["name"] == "compositions.validate.mrguard.io"
-            && v["webhooks"][1]["clientConfig"]["caBundle"] == json!(ca))
-        .then_some(())
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
+    composition_webhook_ready(&r).await;
 
     // kubectl create: admitted, with a warning per patch into an immutable
     // field; none for the tags.
@@ -365,16 +371,7 @@ async fn a_staged_composition_rule_warns_with_its_date_and_an_exception_names_it
     let ours = |w: &&String| w.starts_with("composition-immutable-patch: ");
 
     // The webhook answers once the controller has written its caBundle.
-    let ca = r.secret_ca().await.unwrap();
-    let ca = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca);
-    wait_for("the Compositions webhook's caBundle", WAIT, || async {
-        let (_, v) = r.configurations().await?;
-        (v["webhooks"][1]["name"] == "compositions.validate.mrguard.io"
-            && v["webhooks"][1]["clientConfig"]["caBundle"] == json!(ca))
-        .then_some(())
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
+    composition_webhook_ready(&r).await;
     // Its own XR kind, one no CRD serves, so that it does not depend on
     // the other test's: once that test has created XNetwork's CRD and an
     // XNetwork, this release answered XNetwork Compositions without
