@@ -164,80 +164,69 @@ impl Decider<'_> {
         username: &str,
         crd: Option<&CrdVersion>,
     ) -> Result<Judged, JudgeError> {
-        judge(self, op, object, old, username, crd)
-    }
-}
-
-fn judge(
-    decider: &Decider<'_>,
-    op: Operation,
-    object: &Value,
-    old: Option<&Value>,
-    username: &str,
-    crd: Option<&CrdVersion>,
-) -> Result<Judged, JudgeError> {
-    let label = label(object);
-    // The API server does not validate objects being deleted.
-    let crd = crd.filter(|_| op != Operation::Delete);
-    let defaulted = |v: &Value| {
-        let mut v = v.clone();
+        let label = label(object);
+        // The API server does not validate objects being deleted.
+        let crd = crd.filter(|_| op != Operation::Delete);
+        let defaulted = |v: &Value| {
+            let mut v = v.clone();
+            if let Some(c) = crd {
+                c.apply_defaults(&mut v);
+            }
+            v
+        };
+        let (object, old) = (&defaulted(object), old.map(defaulted));
+        let old = old.as_ref();
+        let (mut current, mut patch, mut warnings) = (object.clone(), None, Vec::new());
+        if op != Operation::Delete {
+            let d = self.mutate(&request(op, Some(object), old, username));
+            warnings.extend(d.response.warnings.clone().unwrap_or_default());
+            if let Some(m) = d.mutated {
+                patch = Some(
+                    serde_json::to_value(admission::patch::build(object, &m))
+                        .map_err(JudgeError::Patch)?,
+                );
+                current = defaulted(&m);
+            }
+        }
         if let Some(c) = crd {
-            c.apply_defaults(&mut v);
+            c.prune(&mut current);
         }
-        v
-    };
-    let (object, old) = (&defaulted(object), old.map(defaulted));
-    let old = old.as_ref();
-    let (mut current, mut patch, mut warnings) = (object.clone(), None, Vec::new());
-    if op != Operation::Delete {
-        let d = decider.mutate(&request(op, Some(object), old, username));
+        let req = match op {
+            Operation::Delete => request(op, None, Some(object), username),
+            _ => request(op, Some(&current), old, username),
+        };
+        let d = self.validate(&req);
         warnings.extend(d.response.warnings.clone().unwrap_or_default());
-        if let Some(m) = d.mutated {
-            patch = Some(
-                serde_json::to_value(admission::patch::build(object, &m))
-                    .map_err(JudgeError::Patch)?,
-            );
-            current = defaulted(&m);
+        let denial = (!d.response.allowed).then(|| d.response.result.message.clone());
+        let mut notes = match op {
+            Operation::Update => not_created_notes(self, &current, old, username, &d.findings),
+            _ => vec![],
+        };
+        // What an older API server would not enforce, judged on what was sent.
+        if let Some(c) = crd {
+            notes.extend(c.notes(object));
         }
+        let findings = d.findings;
+        let invalid = match crd {
+            None => None,
+            Some(c) => {
+                // Strict field validation judges what the client sent.
+                let errors = c.admit(object, &current, old)?;
+                let (_, kind, _, name) = identity(&current);
+                (!errors.is_empty()).then(|| crate::crd::render(&kind, &name, &errors))
+            }
+        };
+        Ok(Judged {
+            label,
+            object: current,
+            patch,
+            warnings,
+            denial,
+            findings,
+            invalid,
+            notes,
+        })
     }
-    if let Some(c) = crd {
-        c.prune(&mut current);
-    }
-    let req = match op {
-        Operation::Delete => request(op, None, Some(object), username),
-        _ => request(op, Some(&current), old, username),
-    };
-    let d = decider.validate(&req);
-    warnings.extend(d.response.warnings.clone().unwrap_or_default());
-    let denial = (!d.response.allowed).then(|| d.response.result.message.clone());
-    let mut notes = match op {
-        Operation::Update => not_created_notes(decider, &current, old, username, &d.findings),
-        _ => vec![],
-    };
-    // What an older API server would not enforce, judged on what was sent.
-    if let Some(c) = crd {
-        notes.extend(c.notes(object));
-    }
-    let findings = d.findings;
-    let invalid = match crd {
-        None => None,
-        Some(c) => {
-            // Strict field validation judges what the client sent.
-            let errors = c.admit(object, &current, old)?;
-            let (_, kind, _, name) = identity(&current);
-            (!errors.is_empty()).then(|| crate::crd::render(&kind, &name, &errors))
-        }
-    };
-    Ok(Judged {
-        label,
-        object: current,
-        patch,
-        warnings,
-        denial,
-        findings,
-        invalid,
-        notes,
-    })
 }
 
 #[cfg(test)]
