@@ -54,7 +54,7 @@ pub const TEARDOWN: &str = "teardown";
 /// configuration, which checks its `rules` keys against this list below
 /// the rules themselves; `rules::RULES` implements one rule per name, in
 /// this order, and a test keeps the two equal.
-pub const RULE_NAMES: [&str; 19] = [
+pub const RULE_NAMES: [&str; 21] = [
     "deletion-policy",
     "management-policies",
     "deletion-policy-conflict",
@@ -74,6 +74,8 @@ pub const RULE_NAMES: [&str; 19] = [
     "external-identity",
     "adoption",
     "provider-config-exists",
+    "provider-config-kind",
+    "reconcile-annotations",
 ];
 
 /// What a rule does when it finds something; ordered `Off < Audit < Warn < Deny`.

@@ -12,9 +12,11 @@ use crate::fieldpath::FieldPath;
 use crate::model::{Action, Operation, RULE_NAMES};
 
 mod exceptions;
+mod go_duration;
 mod rule_action;
 
 pub use exceptions::{Exception, Subject};
+pub use go_duration::{DurationError, GoDuration, GO_DURATION_FORMAT};
 pub use rule_action::RuleAction;
 
 /// The built-in configuration, used when `--config` is not given.
@@ -59,6 +61,7 @@ struct RawConfig {
     resources: Vec<RawResource>,
     #[serde(default)]
     exceptions: Vec<exceptions::RawException>,
+    min_poll_interval: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -204,6 +207,9 @@ pub struct Config {
     pub resources: Vec<ResourceConfig>,
     /// `exceptions`: waivers of named rules, in order.
     pub exceptions: Vec<Exception>,
+    /// `minPollInterval`: the shortest `crossplane.io/poll-interval` allowed,
+    /// Crossplane core's `--min-poll-interval` (default 1s).
+    pub min_poll_interval: GoDuration,
     /// What applies to kinds that no entry matches.
     fallback: ResourceConfig,
     /// Whether a CEL rule reads `metadata.managedFields`; found once when
@@ -338,6 +344,24 @@ impl Config {
         };
         let reads_managed_fields = reaches(MANAGED_FIELDS);
         let reads_status = reaches(&["status"]);
+        let min_poll_interval = match &raw.min_poll_interval {
+            None => GoDuration::SECOND,
+            Some(s) => {
+                let d = GoDuration::parse(s).map_err(|e| {
+                    invalid(
+                        "minPollInterval",
+                        format!("{s:?} is not {GO_DURATION_FORMAT}: {e}"),
+                    )
+                })?;
+                if d.0 < 0 {
+                    return Err(invalid(
+                        "minPollInterval",
+                        format!("{s:?} is negative; use 0 to allow any poll interval"),
+                    ));
+                }
+                d
+            }
+        };
 
         Ok(Self {
             provider_config: ProviderConfigDefaults {
@@ -348,6 +372,7 @@ impl Config {
             rules: raw.rules,
             resources,
             exceptions,
+            min_poll_interval,
             fallback: ResourceConfig::default(),
             reads_managed_fields,
             reads_status,
@@ -1114,6 +1139,39 @@ resources:
         let c = Config::from_yaml("").unwrap();
         assert_eq!(c.provider_config.default_name, "default");
         assert!(c.resources.is_empty());
+    }
+
+    #[test]
+    fn min_poll_interval_is_a_go_duration_defaulting_to_one_second() {
+        assert_eq!(
+            Config::from_yaml("").unwrap().min_poll_interval,
+            GoDuration::SECOND
+        );
+        assert_eq!(Config::builtin().min_poll_interval, GoDuration::SECOND);
+        let c = Config::from_yaml("minPollInterval: 1m30s\n").unwrap();
+        assert_eq!(c.min_poll_interval, GoDuration(90 * 1_000_000_000));
+        assert_eq!(
+            Config::from_yaml("minPollInterval: \"0\"\n")
+                .unwrap()
+                .min_poll_interval,
+            GoDuration(0)
+        );
+        for (yaml, needle) in [
+            ("minPollInterval: 5 minutes\n", "unknown unit \" minutes\""),
+            ("minPollInterval: \"30\"\n", "missing unit"),
+            ("minPollInterval: -1s\n", "negative"),
+        ] {
+            let e = Config::from_yaml(yaml).unwrap_err().to_string();
+            assert!(
+                e.starts_with("failed to validate config: minPollInterval: "),
+                "{e}"
+            );
+            assert!(e.contains(needle), "{yaml}: {e}");
+        }
+        let e = Config::from_yaml("minPollInterval: 5 minutes\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a Go duration"), "{e}");
     }
 }
 

@@ -375,6 +375,27 @@ impl IdentityIndex {
         }
     }
 
+    /// The ProviderConfig kinds the family of `mr_group` serves, with the
+    /// family's group: the longest served group that `mr_group` is or ends
+    /// with. Read from the CRDs, so known even where RBAC forbids listing
+    /// the objects; `None` when no served group fits.
+    pub fn provider_config_kinds_for(&self, mr_group: &str) -> Option<(String, Vec<String>)> {
+        let pcs = self.pcs();
+        let group = pcs
+            .kinds
+            .iter()
+            .map(|(g, _)| g.as_str())
+            .filter(|g| mr_group == *g || mr_group.ends_with(&format!(".{g}")))
+            .max_by_key(|g| g.len())?;
+        let kinds = pcs
+            .kinds
+            .iter()
+            .filter(|(g, _)| g == group)
+            .map(|(_, k)| k.clone())
+            .collect();
+        Some((group.to_string(), kinds))
+    }
+
     /// Sets which MR kinds each Provider package serves.
     pub fn set_provider_kinds(&self, providers: HashMap<String, Vec<(String, String)>>) {
         self.pcs_mut().providers = providers;
@@ -736,6 +757,19 @@ mod tests {
         assert!(idx
             .secret_users("crossplane-system", "aws-secret")
             .is_empty());
+        assert_eq!(
+            idx.provider_config_kinds_for("s3.aws.m.upbound.io"),
+            Some((
+                "aws.m.upbound.io".into(),
+                vec!["ClusterProviderConfig".into(), "ProviderConfig".into()]
+            ))
+        );
+        assert_eq!(
+            idx.provider_config_kinds_for("s3.aws.upbound.io"),
+            Some(("aws.upbound.io".into(), vec!["ProviderConfig".into()]))
+        );
+        assert_eq!(idx.provider_config_kinds_for("nop.crossplane.io"), None);
+        assert_eq!(idx.provider_config_kinds_for("xaws.m.upbound.io"), None);
         idx.set_provider_config_kinds(vec![]);
         assert_eq!(
             s(

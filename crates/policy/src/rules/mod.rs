@@ -31,6 +31,8 @@ mod observe_only_external_name;
 mod paused_delete;
 mod paused_value;
 mod provider_config_exists;
+mod provider_config_kind;
+mod reconcile_annotations;
 mod reference;
 
 /// Every built-in rule, in the order findings are reported.
@@ -54,9 +56,12 @@ pub static RULES: &[&dyn Rule] = &[
     &external_identity::ExternalIdentity,
     &adoption::Adoption,
     &provider_config_exists::ProviderConfigExists,
+    &provider_config_kind::ProviderConfigKind,
+    &reconcile_annotations::ReconcileAnnotations,
 ];
 
 pub use adoption::ADOPT;
+pub use reconcile_annotations::{POLL_INTERVAL, RECONCILE_REQUESTED_AT};
 
 /// Everything a rule may read. The object under judgment is the new object
 /// on CREATE and UPDATE and the old one on DELETE; derived states come from

@@ -18,7 +18,7 @@ impl Rule for ProviderConfigExists {
         Action::Warn
     }
     fn summary(&self) -> &'static str {
-        "The referenced ProviderConfig or ClusterProviderConfig does not exist, or the MR's provider family serves no such kind: the provider cannot reconcile the MR"
+        "The referenced ProviderConfig (in the MR's namespace, for a namespaced MR) or ClusterProviderConfig does not exist: the provider cannot reconcile the MR until it does"
     }
     fn fix(&self) -> &'static str {
         "Create the provider config, or point `spec.providerConfigRef` (`name`, and `kind` on namespaced MRs) at one that exists"
@@ -40,11 +40,8 @@ impl Rule for ProviderConfigExists {
                 "{what} ({group}) does not exist yet; the provider cannot reconcile this MR until it does"
             ))
             .fix(format!("create {what} in {group}, or reference one that exists"))],
-            ProviderConfigStatus::KindNotServed(group) => vec![Violation::new(format!(
-                "{group} serves no {}; the provider cannot use {what}",
-                r.kind
-            ))
-            .fix("set spec.providerConfigRef.kind to a kind the provider serves (ProviderConfig or ClusterProviderConfig)")],
+            // provider-config-kind names the kinds the family serves.
+            ProviderConfigStatus::KindNotServed(_) => vec![],
         }
     }
 }
@@ -122,19 +119,13 @@ mod tests {
     }
 
     #[test]
-    fn a_kind_the_family_does_not_serve_warns_and_nothing_known_is_silent() {
-        let v = Case::create(mr(
+    fn a_kind_the_family_does_not_serve_is_left_to_provider_config_kind() {
+        assert!(Case::create(mr(
             json!({"providerConfigRef": {"kind": "ClusterProviderConfig", "name": "default"}}),
         ))
         .cluster(cluster())
-        .check(&ProviderConfigExists);
-        assert_eq!(v.len(), 1);
-        assert!(
-            v[0].message
-                .starts_with("aws.upbound.io serves no ClusterProviderConfig"),
-            "{}",
-            v[0].message
-        );
+        .check(&ProviderConfigExists)
+        .is_empty());
         assert!(
             Case::create(mr(json!({"providerConfigRef": {"name": "nope"}})))
                 .check(&ProviderConfigExists)
@@ -147,5 +138,70 @@ mod tests {
                 .check(&ProviderConfigExists)
                 .is_empty()
         );
+    }
+
+    /// Each kind is looked up in its scope: a namespaced ProviderConfig in
+    /// the MR's namespace, a ClusterProviderConfig cluster-wide, and a
+    /// cluster-scoped MR's ProviderConfig cluster-wide.
+    #[test]
+    fn each_kind_is_looked_up_in_its_scope() {
+        let c = cluster();
+        let i = c.identities();
+        let facts = || ProviderConfigFacts {
+            secret: None,
+            in_use: false,
+        };
+        i.upsert_provider_config(
+            MrKey::new("aws.m.upbound.io", "ProviderConfig", "team-a", "team"),
+            facts(),
+        );
+        i.replace_provider_configs(
+            "aws.m.upbound.io",
+            "ClusterProviderConfig",
+            vec![(
+                MrKey::new("aws.m.upbound.io", "ClusterProviderConfig", "", "shared"),
+                facts(),
+            )],
+        );
+        let ns = |namespace: &str, r: serde_json::Value| {
+            Case::create(mr(json!({"providerConfigRef": r})))
+                .kind("s3.aws.m.upbound.io", "Bucket")
+                .namespaced(namespace)
+                .cluster(c.clone())
+                .check(&ProviderConfigExists)
+        };
+        let pc = json!({"kind": "ProviderConfig", "name": "team"});
+        assert!(ns("team-a", pc.clone()).is_empty());
+        let v = ns("team-b", pc);
+        assert_eq!(
+            v[0].message,
+            "ProviderConfig \"team\" in namespace \"team-b\" (aws.m.upbound.io) does not exist yet; the provider cannot reconcile this MR until it does"
+        );
+        assert!(ns(
+            "team-b",
+            json!({"kind": "ClusterProviderConfig", "name": "shared"})
+        )
+        .is_empty());
+        // A ClusterProviderConfig is not found by a namespaced ProviderConfig's name.
+        let v = ns(
+            "team-a",
+            json!({"kind": "ClusterProviderConfig", "name": "team"}),
+        );
+        assert!(
+            v[0].message
+                .starts_with("ClusterProviderConfig \"team\" (aws.m.upbound.io) does not exist"),
+            "{}",
+            v[0].message
+        );
+        // Cluster scope as before: the legacy family's ProviderConfig.
+        let legacy = |name: &str| {
+            Case::create(mr(json!({"providerConfigRef": {"name": name}})))
+                .cluster(c.clone())
+                .check(&ProviderConfigExists)
+        };
+        assert!(legacy("default").is_empty());
+        assert!(legacy("team")[0]
+            .message
+            .starts_with("ProviderConfig \"team\" (aws.upbound.io)"));
     }
 }
