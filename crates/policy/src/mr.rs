@@ -148,10 +148,31 @@ impl<'a> Mr<'a> {
         PolicySet::parse(self.spec("managementPolicies"))
     }
 
-    /// The deletion outcome (§2). An unreadable policy set is treated as
-    /// `Delete`, which is the conservative answer for protection.
+    /// Whether `metadata.namespace` is set: a namespaced (Crossplane v2)
+    /// MR. The API server sets it on every namespaced object it sends or lists.
+    pub fn is_namespaced(&self) -> bool {
+        at(self.0, &["metadata", "namespace"])
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty())
+    }
+
+    /// The deletion outcome (§2), its scope read from `metadata.namespace`
+    /// ([`Mr::deletion_outcome_in`]).
     pub fn deletion_outcome(&self) -> DeletionOutcome {
-        let policy = self.deletion_policy().and_then(Value::as_str);
+        self.deletion_outcome_in(self.is_namespaced())
+    }
+
+    /// The deletion outcome (§2) of an MR of the given scope. A namespaced
+    /// MR has no `deletionPolicy`: its outcome is `managementPolicies`
+    /// alone, and a `deletionPolicy` written on it anyway counts for
+    /// nothing, as it does for Crossplane. An unreadable policy set is
+    /// treated as `Delete`, which is the conservative answer for protection.
+    pub fn deletion_outcome_in(&self, namespaced: bool) -> DeletionOutcome {
+        let policy = if namespaced {
+            None
+        } else {
+            self.deletion_policy().and_then(Value::as_str)
+        };
         match self.policies() {
             Ok(set) => deletion_outcome(policy, set),
             Err(_) => DeletionOutcome::Delete,
@@ -485,6 +506,47 @@ mod tests {
         assert_eq!(deletion_outcome(None, without), Orphan);
         assert_eq!(deletion_outcome(Some("Orphan"), without), Orphan);
         assert_eq!(deletion_outcome(Some("Delete"), PolicySet::PAUSED), Orphan);
+    }
+
+    #[test]
+    fn a_namespaced_mr_s_outcome_is_its_management_policies_alone() {
+        let outcome = |ns: Option<&str>, spec: Value| {
+            let mut o = json!({"metadata": {"name": "b"}, "spec": spec});
+            if let Some(ns) = ns {
+                o["metadata"]["namespace"] = json!(ns);
+            }
+            Mr(&o).deletion_outcome()
+        };
+        use DeletionOutcome::*;
+        // Side by side: cluster scope, then namespaced.
+        let cases = [
+            (json!({"forProvider": {}}), Delete, Delete),
+            (
+                json!({"forProvider": {}, "deletionPolicy": "Orphan"}),
+                Orphan,
+                Delete,
+            ),
+            (
+                json!({"forProvider": {}, "managementPolicies": ["Observe", "Create", "Update"]}),
+                Orphan,
+                Orphan,
+            ),
+            (
+                json!({"forProvider": {}, "deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}),
+                Delete,
+                Delete,
+            ),
+            (
+                json!({"forProvider": {}, "managementPolicies": ["Observe"]}),
+                Orphan,
+                Orphan,
+            ),
+        ];
+        for (spec, cluster, namespaced) in cases {
+            assert_eq!(outcome(None, spec.clone()), cluster, "{spec}");
+            assert_eq!(outcome(Some(""), spec.clone()), cluster, "{spec}");
+            assert_eq!(outcome(Some("team-a"), spec.clone()), namespaced, "{spec}");
+        }
     }
 
     fn with_annotations(a: Value) -> Value {

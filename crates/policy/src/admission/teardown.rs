@@ -211,6 +211,58 @@ mod tests {
         assert_eq!(d.findings[0].rule, "teardown");
     }
 
+    /// The index learns "deletes the external resource" from the listed
+    /// objects: for namespaced MRs from managementPolicies alone, since a
+    /// deletionPolicy on them counts for nothing.
+    #[test]
+    fn namespaced_mrs_delete_by_their_management_policies_alone() {
+        let c = Cluster::default();
+        let config = Config::builtin();
+        let mr = |ns: &str, name: &str, spec: serde_json::Value| {
+            let mut spec = spec;
+            spec["forProvider"] = json!({"region": "eu-west-1"});
+            let o = json!({"apiVersion": "s3.aws.m.upbound.io/v1beta1", "kind": "Bucket",
+                           "metadata": {"name": name, "namespace": ns}, "spec": spec});
+            crate::identity::report::record(
+                c.identities(),
+                &o,
+                "s3.aws.m.upbound.io",
+                "Bucket",
+                &config,
+            );
+        };
+        mr(
+            "team-a",
+            "orphan-ignored",
+            json!({"deletionPolicy": "Orphan"}),
+        );
+        mr(
+            "team-a",
+            "kept",
+            json!({"managementPolicies": ["Observe", "Create", "Update", "LateInitialize"]}),
+        );
+        mr("team-b", "kept", json!({"managementPolicies": ["Observe"]}));
+        let d = judge(&delete_namespace(json!({})), &c).unwrap();
+        let m = &d.response.result.message;
+        assert!(!d.response.allowed);
+        assert!(m.contains("holds 1 MR whose deletion"), "{m}");
+        assert!(
+            m.contains("Bucket.s3.aws.m.upbound.io team-a/orphan-ignored"),
+            "{m}"
+        );
+        let mut b = delete_namespace(json!({}));
+        b.name = "team-b".into();
+        assert!(judge(&b, &c).unwrap().response.allowed);
+        // Side by side: the same spec cluster-scoped is orphaned.
+        let legacy = json!({"apiVersion": "s3.aws.upbound.io/v1beta1", "kind": "Bucket",
+                            "metadata": {"name": "legacy"},
+                            "spec": {"forProvider": {}, "deletionPolicy": "Orphan"}});
+        let entry =
+            crate::identity::report::entry_of(&legacy, "s3.aws.upbound.io", "Bucket", &config)
+                .unwrap();
+        assert!(!entry.deletes);
+    }
+
     #[test]
     fn annotated_empty_unsynced_or_offline_namespaces_are_allowed() {
         let c = cluster();

@@ -469,8 +469,14 @@ fn policies(m: &Mr<'_>) -> Policies {
 
 fn deletion(object: &Value, config: &Config) -> Deletion {
     let m = Mr(object);
-    let policy = m.deletion_policy().and_then(Value::as_str);
+    // A namespaced MR has no deletionPolicy: its policies alone decide.
+    let namespaced = m.is_namespaced();
+    let policy = m
+        .deletion_policy()
+        .and_then(Value::as_str)
+        .filter(|_| !namespaced);
     let shown_policy = match (policy, m.deletion_policy()) {
+        _ if namespaced => "a namespaced MR has no deletionPolicy".to_string(),
         (Some(p), _) => format!("deletionPolicy {p}"),
         (None, Some(v)) => format!("deletionPolicy {v} (not a string)"),
         (None, None) => "deletionPolicy absent (Delete)".to_string(),
@@ -478,7 +484,16 @@ fn deletion(object: &Value, config: &Config) -> Deletion {
     let outcome = m.deletion_outcome();
     let because = match m.policies() {
         Err(e) => format!("managementPolicies cannot be read ({e}); mrguard assumes Delete"),
+        Ok(set) if set.is_default() && namespaced => {
+            format!("{shown_policy}; managementPolicies [*] includes Delete")
+        }
         Ok(set) if set.is_default() => format!("{shown_policy} with managementPolicies [*]"),
+        Ok(set) if namespaced && set.has(PolicyAction::Delete) => {
+            format!("managementPolicies {set} contains Delete ({shown_policy})")
+        }
+        Ok(set) if namespaced => {
+            format!("managementPolicies {set} lacks Delete ({shown_policy})")
+        }
         Ok(set) if set.has(PolicyAction::Delete) => {
             if policy == Some("Orphan") {
                 format!("managementPolicies {set} contains Delete, which overrides deletionPolicy Orphan")

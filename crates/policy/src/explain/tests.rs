@@ -128,6 +128,34 @@ fn before_creation_nothing_is_immutable_yet() {
     );
 }
 
+/// The same spec read cluster-scoped and namespaced: a namespaced MR's
+/// deletionPolicy counts for nothing and its reasons never name one.
+#[test]
+fn deletion_reasons_of_both_scopes_side_by_side() {
+    let cfg = Config::builtin();
+    let mut o = vpc();
+    o["spec"]["deletionPolicy"] = json!("Orphan");
+    let e = explain(&o, &cfg, &Options::default()).unwrap();
+    assert_eq!(e.deletion.outcome, "Orphan");
+    assert!(e.deletion.because.contains("deletionPolicy Orphan"));
+    o["apiVersion"] = json!("ec2.aws.m.upbound.io/v1beta1");
+    o["metadata"]["namespace"] = json!("team-a");
+    let e = explain(&o, &cfg, &Options::default()).unwrap();
+    assert_eq!(e.deletion.outcome, "Delete");
+    assert_eq!(
+        e.deletion.because,
+        "a namespaced MR has no deletionPolicy; managementPolicies [*] includes Delete"
+    );
+    o["spec"].as_object_mut().unwrap().remove("deletionPolicy");
+    o["spec"]["managementPolicies"] = json!(["Observe", "Create", "Update"]);
+    let e = explain(&o, &cfg, &Options::default()).unwrap();
+    assert_eq!(e.deletion.outcome, "Orphan");
+    assert_eq!(
+        e.deletion.because,
+        "managementPolicies [Observe, Create, Update] lacks Delete (a namespaced MR has no deletionPolicy)"
+    );
+}
+
 #[test]
 fn deletion_reasons_follow_the_table() {
     let cfg = Config::builtin();

@@ -28,7 +28,7 @@ impl Rule for Adoption {
         "A CREATE with `crossplane.io/external-name` set on an `IdentifierFromProvider` kind, or set to other than `metadata.name`, adopts an existing resource, and Delete in its policies means deleting the MR deletes it"
     }
     fn fix(&self) -> &'static str {
-        "Drop `Delete` from `spec.managementPolicies` (or set `deletionPolicy: Orphan`) to keep the resource, or acknowledge with the annotation `mrguard.io/adopt: \"true\"`"
+        "Drop `Delete` from `spec.managementPolicies` (or, on a cluster-scoped MR, set `deletionPolicy: Orphan`) to keep the resource, or acknowledge with the annotation `mrguard.io/adopt: \"true\"`"
     }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let mr = ctx.mr();
@@ -44,7 +44,7 @@ impl Rule for Adoption {
         if !adopts
             || mr.creation_attempted()
             || mr.annotation(ADOPT) == Some("true")
-            || mr.deletion_outcome() != DeletionOutcome::Delete
+            || mr.deletion_outcome_in(ctx.namespaced()) != DeletionOutcome::Delete
         {
             return vec![];
         }
@@ -124,6 +124,36 @@ mod tests {
         );
         assert!(Case::create(recorded)
             .kind("ec2.aws.upbound.io", "VPC")
+            .check(&Adoption)
+            .is_empty());
+    }
+
+    /// `deletionPolicy: Orphan` keeps a cluster-scoped MR's resource but
+    /// not a namespaced one's, which has no deletionPolicy.
+    #[test]
+    fn both_scopes_side_by_side() {
+        let orphan = named("vpc-1", json!({"deletionPolicy": "Orphan"}));
+        assert!(Case::create(orphan.clone())
+            .kind("ec2.aws.upbound.io", "VPC")
+            .check(&Adoption)
+            .is_empty());
+        let v = Case::create(orphan)
+            .kind("ec2.aws.m.upbound.io", "VPC")
+            .namespaced("team-a")
+            .check(&Adoption);
+        assert_eq!(v.len(), 1);
+        assert!(v[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("drop Delete from spec.managementPolicies"));
+        let kept = named(
+            "vpc-1",
+            json!({"managementPolicies": ["Observe", "Create", "Update"]}),
+        );
+        assert!(Case::create(kept)
+            .kind("ec2.aws.m.upbound.io", "VPC")
+            .namespaced("team-a")
             .check(&Adoption)
             .is_empty());
     }

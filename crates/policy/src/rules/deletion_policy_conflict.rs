@@ -5,6 +5,8 @@ use crate::model::{Action, Violation};
 use crate::mr::PolicyAction;
 
 /// `deletionPolicy: Orphan` does nothing when a non-default set has `Delete`.
+/// Only cluster-scoped MRs: a namespaced MR has no deletionPolicy at all,
+/// which `deletion-policy` tells.
 pub(super) struct DeletionPolicyConflict;
 
 impl Rule for DeletionPolicyConflict {
@@ -18,14 +20,14 @@ impl Rule for DeletionPolicyConflict {
         Action::Warn
     }
     fn summary(&self) -> &'static str {
-        "`deletionPolicy: Orphan` is ignored when a non-default set contains `Delete`: the external resource WILL be deleted"
+        "On a cluster-scoped MR, `deletionPolicy: Orphan` is ignored when a non-default set contains `Delete`: the external resource WILL be deleted"
     }
     fn fix(&self) -> &'static str {
         "Remove `Delete` from `spec.managementPolicies` to keep the external resource"
     }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let mr = ctx.mr();
-        if mr.deletion_policy().and_then(Value::as_str) != Some("Orphan") {
+        if ctx.namespaced() || mr.deletion_policy().and_then(Value::as_str) != Some("Orphan") {
             return vec![];
         }
         match mr.policies() {
@@ -52,6 +54,28 @@ mod tests {
         .check(&DeletionPolicyConflict);
         assert_eq!(v.len(), 1);
         assert!(v[0].message.contains("WILL be deleted"));
+    }
+
+    /// The same object namespaced gets only deletion-policy's warning that
+    /// namespaced MRs have no deletionPolicy, not a conflict between the two.
+    #[test]
+    fn both_scopes_side_by_side() {
+        let o =
+            mr(json!({"deletionPolicy": "Orphan", "managementPolicies": ["Observe", "Delete"]}));
+        assert_eq!(
+            Case::create(o.clone()).check(&DeletionPolicyConflict).len(),
+            1
+        );
+        let namespaced = Case::create(o)
+            .kind("s3.aws.m.upbound.io", "Bucket")
+            .namespaced("team-a");
+        assert!(namespaced.check(&DeletionPolicyConflict).is_empty());
+        let f = namespaced.evaluate();
+        let rules: Vec<_> = f.iter().map(|f| f.rule.as_ref()).collect();
+        assert_eq!(rules, ["deletion-policy"], "{f:?}");
+        assert!(f[0]
+            .message
+            .contains("namespaced MRs have no spec.deletionPolicy"));
     }
 
     #[test]

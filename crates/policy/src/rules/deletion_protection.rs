@@ -20,7 +20,7 @@ impl Rule for DeletionProtection {
         "Deleting an MR protected by `mrguard.io/deletion-protection: \"true\"` or its config entry's `deletionProtection: true` while its deletion outcome is `Delete`: that destroys the external resource (applies to exempt users too)"
     }
     fn fix(&self) -> &'static str {
-        "Orphan it first (`deletionPolicy: Orphan`, or a set without `Delete`), or remove the protection"
+        "Orphan it first (a `managementPolicies` set without `Delete`, or on a cluster-scoped MR `deletionPolicy: Orphan`), or remove the protection"
     }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let state = ctx.state();
@@ -28,7 +28,7 @@ impl Rule for DeletionProtection {
         if !(by_annotation || ctx.resource.deletion_protection) {
             return vec![];
         }
-        if state.deletion_outcome() != DeletionOutcome::Delete {
+        if state.deletion_outcome_in(ctx.namespaced()) != DeletionOutcome::Delete {
             return vec![];
         }
         let why = if by_annotation {
@@ -36,10 +36,18 @@ impl Rule for DeletionProtection {
         } else {
             "deletionProtection in mrguard's configuration".to_string()
         };
+        // A namespaced MR has no deletionPolicy: only its policies orphan it.
+        let orphan = if ctx.namespaced() {
+            "spec.managementPolicies without Delete, e.g. [Observe, Create, Update, LateInitialize]; namespaced MRs have no deletionPolicy"
+        } else {
+            "spec.deletionPolicy: Orphan, or spec.managementPolicies without Delete"
+        };
         vec![Violation::new(format!(
             "the MR is protected by {why} and deleting it would destroy the external resource"
         ))
-        .fix("orphan it first (spec.deletionPolicy: Orphan, or spec.managementPolicies without Delete), or remove the protection")]
+        .fix(format!(
+            "orphan it first ({orphan}), or remove the protection"
+        ))]
     }
 }
 
@@ -89,6 +97,43 @@ mod tests {
             .is_empty());
         let o = with_annotations(mr(json!({})), json!({DELETION_PROTECTION: "True"}));
         assert!(Case::delete(o).check(&DeletionProtection).is_empty());
+    }
+
+    /// A namespaced MR's deletionPolicy orphans nothing, and its fix names
+    /// only managementPolicies; the same object cluster-scoped is orphaned.
+    #[test]
+    fn both_scopes_side_by_side() {
+        let o = protected(json!({"deletionPolicy": "Orphan"}));
+        assert!(Case::delete(o.clone())
+            .check(&DeletionProtection)
+            .is_empty());
+        let v = Case::delete(o)
+            .kind("s3.aws.m.upbound.io", "Bucket")
+            .namespaced("team-a")
+            .check(&DeletionProtection);
+        assert_eq!(v.len(), 1);
+        let fix = v[0].fix.as_deref().unwrap();
+        assert!(
+            fix.contains("spec.managementPolicies without Delete"),
+            "{fix}"
+        );
+        assert!(!fix.contains("deletionPolicy: Orphan"), "{fix}");
+        let cluster = Case::delete(protected(json!({}))).check(&DeletionProtection);
+        assert!(cluster[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("spec.deletionPolicy: Orphan"));
+        // Orphaned by its policies: deletable in both scopes.
+        let kept = protected(json!({"managementPolicies": ["Observe", "Create", "Update"]}));
+        assert!(Case::delete(kept.clone())
+            .check(&DeletionProtection)
+            .is_empty());
+        assert!(Case::delete(kept)
+            .kind("s3.aws.m.upbound.io", "Bucket")
+            .namespaced("team-a")
+            .check(&DeletionProtection)
+            .is_empty());
     }
 
     #[test]

@@ -34,7 +34,7 @@ impl Rule for ExternalIdentity {
         "A CREATE, or a change of external name, region or provider config, claims the external resource another live MR already manages (same folded group, kind, external name, region and provider config); with another provider config only, a warning"
     }
     fn fix(&self) -> &'static str {
-        "Give the MR another `crossplane.io/external-name` (or `metadata.name` for kinds named after the MR), or delete the other MR first (with `Orphan`, to keep the resource)"
+        "Give the MR another `crossplane.io/external-name` (or `metadata.name` for kinds named after the MR), or delete the other MR first (orphaned by a `managementPolicies` set without `Delete`, to keep the resource)"
     }
     /// The provider records the external name its cloud assigned; that
     /// write must never be refused.
