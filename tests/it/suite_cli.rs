@@ -59,7 +59,11 @@ fn the_shipped_suites_cover_every_rule_a_cel_rule_an_exception_and_a_staged_rule
     // These judge what other live objects exist (the identity index,
     // provider configs), which a suite has no cluster for; the end-to-end
     // tests prove them against the real API server (tests/e2e/identity.rs).
-    const NEED_A_CLUSTER: [&str; 2] = ["external-identity", "provider-config-exists"];
+    const NEED_A_CLUSTER: [&str; 3] = [
+        "external-identity",
+        "provider-config-exists",
+        "provider-config-kind",
+    ];
     for r in mrguard_policy::model::RULE_NAMES {
         if NEED_A_CLUSTER.contains(&r) {
             continue;
