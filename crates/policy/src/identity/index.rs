@@ -375,14 +375,16 @@ impl IdentityIndex {
         }
     }
 
-    /// The ProviderConfig kinds the family of `mr_group` serves, with the
-    /// family's group: the longest served group that `mr_group` is or ends
-    /// with. Read from the CRDs, so known even where RBAC forbids listing
-    /// the objects; `None` when no served group fits.
+    /// The ProviderConfig kinds the family of `mr_group` serves (from the
+    /// CRDs), with the family's group: the longest group whose configs
+    /// could be listed that `mr_group` is or ends with, as
+    /// [`Self::provider_config_status`] finds it. `None` when none fits: a
+    /// family mrguard may not read is not judged, so that a config group
+    /// it cannot see never claims another provider's MRs.
     pub fn provider_config_kinds_for(&self, mr_group: &str) -> Option<(String, Vec<String>)> {
         let pcs = self.pcs();
         let group = pcs
-            .kinds
+            .listed
             .iter()
             .map(|(g, _)| g.as_str())
             .filter(|g| mr_group == *g || mr_group.ends_with(&format!(".{g}")))

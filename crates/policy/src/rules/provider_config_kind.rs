@@ -6,9 +6,9 @@ use crate::model::{Action, Violation};
 /// `ProviderConfig` (in the MR's namespace) or `ClusterProviderConfig`.
 /// The API server admits any string, and a kind the provider family does
 /// not serve leaves the MR unreconciled with nothing but an event to tell.
-/// The served kinds come from the cluster's CRDs (the replica's watch, or
-/// the CRDs given to `check`); where none of the family is known, nothing
-/// is found.
+/// The served kinds come from the CRDs the replica watches, for families
+/// whose configs it may list (as `provider-config-exists`); where none of
+/// the family is known, as offline, nothing is found.
 pub(super) struct ProviderConfigKind;
 
 impl Rule for ProviderConfigKind {
@@ -71,11 +71,14 @@ mod tests {
 
     fn cluster() -> Arc<Cluster> {
         let c = Arc::new(Cluster::default());
-        c.identities().set_provider_config_kinds(vec![
+        let i = c.identities();
+        i.set_provider_config_kinds(vec![
             ("aws.upbound.io".into(), "ProviderConfig".into()),
             ("aws.m.upbound.io".into(), "ProviderConfig".into()),
             ("aws.m.upbound.io".into(), "ClusterProviderConfig".into()),
         ]);
+        i.replace_provider_configs("aws.upbound.io", "ProviderConfig", vec![]);
+        i.replace_provider_configs("aws.m.upbound.io", "ClusterProviderConfig", vec![]);
         c
     }
 
@@ -128,6 +131,18 @@ mod tests {
         // Offline without CRDs: nothing is known, nothing is found.
         assert!(
             bucket(json!({"kind": "ProviderConfigs", "name": "default"}))
+                .check(&ProviderConfigKind)
+                .is_empty()
+        );
+        // A family whose configs mrguard may not list is not judged.
+        let unlisted = Arc::new(Cluster::default());
+        unlisted.identities().set_provider_config_kinds(vec![(
+            "aws.m.upbound.io".into(),
+            "ClusterProviderConfig".into(),
+        )]);
+        assert!(
+            bucket(json!({"kind": "ProviderConfigs", "name": "default"}))
+                .cluster(unlisted)
                 .check(&ProviderConfigKind)
                 .is_empty()
         );
