@@ -14,7 +14,7 @@ use crate::support::{self, api, wait_for, Options, WAIT};
 /// A stand-in for Crossplane v2's namespaced Bucket, written here
 /// (tests/fixtures/PROVENANCE.md); kept out of `crds/` so that the coverage
 /// tests' counts stay those of the fixture CRDs.
-async fn install_namespaced_bucket_crd(client: &kube::Client) {
+pub(crate) async fn install_namespaced_bucket_crd(client: &kube::Client) {
     let path = support::fixtures_dir().join("crds-identity/s3.aws.m.upbound.io_buckets.yaml");
     let v: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let crd: CustomResourceDefinition = serde_json::from_value(v).unwrap();

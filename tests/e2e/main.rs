@@ -14,6 +14,7 @@ mod chart_args;
 mod compositions;
 mod connections;
 mod controller;
+mod crossplane_v2;
 mod differential;
 mod documented;
 mod exemptions;
