@@ -43,13 +43,16 @@ pub(super) fn structs_to_maps(e: &mut IdedExpr, next_id: &mut u64) -> Result<(),
             .elements
             .iter_mut()
             .try_for_each(|x| structs_to_maps(x, next_id)),
-        Expr::Map(m) => m.entries.iter_mut().try_for_each(|entry| match &mut entry.expr {
-            EntryExpr::MapEntry(me) => {
-                structs_to_maps(&mut me.key, next_id)?;
-                structs_to_maps(&mut me.value, next_id)
-            }
-            EntryExpr::StructField(f) => structs_to_maps(&mut f.value, next_id),
-        }),
+        Expr::Map(m) => m
+            .entries
+            .iter_mut()
+            .try_for_each(|entry| match &mut entry.expr {
+                EntryExpr::MapEntry(me) => {
+                    structs_to_maps(&mut me.key, next_id)?;
+                    structs_to_maps(&mut me.value, next_id)
+                }
+                EntryExpr::StructField(f) => structs_to_maps(&mut f.value, next_id),
+            }),
         Expr::Comprehension(c) => {
             for part in [
                 &mut c.iter_range,
@@ -262,7 +265,10 @@ mod tests {
             "Object{spec: Object.spec{deletionPolicy: 'Delete', tags: ['a', 'b']}}",
             json!({}),
         );
-        assert_eq!(got, json!({"spec": {"deletionPolicy": "Delete", "tags": ["a", "b"]}}));
+        assert_eq!(
+            got,
+            json!({"spec": {"deletionPolicy": "Delete", "tags": ["a", "b"]}})
+        );
         let mut obj = json!({"spec": {"forProvider": {"r": 1}, "tags": ["x"]}});
         super::apply(&mut obj, &got);
         assert_eq!(
