@@ -260,3 +260,86 @@ fn scope<'v>(object: &'v Value, old: Option<&'v Value>, request: &'v Value) -> S
     scope.bind("namespaceObject", None);
     scope
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::review::RequestBuilder;
+    use serde_json::json;
+
+    fn policy(failure: &str, mutations: Value) -> Vec<Value> {
+        vec![
+            json!({"kind": "MutatingAdmissionPolicy", "metadata": {"name": "p"},
+                   "spec": {"failurePolicy": failure,
+                            "matchConstraints": {"resourceRules": [{"operations": ["CREATE"]}]},
+                            "mutations": mutations}}),
+            json!({"kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": "p"},
+                   "spec": {"policyName": "p"}}),
+        ]
+    }
+
+    fn req() -> Request {
+        RequestBuilder::create(json!({"apiVersion": "example.org/v1", "kind": "Widget",
+                                      "metadata": {"name": "w"}, "spec": {"a": 1}}))
+        .build()
+    }
+
+    #[test]
+    fn mutations_run_in_order_each_on_the_last_ones_object() {
+        let p = policy(
+            "Fail",
+            json!([
+                {"patchType": "ApplyConfiguration",
+                 "applyConfiguration": {"expression": "Object{spec: Object.spec{b: 2}}"}},
+                {"patchType": "JSONPatch",
+                 "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/spec/c', value: object.spec.b + 1}]"}},
+                {"patchType": "JSONPatch",
+                 "jsonPatch": {"expression": "[JSONPatch{op: 'test', path: '/spec/a', value: 9}, JSONPatch{op: 'remove', path: '/spec/a'}]"}},
+            ]),
+        );
+        let out = Policies::compile(&p).unwrap().mutate(&req()).unwrap();
+        assert_eq!(out.object.unwrap()["spec"], json!({"a": 1, "b": 2, "c": 3}));
+    }
+
+    #[test]
+    fn a_failure_rejects_under_fail_and_is_reported_under_ignore() {
+        let broken = json!([{"patchType": "JSONPatch",
+                             "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/spec/x/y', value: 1}]"}}]);
+        let e = Policies::compile(&policy("Fail", broken.clone()))
+            .unwrap()
+            .mutate(&req())
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with("failed to apply p: mutations[0]"),
+            "{e}"
+        );
+        let out = Policies::compile(&policy("Ignore", broken))
+            .unwrap()
+            .mutate(&req())
+            .unwrap();
+        assert_eq!(out.object, None);
+        assert_eq!(out.ignored.len(), 1, "{:?}", out.ignored);
+    }
+
+    #[test]
+    fn unbound_policies_do_nothing_and_unknown_patch_types_are_refused() {
+        let mut p = policy(
+            "Fail",
+            json!([{"patchType": "JSONPatch", "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/spec/b', value: 1}]"}}]),
+        );
+        p.pop();
+        assert_eq!(
+            Policies::compile(&p)
+                .unwrap()
+                .mutate(&req())
+                .unwrap()
+                .object,
+            None
+        );
+        let p = policy("Fail", json!([{"patchType": "StrategicMerge"}]));
+        assert!(matches!(
+            Policies::compile(&p),
+            Err(EvaluateError::Unsupported { .. })
+        ));
+    }
+}

@@ -305,3 +305,67 @@ fn tags(selected: &str, keys: &[&str]) -> String {
         tag("crossplane-providerconfig", &format!("{pc} != '' && "), &pc),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::map::Policies;
+    use crate::review::RequestBuilder;
+
+    #[test]
+    fn pointers_escape_tilde_and_slash() {
+        assert_eq!(
+            pointer(&["metadata", "annotations", "crossplane.io/external-name"]),
+            "/metadata/annotations/crossplane.io~1external-name"
+        );
+        assert_eq!(pointer(&["a~/b"]), "/a~0~1b");
+    }
+
+    fn mutated(config: &Config, req: &crate::review::Request) -> Value {
+        let policies = Policies::compile(&export(config).objects).unwrap();
+        let out = policies.mutate(req).unwrap();
+        assert!(out.ignored.is_empty(), "{:?}", out.ignored);
+        out.object
+            .unwrap_or_else(|| req.object.as_ref().unwrap().value.clone())
+    }
+
+    #[test]
+    fn a_namespaced_create_gets_its_namespaces_reference_and_an_update_keeps_the_old_one() {
+        let cfg = Config::from_yaml(
+            "providerConfig: {defaultName: main, namespaceProviderConfigs: {team-a: aws-team-a}}\n",
+        )
+        .unwrap();
+        let bucket = |ns: &str, spec: Value| {
+            json!({"apiVersion": "s3.aws.m.upbound.io/v1beta1", "kind": "Bucket",
+                   "metadata": {"name": "b1", "namespace": ns}, "spec": spec})
+        };
+        let o = mutated(
+            &cfg,
+            &RequestBuilder::create(bucket("team-a", json!({"forProvider": {}}))).build(),
+        );
+        assert_eq!(
+            o["spec"]["providerConfigRef"],
+            json!({"kind": "ClusterProviderConfig", "name": "aws-team-a"})
+        );
+        assert!(o["spec"].get("deletionPolicy").is_none());
+        assert_eq!(o["metadata"]["annotations"][EXTERNAL_NAME], "b1");
+        let old = bucket(
+            "team-b",
+            json!({"forProvider": {}, "providerConfigRef": {"name": "default"}}),
+        );
+        let o = mutated(&cfg, &RequestBuilder::update(old.clone(), old).build());
+        assert_eq!(o["spec"]["providerConfigRef"], json!({"name": "default"}));
+        assert!(o["metadata"].get("annotations").is_none());
+    }
+
+    #[test]
+    fn every_mutation_is_a_json_patch_and_what_cannot_be_expressed_is_listed() {
+        let out = export(&Config::builtin());
+        assert_eq!(out.objects.len(), 2);
+        for m in out.objects[0]["spec"]["mutations"].as_array().unwrap() {
+            assert_eq!(m["patchType"], "JSONPatch");
+        }
+        assert_eq!(out.skipped.len(), NOT_EXPRESSIBLE.len());
+        assert!(out.skipped[0].starts_with("provider accounts: "));
+    }
+}
