@@ -272,11 +272,12 @@ fn tags(selected: &str, keys: &[&str]) -> String {
     // one is a map.
     let mut reachable = format!("type({}) == map", at(keys.len()));
     for i in (0..keys.len()).rev() {
-        reachable = format!(
-            "({} || (type({}) == map && {reachable}))",
-            missing(i),
-            at(i + 1)
-        );
+        let step = format!("({} || {reachable})", missing(i));
+        reachable = if i > 0 {
+            format!("(type({}) == map && {step})", at(i))
+        } else {
+            step
+        };
     }
     // The empty maps from the first missing step down.
     let mut create = "[]".to_string();
