@@ -352,6 +352,19 @@ fn exported_policy_agrees_with_mutate_on_every_review() {
                     changes(&before.value, after, &mut by_step);
                 }
                 mutated += usize::from(want.is_some());
+                // reinvocationPolicy IfNeeded: a second run over its own
+                // output changes nothing.
+                if let Some(once) = &got.object {
+                    let mut again = req.clone();
+                    if let Some(o) = again.object.as_mut() {
+                        o.value = once.clone();
+                    }
+                    let twice = policies.mutate(&again).expect("failurePolicy is Ignore");
+                    assert_eq!(
+                        twice.object, None,
+                        "{cname}/{set}: a second run changed {once}"
+                    );
+                }
                 if want == got.object {
                     agree += 1;
                 } else if disagreements.len() < 10 {
