@@ -69,6 +69,8 @@ pub struct Mrd {
     pub group: String,
     /// `spec.names.kind`.
     pub kind: String,
+    /// `spec.names.plural`.
+    pub plural: String,
     /// `spec.state` is `Active`.
     pub active: bool,
     /// The documented-immutable fields of its schema, as a CRD's.
@@ -91,6 +93,7 @@ impl Mrd {
             name: name.into(),
             group: group.into(),
             kind: kind.into(),
+            plural: s("/spec/names/plural").into(),
             active: s("/spec/state") == "Active",
             documented: crate::documented::derive(object).map(Arc::new),
         })
@@ -261,6 +264,17 @@ impl Activations {
             .find(|m| m.group == group && m.kind == kind)
     }
 
+    /// The MRDs whose kind or plural is `name` (any case), as kubectl
+    /// resolves a resource name, in `group` when given.
+    pub fn find(&self, name: &str, group: Option<&str>) -> Vec<&Mrd> {
+        let wanted = name.to_lowercase();
+        self.mrds
+            .values()
+            .filter(|m| group.is_none_or(|g| g == m.group))
+            .filter(|m| m.kind.to_lowercase() == wanted || m.plural == wanted)
+            .collect()
+    }
+
     /// The MRAP (first by name) and pattern that match `mrd_name`.
     pub fn activated_by(&self, mrd_name: &str) -> Option<(&str, &str)> {
         self.mraps
@@ -362,6 +376,34 @@ impl Activations {
             });
         }
         review
+    }
+}
+
+impl Activations {
+    /// The MRDs no MRAP activates, in one line for a summary: how many,
+    /// and the first `max` names. `None` when there are none.
+    pub fn inactive_summary(&self, max: usize) -> Option<String> {
+        let inactive: Vec<&str> = self
+            .mrds
+            .values()
+            .filter(|m| matches!(self.state(&m.group, &m.kind), KindState::Inactive(_)))
+            .map(|m| m.name.as_str())
+            .collect();
+        if inactive.is_empty() {
+            return None;
+        }
+        let more = inactive.len().saturating_sub(max);
+        Some(format!(
+            "{} kind(s) are served by MRDs which no MRAP activates (state Inactive), so no MR of \
+             them exists and none is audited: {}{}",
+            inactive.len(),
+            inactive[..inactive.len().min(max)].join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ))
     }
 }
 

@@ -74,18 +74,21 @@ pub fn validate(pattern: &str) -> Result<(), BadPattern> {
 /// One character of a class at `i` (Go's `getEsc`): the character and
 /// where the class goes on.
 fn class_char(p: &[char], i: usize) -> Result<(char, usize), &'static str> {
-    let (c, next) = match p.get(i) {
-        None => return Err("a character class is not closed with ]"),
-        Some('-') => return Err("a character class has - where a character belongs (escape it as \\-)"),
-        Some(']') => {
-            return Err("a character class is empty, or has ] where a character belongs (escape it as \\])")
-        }
-        Some('\\') => match p.get(i + 1) {
-            Some(c) => (*c, i + 2),
-            None => return Err("a character class ends with a lone \\"),
-        },
-        Some(c) => (*c, i + 1),
-    };
+    let (c, next) =
+        match p.get(i) {
+            None => return Err("a character class is not closed with ]"),
+            Some('-') => {
+                return Err("a character class has - where a character belongs (escape it as \\-)")
+            }
+            Some(']') => return Err(
+                "a character class is empty, or has ] where a character belongs (escape it as \\])",
+            ),
+            Some('\\') => match p.get(i + 1) {
+                Some(c) => (*c, i + 2),
+                None => return Err("a character class ends with a lone \\"),
+            },
+            Some(c) => (*c, i + 1),
+        };
     if next >= p.len() {
         return Err("a character class is not closed with ]");
     }
@@ -303,10 +306,20 @@ mod tests {
     #[test]
     fn mrd_names() {
         let name = "buckets.s3.aws.upbound.io";
-        for p in ["*.aws.upbound.io", "*.s3.aws.upbound.io", "buckets.s3.*", "*", name] {
+        for p in [
+            "*.aws.upbound.io",
+            "*.s3.aws.upbound.io",
+            "buckets.s3.*",
+            "*",
+            name,
+        ] {
             assert_eq!(matches(p, name), Ok(true), "{p}");
         }
-        for p in ["bucket.s3.aws.upbound.io", "*.aws.upbound.com", "s3.aws.upbound.io"] {
+        for p in [
+            "bucket.s3.aws.upbound.io",
+            "*.aws.upbound.com",
+            "s3.aws.upbound.io",
+        ] {
             assert_eq!(matches(p, name), Ok(false), "{p}");
         }
         assert!(is_literal(name));

@@ -40,7 +40,10 @@ fn an_mrd_reads_like_its_crd() {
     assert!(!m.active, "state defaults to Inactive");
     let d = m.documented.unwrap();
     assert_eq!(d.fields[0].path.as_str(), "spec.forProvider.region");
-    assert!(Mrd::from_object(&json!({"kind": "ManagedResourceDefinition", "apiVersion": "v1"})).is_none());
+    assert!(
+        Mrd::from_object(&json!({"kind": "ManagedResourceDefinition", "apiVersion": "v1"}))
+            .is_none()
+    );
     assert!(!Activations::default().add(&json!({"kind": "ConfigMap"})));
 }
 
@@ -63,17 +66,45 @@ fn the_state_of_a_kind() {
     );
     assert!(matches!(
         a.state("ec2.aws.upbound.io", "VPC"),
-        KindState::Active { by: Some(("default", "*.ec2.aws.upbound.io")), .. }
+        KindState::Active {
+            by: Some(("default", "*.ec2.aws.upbound.io")),
+            ..
+        }
     ));
     let pending = a.state_of("ec2.aws.upbound.io/v1beta1", "Instance");
-    assert!(matches!(pending, KindState::Pending { by: ("default", _), .. }));
-    assert!(pending.problem().unwrap().contains("MRAP default activates"));
+    assert!(matches!(
+        pending,
+        KindState::Pending {
+            by: ("default", _),
+            ..
+        }
+    ));
+    assert!(pending
+        .problem()
+        .unwrap()
+        .contains("MRAP default activates"));
     assert_eq!(a.state("s3.aws.upbound.io", "Object"), KindState::NoMrd);
+    assert_eq!(a.find("bucket", None)[0].name, "buckets.s3.aws.upbound.io");
+    assert_eq!(a.find("buckets", Some("s3.aws.upbound.io")).len(), 1);
+    assert!(a.find("bucket", Some("ec2.aws.upbound.io")).is_empty());
+    assert_eq!(
+        a.inactive_summary(5).unwrap(),
+        "1 kind(s) are served by MRDs which no MRAP activates (state Inactive), so no MR of them \
+         exists and none is audited: buckets.s3.aws.upbound.io"
+    );
+    assert!(alone_active().inactive_summary(5).is_none());
     // Active stays active without a matching MRAP (Crossplane refuses the
     // change back).
     let alone = known(&[mrd("vpcs", "ec2.aws.upbound.io", "VPC", Some("Active"))]);
-    assert!(matches!(alone.state("ec2.aws.upbound.io", "VPC"), KindState::Active { by: None, .. }));
+    assert!(matches!(
+        alone.state("ec2.aws.upbound.io", "VPC"),
+        KindState::Active { by: None, .. }
+    ));
     assert!(alone.state("ec2.aws.upbound.io", "VPC").problem().is_none());
+}
+
+fn alone_active() -> Activations {
+    known(&[mrd("vpcs", "ec2.aws.upbound.io", "VPC", Some("Active"))])
 }
 
 #[test]
@@ -84,12 +115,24 @@ fn the_singular_names_its_plural() {
         mrd("addresses", "compute.gcp.upbound.io", "Address", None),
         mrd("vpcs", "ec2.aws.upbound.io", "VPC", None),
     ]);
-    assert_eq!(a.nearest("bucket.s3.aws.upbound.io"), ["buckets.s3.aws.upbound.io"]);
-    assert_eq!(a.nearest("bucketpolicy.s3.aws.upbound.io"), ["bucketpolicies.s3.aws.upbound.io"]);
-    assert_eq!(a.nearest("address.compute.gcp.upbound.io"), ["addresses.compute.gcp.upbound.io"]);
+    assert_eq!(
+        a.nearest("bucket.s3.aws.upbound.io"),
+        ["buckets.s3.aws.upbound.io"]
+    );
+    assert_eq!(
+        a.nearest("bucketpolicy.s3.aws.upbound.io"),
+        ["bucketpolicies.s3.aws.upbound.io"]
+    );
+    assert_eq!(
+        a.nearest("address.compute.gcp.upbound.io"),
+        ["addresses.compute.gcp.upbound.io"]
+    );
     assert_eq!(a.nearest("vpc.*"), ["vpcs.ec2.aws.upbound.io"]);
     // A typo in the group.
-    assert_eq!(a.nearest("buckets.s3.aws.upbond.io"), ["buckets.s3.aws.upbound.io"]);
+    assert_eq!(
+        a.nearest("buckets.s3.aws.upbond.io"),
+        ["buckets.s3.aws.upbound.io"]
+    );
     assert!(a.nearest("databases.rds.azure.upbound.io").is_empty());
 }
 
@@ -99,25 +142,45 @@ fn an_mrap_is_reviewed() {
     let r = a.review_mrap(
         &Mrap::from_object(&mrap(
             "p",
-            &["bucket.s3.aws.upbound.io", "*.s3.aws.upbound.io", "s3[", "*.nothing.io"],
+            &[
+                "bucket.s3.aws.upbound.io",
+                "*.s3.aws.upbound.io",
+                "s3[",
+                "*.nothing.io",
+            ],
         ))
         .unwrap(),
     );
     assert_eq!(r.denials.len(), 1);
-    assert!(r.denials[0].starts_with("spec.activate[2]: syntax error in pattern \"s3[\""), "{:?}", r.denials);
+    assert!(
+        r.denials[0].starts_with("spec.activate[2]: syntax error in pattern \"s3[\""),
+        "{:?}",
+        r.denials
+    );
     assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
     assert!(r.warnings[0].starts_with("spec.activate[0]: \"bucket.s3.aws.upbound.io\" matches no"));
-    assert!(r.warnings[0].contains("did you mean \"buckets.s3.aws.upbound.io\"?"), "{}", r.warnings[0]);
-    assert!(r.warnings[1].contains("e.g. \"buckets.s3.aws.upbound.io\""), "{}", r.warnings[1]);
+    assert!(
+        r.warnings[0].contains("did you mean \"buckets.s3.aws.upbound.io\"?"),
+        "{}",
+        r.warnings[0]
+    );
+    assert!(
+        r.warnings[1].contains("e.g. \"buckets.s3.aws.upbound.io\""),
+        "{}",
+        r.warnings[1]
+    );
     // Without any MRD known, nothing can be said of what a pattern matches.
-    let none = Activations::default().review_mrap(&Mrap::from_object(&mrap("p", &["bucket.s3"])).unwrap());
+    let none =
+        Activations::default().review_mrap(&Mrap::from_object(&mrap("p", &["bucket.s3"])).unwrap());
     assert_eq!(none, MrapReview::default());
 }
 
 #[test]
 fn a_list_and_the_index() {
     let mut a = Activations::default();
-    assert!(a.add(&json!({"kind": "List", "items": [mrd("buckets", "s3.aws.upbound.io", "Bucket", None)]})));
+    assert!(a.add(
+        &json!({"kind": "List", "items": [mrd("buckets", "s3.aws.upbound.io", "Bucket", None)]})
+    ));
     assert!(!a.is_empty());
     let index = ActivationIndex::default();
     assert!(!index.is_watched());

@@ -32,7 +32,8 @@ pub fn composed(composition: &Value) -> Vec<Composed> {
             .flatten()
             .enumerate()
         {
-            let (Some(api), Some(kind)) = (r["base"]["apiVersion"].as_str(), r["base"]["kind"].as_str())
+            let (Some(api), Some(kind)) =
+                (r["base"]["apiVersion"].as_str(), r["base"]["kind"].as_str())
             else {
                 continue;
             };
@@ -62,7 +63,12 @@ pub fn composed(composition: &Value) -> Vec<Composed> {
         if group == super::PT_GROUP {
             read(
                 &step["input"],
-                vec!["spec".into(), "pipeline".into(), i.to_string(), "input".into()],
+                vec![
+                    "spec".into(),
+                    "pipeline".into(),
+                    i.to_string(),
+                    "input".into(),
+                ],
             );
         }
     }
@@ -105,7 +111,10 @@ mod tests {
                  "input": {"apiVersion": "gotemplating.fn.crossplane.io/v1beta1", "kind": "GoTemplate"}}]}});
         let c = composed(&composition);
         assert_eq!(c.len(), 3);
-        assert_eq!(c[0].location.join("."), "spec.pipeline.0.input.resources.0.base");
+        assert_eq!(
+            c[0].location.join("."),
+            "spec.pipeline.0.input.resources.0.base"
+        );
         let mut known = Activations::default();
         assert!(inactive(&composition, &known).is_empty());
         for (plural, group, kind, state) in [
@@ -119,7 +128,13 @@ mod tests {
         let found = inactive(&composition, &known);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].0.name, "bucket");
-        assert!(found[0].1.contains("MRD buckets.s3.aws.upbound.io, which no MRAP activates"), "{}", found[0].1);
+        assert!(
+            found[0]
+                .1
+                .contains("MRD buckets.s3.aws.upbound.io, which no MRAP activates"),
+            "{}",
+            found[0].1
+        );
         let legacy = json!({"spec": {"resources": [{"base": {"apiVersion": "s3.aws.upbound.io/v1beta1", "kind": "Bucket"}}]}});
         assert_eq!(inactive(&legacy, &known)[0].0.name, "resources[0]");
     }

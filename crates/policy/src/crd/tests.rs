@@ -1164,14 +1164,24 @@ fn an_mrd_is_read_like_its_crd() {
         panic!("the MRD's kind is not found");
     };
     let errors = v
-        .validate(&json!({"apiVersion": "s3.aws.upbound.io/v1beta1", "kind": "Bucket",
-            "metadata": {"name": "b"}, "spec": {"forProvider": {"region": 3}}}), None)
+        .validate(
+            &json!({"apiVersion": "s3.aws.upbound.io/v1beta1", "kind": "Bucket",
+            "metadata": {"name": "b"}, "spec": {"forProvider": {"region": 3}}}),
+            None,
+        )
         .unwrap();
     assert_eq!(errors[0].path, "spec.forProvider.region", "{errors:?}");
-    assert_eq!(crds.documented()[0].fields[0].path.as_str(), "spec.forProvider.region");
+    assert_eq!(
+        crds.documented()[0].fields[0].path.as_str(),
+        "spec.forProvider.region"
+    );
     assert!(!crds.activations().is_empty());
     let cluster = crds.cluster();
-    assert!(cluster.activations().snapshot().mrd_for("s3.aws.upbound.io", "Bucket").is_some());
+    assert!(cluster
+        .activations()
+        .snapshot()
+        .mrd_for("s3.aws.upbound.io", "Bucket")
+        .is_some());
     // The CRD after the MRD replaces it; an MRD after the CRD is not a
     // second definition.
     crds.add("crd.yaml", &crd).unwrap();
