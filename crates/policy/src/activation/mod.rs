@@ -242,6 +242,11 @@ impl Activations {
         }
     }
 
+    /// Adds an MRD read already.
+    pub fn insert_mrd(&mut self, mrd: Mrd) {
+        self.mrds.insert(mrd.name.clone(), mrd);
+    }
+
     /// Whether no MRD is known (MRAPs alone say nothing of kinds).
     pub fn is_empty(&self) -> bool {
         self.mrds.is_empty()
