@@ -1,6 +1,6 @@
 //! The cluster's ManagedResourceDefinitions and activation policies, read
 //! once per command (`check --live`, `explain`): they name the MRD of a
-//! kind the API server does not serve (docs/crossplane-v2.md). A cluster
+//! kind the API server does not serve (docs/activation.md). A cluster
 //! without Crossplane v2 has no such API, which is not an error.
 
 use kube::api::{ApiResource, DynamicObject, ListParams};

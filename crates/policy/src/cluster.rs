@@ -25,7 +25,7 @@ pub struct Cluster {
     /// Which external resources live MRs claim (docs/rules.md, external-identity).
     identities: crate::identity::IdentityIndex,
     /// The MRDs and MRAPs: which MR kinds Crossplane v2 activated
-    /// (docs/crossplane-v2.md).
+    /// (docs/activation.md).
     activations: crate::activation::ActivationIndex,
 }
 

@@ -1,5 +1,5 @@
 //! Every replica's watch on ManagedResourceDefinitions and
-//! ManagedResourceActivationPolicies (Crossplane v2, docs/crossplane-v2.md):
+//! ManagedResourceActivationPolicies (Crossplane v2, docs/activation.md):
 //! which MR kinds are inactive (safe-start: no CRD until an MRAP activates
 //! the MRD), what an MRAP's patterns match (the MRAP webhook), and the
 //! documented immutable fields of the kinds that have no CRD yet.

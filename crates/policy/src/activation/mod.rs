@@ -1,4 +1,4 @@
-//! Crossplane v2's activation of MR kinds (docs/crossplane-v2.md): a
+//! Crossplane v2's activation of MR kinds (docs/activation.md): a
 //! provider ships each kind as a ManagedResourceDefinition (MRD), and a
 //! ManagedResourceActivationPolicy (MRAP) activates MRDs by name.
 //!

@@ -1,4 +1,4 @@
-//! The ManagedResourceActivationPolicy webhook (docs/crossplane-v2.md):
+//! The ManagedResourceActivationPolicy webhook (docs/activation.md):
 //! Crossplane silently activates nothing with an `activate` entry that is
 //! malformed or that matches no MRD name, so admission says so while the
 //! author is still there.

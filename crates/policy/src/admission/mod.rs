@@ -160,7 +160,7 @@ impl<'a> Decider<'a> {
 
     /// The validating webhook (docs/rules.md): Compositions
     /// ([`Decider::composition`]), ManagedResourceActivationPolicies
-    /// (their patterns, docs/crossplane-v2.md), teardown deletions
+    /// (their patterns, docs/activation.md), teardown deletions
     /// ([`Decider::teardown`]), else the MR rules, judging only what the
     /// cluster view knows.
     pub fn validate(&self, req: &Request) -> Decision {
