@@ -58,9 +58,9 @@ pub fn validate(pattern: &str) -> Result<(), BadPattern> {
                         i += 1;
                         break;
                     }
-                    i = class_char(&p, i).map_err(|r| bad(r))?.1;
+                    i = class_char(&p, i).map_err(&bad)?.1;
                     if p.get(i) == Some(&'-') {
-                        i = class_char(&p, i + 1).map_err(|r| bad(r))?.1;
+                        i = class_char(&p, i + 1).map_err(&bad)?.1;
                     }
                     ranges += 1;
                 }

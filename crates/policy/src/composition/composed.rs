@@ -77,7 +77,7 @@ pub fn composed(composition: &Value) -> Vec<Composed> {
 
 /// Each composed resource whose kind cannot be used yet, with why: its
 /// MRD is inactive (or activated but not yet made a CRD).
-pub fn inactive<'a>(composition: &Value, known: &'a Activations) -> Vec<(Composed, String)> {
+pub fn inactive(composition: &Value, known: &Activations) -> Vec<(Composed, String)> {
     if known.is_empty() {
         return Vec::new();
     }
