@@ -183,6 +183,87 @@ async fn an_mrd_without_a_crd_is_explained_and_named_by_check_live() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_live_names_a_composed_kind_no_mrap_activates() {
+    let test = "check_live_names_a_composed_kind_no_mrap_activates";
+    let Some(cluster) = support::require_cluster_at(test, NEEDS).await else {
+        return;
+    };
+    let Some(fixtures) = support::third_party_fixtures(test) else {
+        return;
+    };
+    let admin = cluster.admin().await.unwrap();
+    let group = "e2e-composed.example.org";
+    mrd_installed(&admin, &fixtures, group).await;
+    let kubeconfig = cluster.admin_kubeconfig().display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("composition.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: apiextensions.crossplane.io/v1\nkind: Composition\nmetadata:\n  name: xstorage\n\
+             spec:\n  compositeTypeRef:\n    apiVersion: example.org/v1alpha1\n    kind: XStorage\n  mode: Pipeline\n\
+             \x20 pipeline:\n    - step: pt\n      functionRef:\n        name: function-patch-and-transform\n\
+             \x20     input:\n        apiVersion: pt.fn.crossplane.io/v1beta1\n        kind: Resources\n\
+             \x20       resources:\n          - name: bucket\n            base:\n              apiVersion: {group}/v1beta1\n\
+             \x20             kind: Bucket\n"
+        ),
+    )
+    .unwrap();
+    let out = mrguard(&[
+        "check",
+        "--live",
+        "-f",
+        &file.display().to_string(),
+        "--kubeconfig",
+        &kubeconfig,
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("Composition/xstorage: skipped"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "warning: {}:19: composed resource \"bucket\": kind Bucket.{group} is served by MRD buckets.{group}, which no MRAP activates (state Inactive)",
+            file.display()
+        )),
+        "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_names_the_kinds_no_mrap_activates() {
+    let test = "the_audit_names_the_kinds_no_mrap_activates";
+    let Some(cluster) = support::require_cluster_at(test, NEEDS).await else {
+        return;
+    };
+    let Some(fixtures) = support::third_party_fixtures(test) else {
+        return;
+    };
+    let admin = cluster.admin().await.unwrap();
+    let group = "e2e-audit.example.org";
+    mrd_installed(&admin, &fixtures, group).await;
+    let kubeconfig = cluster.admin_kubeconfig().display().to_string();
+    // Its MRs (none can exist) are not what is asserted: the closing note.
+    let out = mrguard(&[
+        "audit",
+        "--kubeconfig",
+        &kubeconfig,
+        "--quiet",
+        "-o",
+        "json",
+    ]);
+    let stderr = text(&out.stderr);
+    let note = stderr
+        .lines()
+        .find(|l| l.starts_with("mrguard audit: note: "))
+        .unwrap_or_else(|| panic!("no note: {stderr}"));
+    assert!(
+        note.contains("kind(s) are served by MRDs which no MRAP activates (state Inactive)"),
+        "{note}"
+    );
+    assert!(note.contains(&format!("buckets.{group}")), "{note}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mrap_in_the_singular_is_warned_about_and_a_malformed_one_denied() {
     let test = "an_mrap_in_the_singular_is_warned_about_and_a_malformed_one_denied";
     let Some(cluster) = support::require_cluster_at(test, NEEDS).await else {
