@@ -57,6 +57,9 @@ pub struct CheckArgs {
     /// CRD file, or folder of CRD files: also apply their schema defaults
     /// before mutation, and check types, enums, required fields and
     /// x-kubernetes-validations rules after it, as the API server would.
+    /// Crossplane's ManagedResourceDefinitions are read like the CRDs they
+    /// become; with them (and the ManagedResourceActivationPolicies), kinds
+    /// that no MRAP activates are warned about.
     #[arg(long, value_name = "PATH")]
     pub(crate) crd: Option<PathBuf>,
     /// With --crd: fail an object whose API group no CRD in PATH defines,
