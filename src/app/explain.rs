@@ -125,9 +125,13 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
             let (kind, group, name) = split_target(target).map_err(anyhow::Error::msg)?;
             let resource = match cluster::resolve(client, &kind, group.as_deref()).await {
                 Ok(r) => r,
-                Err(e @ cluster::ClusterError::Discovery { .. }) => {
-                    // Not served: with Crossplane v2, maybe an MRD that no
-                    // MRAP activates, whose schema is there all the same.
+                // Not served (a group that does not exist at all is a
+                // discovery failure): with Crossplane v2, maybe an MRD that
+                // no MRAP activates, whose schema is there all the same. An
+                // ambiguous name is not that.
+                Err(e @ cluster::ClusterError::Discovery { not_served, .. })
+                    if not_served || group.is_some() =>
+                {
                     let known = super::activations::list(client).await.unwrap_or_default();
                     return match inactive(&known, &kind, group.as_deref(), &name) {
                         Some(e) => Ok(vec![e]),
@@ -379,6 +383,38 @@ pub(crate) fn run(args: ExplainArgs) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unserved_kind_is_explained_from_its_mrd() {
+        let mut known = mrguard_policy::activation::Activations::default();
+        known.add(&serde_json::json!({"apiVersion": "apiextensions.crossplane.io/v1alpha1",
+            "kind": "ManagedResourceDefinition", "metadata": {"name": "buckets.s3.aws.upbound.io"},
+            "spec": {"group": "s3.aws.upbound.io", "names": {"kind": "Bucket", "plural": "buckets"},
+              "versions": [{"name": "v1beta1", "served": true, "schema": {"openAPIV3Schema": {"properties": {
+                "spec": {"properties": {"forProvider": {"properties": {"region": {"type": "string",
+                  "description": "Changing this forces a new resource to be created."}}}}}}}}}]}}));
+        assert!(inactive(&known, "bucket", Some("ec2.aws.upbound.io"), "b").is_none());
+        let e = inactive(&known, "Bucket", None, "b").unwrap();
+        let u = e.unserved.as_ref().unwrap();
+        let text = u.render_text(&e.label);
+        assert!(
+            text.starts_with(
+                "Bucket.s3.aws.upbound.io/b: not served\n  kind Bucket.s3.aws.upbound.io is served by MRD \
+                 buckets.s3.aws.upbound.io, which no MRAP activates (state Inactive)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n    spec.forProvider.region [v1beta1]\n"),
+            "{text}"
+        );
+        let v = u.to_json(&e.label);
+        assert_eq!(v["served"], false);
+        assert_eq!(
+            v["documentedImmutableFields"][0]["path"],
+            "spec.forProvider.region"
+        );
+    }
 
     #[test]
     fn targets() {
