@@ -1,6 +1,6 @@
 //! `mrguard config` and `mrguard export`: a configuration file checked,
 //! the built-in one printed, the configuration exported as
-//! ValidatingAdmissionPolicies.
+//! ValidatingAdmissionPolicies or a MutatingAdmissionPolicy.
 
 use std::path::Path;
 
@@ -34,19 +34,43 @@ pub fn print_default() -> i32 {
 /// `mrguard export vap`: the policies on stdout as YAML documents, what
 /// was left out on stderr.
 pub fn export_vap(config: Option<&Path>) -> i32 {
-    let config = match config {
-        Some(p) => match crate::config::load_file(p) {
-            Ok((c, _)) => c,
-            Err(e) => {
-                eprintln!("{e}");
-                return 1;
-            }
-        },
-        None => mrguard_policy::config::Config::builtin(),
+    let Some(config) = export_config(config) else {
+        return 1;
     };
     let export = mrguard_policy::vap::export(&config, jiff::Timestamp::now());
+    write_export(&export.objects, &export.skipped)
+}
+
+/// `mrguard export map`: the MutatingAdmissionPolicy and its binding on
+/// stdout as YAML documents, what a policy cannot express on stderr.
+pub fn export_map(config: Option<&Path>) -> i32 {
+    let Some(config) = export_config(config) else {
+        return 1;
+    };
+    let export = mrguard_policy::map::export(&config);
+    write_export(&export.objects, &export.skipped)
+}
+
+/// The configuration to export: the file, else the built-in one; `None`
+/// after saying why the file is not valid.
+fn export_config(config: Option<&Path>) -> Option<mrguard_policy::config::Config> {
+    match config {
+        Some(p) => match crate::config::load_file(p) {
+            Ok((c, _)) => Some(c),
+            Err(e) => {
+                eprintln!("{e}");
+                None
+            }
+        },
+        None => Some(mrguard_policy::config::Config::builtin()),
+    }
+}
+
+/// `objects` as YAML documents on stdout, `skipped` as `not exported:`
+/// lines on stderr.
+fn write_export(objects: &[serde_json::Value], skipped: &[String]) -> i32 {
     let mut out = String::new();
-    for o in &export.objects {
+    for o in objects {
         match serde_saphyr::to_string(o) {
             Ok(y) => {
                 out.push_str("---\n");
@@ -59,7 +83,7 @@ pub fn export_vap(config: Option<&Path>) -> i32 {
         }
     }
     print!("{out}");
-    for s in &export.skipped {
+    for s in skipped {
         eprintln!("not exported: {s}");
     }
     0

@@ -94,6 +94,14 @@ pub enum ExportCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Write a MutatingAdmissionPolicy and its binding (admissionregistration.k8s.io/v1,
+    /// Kubernetes 1.36 or later) for the defaults `/mutate` sets; what a policy
+    /// cannot express is listed on stderr.
+    Map {
+        /// Configuration file; the built-in default when absent.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -227,6 +235,9 @@ pub fn run(cli: Cli) -> i32 {
         Command::Config(ConfigCommand::Check { file }) => app::config::check(&file),
         Command::Export(ExportCommand::Vap { config }) => {
             app::config::export_vap(config.as_deref())
+        }
+        Command::Export(ExportCommand::Map { config }) => {
+            app::config::export_map(config.as_deref())
         }
         Command::Config(ConfigCommand::Default) => app::config::print_default(),
     }

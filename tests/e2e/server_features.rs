@@ -7,7 +7,10 @@
 //!   what mrguard's webhook denies, with mrguard not running;
 //! - the chart's `webhooks.matchConditions` (1.28) keep exempt users'
 //!   requests from reaching the webhooks at all;
-//! - a CRD's own validation rules (1.25) judge the object mrguard mutated.
+//! - a CRD's own validation rules (1.25) judge the object mrguard mutated;
+//! - the MutatingAdmissionPolicy `mrguard export map` writes
+//!   (admissionregistration.k8s.io/v1, 1.36) defaults a created MR in the
+//!   API server itself as `/mutate` would, with mrguard not running.
 
 use serde_json::{json, Value};
 
@@ -300,5 +303,148 @@ async fn a_crds_validation_rule_judges_the_object_mrguard_mutated() {
         admitted.body["metadata"]["annotations"]["crossplane.io/external-name"], "with-email",
         "mrguard's external-name initializer ran before the rule: {}",
         admitted.body
+    );
+}
+
+/// A configuration whose defaults differ from what CRD defaulting writes,
+/// so that the policy's work shows: another default name, one per
+/// namespace, and a tags field.
+const MAP_CONFIG: &str = "providerConfig:\n  defaultName: e2e-default\n  namespaceProviderConfigs: {team-map: team-map-config}\nresources:\n  - apiGroups: [s3.aws.upbound.io]\n    kinds: [Bucket]\n    tagsField: spec.forProvider.tags\n";
+
+/// What `/mutate` changes, compared field by field.
+const MUTATED_FIELDS: &[&str] = &[
+    "/spec/providerConfigRef",
+    "/spec/deletionPolicy",
+    "/spec/managementPolicies",
+    "/spec/forProvider/tags",
+    "/metadata/annotations/crossplane.io~1external-name",
+];
+
+/// The policy `mrguard export map` writes, applied to an API server where
+/// mrguard does not run, defaults a created cluster-scoped Bucket and a
+/// namespaced VPC as `/mutate` defaults the same objects: each is first
+/// created with a dry run before the policy exists (what CRD defaulting
+/// alone gives, which is what `/mutate` receives), and mrguard's own
+/// mutation of that is the expectation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exported_mutating_policy_defaults_in_the_api_server_as_mutate_does() {
+    let test = "exported_mutating_policy_defaults_in_the_api_server_as_mutate_does";
+    if !support::version_at_least(test, needs::MUTATING_ADMISSION_POLICY_V1) {
+        return;
+    }
+    // Its own API server: the policy binds to every MR of every test.
+    let Some(cluster) = support::require_own_cluster(test).await else {
+        return;
+    };
+    let client = cluster.admin().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config_file = dir.path().join("config.yaml");
+    std::fs::write(&config_file, MAP_CONFIG).unwrap();
+    let out = mrguard(&["export", "map", "--config", config_file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "mrguard export map failed: {}",
+        text(&out.stderr)
+    );
+    let docs: Vec<Value> = serde_saphyr::from_multiple::<Value>(&text(&out.stdout))
+        .expect("export map writes YAML")
+        .into_iter()
+        .filter(|d| d.is_object())
+        .collect();
+    let config = mrguard_policy::config::Config::from_yaml(MAP_CONFIG).unwrap();
+
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-map"}});
+    let r = api::create(&client, "/api/v1/namespaces", &ns, false)
+        .await
+        .unwrap();
+    assert!(r.status < 300, "{}", r.body);
+    let mut vpc = support::namespaced_vpc("map-vpc", json!({}));
+    vpc["metadata"]["namespace"] = json!("team-map");
+    let objects = [
+        (
+            "/apis/s3.aws.upbound.io/v1beta1/buckets".to_string(),
+            support::bucket("map-bucket", json!({"region": "us-east-1"})),
+        ),
+        (
+            "/apis/ec2.aws.m.upbound.io/v1beta1/namespaces/team-map/vpcs".to_string(),
+            vpc,
+        ),
+    ];
+    // What /mutate makes of each, from what CRD defaulting gives it.
+    let mut expected = Vec::new();
+    for (path, obj) in &objects {
+        let dry = api::create(&client, path, obj, true).await.unwrap();
+        assert!(dry.status < 300, "{}", dry.body);
+        let req = mrguard_policy::review::RequestBuilder::create(dry.body.clone())
+            .username("kubernetes-admin")
+            .build();
+        let mutated = mrguard_policy::admission::Decider::offline(&config)
+            .mutate(&req)
+            .mutated
+            .expect("/mutate defaults the object");
+        expected.push(mutated);
+    }
+
+    for d in &docs {
+        let plural = match d["kind"].as_str() {
+            Some("MutatingAdmissionPolicy") => "mutatingadmissionpolicies",
+            Some("MutatingAdmissionPolicyBinding") => "mutatingadmissionpolicybindings",
+            other => panic!("export map wrote a {other:?}"),
+        };
+        let r = api::create(
+            &client,
+            &format!("/apis/admissionregistration.k8s.io/v1/{plural}"),
+            d,
+            false,
+        )
+        .await
+        .unwrap();
+        assert!(
+            r.status < 300,
+            "the API server refused {}: {}",
+            d["metadata"]["name"],
+            r.body
+        );
+    }
+
+    // The API server takes a moment to load a new policy: until then a
+    // dry run comes back with CRD defaults only.
+    let (path, bucket) = (&objects[0].0, &objects[0].1);
+    support::wait_for("the exported policy to mutate", support::WAIT, || {
+        let (client, path, bucket) = (client.clone(), path.clone(), bucket.clone());
+        async move {
+            let r = api::create(&client, &path, &bucket, true).await.ok()?;
+            (r.body["spec"]["providerConfigRef"]["name"] == "e2e-default").then_some(())
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+
+    for ((path, obj), want) in objects.iter().zip(&expected) {
+        let r = api::create(&client, path, obj, false).await.unwrap();
+        assert!(r.status < 300, "{}", r.body);
+        for field in MUTATED_FIELDS {
+            assert_eq!(
+                r.body.pointer(field),
+                want.pointer(field),
+                "{} {field}: the policy gave {}, /mutate {}",
+                obj["metadata"]["name"],
+                r.body,
+                want
+            );
+        }
+    }
+    // The policy's work, spelled out.
+    assert_eq!(
+        expected[0]["spec"]["providerConfigRef"],
+        json!({"name": "e2e-default"})
+    );
+    assert_eq!(
+        expected[0]["spec"]["forProvider"]["tags"]["crossplane-kind"],
+        "bucket.s3.aws.upbound.io"
+    );
+    assert_eq!(
+        expected[1]["spec"]["providerConfigRef"],
+        json!({"kind": "ClusterProviderConfig", "name": "team-map-config"})
     );
 }

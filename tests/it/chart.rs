@@ -1038,6 +1038,126 @@ fn no_rendered_rule_grants_create_on_secrets() {
     }
 }
 
+/// `webhooks.matchConditions.enabled: auto` (the default) follows the
+/// cluster's version: none before 1.30, where the field is not GA, and on
+/// both webhooks from 1.30. `true` and `false` override it either way.
+#[test]
+fn match_conditions_follow_the_kube_version_unless_overridden() {
+    let hooks = [
+        ("MutatingWebhookConfiguration", "mutate.mrguard.io"),
+        ("ValidatingWebhookConfiguration", "validate.mrguard.io"),
+    ];
+    let names = |m: &Manifests, kind: &str, name: &str| -> Option<Vec<String>> {
+        webhook(m, kind, name).get("matchConditions").map(|c| {
+            c.as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+    };
+    for (version, extra, on) in [
+        ("1.29.9", None, false),
+        ("1.20.2", None, false),
+        ("1.30.0", None, true),
+        ("v1.36.1", None, true),
+        (
+            "1.30.0",
+            Some("webhooks.matchConditions.enabled=false"),
+            false,
+        ),
+        (
+            "1.28.0",
+            Some("webhooks.matchConditions.enabled=true"),
+            true,
+        ),
+        (
+            "1.29.0",
+            Some("webhooks.matchConditions.enabled=auto"),
+            false,
+        ),
+    ] {
+        let mut args = vec!["--kube-version", version];
+        if let Some(set) = extra {
+            args.extend(["--set", set]);
+        }
+        let m = render(&args);
+        for (kind, name) in hooks {
+            let got = names(&m, kind, name);
+            if on {
+                assert_eq!(
+                    got,
+                    Some(vec!["is-managed-resource".to_string()]),
+                    "{version} {extra:?} {kind}"
+                );
+            } else {
+                assert_eq!(got, None, "{version} {extra:?} {kind}");
+            }
+        }
+        // The other webhooks judge objects that are not MRs.
+        let v = m.only("ValidatingWebhookConfiguration");
+        for w in v["webhooks"].as_array().unwrap() {
+            if w["name"] != "validate.mrguard.io" {
+                assert!(w.get("matchConditions").is_none(), "{}", w["name"]);
+            }
+        }
+    }
+    let out = helm(&[
+        "template",
+        RELEASE,
+        chart().to_str().unwrap(),
+        "-n",
+        NS,
+        "--set",
+        "webhooks.matchConditions.enabled=sometimes",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("enabled"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `is-managed-resource`, evaluated with mrguard's own CEL engine: true
+/// exactly for what mrguard judges (an object, the old one on DELETE, with
+/// `spec.forProvider`), so skipping the rest changes no answer.
+#[test]
+fn the_managed_resource_match_condition_passes_exactly_the_mrs() {
+    use mrguard_policy::cel::{CelProgram, Scope};
+    let m = render(&["--kube-version", "1.30.0"]);
+    let program = |kind: &str, name: &str| {
+        let conds = webhook(&m, kind, name)["matchConditions"].clone();
+        let expr = conds[0]["expression"].as_str().unwrap().to_string();
+        assert_eq!(conds[0]["name"], "is-managed-resource");
+        CelProgram::compile_with(&expr, &["request", "object", "oldObject"])
+            .unwrap_or_else(|e| panic!("{kind}: {e}: {expr}"))
+    };
+    let mutating = program("MutatingWebhookConfiguration", "mutate.mrguard.io");
+    let validating = program("ValidatingWebhookConfiguration", "validate.mrguard.io");
+    let mr = json!({"spec": {"forProvider": {"region": "eu-west-1"}}});
+    let not_mr = json!({"spec": {"credentials": {"source": "Secret"}}});
+    let no_spec = json!({"metadata": {"name": "x"}});
+    let calls = |p: &CelProgram, op: &str, object: Option<&Value>, old: Option<&Value>| {
+        let request = json!({"operation": op});
+        let mut scope = Scope::new();
+        scope.bind("request", Some(&request));
+        scope.bind("object", object.or(Some(&Value::Null)));
+        scope.bind("oldObject", old.or(Some(&Value::Null)));
+        p.eval_bool(&scope)
+            .unwrap_or_else(|e| panic!("{op} {object:?} {old:?}: {e}"))
+    };
+    for p in [&mutating, &validating] {
+        assert!(calls(p, "CREATE", Some(&mr), None));
+        assert!(calls(p, "UPDATE", Some(&mr), Some(&mr)));
+        assert!(!calls(p, "CREATE", Some(&not_mr), None));
+        assert!(!calls(p, "UPDATE", Some(&no_spec), Some(&no_spec)));
+    }
+    assert!(calls(&validating, "DELETE", None, Some(&mr)));
+    assert!(!calls(&validating, "DELETE", None, Some(&not_mr)));
+    assert!(!calls(&validating, "DELETE", None, None));
+}
+
 /// Both webhooks tell exempt users' writes apart with the CEL the chart
 /// generates from `config.exemptUsernames`, evaluated here with mrguard's
 /// own CEL engine against sample requests: a matching user skips the
@@ -1045,19 +1165,13 @@ fn no_rendered_rule_grants_create_on_secrets() {
 #[test]
 fn match_conditions_render_the_exempt_globs_as_cel() {
     use mrguard_policy::cel::{CelProgram, Scope};
-    // Off by default, and nothing to render without globs.
-    let m = render(&[]);
-    for (kind, name) in [
-        ("MutatingWebhookConfiguration", "mutate.mrguard.io"),
-        ("ValidatingWebhookConfiguration", "validate.mrguard.io"),
-    ] {
-        assert!(webhook(&m, kind, name).get("matchConditions").is_none());
-    }
+    // Without globs only the managed-resource condition is rendered.
     let m = render(&["--set", "webhooks.matchConditions.enabled=true"]);
-    assert!(
-        webhook(&m, "MutatingWebhookConfiguration", "mutate.mrguard.io")
-            .get("matchConditions")
-            .is_none()
+    assert_eq!(
+        webhook(&m, "MutatingWebhookConfiguration", "mutate.mrguard.io")["matchConditions"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
     );
 
     let m = render(&[
@@ -1071,11 +1185,11 @@ fn match_conditions_render_the_exempt_globs_as_cel() {
             .as_array()
             .unwrap_or_else(|| panic!("{kind}: no matchConditions"))
             .clone();
-        assert_eq!(conds.len(), 1, "{conds:?}");
+        assert_eq!(conds.len(), 2, "{conds:?}");
         let program =
-            CelProgram::compile_with(conds[0]["expression"].as_str().unwrap(), &["request"])
-                .unwrap_or_else(|e| panic!("{kind}: {e}: {}", conds[0]["expression"]));
-        (conds[0]["name"].as_str().unwrap().to_string(), program)
+            CelProgram::compile_with(conds[1]["expression"].as_str().unwrap(), &["request"])
+                .unwrap_or_else(|e| panic!("{kind}: {e}: {}", conds[1]["expression"]));
+        (conds[1]["name"].as_str().unwrap().to_string(), program)
     };
     let calls = |p: &CelProgram, user: &str, op: &str| {
         let request = json!({"operation": op, "userInfo": {"username": user, "groups": []}});

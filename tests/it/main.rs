@@ -21,6 +21,7 @@ mod faults;
 mod hardening;
 mod limits;
 mod live;
+mod map;
 mod observability;
 mod policy_ops;
 mod properties;

@@ -171,21 +171,46 @@ when there are none. Each glob becomes an anchored regular expression.
 {{- end }}
 
 {{- /*
-matchConditions of a webhook (.hook: "mutating" or "validating") when
-webhooks.matchConditions.enabled and exemptUsernames is not empty: exempt
-users' writes never reach the webhook. The validating webhook still sees
-their DELETEs, so deletion-protection and paused-delete hold for everyone.
+"true" when the webhooks carry matchConditions: webhooks.matchConditions.enabled
+true, or "auto" (the default) on a cluster of 1.30 or later, where the field
+is GA. Before 1.28 the API server drops or refuses it.
+*/}}
+{{- define "mrguard.matchConditionsOn" -}}
+{{- $e := toString .Values.webhooks.matchConditions.enabled }}
+{{- if or (eq $e "true") (and (eq $e "auto") (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version)) }}true{{ end }}
+{{- end }}
+
+{{- /*
+matchConditions of a webhook (.hook: "mutating" or "validating") when they
+are on (mrguard.matchConditionsOn):
+- is-managed-resource: the object (the old one on DELETE) has
+  spec.forProvider. mrguard allows anything else untouched and silently
+  (SPEC section 1), so the API server need not call it. Presence only: an
+  object whose forProvider is not an object still reaches the webhook, which
+  is the safe direction.
+- when exemptUsernames is not empty, exempt users' writes never reach the
+  webhook. The validating webhook still sees their DELETEs, so
+  deletion-protection and paused-delete hold for everyone.
 */}}
 {{- define "mrguard.matchConditions" -}}
+{{- if include "mrguard.matchConditionsOn" .root }}
 {{- $exempt := include "mrguard.exemptUserCel" .root }}
-{{- if and .root.Values.webhooks.matchConditions.enabled $exempt }}
+{{- $mr := "object != null && has(object.spec) && has(object.spec.forProvider)" }}
 matchConditions:
 {{- if eq .hook "validating" }}
+  - name: is-managed-resource
+    expression: {{ printf "request.operation == 'DELETE' ? (oldObject != null && has(oldObject.spec) && has(oldObject.spec.forProvider)) : (%s)" $mr | quote }}
+{{- if $exempt }}
   - name: not-exempt-user-or-delete
     expression: {{ printf "request.operation == 'DELETE' || !(%s)" $exempt | quote }}
+{{- end }}
 {{- else }}
+  - name: is-managed-resource
+    expression: {{ $mr | quote }}
+{{- if $exempt }}
   - name: not-exempt-user
     expression: {{ printf "!(%s)" $exempt | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -49,6 +49,9 @@ pub mod needs {
     /// MutatingAdmissionPolicy, beta (`v1beta1`) and off by default until
     /// it is GA; the suite enables it where it can.
     pub const MUTATING_ADMISSION_POLICY: (u32, u32) = (1, 34);
+    /// MutatingAdmissionPolicy, `admissionregistration.k8s.io/v1` (GA),
+    /// what `mrguard export map` writes.
+    pub const MUTATING_ADMISSION_POLICY_V1: (u32, u32) = (1, 36);
     /// Webhook `matchConditions`, beta and on by default (GA in 1.30).
     pub const MATCH_CONDITIONS: (u32, u32) = (1, 28);
 }

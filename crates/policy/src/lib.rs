@@ -61,6 +61,7 @@ pub mod kube_version;
 pub mod live;
 pub mod managed_fields;
 pub mod manifest;
+pub mod map;
 pub mod merge;
 pub mod model;
 pub mod mr;

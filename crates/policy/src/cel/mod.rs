@@ -22,6 +22,7 @@ mod escaping;
 pub mod gen;
 mod json;
 pub mod limits;
+mod mutation;
 mod reads;
 
 use std::cell::{OnceCell, RefCell};
@@ -39,6 +40,7 @@ use crate::review::Request;
 pub use compiled::{Fail, Inputs, MemoNumbering, PathMemo};
 pub use env::FUNCTIONS;
 pub use escaping::escape_property;
+pub use mutation::apply as apply_configuration;
 pub use reads::{Need, Reads};
 
 /// The variables of configured rules (docs/configuration.md).
@@ -92,6 +94,17 @@ impl CelProgram {
 
     /// Compiles an expression that may use only `vars`.
     pub fn compile_with(source: &str, vars: &[&str]) -> Result<Self, CompileError> {
+        Self::compile_inner(source, vars, false)
+    }
+
+    /// Compiles the expression of a MutatingAdmissionPolicy's mutation,
+    /// which may also construct `JSONPatch{...}` and `Object{...}` values
+    /// (read back with [`Self::eval_json`]).
+    pub fn compile_mutation(source: &str, vars: &[&str]) -> Result<Self, CompileError> {
+        Self::compile_inner(source, vars, true)
+    }
+
+    fn compile_inner(source: &str, vars: &[&str], mutation: bool) -> Result<Self, CompileError> {
         if source.trim().is_empty() {
             return Err(CompileError("the expression is empty".into()));
         }
@@ -109,6 +122,10 @@ impl CelProgram {
             let mut expr = parser
                 .parse(source)
                 .map_err(|e| CompileError(e.to_string()))?;
+            if mutation {
+                let mut next_id = mutation::max_id(&expr);
+                mutation::structs_to_maps(&mut expr, &mut next_id).map_err(CompileError)?;
+            }
             let facts = limits::check(&mut expr, vars).map_err(CompileError)?;
             Ok((expr, facts))
         })?;
@@ -229,6 +246,12 @@ impl CelProgram {
                 .map(|b| *b.inner())
                 .ok_or_else(|| EvalError::NotBool(v.get_type().name().to_string()))
         })
+    }
+
+    /// Evaluates an expression whose result is read as JSON: a mutation's
+    /// patch list or apply configuration.
+    pub fn eval_json(&self, scope: &Scope<'_>) -> Result<Value, EvalError> {
+        self.run(scope, |v| mutation::to_json(v).map_err(EvalError::Runtime))
     }
 
     /// Evaluates a message expression, which must return a string.

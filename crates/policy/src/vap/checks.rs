@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use crate::config::{Config, ResourceConfig};
 
 /// A CEL string literal.
-fn lit(s: &str) -> String {
+pub(crate) fn lit(s: &str) -> String {
     let mut out = String::from("'");
     for c in s.chars() {
         match c {
@@ -41,7 +41,7 @@ fn glob_regex(glob: &str) -> String {
 }
 
 /// `expr` matches one of `globs` (`true` when there are none).
-pub(super) fn any_glob(expr: &str, globs: &[String]) -> String {
+pub(crate) fn any_glob(expr: &str, globs: &[String]) -> String {
     if globs.is_empty() {
         return "true".into();
     }
@@ -54,7 +54,7 @@ pub(super) fn any_glob(expr: &str, globs: &[String]) -> String {
 
 /// `base[k1][k2]…` reached safely: every step is a map holding the key.
 /// Returns (the condition that it is present, the access).
-pub(super) fn path(base: &str, keys: &[&str]) -> (String, String) {
+pub(crate) fn path(base: &str, keys: &[&str]) -> (String, String) {
     let mut cond = format!("type({base}) == map");
     let mut at = base.to_string();
     for (i, k) in keys.iter().enumerate() {
@@ -68,7 +68,7 @@ pub(super) fn path(base: &str, keys: &[&str]) -> (String, String) {
 }
 
 /// The object under judgment is an MR: `spec.forProvider` is an object.
-pub(super) fn managed(subject: &str) -> String {
+pub(crate) fn managed(subject: &str) -> String {
     let (has, at) = path(subject, &["spec", "forProvider"]);
     format!("({has} && type({at}) == map)")
 }
@@ -88,7 +88,7 @@ pub(super) fn created(o: &str) -> String {
 
 /// The request is judged by entry `i` of `resources`: it matches, and no
 /// earlier entry does (first match wins).
-pub(super) fn entry_selected(config: &Config, i: usize) -> String {
+pub(crate) fn entry_selected(config: &Config, i: usize) -> String {
     let matches = |r: &ResourceConfig| {
         let (groups, kinds) = r.globs();
         format!(
@@ -105,7 +105,7 @@ pub(super) fn entry_selected(config: &Config, i: usize) -> String {
 }
 
 /// No earlier entry matches: the request falls to the built-in fallback.
-pub(super) fn no_entry(config: &Config) -> Option<String> {
+pub(crate) fn no_entry(config: &Config) -> Option<String> {
     if config.resources.is_empty() {
         return None;
     }

@@ -192,7 +192,7 @@ pub fn evaluate(objects: &[Value], req: &Request) -> Result<Vec<Judgement>, Eval
 }
 
 /// The `request` variable of an admission policy.
-fn request_json(req: &Request) -> Value {
+pub(crate) fn request_json(req: &Request) -> Value {
     json!({
         "kind": {"group": req.kind.group, "version": req.kind.version, "kind": req.kind.kind},
         "resource": {"group": req.resource.group, "version": req.resource.version, "resource": req.resource.resource},

@@ -9,8 +9,8 @@
 //! written so that it cannot fail on any JSON: each step checks the type of
 //! what it reads, as mrguard's rules do.
 
-mod checks;
-mod evaluate;
+pub(crate) mod checks;
+pub(crate) mod evaluate;
 mod export;
 
 pub use evaluate::{evaluate, EvaluateError, Judgement, Policies};

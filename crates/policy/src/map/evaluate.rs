@@ -1,0 +1,345 @@
+//! Mutating a request with exported policies the way the API server does,
+//! for the differential test against `/mutate`.
+
+use serde_json::Value;
+
+use crate::cel::{CelProgram, Scope};
+use crate::model::Operation;
+use crate::review::Request;
+use crate::vap::evaluate::request_json;
+
+/// The admission-time variables of a mutation's expression.
+const MAP_VARS: &[&str] = &[
+    "object",
+    "oldObject",
+    "request",
+    "params",
+    "namespaceObject",
+];
+
+/// Why a policy could not be compiled or applied.
+#[derive(Debug, thiserror::Error)]
+pub enum EvaluateError {
+    /// An expression does not compile.
+    #[error("failed to compile {policy} {what}: {reason}")]
+    Compile {
+        /// The policy.
+        policy: String,
+        /// Which expression.
+        what: String,
+        /// The compiler's message.
+        reason: String,
+    },
+    /// The policy uses what this evaluator does not model.
+    #[error("failed to compile {policy}: {what}, which the exported policies never use")]
+    Unsupported {
+        /// The policy.
+        policy: String,
+        /// What it uses.
+        what: String,
+    },
+    /// A policy with `failurePolicy: Fail` failed: the API server would
+    /// reject the request.
+    #[error("failed to apply {policy}: {reason}")]
+    Failed {
+        /// The policy.
+        policy: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// How a mutation patches.
+enum Patch {
+    Json(CelProgram),
+    Apply(CelProgram),
+}
+
+/// One exported policy with a binding, compiled.
+struct Compiled {
+    name: String,
+    fail: bool,
+    operations: Vec<String>,
+    conditions: Vec<(String, CelProgram)>,
+    mutations: Vec<Patch>,
+}
+
+/// What the policies did to one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mutated {
+    /// The object after every policy, when one changed it.
+    pub object: Option<Value>,
+    /// The failures that `failurePolicy: Ignore` let through, one line each.
+    pub ignored: Vec<String>,
+}
+
+/// Exported policies and bindings, compiled once, to mutate many requests.
+pub struct Policies(Vec<Compiled>);
+
+impl Policies {
+    /// Compiles every MutatingAdmissionPolicy that has a binding, in order.
+    pub fn compile(objects: &[Value]) -> Result<Self, EvaluateError> {
+        let mut out = Vec::new();
+        for p in objects
+            .iter()
+            .filter(|o| o["kind"] == "MutatingAdmissionPolicy")
+        {
+            let name = p["metadata"]["name"].as_str().unwrap_or("").to_string();
+            let spec = &p["spec"];
+            for field in ["variables", "paramKind"] {
+                if spec.get(field).is_some() {
+                    return Err(EvaluateError::Unsupported {
+                        policy: name,
+                        what: field.to_string(),
+                    });
+                }
+            }
+            let bound = objects.iter().any(|b| {
+                b["kind"] == "MutatingAdmissionPolicyBinding"
+                    && b["spec"]["policyName"] == name.as_str()
+            });
+            if !bound {
+                continue;
+            }
+            let compile = |what: &str, src: &str| {
+                CelProgram::compile_mutation(src, MAP_VARS).map_err(|e| EvaluateError::Compile {
+                    policy: name.clone(),
+                    what: what.to_string(),
+                    reason: e.to_string(),
+                })
+            };
+            let mut conditions = Vec::new();
+            for c in spec["matchConditions"].as_array().into_iter().flatten() {
+                let cname = c["name"].as_str().unwrap_or("").to_string();
+                let program = compile(
+                    &format!("matchCondition {cname}"),
+                    c["expression"].as_str().unwrap_or(""),
+                )?;
+                conditions.push((cname, program));
+            }
+            let mut mutations = Vec::new();
+            for (i, m) in spec["mutations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let what = format!("mutations[{i}]");
+                mutations.push(match m["patchType"].as_str() {
+                    Some("JSONPatch") => Patch::Json(compile(
+                        &what,
+                        m["jsonPatch"]["expression"].as_str().unwrap_or(""),
+                    )?),
+                    Some("ApplyConfiguration") => Patch::Apply(compile(
+                        &what,
+                        m["applyConfiguration"]["expression"].as_str().unwrap_or(""),
+                    )?),
+                    other => {
+                        return Err(EvaluateError::Unsupported {
+                            policy: name,
+                            what: format!("{what} with patchType {other:?}"),
+                        })
+                    }
+                });
+            }
+            out.push(Compiled {
+                fail: spec["failurePolicy"].as_str() != Some("Ignore"),
+                operations: spec["matchConstraints"]["resourceRules"][0]["operations"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|o| o.as_str().map(str::to_string))
+                    .collect(),
+                name,
+                conditions,
+                mutations,
+            });
+        }
+        Ok(Self(out))
+    }
+
+    /// Mutates `req` as the API server does: matchConstraints (operations;
+    /// every exported policy matches all groups and resources, never
+    /// subresources), matchConditions (all must be true; an error is a
+    /// failure), then each mutation in order, each on the object the one
+    /// before left. A failure skips the rest of that policy's mutation
+    /// under `failurePolicy: Ignore` and rejects the request under `Fail`.
+    pub fn mutate(&self, req: &Request) -> Result<Mutated, EvaluateError> {
+        let mut out = Mutated {
+            object: None,
+            ignored: Vec::new(),
+        };
+        let op = Operation::from(&req.operation);
+        if !matches!(op, Operation::Create | Operation::Update)
+            || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+        {
+            return Ok(out);
+        }
+        let (Some(original), old) = crate::review::objects(req) else {
+            return Ok(out);
+        };
+        let request = request_json(req);
+        let mut current = original.clone();
+        for p in &self.0 {
+            if !p.operations.iter().any(|o| o == op.as_str() || o == "*") {
+                continue;
+            }
+            if let Err(reason) = p.run(&mut current, old, &request) {
+                if p.fail {
+                    return Err(EvaluateError::Failed {
+                        policy: p.name.clone(),
+                        reason,
+                    });
+                }
+                out.ignored.push(format!("{}: {reason}", p.name));
+            }
+        }
+        if &current != original {
+            out.object = Some(current);
+        }
+        Ok(out)
+    }
+}
+
+impl Compiled {
+    /// Runs this policy on `current`; a failure leaves what the mutations
+    /// before it did.
+    fn run(&self, current: &mut Value, old: Option<&Value>, request: &Value) -> Result<(), String> {
+        {
+            let scope = scope(current, old, request);
+            for (cname, program) in &self.conditions {
+                match program.eval_bool(&scope) {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(()),
+                    Err(e) => return Err(format!("matchCondition {cname} failed: {e}")),
+                }
+            }
+        }
+        for (i, m) in self.mutations.iter().enumerate() {
+            let next = {
+                let scope = scope(current, old, request);
+                match m {
+                    Patch::Json(program) => {
+                        let ops = program
+                            .eval_json(&scope)
+                            .map_err(|e| format!("mutations[{i}] failed: {e}"))?;
+                        let patch: json_patch::Patch = serde_json::from_value(ops)
+                            .map_err(|e| format!("mutations[{i}] is not a JSON Patch: {e}"))?;
+                        let mut next = current.clone();
+                        match json_patch::patch(&mut next, &patch) {
+                            Ok(()) => next,
+                            // A failed test operation leaves the object as it was.
+                            Err(e) if matches!(e.kind, json_patch::PatchErrorKind::TestFailed) => {
+                                current.clone()
+                            }
+                            Err(e) => return Err(format!("mutations[{i}]: {e}")),
+                        }
+                    }
+                    Patch::Apply(program) => {
+                        let config = program
+                            .eval_json(&scope)
+                            .map_err(|e| format!("mutations[{i}] failed: {e}"))?;
+                        let mut next = current.clone();
+                        crate::cel::apply_configuration(&mut next, &config);
+                        next
+                    }
+                }
+            };
+            *current = next;
+        }
+        Ok(())
+    }
+}
+
+fn scope<'v>(object: &'v Value, old: Option<&'v Value>, request: &'v Value) -> Scope<'v> {
+    let mut scope = Scope::new();
+    scope.bind("object", Some(object));
+    scope.bind("oldObject", old);
+    scope.bind("request", Some(request));
+    scope.bind("params", None);
+    scope.bind("namespaceObject", None);
+    scope
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::review::RequestBuilder;
+    use serde_json::json;
+
+    fn policy(failure: &str, mutations: Value) -> Vec<Value> {
+        vec![
+            json!({"kind": "MutatingAdmissionPolicy", "metadata": {"name": "p"},
+                   "spec": {"failurePolicy": failure,
+                            "matchConstraints": {"resourceRules": [{"operations": ["CREATE"]}]},
+                            "mutations": mutations}}),
+            json!({"kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": "p"},
+                   "spec": {"policyName": "p"}}),
+        ]
+    }
+
+    fn req() -> Request {
+        RequestBuilder::create(json!({"apiVersion": "example.org/v1", "kind": "Widget",
+                                      "metadata": {"name": "w"}, "spec": {"a": 1}}))
+        .build()
+    }
+
+    #[test]
+    fn mutations_run_in_order_each_on_the_last_ones_object() {
+        let p = policy(
+            "Fail",
+            json!([
+                {"patchType": "ApplyConfiguration",
+                 "applyConfiguration": {"expression": "Object{spec: Object.spec{b: 2}}"}},
+                {"patchType": "JSONPatch",
+                 "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/spec/c', value: object.spec.b + 1}]"}},
+                {"patchType": "JSONPatch",
+                 "jsonPatch": {"expression": "[JSONPatch{op: 'test', path: '/spec/a', value: 9}, JSONPatch{op: 'remove', path: '/spec/a'}]"}},
+            ]),
+        );
+        let out = Policies::compile(&p).unwrap().mutate(&req()).unwrap();
+        assert_eq!(out.object.unwrap()["spec"], json!({"a": 1, "b": 2, "c": 3}));
+    }
+
+    #[test]
+    fn a_failure_rejects_under_fail_and_is_reported_under_ignore() {
+        let broken = json!([{"patchType": "JSONPatch",
+                             "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/spec/x/y', value: 1}]"}}]);
+        let e = Policies::compile(&policy("Fail", broken.clone()))
+            .unwrap()
+            .mutate(&req())
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with("failed to apply p: mutations[0]"),
+            "{e}"
+        );
+        let out = Policies::compile(&policy("Ignore", broken))
+            .unwrap()
+            .mutate(&req())
+            .unwrap();
+        assert_eq!(out.object, None);
+        assert_eq!(out.ignored.len(), 1, "{:?}", out.ignored);
+    }
+
+    #[test]
+    fn unbound_policies_do_nothing_and_unknown_patch_types_are_refused() {
+        let mut p = policy(
+            "Fail",
+            json!([{"patchType": "JSONPatch", "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/spec/b', value: 1}]"}}]),
+        );
+        p.pop();
+        assert_eq!(
+            Policies::compile(&p)
+                .unwrap()
+                .mutate(&req())
+                .unwrap()
+                .object,
+            None
+        );
+        let p = policy("Fail", json!([{"patchType": "StrategicMerge"}]));
+        assert!(matches!(
+            Policies::compile(&p),
+            Err(EvaluateError::Unsupported { .. })
+        ));
+    }
+}
