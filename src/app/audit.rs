@@ -182,6 +182,13 @@ pub(crate) fn run(args: AuditArgs) -> i32 {
             findings.len(),
             coverage.len()
         );
+        // Safe-start (Crossplane v2): kinds whose MRD is inactive have no
+        // CRD, so the pass above could not see them; name them.
+        if let Ok(known) = super::activations::list(&client).await {
+            if let Some(s) = known.inactive_summary(10) {
+                eprintln!("mrguard audit: note: {s}");
+            }
+        }
         if failed {
             2
         } else if findings.iter().any(|f| f.action == "Deny") {

@@ -57,6 +57,9 @@ pub struct CheckArgs {
     /// CRD file, or folder of CRD files: also apply their schema defaults
     /// before mutation, and check types, enums, required fields and
     /// x-kubernetes-validations rules after it, as the API server would.
+    /// Crossplane's ManagedResourceDefinitions are read like the CRDs they
+    /// become; with them (and the ManagedResourceActivationPolicies), kinds
+    /// that no MRAP activates are warned about.
     #[arg(long, value_name = "PATH")]
     pub(crate) crd: Option<PathBuf>,
     /// With --crd: fail an object whose API group no CRD in PATH defines,
@@ -130,7 +133,9 @@ pub(crate) fn load_crds(
     for f in manifests::files(path)? {
         let text = manifests::read_text(&f)?;
         if let Some(groups) = groups {
-            if !groups.iter().any(|g| text.contains(g.as_str())) {
+            // An MRAP names no group, only patterns.
+            let mrap = text.contains(mrguard_policy::activation::MRAP_KIND);
+            if !mrap && !groups.iter().any(|g| text.contains(g.as_str())) {
                 any |= text.contains("CustomResourceDefinition");
                 continue;
             }
@@ -143,10 +148,18 @@ pub(crate) fn load_crds(
     Ok(crds)
 }
 
-/// The API groups of `docs` that need a CRD (built-in groups do not).
+/// The API groups of `docs` that need a CRD (built-in groups do not),
+/// and those of the kinds their Compositions compose (their MRDs say
+/// whether they are active).
 fn crd_groups(docs: &[Manifest]) -> BTreeSet<String> {
+    let composed = docs
+        .iter()
+        .flat_map(|m| composition::composed(&m.object))
+        .map(|c| c.api_version);
     docs.iter()
         .filter_map(|m| m.object.get("apiVersion").and_then(|v| v.as_str()))
+        .map(str::to_string)
+        .chain(composed)
         .filter_map(|a| a.rsplit_once('/').map(|(g, _)| g.to_string()))
         .filter(|g| !builtin_group(g))
         .collect()
@@ -275,6 +288,16 @@ fn crd_of<'a>(
     )
 }
 
+/// Why `doc`'s kind cannot be created yet, when the MRDs and MRAPs given
+/// say it is not activated.
+fn activation_problem(
+    doc: &Value,
+    activations: &mrguard_policy::activation::Activations,
+) -> Option<String> {
+    let (api_version, kind, _, _) = identity(doc);
+    activations.state_of(&api_version, &kind).problem()
+}
+
 /// Judges one document; the object (or its patch) goes to `out` in text
 /// output, and the verdict's lines to `err`.
 fn check_one(
@@ -297,6 +320,13 @@ fn check_one(
             at: m.at.clone(),
             reason,
         })?;
+    let activations = inputs.cluster.activations().snapshot();
+    judged
+        .warnings
+        .extend(activation_problem(doc, &activations));
+    judged
+        .warnings
+        .extend(mrguard_policy::live::inactive_composed(m, &activations));
     let composition = mrguard_policy::live::composition_report(m, &inputs.config, &inputs.xrs);
     if let Some(c) = &composition {
         // The report replaces the webhook's view: it knows the lines

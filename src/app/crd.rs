@@ -18,7 +18,8 @@ pub enum CrdCommand {
     /// resource when changed (the documented-immutable-field rule's input).
     Immutables {
         /// A CRD file, a folder of them (.yaml, .yml, .json; searched
-        /// recursively), or "-" for standard input.
+        /// recursively), or "-" for standard input. Crossplane's
+        /// ManagedResourceDefinitions are read like the CRDs they become.
         path: PathBuf,
         /// Output format.
         #[arg(short, long, value_enum, default_value = "text")]
@@ -41,7 +42,7 @@ enum CrdCliError {
     Manifest(#[from] ManifestError),
     #[error("failed to parse {path}: {reason}")]
     Parse { path: String, reason: String },
-    #[error("failed to find a CustomResourceDefinition in {0}")]
+    #[error("failed to find a CustomResourceDefinition or ManagedResourceDefinition in {0}")]
     NoCrd(String),
 }
 

@@ -70,6 +70,8 @@ pub struct ExplainArgs {
 pub(crate) struct Explained {
     /// The MR's explanation; `None` for an XR.
     mr: Option<explain::Explanation>,
+    /// The kind is not served: why, from its MRD.
+    unserved: Option<Unserved>,
     /// `Kind/name` of the object.
     label: String,
     /// Its Composition's patches that would be denied, when it has one.
@@ -121,7 +123,23 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
         }
         (None, Some(target), Some(client)) => {
             let (kind, group, name) = split_target(target).map_err(anyhow::Error::msg)?;
-            let resource = cluster::resolve(client, &kind, group.as_deref()).await?;
+            let resource = match cluster::resolve(client, &kind, group.as_deref()).await {
+                Ok(r) => r,
+                // Not served (a group that does not exist at all is a
+                // discovery failure): with Crossplane v2, maybe an MRD that
+                // no MRAP activates, whose schema is there all the same. An
+                // ambiguous name is not that.
+                Err(e @ cluster::ClusterError::Discovery { not_served, .. })
+                    if not_served || group.is_some() =>
+                {
+                    let known = super::activations::list(client).await.unwrap_or_default();
+                    return match inactive(&known, &kind, group.as_deref(), &name) {
+                        Some(e) => Ok(vec![e]),
+                        None => Err(e.into()),
+                    };
+                }
+                Err(e) => return Err(e.into()),
+            };
             let ns = args
                 .namespace
                 .clone()
@@ -180,6 +198,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
             decider.explain(o, &options)?;
         }
         out.push(Explained {
+            unserved: None,
             mr: if is_mr {
                 Some(decider.explain(o, &options)?)
             } else {
@@ -193,6 +212,75 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
 }
 
 /// Every CRD under `path` (a file or folder), for their documented fields.
+/// A kind the cluster does not serve, explained from its MRD.
+pub(crate) struct Unserved {
+    /// Why it is not served (no MRAP activates its MRD, or not yet).
+    why: String,
+    /// What the MRD's schema documents as immutable.
+    documented: Option<std::sync::Arc<mrguard_policy::documented::KindFields>>,
+}
+
+/// The explanation of `kind`/`name` when an MRD defines the kind but it is
+/// not served; `None` when no single MRD does.
+fn inactive(
+    known: &mrguard_policy::activation::Activations,
+    kind: &str,
+    group: Option<&str>,
+    name: &str,
+) -> Option<Explained> {
+    let [mrd] = known.find(kind, group)[..] else {
+        return None;
+    };
+    let why = known
+        .state(&mrd.group, &mrd.kind)
+        .problem()
+        .unwrap_or_else(|| {
+            format!(
+                "kind {}.{} is served by MRD {} (state {}), but the API server does not serve it yet",
+                mrd.kind,
+                mrd.group,
+                mrd.name,
+                mrd.state()
+            )
+        });
+    Some(Explained {
+        mr: None,
+        unserved: Some(Unserved {
+            why,
+            documented: mrd.documented.clone(),
+        }),
+        label: format!("{}.{}/{name}", mrd.kind, mrd.group),
+        patches: None,
+    })
+}
+
+impl Unserved {
+    fn render_text(&self, label: &str) -> String {
+        use std::fmt::Write as _;
+        let mut s = format!("{label}: not served\n  {}\n", self.why);
+        let fields = self.documented.as_ref().map_or(&[][..], |k| &k.fields[..]);
+        if fields.is_empty() {
+            s.push_str("  documented immutable fields: none in the MRD's schema\n");
+        } else {
+            s.push_str("  documented immutable fields (from the MRD's schema, docs/documented-immutables.md):\n");
+        }
+        for f in fields {
+            let _ = writeln!(s, "    {} [{}]", f.path.as_str(), f.versions.join(", "));
+            let _ = writeln!(s, "      source: {:?}", f.source.sentence);
+        }
+        s
+    }
+
+    fn to_json(&self, label: &str) -> serde_json::Value {
+        serde_json::json!({
+            "object": label,
+            "served": false,
+            "activation": self.why,
+            "documentedImmutableFields": self.documented.as_ref().map(|k| &k.fields),
+        })
+    }
+}
+
 fn load_crds(path: &std::path::Path) -> anyhow::Result<Crds> {
     let mut crds = Crds::default();
     for f in manifests::files(path)? {
@@ -246,6 +334,9 @@ pub(crate) fn run(args: ExplainArgs) -> i32 {
                 .iter()
                 .map(|e| {
                     let mut t = e.mr.as_ref().map(explain::render_text).unwrap_or_default();
+                    if let Some(u) = &e.unserved {
+                        t.push_str(&u.render_text(&e.label));
+                    }
                     if let Some(p) = &e.patches {
                         t.push_str(&p.render_text(&e.label));
                     }
@@ -258,9 +349,10 @@ pub(crate) fn run(args: ExplainArgs) -> i32 {
             let values: Vec<serde_json::Value> = explained
                 .iter()
                 .map(|e| {
-                    let mut v = match &e.mr {
-                        Some(m) => serde_json::to_value(m).unwrap_or_default(),
-                        None => serde_json::json!({"object": e.label}),
+                    let mut v = match (&e.mr, &e.unserved) {
+                        (Some(m), _) => serde_json::to_value(m).unwrap_or_default(),
+                        (None, Some(u)) => u.to_json(&e.label),
+                        (None, None) => serde_json::json!({"object": e.label}),
                     };
                     if let (Some(p), Some(o)) = (&e.patches, v.as_object_mut()) {
                         o.insert("composition".into(), p.to_json());
@@ -280,6 +372,9 @@ pub(crate) fn run(args: ExplainArgs) -> i32 {
     };
     if written.is_err() {
         2
+    } else if explained.iter().any(|e| e.unserved.is_some()) {
+        // The object cannot exist while its kind is not served.
+        1
     } else {
         0
     }
@@ -288,6 +383,38 @@ pub(crate) fn run(args: ExplainArgs) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unserved_kind_is_explained_from_its_mrd() {
+        let mut known = mrguard_policy::activation::Activations::default();
+        known.add(&serde_json::json!({"apiVersion": "apiextensions.crossplane.io/v1alpha1",
+            "kind": "ManagedResourceDefinition", "metadata": {"name": "buckets.s3.aws.upbound.io"},
+            "spec": {"group": "s3.aws.upbound.io", "names": {"kind": "Bucket", "plural": "buckets"},
+              "versions": [{"name": "v1beta1", "served": true, "schema": {"openAPIV3Schema": {"properties": {
+                "spec": {"properties": {"forProvider": {"properties": {"region": {"type": "string",
+                  "description": "Changing this forces a new resource to be created."}}}}}}}}}]}}));
+        assert!(inactive(&known, "bucket", Some("ec2.aws.upbound.io"), "b").is_none());
+        let e = inactive(&known, "Bucket", None, "b").unwrap();
+        let u = e.unserved.as_ref().unwrap();
+        let text = u.render_text(&e.label);
+        assert!(
+            text.starts_with(
+                "Bucket.s3.aws.upbound.io/b: not served\n  kind Bucket.s3.aws.upbound.io is served by MRD \
+                 buckets.s3.aws.upbound.io, which no MRAP activates (state Inactive)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n    spec.forProvider.region [v1beta1]\n"),
+            "{text}"
+        );
+        let v = u.to_json(&e.label);
+        assert_eq!(v["served"], false);
+        assert_eq!(
+            v["documentedImmutableFields"][0]["path"],
+            "spec.forProvider.region"
+        );
+    }
 
     #[test]
     fn targets() {

@@ -143,10 +143,15 @@ async fn check_all(
     let mut crd_tried: std::collections::HashMap<String, Option<String>> =
         std::collections::HashMap::new();
     let mut families = Families::default();
+    let mut activations = super::activations::Lazy::default();
     let mut out = Vec::new();
     let progress = Progress::new(manifests.len() as u64, "manifests", live.quiet);
     for mut m in manifests {
         let _done = progress.item();
+        if mrguard_policy::live::is_composition(&m.object) {
+            out.push(composition(&client, &mut activations, &m).await);
+            continue;
+        }
         if !mrguard_policy::mr::is_managed(&m.object) {
             out.push(skipped(&m, "not a managed resource (spec.forProvider is not an object): mrguard does not judge it"));
             continue;
@@ -167,6 +172,12 @@ async fn check_all(
                 not_served: true,
                 ..
             }) => {
+                // Crossplane v2 serves a kind only once an MRAP activates
+                // its MRD: say which MRD, rather than only "not served".
+                let reason = match activations.get(&client).await {
+                    Ok(a) => a.state_of(&api_version, &kind).problem().unwrap_or(reason),
+                    Err(_) => reason,
+                };
                 out.push(rejected(
                     &m,
                     Operation::Create,
@@ -278,6 +289,26 @@ async fn check_all(
     }
     progress.finish();
     Ok(out)
+}
+
+/// A Composition against the cluster: not judged as an MR, but each
+/// composed kind that no MRAP activates is a warning.
+async fn composition(
+    client: &kube::Client,
+    activations: &mut super::activations::Lazy,
+    m: &Manifest,
+) -> LiveResult {
+    let mut r = skipped(
+        m,
+        "a Composition: its patches are checked offline (mrguard check without --live)",
+    );
+    match activations.get(client).await {
+        Ok(a) => r.warnings = mrguard_policy::live::inactive_composed(m, a),
+        Err(e) => r
+            .notes
+            .push(format!("composed kinds not checked for activation: {e}")),
+    }
+    r
 }
 
 /// Runs `check --live`; 0 allowed, 1 denied or invalid, 2 unreadable input

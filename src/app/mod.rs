@@ -15,6 +15,7 @@
 //! struct) and one `run` function, and one line in `cli`'s `Command`:
 //! `Command::Foo(args) => app::foo::run(*args),`.
 
+pub(crate) mod activations;
 pub mod audit;
 pub mod certs;
 pub mod check;

@@ -168,7 +168,8 @@ struct ReplicaState {
 impl ReplicaState {
     /// Spawns the watches every replica runs (it answers admission) into
     /// `tasks`: the TLS Secret, the CRDs, the providers' accounts, the
-    /// XRDs, the documented immutable fields and the identity index.
+    /// XRDs, the MRDs and MRAPs, the documented immutable fields and the
+    /// identity index.
     fn start(ctl: &Controller, tasks: &mut JoinSet<()>, shutdown: &Signal) -> Self {
         let Controller {
             client,
@@ -211,8 +212,18 @@ impl ReplicaState {
             replica::xrds::run(client.clone(), cluster.clone())
                 .instrument(tracing::info_span!("xrd_watch")),
         );
+        let (mrds_changed, mrd_changes) = watch::channel(0);
         tasks.spawn(
-            replica::documented::run(crds.clone(), cluster.clone())
+            replica::mrds::run(
+                client.clone(),
+                cluster.clone(),
+                metrics.clone(),
+                mrds_changed,
+            )
+            .instrument(tracing::info_span!("mrd_watch")),
+        );
+        tasks.spawn(
+            replica::documented::run(crds.clone(), cluster.clone(), mrd_changes)
                 .instrument(tracing::info_span!("documented_immutables")),
         );
         // Not ready until the identity watches have listed once. The same

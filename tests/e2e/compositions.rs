@@ -28,7 +28,7 @@ const CROSSPLANE: &str = "system:serviceaccount:crossplane-system:crossplane";
 /// folder MRGUARD_FIXTURES names), created once per API server. Before 1.25
 /// an API server compiles no `oldSelf` rules (transition rules): there
 /// those (fields that are immutable) are left out; 1.20 drops every rule.
-async fn crossplane_crd(client: &kube::Client, fixtures: &std::path::Path, name: &str) {
+pub(crate) async fn crossplane_crd(client: &kube::Client, fixtures: &std::path::Path, name: &str) {
     // The tests of this file run at once and share the CRD: whichever
     // comes second waits for the first one's to be served.
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());

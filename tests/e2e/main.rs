@@ -8,6 +8,7 @@
 //! `CI=true` it fails instead. `scripts/envtest.sh` runs this binary with
 //! given assets.
 
+mod activation;
 mod admission;
 mod availability;
 mod chart_args;

@@ -431,8 +431,8 @@ fn compositions_have_a_webhook_of_their_own_that_fails_open() {
         .clone();
     assert_eq!(
         hooks.len(),
-        5,
-        "the admission webhook, Compositions, three teardown entries"
+        6,
+        "the admission webhook, Compositions, three teardown entries, MRAPs"
     );
     let c = &hooks[1];
     assert_eq!(c["name"], "compositions.validate.mrguard.io");
@@ -455,7 +455,42 @@ fn compositions_have_a_webhook_of_their_own_that_fails_open() {
         !names.contains(&json!("compositions.validate.mrguard.io")),
         "{names:?}"
     );
-    assert_eq!(names.len(), 4, "{names:?}");
+    assert_eq!(names.len(), 5, "{names:?}");
+}
+
+/// MRAPs reach /validate through a webhook of their own, last, with fixed
+/// rules, that always fails open (docs/activation.md).
+#[test]
+fn activation_policies_have_a_webhook_of_their_own_that_fails_open() {
+    let m = render(&["--set", "webhooks.activationPolicies.timeoutSeconds=7"]);
+    let hooks = m.only("ValidatingWebhookConfiguration")["webhooks"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let a = hooks.last().unwrap();
+    assert_eq!(a["name"], "activationpolicies.validate.mrguard.io");
+    assert_eq!(a["clientConfig"]["service"]["path"], "/validate");
+    assert!(a["clientConfig"].get("caBundle").is_none());
+    assert_eq!(a["failurePolicy"], "Ignore");
+    assert_eq!(a["timeoutSeconds"], 7);
+    assert_eq!(
+        a["rules"],
+        json!([{"apiGroups": ["apiextensions.crossplane.io"], "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["managedresourceactivationpolicies"],
+            "scope": "Cluster"}])
+    );
+    let off = render(&["--set", "webhooks.activationPolicies.enabled=false"]);
+    let names: Vec<Value> = off.only("ValidatingWebhookConfiguration")["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["name"].clone())
+        .collect();
+    assert!(
+        !names.contains(&json!("activationpolicies.validate.mrguard.io")),
+        "{names:?}"
+    );
+    assert_eq!(names.len(), 5, "{names:?}");
 }
 
 #[test]
@@ -513,8 +548,8 @@ fn the_teardown_entry_fails_open_and_matches_only_namespace_deletes() {
         let hooks = cfg["webhooks"].as_array().unwrap();
         assert_eq!(
             hooks.len(),
-            5,
-            "the admission webhook, Compositions, three teardown entries"
+            6,
+            "the admission webhook, Compositions, three teardown entries, MRAPs"
         );
         let t = &hooks[2];
         assert_eq!(t["name"], "teardown.mrguard.io");
@@ -562,7 +597,11 @@ fn the_teardown_entry_fails_open_and_matches_only_namespace_deletes() {
         .collect();
     assert_eq!(
         names,
-        ["validate.mrguard.io", "compositions.validate.mrguard.io"]
+        [
+            "validate.mrguard.io",
+            "compositions.validate.mrguard.io",
+            "activationpolicies.validate.mrguard.io"
+        ]
     );
 }
 
@@ -818,6 +857,15 @@ fn rbac_is_exactly_the_least_privilege_listed() {
             rule(
                 &["apiextensions.crossplane.io"],
                 &["compositeresourcedefinitions"],
+                &[],
+                &["get", "list", "watch"]
+            ),
+            rule(
+                &["apiextensions.crossplane.io"],
+                &[
+                    "managedresourcedefinitions",
+                    "managedresourceactivationpolicies"
+                ],
                 &[],
                 &["get", "list", "watch"]
             ),

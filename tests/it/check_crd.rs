@@ -612,3 +612,87 @@ fn a_bad_kube_version_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--crd"), "{}", stderr(&out));
 }
+
+/// Crossplane v2 (docs/activation.md): MRD files in `--crd` judge like the
+/// CRDs they become, and an MR or composed kind that no MRAP activates is
+/// a warning naming its MRD. The MRAP in the singular activates nothing.
+#[test]
+fn mrds_in_crd_judge_like_crds_and_inactive_kinds_are_named() {
+    let dir = fixture("activation");
+    let bucket = fixture("activation/bucket.yaml");
+    let out = mrguard(&["check", "-f", &bucket, "--crd", &dir]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(
+            "Bucket/logs: warning: kind Bucket.s3.aws.upbound.io is served by MRD \
+             buckets.s3.aws.upbound.io, which no MRAP activates (state Inactive); add \
+             \"buckets.s3.aws.upbound.io\" (or a pattern that matches it) to an MRAP's spec.activate"
+        ),
+        "{err}"
+    );
+    // The MRD's schema judges: a wrong type is invalid, as with its CRD.
+    let tmp = tempfile::tempdir().unwrap();
+    let wrong = write(
+        tmp.path(),
+        "bucket.yaml",
+        "apiVersion: s3.aws.upbound.io/v1beta1\nkind: Bucket\nmetadata:\n  name: logs\n\
+         spec:\n  forProvider:\n    region: us-east-1\n    objectLockEnabled: maybe\n",
+    );
+    let out = mrguard(&["check", "-f", &wrong, "--crd", &dir]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("spec.forProvider.objectLockEnabled"), "{err}");
+
+    // The Composition: one warning for the inactive Bucket, none for the
+    // active VPC, at the line of the resource's base.
+    let composition = fixture("activation/composition.yaml");
+    let out = mrguard(&["check", "-f", &composition, "--crd", &dir]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let inactive: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("no MRAP activates"))
+        .collect();
+    assert_eq!(inactive.len(), 1, "{err}");
+    assert!(
+        inactive[0].starts_with(&format!(
+            "Composition/xstorage.example.org: warning: {composition}:27: composed resource \"bucket\": \
+             kind Bucket.s3.aws.upbound.io is served by MRD buckets.s3.aws.upbound.io"
+        )),
+        "{err}"
+    );
+    assert!(
+        inactive[0].ends_with("Crossplane fails to compose it with \"no matches for kind\""),
+        "{err}"
+    );
+
+    // An MRAP is judged as the webhook judges it.
+    let out = mrguard(&[
+        "check",
+        "-f",
+        &fixture("activation/mrap.yaml"),
+        "--crd",
+        &dir,
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(
+            "ManagedResourceActivationPolicy/storage: warning: spec.activate[0]: \"bucket.s3.aws.upbound.io\" \
+             matches no ManagedResourceDefinition; did you mean \"buckets.s3.aws.upbound.io\"?"
+        ),
+        "{err}"
+    );
+
+    // crd immutables reads the MRDs.
+    let out = mrguard(&["crd", "immutables", &fixture("activation/mrds.yaml")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        text.contains(
+            "s3.aws.upbound.io/Bucket (buckets.s3.aws.upbound.io): 1 documented-immutable field"
+        ),
+        "{text}"
+    );
+}

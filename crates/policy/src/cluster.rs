@@ -24,6 +24,9 @@ pub struct Cluster {
     documented: crate::documented::Documented,
     /// Which external resources live MRs claim (docs/rules.md, external-identity).
     identities: crate::identity::IdentityIndex,
+    /// The MRDs and MRAPs: which MR kinds Crossplane v2 activated
+    /// (docs/activation.md).
+    activations: crate::activation::ActivationIndex,
 }
 
 impl Cluster {
@@ -60,5 +63,11 @@ impl Cluster {
     /// (docs/documented-immutables.md); the CRD watch or `check --crd` fills it.
     pub fn documented(&self) -> &crate::documented::Documented {
         &self.documented
+    }
+
+    /// The MRDs and MRAPs the MRD watch (or `check --crd`) knows: which
+    /// kinds are inactive, and what an MRAP's patterns match.
+    pub fn activations(&self) -> &crate::activation::ActivationIndex {
+        &self.activations
     }
 }

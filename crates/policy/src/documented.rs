@@ -278,10 +278,17 @@ impl KindFields {
 }
 
 /// Derives the documented-immutable fields of one CRD (a
-/// `CustomResourceDefinition` as JSON). `None` when `crd` is not a CRD with
+/// `CustomResourceDefinition` as JSON, or a Crossplane
+/// ManagedResourceDefinition, whose spec is the CRD's). `None` when `crd` is not a CRD with
 /// a group and kind; an MR CRD without such sentences gives no fields.
 pub fn derive(crd: &Value) -> Option<KindFields> {
-    if crd.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") {
+    // An MRD's spec is its CRD's, before activation creates the CRD.
+    let mrd = crd.get("kind").and_then(Value::as_str) == Some("ManagedResourceDefinition")
+        && crd
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|a| a.starts_with("apiextensions.crossplane.io/"));
+    if crd.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") && !mrd {
         return None;
     }
     let s = |p: &str| crd.pointer(p).and_then(Value::as_str).unwrap_or("");

@@ -45,6 +45,7 @@
 //! SARIF; [`suite`] compares `mrguard test` cases with their verdicts.
 #![deny(missing_docs)]
 
+pub mod activation;
 pub mod admission;
 pub mod cel;
 pub mod cluster;

@@ -343,6 +343,19 @@ pub fn is_composition(object: &serde_json::Value) -> bool {
     composition::is_composition(group, &kind)
 }
 
+/// `mrguard check` on a Composition with MRDs known: one warning per
+/// composed resource whose kind no MRAP activates, at the line of its
+/// `base`. Empty for any other object.
+pub fn inactive_composed(m: &Manifest, known: &crate::activation::Activations) -> Vec<String> {
+    if !is_composition(&m.object) {
+        return Vec::new();
+    }
+    composition::inactive(&m.object, known)
+        .into_iter()
+        .map(|(c, why)| format!("{}:{}: {why}", m.file, m.lines.line_of(&c.location)))
+        .collect()
+}
+
 /// `mrguard check` on a Composition: the patches [`composition::analyse`]
 /// finds, each at the line of its `toFieldPath`; `None` when `m` is not a
 /// Composition.

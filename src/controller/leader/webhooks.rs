@@ -688,6 +688,45 @@ mod tests {
         );
     }
 
+    /// The MRAP webhook, last in the validating configuration, is one more
+    /// entry with fixed rules: it gets the bundle, its rules are no drift.
+    #[test]
+    fn the_mrap_webhook_gets_the_bundle_and_keeps_its_rules() {
+        let cov = coverage();
+        let rules = cov.rules(VALIDATE_OPERATIONS);
+        let fixed = json!([{"apiGroups": ["apiextensions.crossplane.io"], "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["managedresourceactivationpolicies"],
+            "scope": "Cluster"}]);
+        let with = |bundle: Option<&[u8]>| {
+            let mut v = config_json(ConfigKind::Validating, "mrguard", b"CA", json!(rules), "1");
+            let mut last = v["webhooks"][0].clone();
+            last["name"] = json!("activationpolicies.validate.mrguard.io");
+            last["rules"] = fixed.clone();
+            match bundle {
+                Some(b) => last["clientConfig"]["caBundle"] = json!(b64(b)),
+                None => {
+                    last["clientConfig"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("caBundle");
+                }
+            }
+            v["webhooks"].as_array_mut().unwrap().push(last);
+            ObservedConfig::from(&serde_json::from_value::<DynamicObject>(v).unwrap())
+        };
+        let p = desired_patch(ConfigKind::Validating, &with(None), b"CA", &rules).unwrap();
+        assert_eq!(
+            p["webhooks"][1]["name"],
+            "activationpolicies.validate.mrguard.io"
+        );
+        assert_eq!(p["webhooks"][1]["clientConfig"]["caBundle"], b64(b"CA"));
+        assert!(p["webhooks"][1].get("rules").is_none(), "{p}");
+        assert_eq!(
+            desired_patch(ConfigKind::Validating, &with(Some(b"CA")), b"CA", &rules),
+            None
+        );
+    }
+
     #[tokio::test]
     async fn a_deleted_configuration_is_not_recreated() {
         let (client, api) =

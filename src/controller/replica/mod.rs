@@ -17,6 +17,7 @@ pub(crate) mod crds;
 pub(crate) mod documented;
 pub(crate) mod identity;
 pub mod mr_states;
+pub(crate) mod mrds;
 pub(crate) mod secret;
 pub(crate) mod xrds;
 

@@ -11,6 +11,7 @@
 //!   patches, the teardown guard) and answers through one `respond`, so
 //!   warnings, staged dates, waivers and denials read the same everywhere.
 
+mod activation;
 mod mutation;
 pub mod patch;
 mod respond;
@@ -158,12 +159,16 @@ impl<'a> Decider<'a> {
     }
 
     /// The validating webhook (docs/rules.md): Compositions
-    /// ([`Decider::composition`]), teardown deletions
+    /// ([`Decider::composition`]), ManagedResourceActivationPolicies
+    /// (their patterns, docs/activation.md), teardown deletions
     /// ([`Decider::teardown`]), else the MR rules, judging only what the
     /// cluster view knows.
     pub fn validate(&self, req: &Request) -> Decision {
         if crate::composition::is_composition(&req.kind.group, &req.kind.kind) {
             return self.composition(req);
+        }
+        if activation::is_mrap(req) {
+            return activation::decide(req, self.cluster);
         }
         if let Some(d) = self.teardown(req) {
             return d;

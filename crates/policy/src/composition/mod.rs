@@ -13,12 +13,14 @@
 //! patch set) becomes a note, never an error: a Composition is still valid
 //! for Crossplane when mrguard does not understand all of it.
 
+mod composed;
 mod explain;
 mod paths;
 mod xr;
 
 use serde_json::Value;
 
+pub use composed::{composed, inactive, Composed};
 pub use explain::{patches, Patches};
 
 use crate::config::Config;

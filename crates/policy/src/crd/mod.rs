@@ -129,6 +129,10 @@ pub struct Crds {
     pub crds: Vec<Crd>,
     /// What their descriptions document as immutable (docs/documented-immutables.md).
     documented: Vec<crate::documented::KindFields>,
+    /// The ManagedResourceDefinitions and activation policies read.
+    activations: crate::activation::Activations,
+    /// The kinds (group, kind) read from an MRD, not a CRD.
+    from_mrds: std::collections::BTreeSet<(String, String)>,
     /// The release whose API server judges (the newest known by default).
     kube: KubeVersion,
 }
@@ -180,15 +184,32 @@ impl Crds {
             return Ok(());
         }
         {
-            if doc.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") {
+            // An MRD defines its kind as the CRD it becomes on activation.
+            let mrd = crate::activation::is_mrd(doc);
+            if crate::activation::is_mrap(doc) || mrd {
+                self.activations.add(doc);
+            }
+            if doc.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") && !mrd {
                 return Ok(());
             }
             let crd = Self::parse_crd(doc, source, self.kube)?;
-            if let Some(other) = self
+            let key = (crd.group.clone(), crd.kind.clone());
+            if let Some(i) = self
                 .crds
                 .iter()
-                .find(|c| c.group == crd.group && c.kind == crd.kind)
+                .position(|c| c.group == crd.group && c.kind == crd.kind)
             {
+                // An active MRD and the CRD made from it define one kind:
+                // the CRD is what the API server serves.
+                if mrd && !self.from_mrds.contains(&key) {
+                    return Ok(());
+                }
+                if !mrd && self.from_mrds.remove(&key) {
+                    self.crds[i] = crd;
+                    self.documented.extend(crate::documented::derive(doc));
+                    return Ok(());
+                }
+                let other = &self.crds[i];
                 return Err(CrdError::Invalid {
                     name: crd.name,
                     path: p,
@@ -199,6 +220,9 @@ impl Crds {
                 });
             }
             self.crds.push(crd);
+            if mrd {
+                self.from_mrds.insert(key);
+            }
             self.documented.extend(crate::documented::derive(doc));
         }
         Ok(())
@@ -209,11 +233,20 @@ impl Crds {
         &self.documented
     }
 
-    /// What admission would know of a cluster with these CRDs installed.
+    /// The MRDs and MRAPs read (`check` names the kinds no MRAP activates).
+    pub fn activations(&self) -> &crate::activation::Activations {
+        &self.activations
+    }
+
+    /// What admission would know of a cluster with these CRDs (and MRDs
+    /// and MRAPs) installed.
     pub fn cluster(&self) -> crate::cluster::Cluster {
         let c = crate::cluster::Cluster::default();
         for k in &self.documented {
             c.documented().set(k.clone());
+        }
+        if !self.activations.is_empty() {
+            c.activations().replace(self.activations.clone());
         }
         c
     }
@@ -250,7 +283,7 @@ impl Crds {
             reason,
         };
         let api_version = s("/apiVersion");
-        if api_version != "apiextensions.k8s.io/v1" {
+        if api_version != "apiextensions.k8s.io/v1" && !crate::activation::is_mrd(doc) {
             return Err(invalid(format!(
                 "apiVersion {api_version:?} is not supported; use apiextensions.k8s.io/v1"
             )));

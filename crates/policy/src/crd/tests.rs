@@ -1143,3 +1143,52 @@ fn an_enum_error_of_a_list_item_is_named_at_the_list_before_1_25() {
     assert_eq!(paths(24), ["spec.policies", "spec.tags.k"]);
     assert_eq!(paths(25), ["spec.policies[1]", "spec.tags.k"]);
 }
+
+/// An MRD file reads like the CRD it becomes; with the CRD next to it
+/// (an active kind listed twice), the CRD is the one kept.
+#[test]
+fn an_mrd_is_read_like_its_crd() {
+    let spec = json!({"group": "s3.aws.upbound.io", "scope": "Cluster",
+        "names": {"kind": "Bucket", "plural": "buckets"},
+        "versions": [{"name": "v1beta1", "served": true, "storage": true,
+          "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {"forProvider": {"type": "object", "properties": {
+              "region": {"type": "string", "description": "Changing this forces a new resource to be created."}}}}}}}}}]});
+    let mrd = json!({"apiVersion": "apiextensions.crossplane.io/v1alpha1", "kind": "ManagedResourceDefinition",
+        "metadata": {"name": "buckets.s3.aws.upbound.io"}, "spec": spec});
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "buckets.s3.aws.upbound.io"}, "spec": spec});
+    let mut crds = Crds::default();
+    crds.add("mrd.yaml", &mrd).unwrap();
+    let Lookup::Found(v) = crds.lookup("s3.aws.upbound.io/v1beta1", "Bucket") else {
+        panic!("the MRD's kind is not found");
+    };
+    let errors = v
+        .validate(
+            &json!({"apiVersion": "s3.aws.upbound.io/v1beta1", "kind": "Bucket",
+            "metadata": {"name": "b"}, "spec": {"forProvider": {"region": 3}}}),
+            None,
+        )
+        .unwrap();
+    assert_eq!(errors[0].path, "spec.forProvider.region", "{errors:?}");
+    assert_eq!(
+        crds.documented()[0].fields[0].path.as_str(),
+        "spec.forProvider.region"
+    );
+    assert!(!crds.activations().is_empty());
+    let cluster = crds.cluster();
+    assert!(cluster
+        .activations()
+        .snapshot()
+        .mrd_for("s3.aws.upbound.io", "Bucket")
+        .is_some());
+    // The CRD after the MRD replaces it; an MRD after the CRD is not a
+    // second definition.
+    crds.add("crd.yaml", &crd).unwrap();
+    crds.add("mrd-again.yaml", &mrd).unwrap();
+    assert_eq!(crds.crds.len(), 1);
+    assert_eq!(crds.crds[0].source, "crd.yaml");
+    // Two CRDs of one kind are still refused.
+    let e = crds.add("crd2.yaml", &crd).unwrap_err().to_string();
+    assert!(e.contains("also defined in crd.yaml"), "{e}");
+}
