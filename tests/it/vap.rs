@@ -317,6 +317,51 @@ fn generated() -> Vec<Request> {
             );
         }
     }
+    out.extend(scoped_deletion_policies(&policies));
+    out
+}
+
+/// Every deletionPolicy with every policy set on a protected, created MR,
+/// cluster-scoped and namespaced: a namespaced MR's deletionPolicy counts
+/// for nothing, so its protection and conflict follow the set alone.
+fn scoped_deletion_policies(policies: &[Option<Value>]) -> Vec<Request> {
+    let deletion_policies = [
+        None,
+        Some(json!("Orphan")),
+        Some(json!("Delete")),
+        Some(json!("orphan")),
+        Some(json!(1)),
+        Some(Value::Null),
+    ];
+    let mut out = Vec::new();
+    for namespace in [None, Some("team-a")] {
+        for dp in &deletion_policies {
+            for p in policies {
+                let mut old = vpc("prod-vpc");
+                old["metadata"]["annotations"]["crossplane.io/external-create-succeeded"] =
+                    json!("2026-01-01T00:00:00Z");
+                old["metadata"]["annotations"]["mrguard.io/deletion-protection"] = json!("true");
+                if let Some(ns) = namespace {
+                    old["metadata"]["namespace"] = json!(ns);
+                }
+                if let Some(dp) = dp {
+                    old["spec"]["deletionPolicy"] = dp.clone();
+                }
+                if let Some(p) = p {
+                    old["spec"]["managementPolicies"] = p.clone();
+                }
+                let mut new = old.clone();
+                new["metadata"]["labels"] = json!({"team": "net"});
+                out.push(RequestBuilder::create(new.clone()).username("alice").build());
+                out.push(
+                    RequestBuilder::update(old.clone(), new)
+                        .username("alice")
+                        .build(),
+                );
+                out.push(RequestBuilder::delete(old).username("alice").build());
+            }
+        }
+    }
     out
 }
 
