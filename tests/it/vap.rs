@@ -352,7 +352,11 @@ fn scoped_deletion_policies(policies: &[Option<Value>]) -> Vec<Request> {
                 }
                 let mut new = old.clone();
                 new["metadata"]["labels"] = json!({"team": "net"});
-                out.push(RequestBuilder::create(new.clone()).username("alice").build());
+                out.push(
+                    RequestBuilder::create(new.clone())
+                        .username("alice")
+                        .build(),
+                );
                 out.push(
                     RequestBuilder::update(old.clone(), new)
                         .username("alice")
@@ -542,4 +546,49 @@ fn exported_policies_deny_the_region_change_and_allow_the_rest() {
     assert!(judge(&retagged).is_empty());
     // The export is what the docs show.
     let _ = root();
+}
+
+/// Every rule mrguard has is, with the built-in configuration, either in a
+/// policy (`mrguard.io/rule`) or on a `not exported:` line with its reason,
+/// and the rules in policies are the ones the differential test compares.
+#[test]
+fn export_vap_exports_or_lists_every_rule() {
+    let out = mrguard().args(["export", "vap"]).output().unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let objects: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout))
+        .unwrap()
+        .into_iter()
+        .filter(|v: &Value| !v.is_null())
+        .collect();
+    let in_policies: BTreeSet<&str> = objects
+        .iter()
+        .filter_map(|o| o["metadata"]["annotations"]["mrguard.io/rule"].as_str())
+        .collect();
+    for rule in mrguard_policy::rules::RULES {
+        let name = rule.name();
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("not exported: {name}: ")));
+        match (in_policies.contains(name), line) {
+            (true, None) => assert!(exported(name), "{name} is exported but not compared"),
+            (false, Some(l)) => {
+                assert!(!exported(name), "{name} is compared but not exported");
+                assert!(
+                    l.len() > format!("not exported: {name}: ").len() + 10,
+                    "{name} is listed without a reason: {l}"
+                );
+            }
+            (true, Some(l)) => panic!("{name} is both exported and listed: {l}"),
+            (false, None) => panic!("{name} is neither exported nor listed:\n{stderr}"),
+        }
+    }
+    assert!(
+        stderr.contains("not exported: provider-config-kind: it needs cluster state"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("not exported: reconcile-annotations: "),
+        "{stderr}"
+    );
 }
