@@ -317,6 +317,55 @@ fn generated() -> Vec<Request> {
             );
         }
     }
+    out.extend(scoped_deletion_policies(&policies));
+    out
+}
+
+/// Every deletionPolicy with every policy set on a protected, created MR,
+/// cluster-scoped and namespaced: a namespaced MR's deletionPolicy counts
+/// for nothing, so its protection and conflict follow the set alone.
+fn scoped_deletion_policies(policies: &[Option<Value>]) -> Vec<Request> {
+    let deletion_policies = [
+        None,
+        Some(json!("Orphan")),
+        Some(json!("Delete")),
+        Some(json!("orphan")),
+        Some(json!(1)),
+        Some(Value::Null),
+    ];
+    let mut out = Vec::new();
+    for namespace in [None, Some("team-a")] {
+        for dp in &deletion_policies {
+            for p in policies {
+                let mut old = vpc("prod-vpc");
+                old["metadata"]["annotations"]["crossplane.io/external-create-succeeded"] =
+                    json!("2026-01-01T00:00:00Z");
+                old["metadata"]["annotations"]["mrguard.io/deletion-protection"] = json!("true");
+                if let Some(ns) = namespace {
+                    old["metadata"]["namespace"] = json!(ns);
+                }
+                if let Some(dp) = dp {
+                    old["spec"]["deletionPolicy"] = dp.clone();
+                }
+                if let Some(p) = p {
+                    old["spec"]["managementPolicies"] = p.clone();
+                }
+                let mut new = old.clone();
+                new["metadata"]["labels"] = json!({"team": "net"});
+                out.push(
+                    RequestBuilder::create(new.clone())
+                        .username("alice")
+                        .build(),
+                );
+                out.push(
+                    RequestBuilder::update(old.clone(), new)
+                        .username("alice")
+                        .build(),
+                );
+                out.push(RequestBuilder::delete(old).username("alice").build());
+            }
+        }
+    }
     out
 }
 
@@ -497,4 +546,49 @@ fn exported_policies_deny_the_region_change_and_allow_the_rest() {
     assert!(judge(&retagged).is_empty());
     // The export is what the docs show.
     let _ = root();
+}
+
+/// Every rule mrguard has is, with the built-in configuration, either in a
+/// policy (`mrguard.io/rule`) or on a `not exported:` line with its reason,
+/// and the rules in policies are the ones the differential test compares.
+#[test]
+fn export_vap_exports_or_lists_every_rule() {
+    let out = mrguard().args(["export", "vap"]).output().unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let objects: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout))
+        .unwrap()
+        .into_iter()
+        .filter(|v: &Value| !v.is_null())
+        .collect();
+    let in_policies: BTreeSet<&str> = objects
+        .iter()
+        .filter_map(|o| o["metadata"]["annotations"]["mrguard.io/rule"].as_str())
+        .collect();
+    for rule in mrguard_policy::rules::RULES {
+        let name = rule.name();
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("not exported: {name}: ")));
+        match (in_policies.contains(name), line) {
+            (true, None) => assert!(exported(name), "{name} is exported but not compared"),
+            (false, Some(l)) => {
+                assert!(!exported(name), "{name} is compared but not exported");
+                assert!(
+                    l.len() > format!("not exported: {name}: ").len() + 10,
+                    "{name} is listed without a reason: {l}"
+                );
+            }
+            (true, Some(l)) => panic!("{name} is both exported and listed: {l}"),
+            (false, None) => panic!("{name} is neither exported nor listed:\n{stderr}"),
+        }
+    }
+    assert!(
+        stderr.contains("not exported: provider-config-kind: it needs cluster state"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("not exported: reconcile-annotations: "),
+        "{stderr}"
+    );
 }

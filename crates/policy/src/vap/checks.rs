@@ -201,7 +201,7 @@ pub(super) fn deletion_policy_conflict(_: &ResourceConfig) -> Option<(String, St
         .collect();
     Some((
         format!(
-            "!({has_dp} && {dp} == 'Orphan' && {has_mp} && type({l}) == list && {l}.all(a, type(a) == string) && ({}))",
+            "!(!({NAMESPACED}) && {has_dp} && {dp} == 'Orphan' && {has_mp} && type({l}) == list && {l}.all(a, type(a) == string) && ({}))",
             with_delete.join(" || ")
         ),
         "Orphan is ignored because managementPolicies has Delete: the external resource WILL be deleted (mrguard rule deletion-policy-conflict)".to_string(),
@@ -235,10 +235,15 @@ pub(super) fn connection_secret_ref(_: &ResourceConfig) -> Option<(String, Strin
     ))
 }
 
+/// The request is for a namespaced MR: such an MR has no `deletionPolicy`,
+/// so one written on it counts for nothing, as the webhook judges it.
+const NAMESPACED: &str = "request.namespace != ''";
+
 /// The old object's deletion outcome is Delete (docs/managed-resources.md):
 /// an unreadable set counts as Delete; the default set follows
-/// `deletionPolicy` (absent, not a string or `Delete`: Delete); any other
-/// set deletes exactly when it has `Delete`.
+/// `deletionPolicy` on a cluster-scoped MR (absent, not a string or
+/// `Delete`: Delete) and deletes on a namespaced one; any other set deletes
+/// exactly when it has `Delete`.
 fn deletes(o: &str) -> String {
     let (has_dp, dp) = path(o, &["spec", "deletionPolicy"]);
     let (has_mp, l) = path(o, &["spec", "managementPolicies"]);
@@ -260,7 +265,8 @@ fn deletes(o: &str) -> String {
         .filter(|s| !s.is_default() && s.has(crate::mr::PolicyAction::Delete))
         .map(|s| is_set(&l, *s))
         .collect();
-    let policy_delete = format!("(!{has_dp} || type({dp}) != string || {dp} == 'Delete')");
+    let policy_delete =
+        format!("({NAMESPACED} || !{has_dp} || type({dp}) != string || {dp} == 'Delete')");
     format!(
         "(!{valid} || ({star} && {policy_delete}) || (!{absent} && ({})))",
         with_delete.join(" || ")
