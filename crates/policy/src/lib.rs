@@ -64,6 +64,7 @@ pub mod merge;
 pub mod model;
 pub mod mr;
 pub mod offline;
+pub mod plan;
 pub mod providers;
 pub mod reports;
 pub mod review;
