@@ -95,7 +95,7 @@ pub fn render_text(plan: &Plan, color: bool) -> String {
             e.verdict.clone()
         };
         s.push_str(&format!(
-            "{} {}: {} ({verdict})\n",
+            "{} {}: {} [{verdict}]\n",
             p.action(e.action, e.action.sign()),
             e.object,
             p.action(e.action, e.action.as_str()),
@@ -179,7 +179,7 @@ pub fn render_markdown(plan: &Plan) -> String {
     }
     for e in &plan.entries {
         s.push_str(&format!(
-            "\n<details>\n<summary><code>{}</code>: {} ({})</summary>\n\n",
+            "\n<details>\n<summary><code>{}</code>: {} [{}]</summary>\n\n",
             html(&e.object),
             html(e.action.as_str()),
             html(&e.verdict)

@@ -459,7 +459,7 @@ fn text_is_coloured_only_when_asked() {
     assert!(!plain.contains('\x1b'));
     assert!(
         plain.starts_with(
-            "-/+ Instance/db: replace required (denied) (denied)\n    gitops/db.yaml:1\n"
+            "-/+ Instance/db: replace required (denied) [denied]\n    gitops/db.yaml:1\n"
         ),
         "{plain}"
     );
@@ -469,7 +469,7 @@ fn text_is_coloured_only_when_asked() {
     );
     assert!(plain.contains("    deny immutable-field: "), "{plain}");
     assert!(
-        plain.contains("+ Instance/team-a/db: create (allowed)"),
+        plain.contains("+ Instance/team-a/db: create [allowed]"),
         "{plain}"
     );
     assert!(plain.ends_with("Plan: 1 to create, 0 to adopt, 0 to update in place, 1 to replace, 1 to delete, 0 to orphan, 0 ignored, 0 unchanged, 1 skipped; 1 denied.\n"), "{plain}");
