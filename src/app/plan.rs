@@ -18,7 +18,7 @@ use mrguard_policy::identity::report::entry_of;
 use mrguard_policy::identity::IdentityIndex;
 use mrguard_policy::live::JudgeError;
 use mrguard_policy::mr::is_managed;
-use mrguard_policy::offline::identity;
+use mrguard_policy::offline::{identity, label};
 use mrguard_policy::plan::{
     prune_candidates, render_markdown, render_text, Entry, Plan, Planner, Selector, SelectorError,
 };
@@ -291,7 +291,12 @@ fn plan_offline(args: &PlanArgs, mut docs: Vec<Manifest>) -> Result<Plan, PlanEr
     if let Some(sel) = prune_selector(args)? {
         let applied: Vec<Value> = docs.iter().map(|m| m.object.clone()).collect();
         for o in prune_candidates(&olds, &applied, &sel, &visited_namespaces(&docs)) {
-            entries.push(planner.delete(o, &prune_reason(args))?);
+            if !entries
+                .iter()
+                .any(|e| e.file.is_none() && e.object == label(o))
+            {
+                entries.push(planner.delete(o, &prune_reason(args))?);
+            }
         }
     }
     Ok(Plan::new(entries))

@@ -296,7 +296,10 @@ async fn plan_says_what_applying_does_to_each_mr() {
     let plan: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}\n{}", text(&out.stdout), text(&out.stderr)));
 
-    for (group, prefix) in [(GROUP, "PlanDatabase/"), (M_GROUP, "PlanDatabase/plan-e2e/")] {
+    for (group, prefix) in [
+        (GROUP, "PlanDatabase/"),
+        (M_GROUP, "PlanDatabase/plan-e2e/"),
+    ] {
         let e = |n: &str| entry(&plan, &format!("{prefix}{n}"));
         let at = |what: &str| format!("{group}: {what}");
 
@@ -309,7 +312,12 @@ async fn plan_says_what_applying_does_to_each_mr() {
         assert_eq!(u["verdict"], "allowed");
 
         let c = e("curated");
-        assert_eq!(c["action"], "replace required (denied)", "{}", at("curated"));
+        assert_eq!(
+            c["action"],
+            "replace required (denied)",
+            "{}",
+            at("curated")
+        );
         assert_eq!(c["verdict"], "denied");
         assert_eq!(
             mark(c, "spec.forProvider.region"),
@@ -360,8 +368,14 @@ async fn plan_says_what_applying_does_to_each_mr() {
     let action = |o: &str| entry(&plan, o)["action"].as_str().unwrap().to_string();
     assert_eq!(action("PlanDatabase/gone-delete"), "delete external");
     assert_eq!(action("PlanDatabase/gone-orphan"), "orphan external");
-    assert_eq!(action("PlanDatabase/plan-e2e/gone-delete"), "delete external");
-    assert_eq!(action("PlanDatabase/plan-e2e/gone-orphan"), "orphan external");
+    assert_eq!(
+        action("PlanDatabase/plan-e2e/gone-delete"),
+        "delete external"
+    );
+    assert_eq!(
+        action("PlanDatabase/plan-e2e/gone-orphan"),
+        "orphan external"
+    );
     assert!(entry(&plan, "PlanDatabase/gone-orphan")["notes"][0]
         .as_str()
         .unwrap()
@@ -429,15 +443,18 @@ async fn planner_account(cluster: &Cluster, ns: &str, may_list: bool) -> tempfil
     let mut rules = vec![json!({"apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"], "verbs": ["get"]})];
     if may_list {
-        rules.push(json!({"apiGroups": [GROUP, M_GROUP], "resources": [PLURAL], "verbs": ["list"]}));
+        rules
+            .push(json!({"apiGroups": [GROUP, M_GROUP], "resources": [PLURAL], "verbs": ["list"]}));
     }
     let roles: Api<ClusterRole> = Api::all(admin.clone());
     roles
         .patch(
             &name,
             &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": name}, "rules": rules})),
+            &Patch::Apply(
+                &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": name}, "rules": rules}),
+            ),
         )
         .await
         .unwrap();

@@ -22,6 +22,7 @@ mod hardening;
 mod limits;
 mod live;
 mod observability;
+mod plan_cli;
 mod policy_ops;
 mod properties;
 mod reviews;

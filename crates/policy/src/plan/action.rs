@@ -197,7 +197,8 @@ impl<'a> Planner<'a> {
         let action = match live {
             None if adopts(&m.object, set, self.config) => Action::Adopt,
             None => Action::Create,
-            Some(_) if unchanged => Action::NoChange,
+            // Only kubectl's bookkeeping, or nothing the provider reads.
+            Some(_) if unchanged || fields.is_empty() => Action::NoChange,
             Some(_) if ignore_for_provider.is_some() => Action::Ignored,
             Some(_)
                 if !fields.is_empty()
