@@ -270,3 +270,58 @@ fn an_unreachable_cluster_exits_2_with_the_reason_and_no_plan() {
     assert!(err.starts_with("mrguard plan: failed to "), "{err}");
     assert!(err.contains("(Connect)"), "the reason: {err}");
 }
+
+/// The GitHub Action's plan mode: the markdown in the job summary and in a
+/// file a later step can post, and the exit code as an output.
+#[test]
+fn the_action_writes_the_plan_to_the_job_summary_and_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (md, summary, outputs) = (
+        dir.path().join("plan.md"),
+        dir.path().join("summary"),
+        dir.path().join("outputs"),
+    );
+    std::fs::write(&summary, "earlier step\n").unwrap();
+    let out = std::process::Command::new("bash")
+        .arg(root().join("scripts/action-check.sh"))
+        .env("MRGUARD_BIN", env!("CARGO_BIN_EXE_mrguard"))
+        .env("INPUT_MODE", "plan")
+        .env("INPUT_FILES", "tests/fixtures/plan/manifests.yaml")
+        .env("INPUT_CONFIG", "tests/fixtures/plan/config.yaml")
+        .env("INPUT_CRD", "tests/fixtures/plan/crd.yaml")
+        .env(
+            "INPUT_PLAN_ARGS",
+            "--old tests/fixtures/plan/live.yaml --delete PlanDatabase/archive",
+        )
+        .env("INPUT_PLAN_MARKDOWN", &md)
+        .env("INPUT_FAIL_ON_DENY", "false")
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .env("GITHUB_OUTPUT", &outputs)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let md_text = std::fs::read_to_string(&md).unwrap();
+    assert!(md_text.starts_with("## mrguard plan\n"), "{md_text}");
+    assert!(md_text.contains("| `PlanDatabase/archive` | delete external |"));
+    assert_eq!(
+        std::fs::read_to_string(&summary).unwrap(),
+        format!("earlier step\n{md_text}")
+    );
+    let outputs = std::fs::read_to_string(&outputs).unwrap();
+    assert!(outputs.contains("exit-code=1"), "{outputs}");
+    assert!(
+        outputs.contains(&format!("plan={}", md.display())),
+        "{outputs}"
+    );
+
+    // The action declares the mode and hands every input to the script.
+    let a: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(root().join("action.yml")).unwrap())
+            .unwrap();
+    assert_eq!(a["inputs"]["mode"]["default"], "check");
+    for var in ["INPUT_MODE", "INPUT_PLAN_ARGS", "INPUT_PLAN_MARKDOWN"] {
+        assert!(a["runs"]["steps"][0]["env"].get(var).is_some(), "{var}");
+    }
+    assert!(a["outputs"].get("plan").is_some());
+}
