@@ -17,7 +17,7 @@ fn example(extra: &[&str]) -> Output {
         fixtures::path("plan/manifests.yaml"),
         fixtures::path("plan/live.yaml"),
         fixtures::path("plan/crd.yaml"),
-        fixtures::path("plan/config.yaml"),
+        fixtures::path("plan/plan-config.yaml"),
     );
     let mut args = vec![
         "plan",
@@ -287,7 +287,7 @@ fn the_action_writes_the_plan_to_the_job_summary_and_a_file() {
         .env("MRGUARD_BIN", env!("CARGO_BIN_EXE_mrguard"))
         .env("INPUT_MODE", "plan")
         .env("INPUT_FILES", "tests/fixtures/plan/manifests.yaml")
-        .env("INPUT_CONFIG", "tests/fixtures/plan/config.yaml")
+        .env("INPUT_CONFIG", "tests/fixtures/plan/plan-config.yaml")
         .env("INPUT_CRD", "tests/fixtures/plan/crd.yaml")
         .env(
             "INPUT_PLAN_ARGS",
@@ -324,4 +324,41 @@ fn the_action_writes_the_plan_to_the_job_summary_and_a_file() {
         assert!(a["runs"]["steps"][0]["env"].get(var).is_some(), "{var}");
     }
     assert!(a["outputs"].get("plan").is_some());
+}
+
+/// docs/plan.md shows what the binary prints for the example set, text
+/// and markdown, byte for byte.
+#[test]
+fn the_documented_example_is_what_the_binary_prints() {
+    let doc = std::fs::read_to_string(root().join("docs/plan.md")).unwrap();
+    let args = [
+        "plan",
+        "-f",
+        "tests/fixtures/plan/manifests.yaml",
+        "--old",
+        "tests/fixtures/plan/live.yaml",
+        "--crd",
+        "tests/fixtures/plan/crd.yaml",
+        "--config",
+        "tests/fixtures/plan/plan-config.yaml",
+        "--delete",
+        "PlanDatabase/archive",
+        "--prune",
+        "-l",
+        "app=shop",
+    ];
+    for (output, fence) in [("text", "```text\n"), ("markdown", "````markdown\n")] {
+        let out = crate::support::bin::mrguard()
+            .args(args)
+            .args(["-o", output])
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let printed = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            doc.contains(&format!("{fence}{printed}")),
+            "docs/plan.md's {output} example is stale; it is now:\n{printed}"
+        );
+    }
 }
