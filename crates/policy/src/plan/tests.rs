@@ -489,3 +489,23 @@ fn markdown_has_a_table_row_and_a_section_per_entry() {
     // A pipe in a value does not split the cell.
     assert!(md.contains("`\"db\\|t3\"`"), "{md}");
 }
+
+#[test]
+fn only_kubectls_bookkeeping_is_no_change() {
+    let cfg = Config::builtin();
+    for (av, ns) in SCOPES {
+        let o = object(av, ns, fp());
+        let mut l = live(&o);
+        // Created by hand: kubectl would only add its annotation.
+        l["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(LAST_APPLIED);
+        let e = Planner::new(&cfg).apply(&manifest(&o), Some(&l)).unwrap();
+        assert_eq!(e.action, Action::NoChange, "{av}: {:?}", e.fields);
+        assert!(e
+            .notes
+            .iter()
+            .any(|n| n.contains("no kubectl.kubernetes.io/last-applied-configuration")));
+    }
+}
