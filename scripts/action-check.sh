@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GitHub Action's step (action.yml): runs `mrguard check` on the given
-# manifests, writes SARIF for code scanning, and reports the exit code.
+# manifests, writes SARIF for code scanning, and reports the exit code; with
+# INPUT_MODE=plan, runs `mrguard plan -o markdown` instead and writes the
+# markdown to INPUT_PLAN_MARKDOWN and to the job summary.
 # Inputs come as INPUT_* variables (set by action.yml); runnable by hand:
 #   INPUT_FILES=examples/manifests scripts/action-check.sh
 set -uo pipefail
@@ -21,17 +23,38 @@ if [[ -z "$bin" ]]; then
   fi
 fi
 
-args=(check -o sarif)
+mode="${INPUT_MODE:-check}"
+case "$mode" in
+  check) args=(check -o sarif) ;;
+  plan) args=(plan -o markdown) ;;
+  *) echo "mrguard action: mode must be check or plan, not \"$mode\"" >&2; exit 2 ;;
+esac
 [[ -n "${INPUT_CONFIG:-}" ]] && args+=(--config "$INPUT_CONFIG")
 [[ -n "${INPUT_CRD:-}" ]] && args+=(--crd "$INPUT_CRD")
 for f in $files; do args+=(-f "$f"); done
 
-"$bin" "${args[@]}" > "$sarif"
-code=$?
-if [[ -n "${GITHUB_OUTPUT:-}" ]]; then
-  { echo "sarif=$sarif"; echo "exit-code=$code"; } >> "$GITHUB_OUTPUT"
+if [[ "$mode" == plan ]]; then
+  markdown="${INPUT_PLAN_MARKDOWN:-mrguard-plan.md}"
+  # Word splitting is meant: the input holds flags separated by spaces.
+  # shellcheck disable=SC2206
+  extra=(${INPUT_PLAN_ARGS:-})
+  "$bin" "${args[@]}" "${extra[@]}" > "$markdown"
+  code=$?
+  if [[ -n "${GITHUB_STEP_SUMMARY:-}" ]]; then
+    cat "$markdown" >> "$GITHUB_STEP_SUMMARY"
+  fi
+  if [[ -n "${GITHUB_OUTPUT:-}" ]]; then
+    { echo "plan=$markdown"; echo "exit-code=$code"; } >> "$GITHUB_OUTPUT"
+  fi
+  echo "mrguard plan: exit $code; markdown in $markdown"
+else
+  "$bin" "${args[@]}" > "$sarif"
+  code=$?
+  if [[ -n "${GITHUB_OUTPUT:-}" ]]; then
+    { echo "sarif=$sarif"; echo "exit-code=$code"; } >> "$GITHUB_OUTPUT"
+  fi
+  echo "mrguard check: exit $code; SARIF in $sarif"
 fi
-echo "mrguard check: exit $code; SARIF in $sarif"
 if [[ "$code" == 1 && "${INPUT_FAIL_ON_DENY:-true}" != "true" ]]; then
   exit 0
 fi

@@ -38,7 +38,8 @@
 //! - [`shutdown`] carries the signal that stops every task: readiness goes
 //!   false, the listener closes, in-flight requests drain;
 //! - [`cli`] is the command line: it parses `serve`, `check` (offline
-//!   decisions, or `--live` against a cluster), `audit`, `explain`, `test`
+//!   decisions, or `--live` against a cluster), `audit`, `plan` (what an
+//!   apply will do to the external resources), `explain`, `test`
 //!   (a configuration's test suites), `config`, `export` (ValidatingAdmissionPolicies),
 //!   `crd` (what is derived from CRD files), `certs` (development
 //!   certificates), `completion` and `man`, and calls the [`app`] function

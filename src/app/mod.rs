@@ -30,6 +30,7 @@ pub(crate) mod explain_composition;
 pub mod live;
 pub(crate) mod manifests;
 pub mod parse;
+pub mod plan;
 pub(crate) mod progress;
 pub mod serve;
 pub mod suite;

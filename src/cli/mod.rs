@@ -14,6 +14,7 @@ pub use crate::app::check::CheckArgs;
 pub use crate::app::controller_args::{ControllerArgs, PolicyReports};
 pub use crate::app::explain::ExplainArgs;
 pub use crate::app::parse::parse_duration;
+pub use crate::app::plan::PlanArgs;
 pub use crate::app::serve::ServeArgs;
 pub use crate::app::suite::TestArgs;
 
@@ -46,6 +47,10 @@ pub enum Command {
     Check(Box<CheckArgs>),
     /// Evaluate the validation rules on every MR in a cluster.
     Audit(Box<AuditArgs>),
+    /// Preview what applying manifests (and deleting objects) does to the
+    /// external resources: exits 0 when nothing is denied, 1 when anything
+    /// is, 2 when the input cannot be judged (see --detailed-exitcode).
+    Plan(Box<PlanArgs>),
     /// Explain one MR: its states, deletion outcome, and who set each field.
     Explain(Box<ExplainArgs>),
     /// Run YAML test suites of a configuration: requests and the verdicts
@@ -197,6 +202,7 @@ impl Command {
             Command::Serve(_) => "serve",
             Command::Check(_) => "check",
             Command::Audit(_) => "audit",
+            Command::Plan(_) => "plan",
             Command::Explain(_) => "explain",
             Command::Test(_) => "test",
             Command::Config(_) => "config",
@@ -224,6 +230,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Serve(args) => app::serve::run(*args),
         Command::Check(args) => app::check::run(*args),
         Command::Audit(args) => app::audit::run(*args),
+        Command::Plan(args) => app::plan::run(*args),
         Command::Explain(args) => app::explain::run(*args),
         Command::Test(args) => app::suite::run(*args),
         Command::Certs(cmd) => app::certs::run(cmd),

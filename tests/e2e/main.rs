@@ -22,6 +22,7 @@ mod exemptions;
 mod explain;
 mod identity;
 mod observability;
+mod plan;
 mod policy_reports;
 mod preflight;
 mod progress;

@@ -23,6 +23,7 @@ mod limits;
 mod live;
 mod map;
 mod observability;
+mod plan_cli;
 mod policy_ops;
 mod properties;
 mod reviews;

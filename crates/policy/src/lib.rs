@@ -42,7 +42,9 @@
 //! [`manifest`] parses manifest files' text (objects and the line of each
 //! field); [`live`] judges one against its live object (`check --live`)
 //! above [`offline`], and renders results as text or, with [`sarif`], as
-//! SARIF; [`suite`] compares `mrguard test` cases with their verdicts.
+//! SARIF; [`suite`] compares `mrguard test` cases with their verdicts;
+//! [`plan`] turns those judgements into what an apply does to the external
+//! resources (`mrguard plan`), above [`live`].
 #![deny(missing_docs)]
 
 pub mod activation;
@@ -66,6 +68,7 @@ pub mod merge;
 pub mod model;
 pub mod mr;
 pub mod offline;
+pub mod plan;
 pub mod providers;
 pub mod reports;
 pub mod review;
