@@ -1,0 +1,173 @@
+//! What the validating and the mutating evaluator share, because the API
+//! server runs both kinds of policy alike until one matches: the binding
+//! that names a policy, the variables its expressions see, and its
+//! matchConstraints' operations and matchConditions.
+
+use serde_json::{json, Value};
+
+use crate::cel::{self, CelProgram, Scope};
+use crate::model::Operation;
+use crate::review::Request;
+
+/// The admission-time variables of a policy expression.
+const VARS: &[&str] = &[
+    "object",
+    "oldObject",
+    "request",
+    "params",
+    "namespaceObject",
+];
+
+/// An expression of a policy does not compile.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to compile {policy} {what}: {reason}")]
+pub struct PolicyCompileError {
+    /// The policy.
+    pub policy: String,
+    /// Which expression.
+    pub what: String,
+    /// The compiler's message.
+    pub reason: String,
+}
+
+/// How an evaluator compiles its policies' expressions.
+type Compiler = fn(&str, &[&str]) -> Result<CelProgram, cel::CompileError>;
+
+/// When a bound policy applies to a request.
+pub(crate) struct Match {
+    operations: Vec<String>,
+    conditions: Vec<(String, CelProgram)>,
+}
+
+impl Match {
+    /// `op` is one of the operations of the first resource rule.
+    pub(crate) fn operation(&self, op: Operation) -> bool {
+        self.operations.iter().any(|o| o == op.as_str() || o == "*")
+    }
+
+    /// Every matchCondition holds; Err names the first that failed.
+    pub(crate) fn conditions(&self, scope: &Scope<'_>) -> Result<bool, String> {
+        for (name, program) in &self.conditions {
+            match program.eval_bool(scope) {
+                Ok(true) => {}
+                Ok(false) => return Ok(false),
+                Err(e) => return Err(format!("matchCondition {name} failed: {e}")),
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// A policy with the first binding that names it, its matchConditions
+/// compiled.
+pub(crate) struct Bound<'a> {
+    pub(crate) name: String,
+    pub(crate) policy: &'a Value,
+    pub(crate) spec: &'a Value,
+    pub(crate) binding: &'a Value,
+    pub(crate) matching: Match,
+    compiler: Compiler,
+}
+
+impl Bound<'_> {
+    /// Compiles `src`, one of this policy's expressions, named `what` in
+    /// the error.
+    pub(crate) fn compile(&self, what: &str, src: &str) -> Result<CelProgram, PolicyCompileError> {
+        (self.compiler)(src, VARS).map_err(|e| PolicyCompileError {
+            policy: self.name.clone(),
+            what: what.to_string(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// The policies of `kind` in `objects` that a `binding_kind` names, in
+/// order, compiled with `compiler`; one that uses what the evaluators do not
+/// model (`variables`, `paramKind`) is an error from `unsupported` (its
+/// name, the field), bound or not.
+pub(crate) fn policies<'a, E: From<PolicyCompileError>>(
+    objects: &'a [Value],
+    kind: &'a str,
+    binding_kind: &'a str,
+    compiler: Compiler,
+    unsupported: impl Fn(String, &str) -> E + 'a,
+) -> impl Iterator<Item = Result<Bound<'a>, E>> + 'a {
+    objects
+        .iter()
+        .filter(move |o| o["kind"] == kind)
+        .filter_map(move |policy| {
+            let name = policy["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            let spec = &policy["spec"];
+            if let Some(field) = ["variables", "paramKind"]
+                .into_iter()
+                .find(|f| spec.get(f).is_some())
+            {
+                return Some(Err(unsupported(name, field)));
+            }
+            let binding = objects
+                .iter()
+                .find(|b| b["kind"] == binding_kind && b["spec"]["policyName"] == name.as_str())?;
+            let mut bound = Bound {
+                name,
+                policy,
+                spec,
+                binding,
+                matching: Match {
+                    operations: spec["matchConstraints"]["resourceRules"][0]["operations"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|o| o.as_str().map(str::to_string))
+                        .collect(),
+                    conditions: Vec::new(),
+                },
+                compiler,
+            };
+            for c in spec["matchConditions"].as_array().into_iter().flatten() {
+                let cname = c["name"].as_str().unwrap_or("").to_string();
+                match bound.compile(
+                    &format!("matchCondition {cname}"),
+                    c["expression"].as_str().unwrap_or(""),
+                ) {
+                    Ok(program) => bound.matching.conditions.push((cname, program)),
+                    Err(e) => return Some(Err(e.into())),
+                }
+            }
+            Some(Ok(bound))
+        })
+}
+
+/// The variables of a policy expression: `params` and `namespaceObject`
+/// are never set, as the exported policies use neither.
+pub(crate) fn scope<'v>(
+    object: Option<&'v Value>,
+    old: Option<&'v Value>,
+    request: &'v Value,
+) -> Scope<'v> {
+    let mut scope = Scope::new();
+    scope.bind("object", object);
+    scope.bind("oldObject", old);
+    scope.bind("request", Some(request));
+    scope.bind("params", None);
+    scope.bind("namespaceObject", None);
+    scope
+}
+
+/// The `request` variable of an admission policy.
+pub(crate) fn request_json(req: &Request) -> Value {
+    json!({
+        "kind": {"group": req.kind.group, "version": req.kind.version, "kind": req.kind.kind},
+        "resource": {"group": req.resource.group, "version": req.resource.version, "resource": req.resource.resource},
+        "name": req.name,
+        "namespace": req.namespace.clone().unwrap_or_default(),
+        "operation": Operation::from(&req.operation).as_str(),
+        "userInfo": {
+            "username": req.user_info.username.clone().unwrap_or_default(),
+            "groups": req.user_info.groups.clone().unwrap_or_default(),
+        },
+        "dryRun": req.dry_run,
+    })
+}
