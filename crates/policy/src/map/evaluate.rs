@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::cel::CelProgram;
 use crate::model::Operation;
 use crate::review::Request;
-use crate::vap::bound::{self, request_json, Match, PolicyCompileError};
+use crate::vap::bound::{self, request_json, Bound, Match, PolicyCompileError};
 
 /// Why a policy could not be compiled or applied.
 #[derive(Debug, thiserror::Error)]
@@ -62,50 +62,14 @@ pub struct Policies(Vec<Compiled>);
 impl Policies {
     /// Compiles every MutatingAdmissionPolicy that has a binding, in order.
     pub fn compile(objects: &[Value]) -> Result<Self, EvaluateError> {
-        let mut out = Vec::new();
-        for b in bound::policies(
-            objects,
-            "MutatingAdmissionPolicy",
-            "MutatingAdmissionPolicyBinding",
-            CelProgram::compile_mutation,
-            |policy, what| EvaluateError::Unsupported {
-                policy,
-                what: what.to_string(),
-            },
-        ) {
-            let b = b?;
-            let mut mutations = Vec::new();
-            for (i, m) in b.spec["mutations"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                let what = format!("mutations[{i}]");
-                mutations.push(match m["patchType"].as_str() {
-                    Some("JSONPatch") => Patch::Json(
-                        b.compile(&what, m["jsonPatch"]["expression"].as_str().unwrap_or(""))?,
-                    ),
-                    Some("ApplyConfiguration") => Patch::Apply(b.compile(
-                        &what,
-                        m["applyConfiguration"]["expression"].as_str().unwrap_or(""),
-                    )?),
-                    other => {
-                        return Err(EvaluateError::Unsupported {
-                            policy: b.name,
-                            what: format!("{what} with patchType {other:?}"),
-                        })
-                    }
-                });
-            }
-            out.push(Compiled {
-                fail: b.spec["failurePolicy"].as_str() != Some("Ignore"),
-                name: b.name,
-                matching: b.matching,
-                mutations,
-            });
-        }
-        Ok(Self(out))
+        let unsupported = |policy, what: &str| EvaluateError::Unsupported {
+            policy,
+            what: what.to_string(),
+        };
+        bound::policies(objects, &bound::MUTATING, unsupported)
+            .map(|b| Compiled::new(b?))
+            .collect::<Result<_, _>>()
+            .map(Self)
     }
 
     /// Mutates `req` as the API server does: matchConstraints (operations;
@@ -152,6 +116,40 @@ impl Policies {
 }
 
 impl Compiled {
+    /// A bound policy's mutations, compiled.
+    fn new(b: Bound<'_>) -> Result<Self, EvaluateError> {
+        let mut mutations = Vec::new();
+        for (i, m) in b.spec["mutations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let what = format!("mutations[{i}]");
+            mutations.push(match m["patchType"].as_str() {
+                Some("JSONPatch") => Patch::Json(
+                    b.compile(&what, m["jsonPatch"]["expression"].as_str().unwrap_or(""))?,
+                ),
+                Some("ApplyConfiguration") => Patch::Apply(b.compile(
+                    &what,
+                    m["applyConfiguration"]["expression"].as_str().unwrap_or(""),
+                )?),
+                other => {
+                    return Err(EvaluateError::Unsupported {
+                        policy: b.name,
+                        what: format!("{what} with patchType {other:?}"),
+                    })
+                }
+            });
+        }
+        Ok(Self {
+            fail: b.spec["failurePolicy"].as_str() != Some("Ignore"),
+            name: b.name,
+            matching: b.matching,
+            mutations,
+        })
+    }
+
     /// Runs this policy on `current`; a failure leaves what the mutations
     /// before it did.
     fn run(&self, current: &mut Value, old: Option<&Value>, request: &Value) -> Result<(), String> {

@@ -33,6 +33,29 @@ pub struct PolicyCompileError {
 /// How an evaluator compiles its policies' expressions.
 type Compiler = fn(&str, &[&str]) -> Result<CelProgram, cel::CompileError>;
 
+/// A kind of admission policy: the kind of its binding, and how its
+/// expressions compile.
+pub(crate) struct Kind {
+    policy: &'static str,
+    binding: &'static str,
+    compiler: Compiler,
+}
+
+/// ValidatingAdmissionPolicy: the Kubernetes CEL environment.
+pub(crate) const VALIDATING: Kind = Kind {
+    policy: "ValidatingAdmissionPolicy",
+    binding: "ValidatingAdmissionPolicyBinding",
+    compiler: CelProgram::compile_with,
+};
+
+/// MutatingAdmissionPolicy: that environment with JSONPatch and Object
+/// construction.
+pub(crate) const MUTATING: Kind = Kind {
+    policy: "MutatingAdmissionPolicy",
+    binding: "MutatingAdmissionPolicyBinding",
+    compiler: CelProgram::compile_mutation,
+};
+
 /// When a bound policy applies to a request.
 pub(crate) struct Match {
     operations: Vec<String>,
@@ -81,20 +104,18 @@ impl Bound<'_> {
     }
 }
 
-/// The policies of `kind` in `objects` that a `binding_kind` names, in
-/// order, compiled with `compiler`; one that uses what the evaluators do not
+/// The policies of `kind` in `objects` that a binding names, in order,
+/// their matchConditions compiled; one that uses what the evaluators do not
 /// model (`variables`, `paramKind`) is an error from `unsupported` (its
 /// name, the field), bound or not.
 pub(crate) fn policies<'a, E: From<PolicyCompileError>>(
     objects: &'a [Value],
-    kind: &'a str,
-    binding_kind: &'a str,
-    compiler: Compiler,
+    kind: &'static Kind,
     unsupported: impl Fn(String, &str) -> E + 'a,
 ) -> impl Iterator<Item = Result<Bound<'a>, E>> + 'a {
     objects
         .iter()
-        .filter(move |o| o["kind"] == kind)
+        .filter(move |o| o["kind"] == kind.policy)
         .filter_map(move |policy| {
             let name = policy["metadata"]["name"]
                 .as_str()
@@ -109,7 +130,7 @@ pub(crate) fn policies<'a, E: From<PolicyCompileError>>(
             }
             let binding = objects
                 .iter()
-                .find(|b| b["kind"] == binding_kind && b["spec"]["policyName"] == name.as_str())?;
+                .find(|b| b["kind"] == kind.binding && b["spec"]["policyName"] == name.as_str())?;
             let mut bound = Bound {
                 name,
                 policy,
@@ -124,7 +145,7 @@ pub(crate) fn policies<'a, E: From<PolicyCompileError>>(
                         .collect(),
                     conditions: Vec::new(),
                 },
-                compiler,
+                compiler: kind.compiler,
             };
             for c in spec["matchConditions"].as_array().into_iter().flatten() {
                 let cname = c["name"].as_str().unwrap_or("").to_string();

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::bound::{self, request_json, Match, PolicyCompileError};
+use super::bound::{self, request_json, Bound, Match, PolicyCompileError};
 use crate::cel::CelProgram;
 use crate::model::Operation;
 use crate::review::Request;
@@ -46,34 +46,12 @@ pub struct Policies(Vec<Compiled>);
 impl Policies {
     /// Compiles every policy that has a binding.
     pub fn compile(objects: &[Value]) -> Result<Self, EvaluateError> {
-        let mut out = Vec::new();
-        for b in bound::policies(
-            objects,
-            "ValidatingAdmissionPolicy",
-            "ValidatingAdmissionPolicyBinding",
-            CelProgram::compile_with,
-            |name, _| EvaluateError::Unsupported(name),
-        ) {
-            let b = b?;
-            let mut validations = Vec::new();
-            for v in b.spec["validations"].as_array().into_iter().flatten() {
-                let program = b.compile("validation", v["expression"].as_str().unwrap_or(""))?;
-                validations.push((v["message"].as_str().unwrap_or("").to_string(), program));
-            }
-            out.push(Compiled {
-                rule: b.policy["metadata"]["annotations"]["mrguard.io/rule"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-                action: b.binding["spec"]["validationActions"][0]
-                    .as_str()
-                    .unwrap_or("Deny")
-                    .to_string(),
-                matching: b.matching,
-                validations,
-            });
-        }
-        Ok(Self(out))
+        bound::policies(objects, &bound::VALIDATING, |name, _| {
+            EvaluateError::Unsupported(name)
+        })
+        .map(|b| Compiled::new(b?))
+        .collect::<Result<_, _>>()
+        .map(Self)
     }
 
     /// Judges `req` as the API server does: matchConstraints (operations;
@@ -117,6 +95,27 @@ pub fn evaluate(objects: &[Value], req: &Request) -> Result<Vec<Judgement>, Eval
 }
 
 impl Compiled {
+    /// A bound policy's validations, compiled.
+    fn new(b: Bound<'_>) -> Result<Self, EvaluateError> {
+        let mut validations = Vec::new();
+        for v in b.spec["validations"].as_array().into_iter().flatten() {
+            let program = b.compile("validation", v["expression"].as_str().unwrap_or(""))?;
+            validations.push((v["message"].as_str().unwrap_or("").to_string(), program));
+        }
+        Ok(Self {
+            rule: b.policy["metadata"]["annotations"]["mrguard.io/rule"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            action: b.binding["spec"]["validationActions"][0]
+                .as_str()
+                .unwrap_or("Deny")
+                .to_string(),
+            matching: b.matching,
+            validations,
+        })
+    }
+
     /// The first validation that fails, with its message or the
     /// evaluation error.
     fn failure(&self, scope: &crate::cel::Scope<'_>) -> Option<String> {
