@@ -192,3 +192,106 @@ pub(crate) fn request_json(req: &Request) -> Value {
         "dryRun": req.dry_run,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::review::RequestBuilder;
+
+    #[derive(Debug)]
+    enum Error {
+        Compile(PolicyCompileError),
+        Unsupported(String, String),
+    }
+
+    impl From<PolicyCompileError> for Error {
+        fn from(e: PolicyCompileError) -> Self {
+            Self::Compile(e)
+        }
+    }
+
+    fn load(objects: &[Value]) -> Vec<Result<Bound<'_>, Error>> {
+        policies(objects, &VALIDATING, |p, f| {
+            Error::Unsupported(p, f.to_string())
+        })
+        .collect()
+    }
+
+    fn policy(name: &str, spec: Value) -> Value {
+        json!({"kind": "ValidatingAdmissionPolicy", "metadata": {"name": name}, "spec": spec})
+    }
+
+    fn binding(name: &str) -> Value {
+        json!({"kind": "ValidatingAdmissionPolicyBinding", "spec": {"policyName": name}})
+    }
+
+    #[test]
+    fn only_bound_policies_load_and_an_unsupported_one_fails_bound_or_not() {
+        let objects = [
+            policy("a", json!({})),
+            policy(
+                "b",
+                json!({"matchConstraints": {"resourceRules": [{"operations": ["UPDATE"]}]}}),
+            ),
+            binding("b"),
+            policy("c", json!({"paramKind": {}})),
+        ];
+        let loaded = load(&objects);
+        assert_eq!(loaded.len(), 2);
+        let b = loaded[0].as_ref().unwrap();
+        assert_eq!(b.name, "b");
+        assert!(b.matching.operation(Operation::Update));
+        assert!(!b.matching.operation(Operation::Create));
+        assert!(
+            matches!(&loaded[1], Err(Error::Unsupported(p, f)) if p == "c" && f == "paramKind"),
+            "{:?}",
+            loaded[1].as_ref().err()
+        );
+    }
+
+    #[test]
+    fn a_condition_that_does_not_compile_names_the_policy_and_the_condition() {
+        let objects = [
+            policy(
+                "p",
+                json!({"matchConditions": [{"name": "c", "expression": "object.("}]}),
+            ),
+            binding("p"),
+        ];
+        let Err(Error::Compile(e)) = load(&objects).remove(0) else {
+            panic!("the condition compiled");
+        };
+        assert!(
+            e.to_string()
+                .starts_with("failed to compile p matchCondition c: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_false_condition_skips_and_an_error_names_the_condition() {
+        let objects = [
+            policy(
+                "p",
+                json!({"matchConditions": [
+                    {"name": "named", "expression": "object.metadata.name == 'w'"},
+                    {"name": "broken", "expression": "object.spec.missing == 1"},
+                ]}),
+            ),
+            binding("p"),
+        ];
+        let loaded = load(&objects);
+        let b = loaded[0].as_ref().unwrap();
+        let run = |name: &str| {
+            let req =
+                RequestBuilder::create(json!({"metadata": {"name": name}, "spec": {}})).build();
+            let request = request_json(&req);
+            let (object, old) = crate::review::objects(&req);
+            let held = b.matching.conditions(&scope(object, old, &request));
+            held
+        };
+        assert_eq!(run("other"), Ok(false));
+        let e = run("w").unwrap_err();
+        assert!(e.starts_with("matchCondition broken failed: "), "{e}");
+    }
+}
