@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::support::bin::mrguard;
 use crate::support::helm::{self, chart, helm, helm_with_kubeconfig, ok, NS, RELEASE};
-use crate::support::{fixtures, root};
+use crate::support::{self, fixtures, root};
 
 const BINARY: &str = "/usr/local/bin/mrguard";
 
@@ -1702,7 +1702,10 @@ impl FakeApiServer {
         ];
         args.extend_from_slice(extra);
         let out = helm_with_kubeconfig(&args, &kubeconfig);
-        Manifests(helm::documents(&ok(&out, "helm template --dry-run=server")))
+        Manifests(support::documents(&ok(
+            &out,
+            "helm template --dry-run=server",
+        )))
     }
 }
 

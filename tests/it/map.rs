@@ -19,7 +19,7 @@ use mrguard_policy::review::{Request, RequestBuilder};
 use serde_json::{json, Value};
 
 use crate::support::bin::mrguard;
-use crate::support::fixtures;
+use crate::support::{self, fixtures, review};
 
 const PROVIDER: &str = "system:serviceaccount:crossplane-system:provider-aws-s3";
 
@@ -51,20 +51,6 @@ resources:
         ("built-in", Config::builtin()),
         ("custom", Config::from_yaml(custom).unwrap()),
     ]
-}
-
-/// Every recorded review (tests/fixtures/reviews).
-fn recorded() -> Vec<Request> {
-    let dir = fixtures::dir().join("reviews");
-    let mut paths: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    paths.sort();
-    paths
-        .into_iter()
-        .map(|p| mrguard_policy::review::decode(&std::fs::read(&p).unwrap()).unwrap())
-        .collect()
 }
 
 /// A generated set: every value the steps read, in rotation, on both
@@ -198,57 +184,6 @@ fn generated() -> Vec<Request> {
     out
 }
 
-/// Hostile variants: each value on the paths the steps read replaced by
-/// the wrong type, and objects that are not MRs.
-fn hostile(base: &[Request]) -> Vec<Request> {
-    let wrong = [
-        json!(null),
-        json!(1),
-        json!("x"),
-        json!([]),
-        json!({}),
-        json!(true),
-    ];
-    let paths: [&[&str]; 8] = [
-        &["spec"],
-        &["spec", "forProvider"],
-        &["metadata"],
-        &["metadata", "annotations"],
-        &["metadata", "name"],
-        &["spec", "providerConfigRef"],
-        &["spec", "forProvider", "tagging"],
-        &["spec", "managementPolicies"],
-    ];
-    let mut out = Vec::new();
-    for (i, req) in base.iter().enumerate().step_by(5) {
-        let mut r = req.clone();
-        let w = &wrong[i % wrong.len()];
-        let p = paths[(i / 5) % paths.len()];
-        for o in [r.object.as_mut(), r.old_object.as_mut()]
-            .into_iter()
-            .flatten()
-        {
-            let mut at = &mut o.value;
-            for (k, key) in p.iter().enumerate() {
-                if !at.is_object() {
-                    break;
-                }
-                if k + 1 == p.len() {
-                    at[*key] = w.clone();
-                } else {
-                    at = at
-                        .as_object_mut()
-                        .unwrap()
-                        .entry(key.to_string())
-                        .or_insert(json!({}));
-                }
-            }
-        }
-        out.push(r);
-    }
-    out
-}
-
 /// The examples of the third-party fixtures (`differential/examples`), each
 /// as a create in its scope: `.m.` groups in a namespace.
 fn examples() -> Option<Vec<Request>> {
@@ -319,11 +254,23 @@ fn changes(before: &Value, after: &Value, into: &mut BTreeMap<&'static str, usiz
 
 #[test]
 fn exported_policy_agrees_with_mutate_on_every_review() {
-    let recorded = recorded();
+    let recorded = fixtures::recorded_reviews();
     let generated = generated();
     let mut base = recorded.clone();
     base.extend(generated.iter().cloned());
-    let hostile = hostile(&base);
+    // Each value on the paths the steps read replaced by the wrong type,
+    // and objects that are not MRs.
+    let hostile = review::hostile(
+        &base,
+        5,
+        &[
+            &["metadata", "name"],
+            &["spec", "providerConfigRef"],
+            &["spec", "forProvider", "tagging"],
+            &["spec", "managementPolicies"],
+        ],
+        |i| i / 5,
+    );
     let examples = examples().unwrap_or_default();
     let mut report = Vec::new();
     let mut disagreements = Vec::new();
@@ -484,11 +431,7 @@ fn export_map_writes_valid_objects_and_names_what_it_cannot_express() {
             "{stderr}"
         );
     }
-    let objects: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout))
-        .unwrap()
-        .into_iter()
-        .filter(|v: &Value| !v.is_null())
-        .collect();
+    let objects = support::documents(&String::from_utf8_lossy(&out.stdout));
     let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
     assert_eq!(
         kinds,

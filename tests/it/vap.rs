@@ -15,7 +15,7 @@ use mrguard_policy::vap;
 use serde_json::{json, Value};
 
 use crate::support::bin::mrguard;
-use crate::support::{fixtures, root};
+use crate::support::{self, fixtures, review, root};
 
 /// The rules the export covers.
 fn exported(rule: &str) -> bool {
@@ -99,22 +99,6 @@ exceptions:
         ("built-in", Config::builtin()),
         ("custom", Config::from_yaml(custom).unwrap()),
     ]
-}
-
-/// Every recorded review (tests/fixtures/reviews).
-fn recorded() -> Vec<Request> {
-    let dir = fixtures::dir().join("reviews");
-    let mut out = Vec::new();
-    let mut paths: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    paths.sort();
-    for p in paths {
-        let body = std::fs::read(&p).unwrap();
-        out.push(mrguard_policy::review::decode(&body).unwrap());
-    }
-    out
 }
 
 fn vpc(name: &str) -> Value {
@@ -369,65 +353,26 @@ fn scoped_deletion_policies(policies: &[Option<Value>]) -> Vec<Request> {
     out
 }
 
-/// Hostile variants: each value on the paths the rules read replaced by
-/// the wrong type, and objects that are not MRs.
-fn hostile(base: &[Request]) -> Vec<Request> {
-    let wrong = [
-        json!(null),
-        json!(1),
-        json!("x"),
-        json!([]),
-        json!({}),
-        json!(true),
-    ];
-    let paths: [&[&str]; 8] = [
-        &["spec"],
-        &["spec", "forProvider"],
-        &["metadata"],
-        &["metadata", "annotations"],
-        &["metadata", "labels"],
-        &["status"],
-        &["status", "conditions"],
-        &["spec", "forProvider", "region"],
-    ];
-    let mut out = Vec::new();
-    for (i, req) in base.iter().enumerate().step_by(7) {
-        let w = &wrong[i % wrong.len()];
-        let p = paths[i % paths.len()];
-        let mut r = req.clone();
-        for o in [r.object.as_mut(), r.old_object.as_mut()]
-            .into_iter()
-            .flatten()
-        {
-            let mut at = &mut o.value;
-            for (k, key) in p.iter().enumerate() {
-                if !at.is_object() {
-                    break;
-                }
-                if k + 1 == p.len() {
-                    at[*key] = w.clone();
-                } else {
-                    at = at
-                        .as_object_mut()
-                        .unwrap()
-                        .entry(key.to_string())
-                        .or_insert(json!({}));
-                }
-            }
-        }
-        out.push(r);
-    }
-    out
-}
-
 #[test]
 fn exported_policies_agree_with_mrguard_on_every_review() {
     let now = jiff::Timestamp::now();
-    let recorded = recorded();
+    let recorded = fixtures::recorded_reviews();
     let generated = generated();
     let mut hostile_base = recorded.clone();
     hostile_base.extend(generated.iter().cloned());
-    let hostile = hostile(&hostile_base);
+    // Each value on the paths the rules read replaced by the wrong type,
+    // and objects that are not MRs.
+    let hostile = review::hostile(
+        &hostile_base,
+        7,
+        &[
+            &["metadata", "labels"],
+            &["status"],
+            &["status", "conditions"],
+            &["spec", "forProvider", "region"],
+        ],
+        |i| i,
+    );
     let mut report = Vec::new();
     let mut disagreements = Vec::new();
     let mut by_rule: std::collections::BTreeMap<String, usize> = Default::default();
@@ -512,11 +457,7 @@ fn exported_policies_deny_the_region_change_and_allow_the_rest() {
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("not exported: reference: "), "{stderr}");
-    let objects: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout))
-        .unwrap()
-        .into_iter()
-        .filter(|v: &Value| !v.is_null())
-        .collect();
+    let objects = support::documents(&String::from_utf8_lossy(&out.stdout));
     assert!(objects
         .iter()
         .all(|o| o["apiVersion"] == "admissionregistration.k8s.io/v1"));
@@ -556,11 +497,7 @@ fn export_vap_exports_or_lists_every_rule() {
     let out = mrguard().args(["export", "vap"]).output().unwrap();
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let objects: Vec<Value> = serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout))
-        .unwrap()
-        .into_iter()
-        .filter(|v: &Value| !v.is_null())
-        .collect();
+    let objects = support::documents(&String::from_utf8_lossy(&out.stdout));
     let in_policies: BTreeSet<&str> = objects
         .iter()
         .filter_map(|o| o["metadata"]["annotations"]["mrguard.io/rule"].as_str())

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use mrguard_policy::review::Request;
 use serde_json::Value;
 
 /// `tests/fixtures/`.
@@ -32,6 +33,20 @@ pub(crate) fn third_party(test: &str) -> Option<PathBuf> {
 pub(crate) fn review(name: &str) -> Value {
     let rel = format!("reviews/{name}");
     serde_json::from_str(&read(&rel)).unwrap_or_else(|e| panic!("{rel} is not JSON: {e}"))
+}
+
+/// Every recorded review (`reviews/`), decoded, in the order of the file
+/// names.
+pub(crate) fn recorded_reviews() -> Vec<Request> {
+    let mut paths: Vec<_> = std::fs::read_dir(dir().join("reviews"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| mrguard_policy::review::decode(&std::fs::read(&p).unwrap()).unwrap())
+        .collect()
 }
 
 /// The documents of an example manifest (`examples/`).

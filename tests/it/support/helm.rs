@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use super::root;
+use super::{documents, root};
 
 /// The namespace and release name the chart is rendered with.
 pub(crate) const NS: &str = "crossplane-system";
@@ -70,15 +70,6 @@ pub(crate) fn ok(out: &Output, what: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-/// The objects of rendered YAML (empty documents dropped).
-pub(crate) fn documents(yaml: &str) -> Vec<Value> {
-    serde_saphyr::from_multiple::<Value>(yaml)
-        .expect("helm output is YAML")
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
 }
 
 /// `helm template` of the chart as `release` in `ns`, with `extra` arguments.

@@ -27,6 +27,8 @@ pub(crate) use tls::{read_until_closed, Proto, TestPki, TlsClient};
 
 use std::path::Path;
 
+use serde_json::Value;
+
 /// The repository root (the `mrguard` package).
 pub(crate) fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -37,4 +39,14 @@ pub(crate) fn write(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap_or_else(|e| panic!("failed to write {}: {e}", p.display()));
     p.display().to_string()
+}
+
+/// The objects of a YAML stream, such as the output of `helm template` or
+/// `mrguard export` (empty documents dropped).
+pub(crate) fn documents(yaml: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(yaml)
+        .unwrap_or_else(|e| panic!("not YAML: {e}"))
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
 use mrguard_policy::model::Operation;
-use mrguard_policy::review::RequestBuilder;
+use mrguard_policy::review::{Request, RequestBuilder};
 use serde_json::{json, Value};
 
 /// A request for `op` by an authenticated user "alice", with a uid of its
@@ -75,4 +75,61 @@ pub(crate) fn warnings(response: &Value) -> Vec<String> {
         .as_array()
         .map(|w| w.iter().map(|s| s.as_str().unwrap().to_string()).collect())
         .unwrap_or_default()
+}
+
+/// Hostile variants of every `step`th request of `base` (the one at index
+/// `i`): in its object and old object, the value at one path replaced by a
+/// value of each JSON type in turn; a step on the way that is not an object
+/// is left as it is, the path ending there. The path is `pick(i)` (cycling)
+/// of the four every MR has (`spec`, `spec.forProvider`, `metadata`,
+/// `metadata.annotations`) followed by `more`.
+pub(crate) fn hostile(
+    base: &[Request],
+    step: usize,
+    more: &[&[&str]],
+    pick: impl Fn(usize) -> usize,
+) -> Vec<Request> {
+    let mut paths: Vec<&[&str]> = vec![
+        &["spec"],
+        &["spec", "forProvider"],
+        &["metadata"],
+        &["metadata", "annotations"],
+    ];
+    paths.extend_from_slice(more);
+    let wrong = [
+        json!(null),
+        json!(1),
+        json!("x"),
+        json!([]),
+        json!({}),
+        json!(true),
+    ];
+    let mut out = Vec::new();
+    for (i, req) in base.iter().enumerate().step_by(step) {
+        let mut r = req.clone();
+        let w = &wrong[i % wrong.len()];
+        let p = paths[pick(i) % paths.len()];
+        for o in [r.object.as_mut(), r.old_object.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            let mut at = &mut o.value;
+            for (k, key) in p.iter().enumerate() {
+                if !at.is_object() {
+                    break;
+                }
+                if k + 1 == p.len() {
+                    at[*key] = w.clone();
+                } else {
+                    at = at
+                        .as_object_mut()
+                        .unwrap()
+                        .entry(key.to_string())
+                        .or_insert(json!({}));
+                }
+            }
+        }
+        out.push(r);
+    }
+    out
 }

@@ -3,33 +3,17 @@
 
 use serde_json::Value;
 
-use crate::cel::{CelProgram, Scope};
+use crate::cel::CelProgram;
 use crate::model::Operation;
 use crate::review::Request;
-use crate::vap::evaluate::request_json;
-
-/// The admission-time variables of a mutation's expression.
-const MAP_VARS: &[&str] = &[
-    "object",
-    "oldObject",
-    "request",
-    "params",
-    "namespaceObject",
-];
+use crate::vap::bound::{self, request_json, Bound, Match, PolicyCompileError};
 
 /// Why a policy could not be compiled or applied.
 #[derive(Debug, thiserror::Error)]
 pub enum EvaluateError {
     /// An expression does not compile.
-    #[error("failed to compile {policy} {what}: {reason}")]
-    Compile {
-        /// The policy.
-        policy: String,
-        /// Which expression.
-        what: String,
-        /// The compiler's message.
-        reason: String,
-    },
+    #[error(transparent)]
+    Compile(#[from] PolicyCompileError),
     /// The policy uses what this evaluator does not model.
     #[error("failed to compile {policy}: {what}, which the exported policies never use")]
     Unsupported {
@@ -59,8 +43,7 @@ enum Patch {
 struct Compiled {
     name: String,
     fail: bool,
-    operations: Vec<String>,
-    conditions: Vec<(String, CelProgram)>,
+    matching: Match,
     mutations: Vec<Patch>,
 }
 
@@ -79,83 +62,14 @@ pub struct Policies(Vec<Compiled>);
 impl Policies {
     /// Compiles every MutatingAdmissionPolicy that has a binding, in order.
     pub fn compile(objects: &[Value]) -> Result<Self, EvaluateError> {
-        let mut out = Vec::new();
-        for p in objects
-            .iter()
-            .filter(|o| o["kind"] == "MutatingAdmissionPolicy")
-        {
-            let name = p["metadata"]["name"].as_str().unwrap_or("").to_string();
-            let spec = &p["spec"];
-            for field in ["variables", "paramKind"] {
-                if spec.get(field).is_some() {
-                    return Err(EvaluateError::Unsupported {
-                        policy: name,
-                        what: field.to_string(),
-                    });
-                }
-            }
-            let bound = objects.iter().any(|b| {
-                b["kind"] == "MutatingAdmissionPolicyBinding"
-                    && b["spec"]["policyName"] == name.as_str()
-            });
-            if !bound {
-                continue;
-            }
-            let compile = |what: &str, src: &str| {
-                CelProgram::compile_mutation(src, MAP_VARS).map_err(|e| EvaluateError::Compile {
-                    policy: name.clone(),
-                    what: what.to_string(),
-                    reason: e.to_string(),
-                })
-            };
-            let mut conditions = Vec::new();
-            for c in spec["matchConditions"].as_array().into_iter().flatten() {
-                let cname = c["name"].as_str().unwrap_or("").to_string();
-                let program = compile(
-                    &format!("matchCondition {cname}"),
-                    c["expression"].as_str().unwrap_or(""),
-                )?;
-                conditions.push((cname, program));
-            }
-            let mut mutations = Vec::new();
-            for (i, m) in spec["mutations"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                let what = format!("mutations[{i}]");
-                mutations.push(match m["patchType"].as_str() {
-                    Some("JSONPatch") => Patch::Json(compile(
-                        &what,
-                        m["jsonPatch"]["expression"].as_str().unwrap_or(""),
-                    )?),
-                    Some("ApplyConfiguration") => Patch::Apply(compile(
-                        &what,
-                        m["applyConfiguration"]["expression"].as_str().unwrap_or(""),
-                    )?),
-                    other => {
-                        return Err(EvaluateError::Unsupported {
-                            policy: name,
-                            what: format!("{what} with patchType {other:?}"),
-                        })
-                    }
-                });
-            }
-            out.push(Compiled {
-                fail: spec["failurePolicy"].as_str() != Some("Ignore"),
-                operations: spec["matchConstraints"]["resourceRules"][0]["operations"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|o| o.as_str().map(str::to_string))
-                    .collect(),
-                name,
-                conditions,
-                mutations,
-            });
-        }
-        Ok(Self(out))
+        let unsupported = |policy, what: &str| EvaluateError::Unsupported {
+            policy,
+            what: what.to_string(),
+        };
+        bound::policies(objects, &bound::MUTATING, unsupported)
+            .map(|b| Compiled::new(b?))
+            .collect::<Result<_, _>>()
+            .map(Self)
     }
 
     /// Mutates `req` as the API server does: matchConstraints (operations;
@@ -181,7 +95,7 @@ impl Policies {
         let request = request_json(req);
         let mut current = original.clone();
         for p in &self.0 {
-            if !p.operations.iter().any(|o| o == op.as_str() || o == "*") {
+            if !p.matching.operation(op) {
                 continue;
             }
             if let Err(reason) = p.run(&mut current, old, &request) {
@@ -202,22 +116,52 @@ impl Policies {
 }
 
 impl Compiled {
+    /// A bound policy's mutations, compiled.
+    fn new(b: Bound<'_>) -> Result<Self, EvaluateError> {
+        let mut mutations = Vec::new();
+        for (i, m) in b.spec["mutations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let what = format!("mutations[{i}]");
+            mutations.push(match m["patchType"].as_str() {
+                Some("JSONPatch") => Patch::Json(
+                    b.compile(&what, m["jsonPatch"]["expression"].as_str().unwrap_or(""))?,
+                ),
+                Some("ApplyConfiguration") => Patch::Apply(b.compile(
+                    &what,
+                    m["applyConfiguration"]["expression"].as_str().unwrap_or(""),
+                )?),
+                other => {
+                    return Err(EvaluateError::Unsupported {
+                        policy: b.name,
+                        what: format!("{what} with patchType {other:?}"),
+                    })
+                }
+            });
+        }
+        Ok(Self {
+            fail: b.spec["failurePolicy"].as_str() != Some("Ignore"),
+            name: b.name,
+            matching: b.matching,
+            mutations,
+        })
+    }
+
     /// Runs this policy on `current`; a failure leaves what the mutations
     /// before it did.
     fn run(&self, current: &mut Value, old: Option<&Value>, request: &Value) -> Result<(), String> {
+        if !self
+            .matching
+            .conditions(&bound::scope(Some(current), old, request))?
         {
-            let scope = scope(current, old, request);
-            for (cname, program) in &self.conditions {
-                match program.eval_bool(&scope) {
-                    Ok(true) => {}
-                    Ok(false) => return Ok(()),
-                    Err(e) => return Err(format!("matchCondition {cname} failed: {e}")),
-                }
-            }
+            return Ok(());
         }
         for (i, m) in self.mutations.iter().enumerate() {
             let next = {
-                let scope = scope(current, old, request);
+                let scope = bound::scope(Some(current), old, request);
                 match m {
                     Patch::Json(program) => {
                         let ops = program
@@ -249,16 +193,6 @@ impl Compiled {
         }
         Ok(())
     }
-}
-
-fn scope<'v>(object: &'v Value, old: Option<&'v Value>, request: &'v Value) -> Scope<'v> {
-    let mut scope = Scope::new();
-    scope.bind("object", Some(object));
-    scope.bind("oldObject", old);
-    scope.bind("request", Some(request));
-    scope.bind("params", None);
-    scope.bind("namespaceObject", None);
-    scope
 }
 
 #[cfg(test)]

@@ -12,9 +12,8 @@
 use serde_json::{json, Value};
 
 use crate::config::{Config, ExternalNameStrategy};
-use crate::fieldpath::Segment;
 use crate::mr::EXTERNAL_NAME;
-use crate::vap::checks::{any_glob, entry_selected, lit, managed, path};
+use crate::vap::checks::{any_glob, entry_selected, keys, lit, managed, path};
 
 /// What one export produced.
 #[derive(Debug, Default)]
@@ -50,16 +49,8 @@ pub fn export(config: &Config) -> Export {
     ];
     for (i, entry) in config.resources.iter().enumerate() {
         if let Some(field) = &entry.tags_field {
-            let keys: Vec<&str> = field
-                .segments()
-                .iter()
-                .filter_map(|s| match s {
-                    Segment::Field(k) | Segment::Key(k) => Some(k.as_str()),
-                    // A tags field is concrete (the configuration checks it).
-                    Segment::Wildcard => None,
-                })
-                .collect();
-            mutations.push(mutation(tags(&entry_selected(config, i), &keys)));
+            // A tags field is concrete (the configuration checks it).
+            mutations.push(mutation(tags(&entry_selected(config, i), &keys(field))));
         }
     }
     let mut conditions = vec![condition("managed", managed("object"))];

@@ -5,6 +5,7 @@
 use serde_json::{json, Value};
 
 use crate::config::{Config, ResourceConfig};
+use crate::fieldpath::{FieldPath, Segment};
 
 /// A CEL string literal.
 pub(crate) fn lit(s: &str) -> String {
@@ -50,6 +51,19 @@ pub(crate) fn any_glob(expr: &str, globs: &[String]) -> String {
         .map(|g| format!("{expr}.matches({})", lit(&glob_regex(g))))
         .collect();
     format!("({})", alts.join(" || "))
+}
+
+/// The keys `field` steps through, for [`path`]; a `[*]` step has none,
+/// so callers export only concrete paths.
+pub(crate) fn keys(field: &FieldPath) -> Vec<&str> {
+    field
+        .segments()
+        .iter()
+        .filter_map(|s| match s {
+            Segment::Field(k) | Segment::Key(k) => Some(k.as_str()),
+            Segment::Wildcard => None,
+        })
+        .collect()
 }
 
 /// `base[k1][k2]…` reached safely: every step is a map holding the key.

@@ -5,11 +5,10 @@ use serde_json::{json, Value};
 
 use super::checks::{
     any_glob, connection_secret_ref, created, deletion_policy_conflict, deletion_protection,
-    entry_selected, exception_conditions, managed, management_policies, no_entry,
+    entry_selected, exception_conditions, keys, managed, management_policies, no_entry,
     observe_only_external_name, path, paused_delete, paused_value, SUBJECT,
 };
 use crate::config::{Config, ResourceConfig};
-use crate::fieldpath::Segment;
 use crate::model::{Action, Operation};
 
 /// What one export produced.
@@ -256,14 +255,7 @@ impl Exporter<'_> {
                     ));
                     continue;
                 }
-                let keys: Vec<&str> = f
-                    .segments()
-                    .iter()
-                    .filter_map(|s| match s {
-                        Segment::Field(k) | Segment::Key(k) => Some(k.as_str()),
-                        Segment::Wildcard => None,
-                    })
-                    .collect();
+                let keys = keys(f);
                 let (old_has, old_at) = path("oldObject", &keys);
                 let (new_has, new_at) = path("object", &keys);
                 validations.push(json!({

@@ -9,9 +9,11 @@
 //! written so that it cannot fail on any JSON: each step checks the type of
 //! what it reads, as mrguard's rules do.
 
+pub(crate) mod bound;
 pub(crate) mod checks;
 pub(crate) mod evaluate;
 mod export;
 
+pub use bound::PolicyCompileError;
 pub use evaluate::{evaluate, EvaluateError, Judgement, Policies};
 pub use export::{export, rewrite, Export};
