@@ -372,10 +372,10 @@ async fn a_staged_composition_rule_warns_with_its_date_and_an_exception_names_it
 
     // The webhook answers once the controller has written its caBundle.
     composition_webhook_ready(&r).await;
-    // Its own XR kind, one no CRD serves, so that it does not depend on
-    // the other test's: once that test has created XNetwork's CRD and an
-    // XNetwork, this release answered XNetwork Compositions without
-    // warnings, which is not explained yet.
+    // Its own XR kind, one no XRD describes: the other test leaves an XRD
+    // that freezes XNetwork's patch sources on the shared API server, and
+    // every replica reads XRDs cluster-wide, so XNetwork Compositions get
+    // no warnings here once it has run.
     let own_xr = |name: &str| {
         let mut c = composition(name);
         c["spec"]["compositeTypeRef"] =
