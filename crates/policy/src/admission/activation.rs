@@ -29,13 +29,7 @@ pub(crate) fn is_mrap(req: &Request) -> bool {
 
 /// The decision on an MRAP CREATE or UPDATE; any other request is allowed.
 pub(crate) fn decide(req: &Request, cluster: &Cluster) -> Decision {
-    let op = Operation::from(&req.operation);
-    let object = req.object.as_ref().map(|o| &o.value);
-    let (true, Some(object)) = (
-        matches!(op, Operation::Create | Operation::Update)
-            && req.sub_resource.as_deref().is_none_or(str::is_empty),
-        object,
-    ) else {
+    let Some(object) = super::written_object(req) else {
         return allow(req);
     };
     let mut typed = object.clone();
@@ -60,7 +54,7 @@ pub(crate) fn decide(req: &Request, cluster: &Cluster) -> Decision {
         };
         let message = format!(
             "mrguard denied {} of {} {name:?}: {}",
-            op.as_str(),
+            Operation::from(&req.operation).as_str(),
             activation::MRAP_KIND,
             review.denials.join("; ")
         );

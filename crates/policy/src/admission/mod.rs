@@ -195,13 +195,7 @@ impl<'a> Decider<'a> {
     /// default, staged and waived as every rule's findings are; any other
     /// request is allowed.
     pub fn composition(&self, req: &Request) -> Decision {
-        let op = Operation::from(&req.operation);
-        let object = req.object.as_ref().map(|o| &o.value);
-        let (true, Some(object)) = (
-            matches!(op, Operation::Create | Operation::Update)
-                && req.sub_resource.as_deref().is_none_or(str::is_empty),
-            object,
-        ) else {
+        let Some(object) = written_object(req) else {
             return allow(req);
         };
         let xrs = self.cluster.composites().snapshot();
@@ -398,4 +392,16 @@ fn patch_failed(mut response: AdmissionResponse, why: String) -> Decision {
         findings: vec![],
         mutated: None,
     }
+}
+
+/// The object a CREATE or UPDATE of the resource itself (not a subresource)
+/// writes, which the Composition and MRAP webhooks judge; `None` for any
+/// other request, which they allow.
+pub(crate) fn written_object(req: &Request) -> Option<&serde_json::Value> {
+    let op = Operation::from(&req.operation);
+    let whole = matches!(op, Operation::Create | Operation::Update)
+        && req.sub_resource.as_deref().is_none_or(str::is_empty);
+    whole
+        .then(|| req.object.as_ref().map(|o| &o.value))
+        .flatten()
 }

@@ -14,7 +14,9 @@
 //! mutating/patch` (`json_patch.go`, `smd.go`); this is written from its
 //! documented behaviour, not copied.
 
-use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, MapEntryExpr, MapExpr};
+use cel::common::ast::{
+    EntryExpr, Expr, IdedEntryExpr, IdedExpr, LiteralValue, MapEntryExpr, MapExpr,
+};
 use cel::common::types::{CelBool, CelDouble, CelInt, CelNull, CelUInt};
 use cel::common::value::{BuiltinRef, Val};
 use serde_json::{Map, Value};
@@ -95,6 +97,21 @@ pub(super) fn structs_to_maps(e: &mut IdedExpr, next_id: &mut u64) -> Result<(),
     }
 }
 
+/// The largest node id among a map's or a struct's entries and their
+/// keys and values.
+fn max_entry_id(entries: &[IdedEntryExpr]) -> u64 {
+    entries
+        .iter()
+        .map(|entry| {
+            entry.id.max(match &entry.expr {
+                EntryExpr::MapEntry(me) => max_id(&me.key).max(max_id(&me.value)),
+                EntryExpr::StructField(f) => max_id(&f.value),
+            })
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// The largest node id in `e`, so that added nodes do not collide.
 pub(super) fn max_id(e: &IdedExpr) -> u64 {
     let inner = match &e.expr {
@@ -109,28 +126,8 @@ pub(super) fn max_id(e: &IdedExpr) -> u64 {
             .max()
             .unwrap_or(0),
         Expr::List(l) => l.elements.iter().map(max_id).max().unwrap_or(0),
-        Expr::Map(m) => m
-            .entries
-            .iter()
-            .map(|entry| {
-                entry.id.max(match &entry.expr {
-                    EntryExpr::MapEntry(me) => max_id(&me.key).max(max_id(&me.value)),
-                    EntryExpr::StructField(f) => max_id(&f.value),
-                })
-            })
-            .max()
-            .unwrap_or(0),
-        Expr::Struct(s) => s
-            .entries
-            .iter()
-            .map(|entry| {
-                entry.id.max(match &entry.expr {
-                    EntryExpr::MapEntry(me) => max_id(&me.key).max(max_id(&me.value)),
-                    EntryExpr::StructField(f) => max_id(&f.value),
-                })
-            })
-            .max()
-            .unwrap_or(0),
+        Expr::Map(m) => max_entry_id(&m.entries),
+        Expr::Struct(s) => max_entry_id(&s.entries),
         Expr::Comprehension(c) => [
             &c.iter_range,
             &c.accu_init,
