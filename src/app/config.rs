@@ -47,8 +47,13 @@ pub fn export_map(config: Option<&Path>) -> i32 {
     let Some(config) = export_config(config) else {
         return 1;
     };
-    let export = mrguard_policy::map::export(&config);
-    write_export(&export.objects, &export.skipped)
+    match mrguard_policy::map::export(&config) {
+        Ok(export) => write_export(&export.objects, &export.skipped),
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
 }
 
 /// The configuration to export: the file, else the built-in one; `None`

@@ -276,7 +276,8 @@ fn exported_policy_agrees_with_mutate_on_every_review() {
     let mut disagreements = Vec::new();
     let mut by_step = BTreeMap::new();
     for (cname, config) in configs() {
-        let export = map::export(&config);
+        let export = map::export(&config)
+            .unwrap_or_else(|e| panic!("{cname}: {e}"));
         let policies =
             map::Policies::compile(&export.objects).expect("the exported policy compiles");
         let decider = Decider::offline(&config);
@@ -367,7 +368,7 @@ fn exported_policy_agrees_with_mutate_on_every_review() {
 #[test]
 fn disagreements_are_the_listed_inexpressible_cases() {
     let config = Config::builtin();
-    let export = map::export(&config);
+    let export = map::export(&config).unwrap();
     assert!(
         export
             .skipped

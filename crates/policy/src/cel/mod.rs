@@ -13,6 +13,8 @@
 //!   [`budget::COST_LIMIT`] cost units and [`budget::TIME_LIMIT`] of wall
 //!   time per evaluation. A program that runs out fails with an evaluation
 //!   error; it never stalls the server.
+//! - [`typecheck`] checks the expressions mrguard exports as the API
+//!   server's CEL compiler does, types included.
 
 pub mod budget;
 mod compiled;
@@ -24,6 +26,7 @@ mod json;
 pub mod limits;
 mod mutation;
 mod reads;
+pub mod typecheck;
 
 use std::cell::{OnceCell, RefCell};
 use std::sync::Arc;

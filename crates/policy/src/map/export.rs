@@ -40,8 +40,29 @@ pub const NOT_EXPRESSIBLE: &[(&str, &str)] = &[
     ),
 ];
 
-/// Exports the mutation of `config`.
-pub fn export(config: &Config) -> Export {
+/// Why an export failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// The API server would refuse the policy written: its structure or
+    /// the type check of its expressions ([`super::schema::check`]).
+    #[error("failed to export the MutatingAdmissionPolicy: the API server would refuse it: {}", .0.join("; "))]
+    Refused(Vec<String>),
+}
+
+/// Exports the mutation of `config`; Err when the API server would refuse
+/// what was written (a defect of the export, named as the API server
+/// would name it).
+pub fn export(config: &Config) -> Result<Export, ExportError> {
+    let out = write(config);
+    let problems: Vec<String> = out.objects.iter().flat_map(super::schema::check).collect();
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(ExportError::Refused(problems))
+    }
+}
+
+fn write(config: &Config) -> Export {
     let mut mutations = vec![
         mutation(provider_config_ref(config)),
         mutation(external_name(config)),
@@ -153,7 +174,10 @@ fn provider_config_ref(config: &Config) -> String {
     let reference = |name: &str| {
         format!("({ns} ? {{'kind': 'ClusterProviderConfig', 'name': {name}}} : {{'name': {name}}})")
     };
-    let from_string = format!("(({r} == '' || ({r} == 'default' && {create})) ? {d} : {r})");
+    // `string()`: the API server's type check types `{r}` as dyn, and a
+    // map literal whose values are a string and a dyn is refused.
+    let from_string =
+        format!("(({r} == '' || ({r} == 'default' && {create})) ? {d} : string({r}))");
     let name_unset = format!(
         "(!('name' in {r}) || type({r}['name']) != string || {r}['name'] == '' || ({r}['name'] == 'default' && {create}))"
     );
@@ -314,7 +338,7 @@ mod tests {
     }
 
     fn mutated(config: &Config, req: &crate::review::Request) -> Value {
-        let policies = Policies::compile(&export(config).objects).unwrap();
+        let policies = Policies::compile(&export(config).unwrap().objects).unwrap();
         let out = policies.mutate(req).unwrap();
         assert!(out.ignored.is_empty(), "{:?}", out.ignored);
         out.object
@@ -352,7 +376,7 @@ mod tests {
 
     #[test]
     fn every_mutation_is_a_json_patch_and_what_cannot_be_expressed_is_listed() {
-        let out = export(&Config::builtin());
+        let out = export(&Config::builtin()).unwrap();
         assert_eq!(out.objects.len(), 2);
         for m in out.objects[0]["spec"]["mutations"].as_array().unwrap() {
             assert_eq!(m["patchType"], "JSONPatch");

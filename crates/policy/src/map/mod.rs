@@ -14,4 +14,4 @@ mod export;
 pub mod schema;
 
 pub use evaluate::{EvaluateError, Mutated, Policies};
-pub use export::{export, Export, NOT_EXPRESSIBLE, POLICY_NAME};
+pub use export::{export, Export, ExportError, NOT_EXPRESSIBLE, POLICY_NAME};

@@ -3,7 +3,11 @@
 //! server: every field the API knows, its type, the required ones and the
 //! enumerations, and the rules the API server's validation adds that an
 //! export could break (a mutation per patch type, unique condition names,
-//! no DELETE in a policy's rules).
+//! no DELETE in a policy's rules), and the CEL type check the API server
+//! runs on every expression before it stores a policy
+//! ([`crate::cel::typecheck`]): a JSON Patch mutation must be a
+//! `list(JSONPatch)` whose literals are homogeneous, a match condition a
+//! `bool`.
 //!
 //! Written from the Go types of `k8s.io/api/admissionregistration/v1`
 //! (`MutatingAdmissionPolicy`, `MutatingAdmissionPolicySpec`, `Mutation`,
@@ -14,6 +18,8 @@
 //! kinds is among the fixtures.
 
 use serde_json::{Map, Value};
+
+use crate::cel::typecheck::{self, CelType, TypeEnv};
 
 const API_VERSION: &str = "admissionregistration.k8s.io/v1";
 
@@ -186,6 +192,20 @@ impl Checker {
         }
     }
 
+    /// The expression at `at` type-checks in `env` to `want`, as the API
+    /// server's compiler requires (`at.expression: compilation failed:
+    /// ERROR: <input>:1:579: ...`, as it says it).
+    fn typed(&mut self, at: &str, expression: &str, env: &TypeEnv, want: &CelType) {
+        if let Err(e) = typecheck::check(expression, env, want) {
+            let why = if e.0.iter().all(|m| m.starts_with("must evaluate")) {
+                e.to_string()
+            } else {
+                format!("compilation failed: {e}")
+            };
+            self.problem(&join(at, "expression"), why);
+        }
+    }
+
     /// The ObjectMeta fields an export sets: a name that is a DNS
     /// subdomain, and string maps of labels and annotations.
     fn metadata(&mut self, v: Option<&Value>) {
@@ -266,7 +286,9 @@ impl Checker {
                     self.problem(&format!("{at}.name"), format!("{n:?} is used twice"));
                 }
             }
-            self.string(c, &at, "expression", true);
+            if let Some(e) = self.string(c, &at, "expression", true) {
+                self.typed(&at, &e, &TypeEnv::admission_policy(), &CelType::Bool);
+            }
         }
         for (at, var) in self.list(s, "spec", "variables") {
             self.known(var, &at, &["name", "expression"]);
@@ -296,7 +318,19 @@ impl Checker {
                     (Some(p), true) => {
                         if let Some(p) = self.object(p, &here) {
                             self.known(p, &here, &["expression"]);
-                            self.string(p, &here, "expression", true);
+                            let e = self.string(p, &here, "expression", true);
+                            // An apply configuration builds `Object{...}`
+                            // values of the matched kind's schema, which
+                            // the type check does not model; the export
+                            // writes none.
+                            if let (Some(e), "jsonPatch") = (e, field) {
+                                self.typed(
+                                    &here,
+                                    &e,
+                                    &TypeEnv::json_patch_mutation(),
+                                    &typecheck::json_patch_list(),
+                                );
+                            }
                         }
                     }
                     (None, true) => {
@@ -420,7 +454,7 @@ mod tests {
 
     #[test]
     fn the_export_is_valid_and_breakage_is_named() {
-        let export = super::super::export(&crate::config::Config::builtin());
+        let export = super::super::export(&crate::config::Config::builtin()).unwrap();
         for o in &export.objects {
             assert_eq!(check(o), Vec::<String>::new(), "{o}");
         }
@@ -461,5 +495,34 @@ mod tests {
             problems.iter().any(|p| p.starts_with("metadata.name: ")),
             "{problems:?}"
         );
+    }
+
+    /// The policy `export map` wrote before its fix, which a 1.36 API
+    /// server refused (`spec.mutations[0].jsonPatch.expression: ...
+    /// compilation failed: ERROR: <input>:1:579: expected type 'string'
+    /// but found 'dyn'`): the same check refuses it here, at the same place.
+    #[test]
+    fn the_expression_the_api_server_refused_is_refused_here() {
+        let export = super::super::export(&crate::config::Config::builtin()).unwrap();
+        let mut p = export.objects[0].clone();
+        let at = "/spec/mutations/0/jsonPatch/expression";
+        let fixed = p.pointer(at).and_then(Value::as_str).unwrap().to_string();
+        let r = "object['spec']['providerConfigRef']";
+        assert!(fixed.contains(&format!("string({r})")), "{fixed}");
+        let before = fixed.replace(&format!("string({r})"), r);
+        *p.pointer_mut(at).unwrap() = json!(before);
+        assert_eq!(
+            check(&p),
+            ["spec.mutations[0].jsonPatch.expression: compilation failed: ERROR: <input>:1:579: expected type 'string' but found 'dyn'"]
+        );
+        *p.pointer_mut(at).unwrap() = json!("object.spec");
+        assert_eq!(
+            check(&p),
+            ["spec.mutations[0].jsonPatch.expression: must evaluate to list(JSONPatch) but got dyn"]
+        );
+        p["spec"]["matchConditions"][0]["expression"] = json!("object");
+        assert!(check(&p).contains(
+            &"spec.matchConditions[0].expression: must evaluate to bool but got dyn".to_string()
+        ));
     }
 }
