@@ -276,8 +276,7 @@ fn exported_policy_agrees_with_mutate_on_every_review() {
     let mut disagreements = Vec::new();
     let mut by_step = BTreeMap::new();
     for (cname, config) in configs() {
-        let export = map::export(&config)
-            .unwrap_or_else(|e| panic!("{cname}: {e}"));
+        let export = map::export(&config).unwrap_or_else(|e| panic!("{cname}: {e}"));
         let policies =
             map::Policies::compile(&export.objects).expect("the exported policy compiles");
         let decider = Decider::offline(&config);

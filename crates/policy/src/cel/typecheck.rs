@@ -132,10 +132,9 @@ fn field_type(object: &str, field: &str) -> Option<CelType> {
         (USER_INFO, "extra") => map(T::String, list(T::String)),
         (REQUEST, "kind" | "requestKind") => T::Object(GVK),
         (REQUEST, "resource" | "requestResource") => T::Object(GVR),
-        (
-            REQUEST,
-            "subResource" | "requestSubResource" | "name" | "namespace" | "operation",
-        ) => T::String,
+        (REQUEST, "subResource" | "requestSubResource" | "name" | "namespace" | "operation") => {
+            T::String
+        }
         (REQUEST, "userInfo") => T::Object(USER_INFO),
         (REQUEST, "dryRun") => T::Bool,
         (REQUEST, "options") => T::Dyn,
@@ -281,9 +280,7 @@ fn equal_or_less_specific(t1: &CelType, t2: &CelType) -> bool {
         return false;
     }
     match (t1, t2) {
-        (T::Optional(a), T::Optional(b)) | (T::List(a), T::List(b)) => {
-            equal_or_less_specific(a, b)
-        }
+        (T::Optional(a), T::Optional(b)) | (T::List(a), T::List(b)) => equal_or_less_specific(a, b),
         (T::Map(k1, v1), T::Map(k2, v2)) => {
             equal_or_less_specific(k1, k2) && equal_or_less_specific(v1, v2)
         }
@@ -446,16 +443,19 @@ fn overloads(name: &str, member: bool) -> Option<Vec<Overload>> {
             ov(vec![T::Int, T::Int], T::Int),
             ov(vec![T::Uint, T::Uint], T::Uint),
         ],
-        (op::NEGATE, false) => vec![
-            ov(vec![T::Int], T::Int),
-            ov(vec![T::Double], T::Double),
-        ],
+        (op::NEGATE, false) => vec![ov(vec![T::Int], T::Int), ov(vec![T::Double], T::Double)],
         // The standard overloads and those of optional types.
         (op::INDEX, false) => vec![
             ov(vec![list(A), T::Int], A),
             ov(vec![map(A, B), A], B),
-            ov(vec![T::Optional(Box::new(list(A))), T::Int], T::Optional(Box::new(A))),
-            ov(vec![T::Optional(Box::new(map(A, B))), A], T::Optional(Box::new(B))),
+            ov(
+                vec![T::Optional(Box::new(list(A))), T::Int],
+                T::Optional(Box::new(A)),
+            ),
+            ov(
+                vec![T::Optional(Box::new(map(A, B))), A],
+                T::Optional(Box::new(B)),
+            ),
         ],
         (op::IN, false) => vec![
             ov(vec![A, list(A)], T::Bool),
@@ -482,10 +482,17 @@ fn overloads(name: &str, member: bool) -> Option<Vec<Overload>> {
         .into_iter()
         .map(|t| ov(vec![t], T::String))
         .collect(),
-        ("int", false) => [T::Int, T::Uint, T::Double, T::String, T::Timestamp, T::Duration]
-            .into_iter()
-            .map(|t| ov(vec![t], T::Int))
-            .collect(),
+        ("int", false) => [
+            T::Int,
+            T::Uint,
+            T::Double,
+            T::String,
+            T::Timestamp,
+            T::Duration,
+        ]
+        .into_iter()
+        .map(|t| ov(vec![t], T::Int))
+        .collect(),
         ("uint", false) => [T::Uint, T::Int, T::Double, T::String]
             .into_iter()
             .map(|t| ov(vec![t], T::Uint))
@@ -619,7 +626,10 @@ impl Checker<'_> {
                 if !known {
                     self.error(
                         e.id,
-                        format!("undeclared reference to '{}' (in container '')", s.type_name),
+                        format!(
+                            "undeclared reference to '{}' (in container '')",
+                            s.type_name
+                        ),
                     );
                 }
                 for entry in &s.entries {
@@ -630,10 +640,7 @@ impl Checker<'_> {
                         }
                         let want = field_type(JSON_PATCH, &f.field);
                         match want {
-                            None => self.error(
-                                entry.id,
-                                format!("undefined field '{}'", f.field),
-                            ),
+                            None => self.error(entry.id, format!("undefined field '{}'", f.field)),
                             Some(want) => {
                                 if !self.assignable(&want, &v) {
                                     self.error(
@@ -747,10 +754,7 @@ impl Checker<'_> {
             }
             t if is_dyn_or_error(t) => T::Dyn,
             t => {
-                self.error(
-                    id,
-                    format!("type '{t}' does not support field selection"),
-                );
+                self.error(id, format!("type '{t}' does not support field selection"));
                 T::Dyn
             }
         };
@@ -917,10 +921,7 @@ fn homogeneous(e: &IdedExpr, types: &BTreeMap<u64, CelType>, c: &mut Checker<'_>
                             c.error(me.key.id, format!("expected type '{fk}' but found '{k}'"));
                         }
                         if !equivalent(&fv, &v) {
-                            c.error(
-                                me.value.id,
-                                format!("expected type '{fv}' but found '{v}'"),
-                            );
+                            c.error(me.value.id, format!("expected type '{fv}' but found '{v}'"));
                         }
                     }
                 }
@@ -1030,13 +1031,19 @@ mod tests {
 
     #[test]
     fn requests_have_their_declared_fields() {
-        assert!(validation("request.kind.kind.matches('^B.*$') && request.userInfo.username != ''").is_ok());
+        assert!(validation(
+            "request.kind.kind.matches('^B.*$') && request.userInfo.username != ''"
+        )
+        .is_ok());
         let e = validation("request.bogus == 'x'").unwrap_err().0;
         assert!(e[0].ends_with("undefined field 'bogus'"), "{e:?}");
         let e = validation("nope").unwrap_err().0;
         assert!(e[0].contains("undeclared reference to 'nope'"), "{e:?}");
         let e = validation("1 + 'a' == 2").unwrap_err().0;
-        assert!(e[0].contains("found no matching overload for '_+_' applied to '(int, string)'"), "{e:?}");
+        assert!(
+            e[0].contains("found no matching overload for '_+_' applied to '(int, string)'"),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -1045,7 +1052,10 @@ mod tests {
         assert!(validation("object.list.exists(x, x.a == 'b')").is_ok());
         assert!(validation("['a'].filter(x, x == 'a').size() <= 1").is_ok());
         let e = validation("[1].all(x, x)").unwrap_err().0;
-        assert!(e[0].contains("expected type 'bool' but found 'int'"), "{e:?}");
+        assert!(
+            e[0].contains("expected type 'bool' but found 'int'"),
+            "{e:?}"
+        );
     }
     /// What kube-apiserver v1.36.3's policy validation (cel-go v0.26)
     /// answered for each expression, recorded: the first error, or "" when

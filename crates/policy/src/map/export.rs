@@ -13,7 +13,10 @@ use serde_json::{json, Value};
 
 use crate::config::{Config, ExternalNameStrategy};
 use crate::mr::EXTERNAL_NAME;
-use crate::vap::checks::{any_glob, entry_selected, keys, lit, managed, path};
+use crate::vap::checks::{
+    any_glob, entry_selected, keys, lit, managed, path, NAMESPACED, REQUEST_NAMESPACE,
+    REQUEST_USERNAME,
+};
 
 /// What one export produced.
 #[derive(Debug, Default)]
@@ -80,8 +83,8 @@ fn write(config: &Config) -> Export {
         conditions.push(condition(
             "not-exempt",
             format!(
-                "!(request.userInfo.username != '' && {})",
-                any_glob("request.userInfo.username", &exempt)
+                "!({REQUEST_USERNAME} != '' && {})",
+                any_glob(REQUEST_USERNAME, &exempt)
             ),
         ));
     }
@@ -159,14 +162,15 @@ fn default_name(config: &Config) -> String {
         .map(|(ns, name)| format!("{}: {}", lit(ns), lit(name)))
         .collect();
     let map = format!("{{{}}}", entries.join(", "));
-    format!("(request.namespace in {map} ? {map}[request.namespace] : {fallback})")
+    let ns = REQUEST_NAMESPACE;
+    format!("({ns} in {map} ? {map}[{ns}] : {fallback})")
 }
 
 /// The step provider-config-ref.
 fn provider_config_ref(config: &Config) -> String {
     let d = default_name(config);
     let r = "object['spec']['providerConfigRef']";
-    let ns = "request.namespace != ''";
+    let ns = NAMESPACED;
     let create = "request.operation == 'CREATE'";
     let (old_has, old_r) = path("oldObject", &["spec", "providerConfigRef"]);
     // A live MR keeps the reference its old object had.
@@ -232,7 +236,7 @@ fn external_name(config: &Config) -> String {
 fn policy_defaults() -> String {
     let unset = |f: &str| format!("(!('{f}' in object['spec']) || object['spec']['{f}'] == null)");
     format!(
-        "((request.namespace == '' && {}) ? {} : []) + ({} ? {} : [])",
+        "((!{NAMESPACED} && {}) ? {} : []) + ({} ? {} : [])",
         unset("deletionPolicy"),
         add(&["spec", "deletionPolicy"], "'Delete'"),
         unset("managementPolicies"),

@@ -177,20 +177,39 @@ pub(crate) fn scope<'v>(
     scope
 }
 
-/// The `request` variable of an admission policy.
+/// The `request` variable of an admission policy, as the API server binds
+/// it: the AdmissionRequest converted to unstructured, where `name`,
+/// `namespace`, `subResource`, `userInfo.username` and `userInfo.groups`
+/// are `omitempty`. An empty one is absent, and reading it is an error in
+/// the API server as here.
 pub(crate) fn request_json(req: &Request) -> Value {
-    json!({
+    let mut request = json!({
         "kind": {"group": req.kind.group, "version": req.kind.version, "kind": req.kind.kind},
         "resource": {"group": req.resource.group, "version": req.resource.version, "resource": req.resource.resource},
-        "name": req.name,
-        "namespace": req.namespace.clone().unwrap_or_default(),
         "operation": Operation::from(&req.operation).as_str(),
-        "userInfo": {
-            "username": req.user_info.username.clone().unwrap_or_default(),
-            "groups": req.user_info.groups.clone().unwrap_or_default(),
-        },
+        "userInfo": {},
         "dryRun": req.dry_run,
-    })
+    });
+    let text = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(|s| json!(s));
+    let groups = req.user_info.groups.as_ref().filter(|g| !g.is_empty());
+    for (at, value) in [
+        ("/name", text(Some(&req.name))),
+        ("/namespace", text(req.namespace.as_deref())),
+        ("/subResource", text(req.sub_resource.as_deref())),
+        (
+            "/userInfo/username",
+            text(req.user_info.username.as_deref()),
+        ),
+        ("/userInfo/groups", groups.map(|g| json!(g))),
+    ] {
+        if let Some(v) = value {
+            let (parent, key) = at.rsplit_once('/').unwrap_or_default();
+            if let Some(o) = request.pointer_mut(parent).and_then(Value::as_object_mut) {
+                o.insert(key.to_string(), v);
+            }
+        }
+    }
+    request
 }
 
 #[cfg(test)]

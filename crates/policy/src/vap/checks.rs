@@ -81,6 +81,20 @@ pub(crate) fn path(base: &str, keys: &[&str]) -> (String, String) {
     (format!("({cond})"), at)
 }
 
+/// The fields of `request` that the API server leaves out when they are
+/// empty, read as `''` then. It binds `request` from the AdmissionRequest
+/// converted to unstructured, where `name`, `namespace` and
+/// `userInfo.username` are `omitempty`: a cluster-scoped request has no
+/// `namespace` key, a create with `generateName` no `name` until the
+/// name is generated, and reading an absent key is an evaluation error
+/// (`no such key: namespace`, what kube-apiserver v1.36.3 answered).
+pub(crate) const REQUEST_NAMESPACE: &str = "(has(request.namespace) ? request.namespace : '')";
+/// `request.userInfo.username`, or `''`; see [`REQUEST_NAMESPACE`].
+pub(crate) const REQUEST_USERNAME: &str =
+    "(has(request.userInfo.username) ? request.userInfo.username : '')";
+/// The request is for a namespaced object.
+pub(crate) const NAMESPACED: &str = "(has(request.namespace) && request.namespace != '')";
+
 /// The object under judgment is an MR: `spec.forProvider` is an object.
 pub(crate) fn managed(subject: &str) -> String {
     let (has, at) = path(subject, &["spec", "forProvider"]);
@@ -137,7 +151,7 @@ pub(crate) fn no_entry(config: &Config) -> Option<String> {
 }
 
 /// The name exceptions match: the request's, else the object's.
-const NAME: &str = "(request.name != '' ? request.name : ((type(object) == map && 'metadata' in object && type(object['metadata']) == map && 'name' in object['metadata'] && type(object['metadata']['name']) == string) ? object['metadata']['name'] : ''))";
+const NAME: &str = "(has(request.name) ? request.name : ((type(object) == map && 'metadata' in object && type(object['metadata']) == map && 'name' in object['metadata'] && type(object['metadata']['name']) == string) ? object['metadata']['name'] : ''))";
 
 /// Match conditions leaving out what an unexpired exception waives for `rule`.
 pub(super) fn exception_conditions(
@@ -155,14 +169,14 @@ pub(super) fn exception_conditions(
             "true".to_string()
         } else {
             format!(
-                "(request.userInfo.username != '' && {})",
-                any_glob("request.userInfo.username", &users)
+                "({REQUEST_USERNAME} != '' && {})",
+                any_glob(REQUEST_USERNAME, &users)
             )
         };
         let waived = format!(
             "{} && {} && {} && {users}",
             any_glob(NAME, &names),
-            any_glob("request.namespace", &namespaces),
+            any_glob(REQUEST_NAMESPACE, &namespaces),
             any_glob("(request.kind.group + '/' + request.kind.kind)", &kinds),
         );
         out.push(json!({
@@ -215,7 +229,9 @@ pub(super) fn deletion_policy_conflict(_: &ResourceConfig) -> Option<(String, St
         .collect();
     Some((
         format!(
-            "!(!({NAMESPACED}) && {has_dp} && {dp} == 'Orphan' && {has_mp} && type({l}) == list && {l}.all(a, type(a) == string) && ({}))",
+            // A namespaced MR has no `deletionPolicy`, so one written on it
+            // counts for nothing, as the webhook judges it.
+            "!(!{NAMESPACED} && {has_dp} && {dp} == 'Orphan' && {has_mp} && type({l}) == list && {l}.all(a, type(a) == string) && ({}))",
             with_delete.join(" || ")
         ),
         "Orphan is ignored because managementPolicies has Delete: the external resource WILL be deleted (mrguard rule deletion-policy-conflict)".to_string(),
@@ -241,17 +257,13 @@ pub(super) fn connection_secret_ref(_: &ResourceConfig) -> Option<(String, Strin
         |k: &str| format!("('{k}' in {r} && type({r}['{k}']) == string && {r}['{k}'] != '')");
     Some((
         format!(
-            "!{has} || {r} == null || (type({r}) == map && {} && (request.namespace != '' ? (!('namespace' in {r}) || {r}['namespace'] == null) : {}))",
+            "!{has} || {r} == null || (type({r}) == map && {} && ({NAMESPACED} ? (!('namespace' in {r}) || {r}['namespace'] == null) : {}))",
             text("name"),
             text("namespace")
         ),
         "spec.writeConnectionSecretToRef needs a non-empty name, and a namespace exactly when the MR is cluster-scoped (mrguard rule connection-secret-ref)".to_string(),
     ))
 }
-
-/// The request is for a namespaced MR: such an MR has no `deletionPolicy`,
-/// so one written on it counts for nothing, as the webhook judges it.
-const NAMESPACED: &str = "request.namespace != ''";
 
 /// The old object's deletion outcome is Delete (docs/managed-resources.md):
 /// an unreadable set counts as Delete; the default set follows

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::checks::{
     any_glob, connection_secret_ref, created, deletion_policy_conflict, deletion_protection,
     entry_selected, exception_conditions, keys, managed, management_policies, no_entry,
-    observe_only_external_name, path, paused_delete, paused_value, SUBJECT,
+    observe_only_external_name, path, paused_delete, paused_value, REQUEST_USERNAME, SUBJECT,
 };
 use crate::config::{Config, ResourceConfig};
 use crate::model::{Action, Operation};
@@ -200,8 +200,8 @@ fn not_exempt(config: &Config) -> Option<Value> {
         condition(
             "not-exempt",
             format!(
-                "!(request.userInfo.username != '' && {})",
-                any_glob("request.userInfo.username", &exempt)
+                "!({REQUEST_USERNAME} != '' && {})",
+                any_glob(REQUEST_USERNAME, &exempt)
             ),
         )
     })
