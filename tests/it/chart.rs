@@ -156,8 +156,8 @@ fn default_install_renders_every_object_with_zero_values() {
         ("Deployment", 1),
         ("MutatingWebhookConfiguration", 1),
         ("PodDisruptionBudget", 1),
-        ("Role", 2),
-        ("RoleBinding", 2),
+        ("Role", 1),
+        ("RoleBinding", 1),
         ("Secret", 1),
         ("Service", 2),
         ("ServiceAccount", 1),
@@ -183,9 +183,6 @@ fn default_install_renders_every_object_with_zero_values() {
                 o["metadata"].get("namespace").is_none(),
                 "{kind} has a namespace"
             );
-        } else if o["metadata"]["name"] == "mrguard-events" {
-            // Core Events about cluster-scoped MRs go to "default".
-            assert_eq!(o["metadata"]["namespace"], "default", "{kind} namespace");
         } else {
             assert_eq!(o["metadata"]["namespace"], NS, "{kind} namespace");
         }
@@ -886,18 +883,6 @@ fn rbac_is_exactly_the_least_privilege_listed() {
             ),
         ]
     );
-    // Core Events only in "default", for cluster-scoped MRs' Events where
-    // events.k8s.io refuses them (Kubernetes before 1.22).
-    let events_role = m.one("Role", "mrguard-events");
-    assert_eq!(events_role["metadata"]["namespace"], "default");
-    assert_eq!(
-        rules_of(events_role),
-        [rule(&[""], &["events"], &[], &["create", "patch"])]
-    );
-    let binding = m.one("RoleBinding", "mrguard-events");
-    assert_eq!(binding["metadata"]["namespace"], "default");
-    assert_eq!(binding["roleRef"]["name"], "mrguard-events");
-    assert_eq!(binding["subjects"][0]["name"], "mrguard");
     let role = rules_of(m.one("Role", "mrguard"));
     assert_eq!(
         role,
@@ -1038,11 +1023,12 @@ fn no_rendered_rule_grants_create_on_secrets() {
     }
 }
 
-/// `webhooks.matchConditions.enabled: auto` (the default) follows the
-/// cluster's version: none before 1.30, where the field is not GA, and on
-/// both webhooks from 1.30. `true` and `false` override it either way.
+/// `webhooks.matchConditions.enabled` (true by default: they are GA from
+/// 1.30, the chart's floor) renders `is-managed-resource` on both admission
+/// webhooks whatever the cluster's version; `false` leaves them out. The
+/// chart installs on nothing older than 1.30.
 #[test]
-fn match_conditions_follow_the_kube_version_unless_overridden() {
+fn match_conditions_are_on_unless_turned_off() {
     let hooks = [
         ("MutatingWebhookConfiguration", "mutate.mrguard.io"),
         ("ValidatingWebhookConfiguration", "validate.mrguard.io"),
@@ -1057,24 +1043,17 @@ fn match_conditions_follow_the_kube_version_unless_overridden() {
         })
     };
     for (version, extra, on) in [
-        ("1.29.9", None, false),
-        ("1.20.2", None, false),
         ("1.30.0", None, true),
-        ("v1.36.1", None, true),
+        ("v1.36.3", None, true),
         (
             "1.30.0",
             Some("webhooks.matchConditions.enabled=false"),
             false,
         ),
         (
-            "1.28.0",
+            "1.36.0",
             Some("webhooks.matchConditions.enabled=true"),
             true,
-        ),
-        (
-            "1.29.0",
-            Some("webhooks.matchConditions.enabled=auto"),
-            false,
         ),
     ] {
         let mut args = vec!["--kube-version", version];
@@ -1102,6 +1081,23 @@ fn match_conditions_follow_the_kube_version_unless_overridden() {
             }
         }
     }
+    // Below the floor, and the value of earlier releases that followed
+    // the version, are refused with the reason.
+    let old = helm(&[
+        "template",
+        RELEASE,
+        chart().to_str().unwrap(),
+        "-n",
+        NS,
+        "--kube-version",
+        "1.29.9",
+    ]);
+    assert!(!old.status.success());
+    assert!(
+        String::from_utf8_lossy(&old.stderr).contains("kubeVersion"),
+        "{}",
+        String::from_utf8_lossy(&old.stderr)
+    );
     let out = helm(&[
         "template",
         RELEASE,
@@ -1109,7 +1105,7 @@ fn match_conditions_follow_the_kube_version_unless_overridden() {
         "-n",
         NS,
         "--set",
-        "webhooks.matchConditions.enabled=sometimes",
+        "webhooks.matchConditions.enabled=auto",
     ]);
     assert!(!out.status.success());
     assert!(
@@ -1130,6 +1126,10 @@ fn the_managed_resource_match_condition_passes_exactly_the_mrs() {
         let conds = webhook(&m, kind, name)["matchConditions"].clone();
         let expr = conds[0]["expression"].as_str().unwrap().to_string();
         assert_eq!(conds[0]["name"], "is-managed-resource");
+        // As the API server checks a webhook's match condition.
+        use mrguard_policy::cel::typecheck::{check, CelType, TypeEnv};
+        check(&expr, &TypeEnv::admission_policy(), &CelType::Bool)
+            .unwrap_or_else(|e| panic!("{kind}: the API server would refuse: {e}: {expr}"));
         CelProgram::compile_with(&expr, &["request", "object", "oldObject"])
             .unwrap_or_else(|e| panic!("{kind}: {e}: {expr}"))
     };
@@ -1186,13 +1186,22 @@ fn match_conditions_render_the_exempt_globs_as_cel() {
             .unwrap_or_else(|| panic!("{kind}: no matchConditions"))
             .clone();
         assert_eq!(conds.len(), 2, "{conds:?}");
-        let program =
-            CelProgram::compile_with(conds[1]["expression"].as_str().unwrap(), &["request"])
-                .unwrap_or_else(|e| panic!("{kind}: {e}: {}", conds[1]["expression"]));
+        let expr = conds[1]["expression"].as_str().unwrap();
+        // As the API server checks a webhook's match condition.
+        use mrguard_policy::cel::typecheck::{check, CelType, TypeEnv};
+        check(expr, &TypeEnv::admission_policy(), &CelType::Bool)
+            .unwrap_or_else(|e| panic!("{kind}: the API server would refuse: {e}: {expr}"));
+        let program = CelProgram::compile_with(expr, &["request"])
+            .unwrap_or_else(|e| panic!("{kind}: {e}: {expr}"));
         (conds[1]["name"].as_str().unwrap().to_string(), program)
     };
     let calls = |p: &CelProgram, user: &str, op: &str| {
-        let request = json!({"operation": op, "userInfo": {"username": user, "groups": []}});
+        // As the API server binds it: an empty username is left out.
+        let request = if user.is_empty() {
+            json!({"operation": op, "userInfo": {}})
+        } else {
+            json!({"operation": op, "userInfo": {"username": user}})
+        };
         let mut scope = Scope::new();
         scope.bind("request", Some(&request));
         p.eval_bool(&scope).unwrap()

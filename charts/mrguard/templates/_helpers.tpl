@@ -156,7 +156,9 @@ annotations:
 {{- /*
 CEL that is true when the request's user matches one of the configuration's
 exemptUsernames globs ('*' any run of characters, '?' one character), or ""
-when there are none. Each glob becomes an anchored regular expression.
+when there are none. Each glob becomes an anchored regular expression. The
+API server leaves an empty username out of `request` (omitempty), and reading
+an absent field is an error, hence the has().
 */}}
 {{- define "mrguard.exemptUserCel" -}}
 {{- $terms := list }}
@@ -167,17 +169,16 @@ when there are none. Each glob becomes an anchored regular expression.
 {{- $re := printf "^%s$" (regexQuoteMeta . | replace "\\*" ".*" | replace "\\?" ".") }}
 {{- $terms = append $terms (printf "request.userInfo.username.matches('%s')" ($re | replace "\\" "\\\\")) }}
 {{- end }}
-{{- join " || " $terms }}
+{{- if $terms }}
+{{- printf "has(request.userInfo.username) && (%s)" (join " || " $terms) }}
+{{- end }}
 {{- end }}
 
 {{- /*
-"true" when the webhooks carry matchConditions: webhooks.matchConditions.enabled
-true, or "auto" (the default) on a cluster of 1.30 or later, where the field
-is GA. Before 1.28 the API server drops or refuses it.
+"true" when the webhooks carry matchConditions (webhooks.matchConditions.enabled).
 */}}
 {{- define "mrguard.matchConditionsOn" -}}
-{{- $e := toString .Values.webhooks.matchConditions.enabled }}
-{{- if or (eq $e "true") (and (eq $e "auto") (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version)) }}true{{ end }}
+{{- if .Values.webhooks.matchConditions.enabled }}true{{ end }}
 {{- end }}
 
 {{- /*

@@ -182,6 +182,14 @@ impl Cluster {
         let assets = assets()?;
         let assets = assets.as_path();
         let version = crate::version::of_assets()?;
+        let floor = crate::version::OLDEST_SUPPORTED;
+        if !version.at_least(floor) {
+            return Err(format!(
+                "kube-apiserver {version} is older than {}.{}, the oldest Kubernetes mrguard supports \
+                 (charts/mrguard/Chart.yaml); build one with scripts/envtest.sh",
+                floor.0, floor.1
+            ));
+        }
         let etcd_bin = assets.join("etcd");
         let (no_fsync, scratch) = etcd_storage(&etcd_bin).clone();
         let dir = tempfile::Builder::new()

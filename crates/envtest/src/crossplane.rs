@@ -2,10 +2,9 @@
 //! ProviderRevision and DeploymentRuntimeConfig (`pkg.crossplane.io`).
 //!
 //! The real CRDs (Crossplane v2, in the third-party fixtures) are installed
-//! where the fixtures are there and the server takes them. Kubernetes 1.20
-//! refuses Crossplane v2's Provider CRD (a `default: null` in its schema),
-//! and a clone without the fixtures has none of them; there the CRD written
-//! here stands in: the same group, version, kind and scope, and a schema of
+//! where the fixtures are there. A clone without the fixtures has none of
+//! them; there the CRD written here stands in: the same group, version,
+//! kind and scope, and a schema of
 //! the fields mrguard reads (a revision's owner references, `spec.image`,
 //! `spec.runtimeConfigRef`; a runtime config's service account name), with
 //! the real CRDs' required fields, so an object valid here is valid there.
@@ -132,27 +131,14 @@ fn already_exists(e: &str) -> bool {
     e.contains("AlreadyExists") || e.contains("already exists")
 }
 
-/// Installs `kind`'s CRD: Crossplane's own where the fixtures have it and
-/// the server takes it, else the stand-in. Tests of one binary share the
-/// API server, so one that is there already is kept.
+/// Installs `kind`'s CRD: Crossplane's own where the fixtures have it,
+/// else the stand-in. Tests of one binary share the API server, so one
+/// that is there already is kept.
 pub async fn install(client: &kube::Client, kind: PackageKind) -> Result<(), String> {
-    if let Some(upstream) = kind.upstream() {
-        match create_crd(client, &upstream?).await {
-            Ok(()) => return Ok(()),
-            Err(e) if already_exists(&e) => return Ok(()),
-            // Refused by this server's validation (Invalid, 422): it cannot
-            // serve this Crossplane.
-            Err(e) if e.contains("is invalid") || e.contains("Invalid") => {
-                eprintln!(
-                    "{:?}: the server refused Crossplane's CRD ({e}); using the stand-in",
-                    kind
-                );
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let crd: CustomResourceDefinition =
-        serde_json::from_value(kind.stand_in()).map_err(|e| e.to_string())?;
+    let crd: CustomResourceDefinition = match kind.upstream() {
+        Some(upstream) => upstream?,
+        None => serde_json::from_value(kind.stand_in()).map_err(|e| e.to_string())?,
+    };
     match create_crd(client, &crd).await {
         Err(e) if !already_exists(&e) => Err(e),
         _ => Ok(()),

@@ -153,12 +153,9 @@ impl Release {
         let workload_ns = name.to_string();
         let ns_api: Api<Namespace> = Api::all(client.clone());
         for ns in [&namespace, &workload_ns] {
-            // The label Kubernetes sets on every namespace from 1.21, which
-            // the chart's namespaceSelector excludes namespaces by; before
-            // 1.21 it must be set by hand (docs/helm.md).
-            let obj: Namespace = serde_json::from_value(json!({"metadata": {
-                "name": ns, "labels": {"kubernetes.io/metadata.name": ns}}}))
-            .unwrap();
+            // The API server labels it kubernetes.io/metadata.name, which the
+            // chart's namespaceSelector excludes namespaces by.
+            let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
             ns_api
                 .create(&PostParams::default(), &obj)
                 .await

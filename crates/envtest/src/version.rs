@@ -1,9 +1,10 @@
 //! Which Kubernetes the API server in `KUBEBUILDER_ASSETS` is, and what
 //! follows from it: the flags it takes and the tests it can run.
 //!
-//! The suite runs on whatever kube-apiserver it is given, from 1.20 to the
-//! newest. kube-apiserver refuses to start on a `--feature-gates` entry it
-//! does not know, and a gate is only needed while its feature is alpha, so
+//! The suite runs on whatever kube-apiserver it is given, from
+//! [`OLDEST_SUPPORTED`] (the chart's `kubeVersion`) to the newest.
+//! kube-apiserver refuses to start on a `--feature-gates` entry it does not
+//! know, and a gate is only needed while its feature is off by default, so
 //! the flags are chosen by version ([`KubeVersion::feature_gates`]). A test
 //! that needs a feature of a newer server declares it with
 //! [`crate::require_cluster_at`] and is reported as skipped, never passed,
@@ -12,6 +13,11 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::OnceLock;
+
+/// The oldest Kubernetes mrguard supports, the floor of the chart's
+/// `kubeVersion` (charts/mrguard/Chart.yaml, which says where it comes
+/// from); the harness refuses an older API server.
+pub const OLDEST_SUPPORTED: (u32, u32) = (1, 30);
 
 /// A Kubernetes MAJOR.MINOR, with the full version string it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,18 +97,10 @@ impl KubeVersion {
     }
 
     /// The `--feature-gates` entries the suite needs on this version: only
-    /// gates of features that are alpha here (an unknown gate, or one that
-    /// was removed after GA, stops kube-apiserver from starting).
+    /// gates of features that are off by default here (an unknown gate, or
+    /// one that was removed after GA, stops kube-apiserver from starting).
     pub fn feature_gates(&self) -> Vec<&'static str> {
         let mut gates = Vec::new();
-        // Alpha in 1.23 and 1.24, beta (on) from 1.25.
-        if self.at_least((1, 23))
-            && !(self.at_least(needs::CRD_VALIDATION_RULES)
-                && self.at_least(needs::FIELD_VALIDATION))
-        {
-            gates.push("CustomResourceValidationExpressions=true");
-            gates.push("ServerSideFieldValidation=true");
-        }
         // Beta but off by default from 1.34; the v1beta1 API must be
         // enabled with it (see [`KubeVersion::runtime_config`]). A gate
         // that has gone GA is still accepted for a few releases.
@@ -192,17 +190,9 @@ mod tests {
     }
 
     #[test]
-    fn gates_only_where_the_feature_is_alpha() {
+    fn gates_only_where_the_feature_is_off_by_default() {
         let v = |s| KubeVersion::parse(s).unwrap();
-        assert!(
-            v("1.20.2").flags().is_empty(),
-            "1.20 knows none of the gates"
-        );
-        assert_eq!(
-            v("1.24.0").flags(),
-            ["--feature-gates=CustomResourceValidationExpressions=true,ServerSideFieldValidation=true"]
-        );
-        assert!(v("1.30.0").flags().is_empty());
+        assert!(v("1.30.14").flags().is_empty());
         assert_eq!(
             v("1.34.1").flags(),
             [
@@ -211,7 +201,7 @@ mod tests {
             ]
         );
         assert!(v("1.37.0").flags().is_empty());
-        assert!(v("1.25.0").at_least(needs::CRD_VALIDATION_RULES));
-        assert!(!v("1.20.2").at_least(needs::CRD_VALIDATION_RULES));
+        assert!(v("1.30.0").at_least(needs::CRD_VALIDATION_RULES));
+        assert!(!v("1.29.9").at_least(OLDEST_SUPPORTED));
     }
 }

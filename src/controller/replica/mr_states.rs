@@ -428,26 +428,17 @@ fn pending_in_note(note: &str) -> Option<&str> {
     Some(&rest[..rest.find(')')?])
 }
 
-/// Writes `PossiblyLeaked` Events with kube's [`Recorder`]: at most one
-/// per incomplete creation, and a repeat about the same MR (a new
-/// incomplete creation within kube's six-minute series window) counts
-/// into the existing Event's series instead of adding another.
+/// Writes `PossiblyLeaked` Events with kube's [`Recorder`]
+/// (`events.k8s.io/v1`; an Event about a cluster-scoped MR goes to
+/// "default"): at most one per incomplete creation, and a repeat about the
+/// same MR (a new incomplete creation within kube's six-minute series
+/// window) counts into the existing Event's series instead of adding
+/// another.
 pub(crate) struct EventRecorder {
     client: kube::Client,
     recorder: Recorder,
-    reporter: Reporter,
     dedup: EventDedup,
-    /// Set once `events.k8s.io` refused an Event about a cluster-scoped
-    /// MR: later ones go straight to core/v1 ([`EventRecorder::publish_core`]).
-    core_for_cluster_scoped: AtomicBool,
-    /// The core/v1 Events written, by the MR's uid: the name, the count
-    /// and when, so that a repeat counts into the same Event's series as
-    /// kube's Recorder does with its own.
-    core_series: Mutex<HashMap<String, (String, i32, jiff::Timestamp)>>,
 }
-
-/// How long a repeat counts into the same Event: kube's Recorder's window.
-const SERIES_WINDOW: jiff::SignedDuration = jiff::SignedDuration::from_secs(6 * 60);
 
 impl EventRecorder {
     pub(crate) fn new(client: kube::Client, instance: String, dedup: EventDedup) -> Self {
@@ -457,112 +448,10 @@ impl EventRecorder {
             instance: Some(instance.chars().take(128).collect()),
         };
         Self {
-            recorder: Recorder::new(client.clone(), reporter.clone()),
-            reporter,
+            recorder: Recorder::new(client.clone(), reporter),
             client,
             dedup,
-            core_for_cluster_scoped: AtomicBool::new(false),
-            core_series: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// Publishes `event` about `obj`: through kube's [`Recorder`]
-    /// (`events.k8s.io/v1`), or as a core/v1 Event for a cluster-scoped MR
-    /// on an API server whose `events.k8s.io` refuses those.
-    ///
-    /// Kubernetes before 1.22 accepts an `events.k8s.io` Event about a
-    /// cluster-scoped object only in `kube-system` (422 "involvedObject.namespace:
-    /// Invalid value: \"\": does not match event.namespace" in "default",
-    /// measured on v1.20.2), where the chart grants nothing. A core/v1
-    /// Event without `eventTime` is validated the old way, which allows
-    /// "default": the same Event, readable through `events.k8s.io` too, so
-    /// [`EventRecorder::seed`] finds it.
-    async fn publish(&self, event: &RecordedEvent, obj: &ObjRef) -> Result<(), kube::Error> {
-        let cluster_scoped = obj.namespace.is_none();
-        if cluster_scoped && self.core_for_cluster_scoped.load(Ordering::Relaxed) {
-            return self.publish_core(event, obj).await;
-        }
-        match self.recorder.publish(event, &obj.reference()).await {
-            Err(kube::Error::Api(status)) if cluster_scoped && status.code == 422 => {
-                tracing::debug!(
-                    message = %status.message,
-                    "events.k8s.io refused an Event about a cluster-scoped MR; writing core/v1 Events for those"
-                );
-                self.core_for_cluster_scoped.store(true, Ordering::Relaxed);
-                self.publish_core(event, obj).await
-            }
-            other => other,
-        }
-    }
-
-    /// `event` as a core/v1 Event in "default", named as kube's
-    /// [`Recorder`] names its own; a repeat about the same MR within
-    /// [`SERIES_WINDOW`] counts into the Event's series.
-    async fn publish_core(&self, event: &RecordedEvent, obj: &ObjRef) -> Result<(), kube::Error> {
-        use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource};
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
-        let now = jiff::Timestamp::now();
-        let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), "default");
-        let earlier = self
-            .core_series
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&obj.uid)
-            .filter(|(_, _, at)| now.duration_since(*at) < SERIES_WINDOW)
-            .map(|(name, count, _)| (name.clone(), *count));
-        let (name, count) = if let Some((name, count)) = earlier {
-            let count = count + 1;
-            let patch = json!({
-                "count": count,
-                "lastTimestamp": Time(now),
-                "message": event.note,
-                // MicroTime: the API server takes exactly six decimals.
-                "series": {"count": count, "lastObservedTime": MicroTime(now)},
-            });
-            api.patch(
-                &name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&patch),
-            )
-            .await?;
-            (name, count)
-        } else {
-            let core = CoreEvent {
-                metadata: ObjectMeta {
-                    name: Some(format!("{}.{:x}", obj.name, now.as_nanosecond())),
-                    namespace: Some("default".into()),
-                    ..ObjectMeta::default()
-                },
-                involved_object: obj.reference(),
-                reason: Some(event.reason.clone()),
-                message: event.note.clone(),
-                type_: Some(
-                    match event.type_ {
-                        EventType::Warning => "Warning",
-                        EventType::Normal => "Normal",
-                    }
-                    .into(),
-                ),
-                action: Some(event.action.clone()),
-                count: Some(1),
-                first_timestamp: Some(Time(now)),
-                last_timestamp: Some(Time(now)),
-                reporting_component: Some(self.reporter.controller.clone()),
-                reporting_instance: self.reporter.instance.clone(),
-                source: Some(EventSource {
-                    component: Some(self.reporter.controller.clone()),
-                    host: None,
-                }),
-                ..CoreEvent::default()
-            };
-            let created = api.create(&kube::api::PostParams::default(), &core).await?;
-            (created.metadata.name.unwrap_or_default(), 1)
-        };
-        let mut series = self.core_series.lock().unwrap_or_else(|p| p.into_inner());
-        // Only Events still in their window can count a repeat.
-        series.retain(|_, (_, _, at)| now.duration_since(*at) < SERIES_WINDOW);
-        series.insert(obj.uid.clone(), (name, count, now));
-        Ok(())
     }
 
     /// Remembers the incomplete creations that existing `PossiblyLeaked`
@@ -610,11 +499,14 @@ impl EventRecorder {
         };
         // Events about cluster-scoped objects go to "default" (kube's rule).
         let namespace = obj.namespace.as_deref().unwrap_or("default");
-        self.publish(&event, obj).await.map_err(api_err(
-            "create",
-            "events.events.k8s.io",
-            format!("{namespace}/{}", obj.name),
-        ))?;
+        self.recorder
+            .publish(&event, &obj.reference())
+            .await
+            .map_err(api_err(
+                "create",
+                "events.events.k8s.io",
+                format!("{namespace}/{}", obj.name),
+            ))?;
         self.dedup.insert(key);
         // The Warning Event and the gauge are the signal; at scale one
         // WARN line per MR drowned everything else in the log.
@@ -1067,105 +959,6 @@ pub(crate) mod tests {
 
     fn api_client_for_events() -> (kube::Client, mock::MockApi) {
         mock::client(|r| Reply::Json(if r.method == "POST" { 201 } else { 200 }, r.body.clone()))
-    }
-
-    /// Kubernetes before 1.22 refuses an `events.k8s.io` Event about a
-    /// cluster-scoped object in "default" (what v1.20.2 answered, below);
-    /// the Event is written as core/v1 there, and the next one goes
-    /// straight to core/v1.
-    #[tokio::test]
-    async fn a_cluster_scoped_mr_gets_a_core_event_where_events_k8s_io_refuses() {
-        let (client, api) = mock::client(|r| {
-            if r.method == "POST" && r.path.starts_with("/apis/events.k8s.io/") {
-                return Reply::Json(
-                    422,
-                    status(
-                        422,
-                        "Invalid",
-                        "Event \"leaky.1\" is invalid: involvedObject.namespace: Invalid value: \"\": does not match event.namespace",
-                    ),
-                );
-            }
-            if r.method == "POST" || r.method == "PATCH" {
-                return Reply::Json(201, r.body.clone());
-            }
-            Reply::Json(200, list("EventList", "events.k8s.io/v1", vec![]))
-        });
-        let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let states = MrStates::new(metrics.clone());
-        let recorder = EventRecorder::new(client, "pod".into(), states.dedup());
-        let leaky = state(&objects()[0]).pending.unwrap().obj;
-        assert!(leaky.namespace.is_none(), "a cluster-scoped VPC");
-        assert!(recorder
-            .possibly_leaked(&leaky, "2024-01-01T00:00:10Z")
-            .await
-            .unwrap());
-        assert!(recorder
-            .possibly_leaked(&leaky, "2024-02-01T00:00:00Z")
-            .await
-            .unwrap());
-        let other = state(&vpc(
-            "other",
-            "u8",
-            json!({CREATE_PENDING: "2024-01-01T00:00:10Z"}),
-            json!({}),
-        ))
-        .pending
-        .unwrap()
-        .obj;
-        assert_ne!(other.uid, leaky.uid);
-        assert!(recorder
-            .possibly_leaked(&other, "2024-01-01T00:00:10Z")
-            .await
-            .unwrap());
-        let reqs = api.requests();
-        let posted = events_posted(&reqs);
-        let paths: Vec<&str> = posted.iter().map(|r| r.path.as_str()).collect();
-        assert_eq!(
-            paths,
-            [
-                "/apis/events.k8s.io/v1/namespaces/default/events",
-                "/api/v1/namespaces/default/events",
-                "/api/v1/namespaces/default/events",
-            ],
-            "one Event per MR, the second straight to core/v1"
-        );
-        // The repeat about the same MR counts into its Event.
-        let core = &posted[1].body;
-        let name = core["metadata"]["name"].as_str().unwrap();
-        let patches: Vec<_> = reqs.iter().filter(|r| r.method == "PATCH").collect();
-        assert_eq!(patches.len(), 1, "{reqs:#?}");
-        assert_eq!(
-            patches[0].path,
-            format!("/api/v1/namespaces/default/events/{name}")
-        );
-        assert_eq!(patches[0].body["series"]["count"], 2);
-        assert_eq!(patches[0].body["count"], 2);
-        let observed = patches[0].body["series"]["lastObservedTime"]
-            .as_str()
-            .unwrap();
-        let fraction = observed.split_once('.').unwrap().1;
-        assert_eq!(
-            fraction.len(),
-            "000000Z".len(),
-            "{observed}: MicroTime has 6 decimals"
-        );
-        assert_eq!(core["reason"], POSSIBLY_LEAKED);
-        assert_eq!(core["type"], "Warning");
-        assert_eq!(core["involvedObject"]["uid"], "u1");
-        assert_eq!(core["involvedObject"]["kind"], "VPC");
-        assert!(core["involvedObject"].get("namespace").is_none());
-        assert_eq!(core["reportingComponent"], REPORTING_CONTROLLER);
-        // No eventTime: the old validation, which allows "default".
-        assert!(core.get("eventTime").is_none(), "{core}");
-        assert_eq!(
-            pending_in_note(core["message"].as_str().unwrap()),
-            Some("2024-01-01T00:00:10Z")
-        );
-        assert!(core["metadata"]["name"]
-            .as_str()
-            .unwrap()
-            .starts_with("leaky."));
     }
 
     #[tokio::test]
