@@ -87,7 +87,7 @@ fn upjets_generated_rules_judge_the_real_crds() {
         assert_eq!(out.status.code(), Some(1), "{field}: {}", stderr(&out));
         assert!(
             stderr(&out).contains(&format!(
-                "spec: Invalid value: \"object\": spec.forProvider.{field} is a required parameter"
+                "spec: Invalid value: spec.forProvider.{field} is a required parameter"
             )),
             "{}",
             stderr(&out)
@@ -104,7 +104,7 @@ fn a_missing_parameter_is_rejected_with_upjets_message() {
     assert_eq!(
         stderr(&out),
         "AlternateContact/operations: invalid: The AlternateContact \"operations\" is invalid: \
-         spec: Invalid value: \"object\": spec.forProvider.emailAddress is a required parameter\n"
+         spec: Invalid value: spec.forProvider.emailAddress is a required parameter\n"
     );
     // Without --crd nothing checks it: mrguard's own rules pass it.
     let out = mrguard(&["check", "-f", &f]);
@@ -122,7 +122,7 @@ fn every_missing_parameter_is_listed_as_kubectl_lists_them() {
     let out = mrguard(&["check", "-f", &f, "--crd", &crds()]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
-    assert!(err.contains("is invalid: \n* spec: Invalid value: \"object\": spec.forProvider.phoneNumber is a required parameter\n* spec: Invalid value: \"object\": spec.forProvider.title is a required parameter\n"), "{err}");
+    assert!(err.contains("is invalid: \n* spec: Invalid value: spec.forProvider.phoneNumber is a required parameter\n* spec: Invalid value: spec.forProvider.title is a required parameter\n"), "{err}");
 }
 
 #[test]
@@ -283,9 +283,8 @@ fn transition_rules_use_old_and_message_expressions_render() {
     let out = mrguard(&["check", "-f", &new, "--old", &old, "--crd", &crd]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains(
-            "The Widget \"w\" is invalid: spec: Invalid value: \"object\": size is immutable"
-        ),
+        stderr(&out)
+            .contains("The Widget \"w\" is invalid: spec: Invalid value: size is immutable"),
         "{}",
         stderr(&out)
     );
@@ -293,7 +292,7 @@ fn transition_rules_use_old_and_message_expressions_render() {
     let out = mrguard(&["check", "-f", &big, "--crd", &crd]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("spec: Invalid value: \"object\": size 11 is over 10"),
+        stderr(&out).contains("spec: Invalid value: size 11 is over 10"),
         "{}",
         stderr(&out)
     );

@@ -56,6 +56,14 @@ pub mod since {
     /// A rule's `optionalOldSelf`; older servers drop it, and the rule is
     /// then a plain transition rule, not evaluated on create.
     pub const OPTIONAL_OLD_SELF: KubeVersion = KubeVersion::new(1, 30);
+    /// A failed rule's error shows the value the rule judged: a scalar as
+    /// it is (`spec.size: Invalid value: 11: ...`), an object or a list
+    /// left out (`spec: Invalid value: ...`). Before, it showed the name
+    /// of the schema's type (`Invalid value: "integer"`). Read in
+    /// k8s.io/apiextensions-apiserver's CEL validator (v0.34.2 has the type
+    /// name, v0.35.0 the value) and measured on v1.30.14 and v1.36.3
+    /// (tests/e2e/differential.rs).
+    pub const RULE_ERROR_VALUE: KubeVersion = KubeVersion::new(1, 35);
     /// An `enum` error of a list item is reported at the item
     /// (`spec.managementPolicies[0]`). kube-apiserver v1.20.2 and
     /// v1.24.0-alpha.1 report it at the list (`spec.managementPolicies`),

@@ -271,15 +271,25 @@ impl FieldError {
         }
     }
 
-    /// A failed `x-kubernetes-validations` rule, by its `reason`.
-    pub fn rule(path: &SchemaPath, ty: &str, reason: Option<&str>, message: String) -> Self {
+    /// A failed `x-kubernetes-validations` rule, by its `reason`. `shown`
+    /// is the value as the error prints it, `None` where the API server
+    /// leaves it out (Go's `field.OmitValueType`).
+    pub fn rule(
+        path: &SchemaPath,
+        shown: Option<String>,
+        reason: Option<&str>,
+        message: String,
+    ) -> Self {
+        let shown = shown.unwrap_or_default();
         let kind = match reason {
             Some("FieldValueRequired") => FieldErrorKind::Required(Some(message)),
             Some("FieldValueForbidden") => FieldErrorKind::Forbidden(message),
-            Some("FieldValueDuplicate") => FieldErrorKind::Duplicate(format!("{message:?}")),
-            _ => {
-                return Self::invalid(path, ty, message);
-            }
+            // A duplicate shows the value and no message.
+            Some("FieldValueDuplicate") => FieldErrorKind::Duplicate(shown),
+            _ => FieldErrorKind::Invalid {
+                value: shown,
+                detail: message,
+            },
         };
         FieldError {
             path: path.to_string(),
@@ -294,6 +304,10 @@ impl fmt::Display for FieldError {
         match &self.kind {
             FieldErrorKind::Required(None) => write!(f, "{p}: Required value"),
             FieldErrorKind::Required(Some(m)) => write!(f, "{p}: Required value: {m}"),
+            // An empty value is one the API server leaves out.
+            FieldErrorKind::Invalid { value, detail } if value.is_empty() => {
+                write!(f, "{p}: Invalid value: {detail}")
+            }
             FieldErrorKind::Type { value, detail } | FieldErrorKind::Invalid { value, detail } => {
                 write!(f, "{p}: Invalid value: {value}: {detail}")
             }
@@ -305,6 +319,7 @@ impl fmt::Display for FieldError {
                 )
             }
             FieldErrorKind::Forbidden(m) => write!(f, "{p}: Forbidden: {m}"),
+            FieldErrorKind::Duplicate(m) if m.is_empty() => write!(f, "{p}: Duplicate value"),
             FieldErrorKind::Duplicate(m) => write!(f, "{p}: Duplicate value: {m}"),
             FieldErrorKind::TooLong(m) => write!(f, "{p}: Too long: {m}"),
             FieldErrorKind::TooMany(m) => write!(f, "{p}: Too many: {m}"),
@@ -314,12 +329,17 @@ impl fmt::Display for FieldError {
 }
 
 /// A JSON value as Go's field errors print it: strings quoted, numbers and
-/// booleans bare, maps as `map[string]interface {}{...}`.
-fn go_value(v: &Value) -> String {
+/// booleans bare (a whole float64 as Go's `%v` prints it, `3` not `3.0`),
+/// maps as `map[string]interface {}{...}`.
+pub(crate) fn go_value(v: &Value) -> String {
     match v {
         Value::String(s) => format!("{s:?}"),
         Value::Null => "null".into(),
-        Value::Bool(_) | Value::Number(_) => v.to_string(),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 1e21 => format!("{f:.0}"),
+            _ => n.to_string(),
+        },
+        Value::Bool(_) => v.to_string(),
         Value::Object(m) => {
             let inner: Vec<String> = m.iter().map(|(k, x)| format!("{k:?}:{x}")).collect();
             format!("map[string]interface {{}}{{{}}}", inner.join(", "))

@@ -30,6 +30,9 @@ pub(crate) struct ValidationRule {
     pub reason: Option<String>,
     pub field_path: Option<String>,
     pub optional_old_self: bool,
+    /// The rule's error shows the value judged, not its type's name
+    /// ([`crate::kube_version::since::RULE_ERROR_VALUE`]).
+    pub error_shows_value: bool,
 }
 
 /// A schema node.

@@ -117,6 +117,7 @@ impl Schema {
                         .get("optionalOldSelf")
                         .and_then(Value::as_bool)
                         .unwrap_or(false),
+                    error_shows_value: true,
                     rule,
                 });
             }
@@ -142,6 +143,7 @@ impl Schema {
                 if !kube.at_least(since::OPTIONAL_OLD_SELF) {
                     r.optional_old_self = false;
                 }
+                r.error_shows_value = kube.at_least(since::RULE_ERROR_VALUE);
             }
         } else {
             dropped += self.rules.len();
@@ -157,6 +159,18 @@ impl Schema {
             dropped += s.as_served_by(kube);
         }
         dropped
+    }
+
+    /// Whether the schema declares a rule anywhere: without one the API
+    /// server has no CEL validator for the CRD (`cel.NewValidator` returns
+    /// nil), and says nothing of rules left unchecked.
+    pub(crate) fn has_rules(&self) -> bool {
+        !self.rules.is_empty()
+            || self.properties.values().any(Schema::has_rules)
+            || [self.additional.as_deref(), self.items.as_deref()]
+                .into_iter()
+                .flatten()
+                .any(Schema::has_rules)
     }
 
     /// Every rule that did not compile, with where it is declared.

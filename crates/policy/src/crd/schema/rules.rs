@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 use crate::cel::Scope;
 
-use super::super::errors::{FieldError, SchemaPath};
+use super::super::errors::{go_value, FieldError, SchemaPath};
 use super::{Schema, ValidationRule};
 
 impl Schema {
@@ -160,12 +160,15 @@ impl Schema {
                     mp,
                     message_scope.as_ref().unwrap_or(&scope),
                 );
-                errors.push(FieldError::rule(
-                    &at,
-                    self.type_name(),
-                    r.reason.as_deref(),
-                    msg,
-                ));
+                // What the error shows of the value judged.
+                let shown = if !r.error_shows_value {
+                    Some(format!("{:?}", self.type_name()))
+                } else if matches!(self.type_name(), "object" | "array") {
+                    None
+                } else {
+                    Some(go_value(v))
+                };
+                errors.push(FieldError::rule(&at, shown, r.reason.as_deref(), msg));
             }
             Err(e) => errors.push(FieldError::invalid(
                 &at,
