@@ -5,7 +5,7 @@
 //! against a fake API server to prove that an upgrade carries the live
 //! caBundle and rules over.
 //!
-//! helm comes from $HELM_BIN or .tools/bin/helm; `scripts/install-helm.sh`
+//! helm comes from $HELM_BIN or .tools/bin/helm; `scripts/install-tools.sh`
 //! installs the latter. Without it these tests fail, on purpose.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,7 +1,7 @@
 //! Observability shipped with the chart, both opt-in: the Grafana dashboard
 //! (a ConfigMap for the Grafana sidecar, charts/mrguard/dashboards/mrguard.json)
 //! and the PrometheusRule alerts, rendered by a real helm
-//! (`scripts/install-helm.sh` puts it in .tools/bin, or set HELM_BIN).
+//! (`scripts/install-tools.sh` puts it in .tools/bin, or set HELM_BIN).
 //!
 //! Every PromQL expression must parse, and every metric it names must be one
 //! that mrguard's own registration code registers (built here from the real
@@ -1241,7 +1241,7 @@ fn links_in_the_observability_docs_resolve() {
 // ------------------------------------------------------ alert unit tests
 
 /// promtool, from `$PROMTOOL_BIN` or `.tools/bin/promtool`, which
-/// `scripts/install-promtool.sh` installs (scripts/test.sh runs it).
+/// `scripts/install-tools.sh` installs (scripts/test.sh runs it).
 /// Without it this test fails, on purpose, as the helm tests do.
 fn promtool() -> std::path::PathBuf {
     if let Some(p) = std::env::var_os("PROMTOOL_BIN").filter(|p| !p.is_empty()) {
@@ -1250,7 +1250,7 @@ fn promtool() -> std::path::PathBuf {
     let local = root().join(".tools/bin/promtool");
     assert!(
         local.exists(),
-        "promtool not found: run `scripts/install-promtool.sh` (it installs {}) or set PROMTOOL_BIN",
+        "promtool not found: run `scripts/install-tools.sh` (it installs {}) or set PROMTOOL_BIN",
         local.display()
     );
     local

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::repo_root;
 
-/// helm from $HELM_BIN or .tools/bin/helm (`scripts/install-helm.sh`).
+/// helm from $HELM_BIN or .tools/bin/helm (`scripts/install-tools.sh`).
 pub fn helm_bin() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("HELM_BIN").filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
@@ -20,7 +20,7 @@ pub fn helm_bin() -> Result<PathBuf, String> {
         return Ok(local);
     }
     Err(format!(
-        "helm not found: run scripts/install-helm.sh (it installs {}) or set HELM_BIN",
+        "helm not found: run scripts/install-tools.sh (it installs {}) or set HELM_BIN",
         local.display()
     ))
 }

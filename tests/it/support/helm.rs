@@ -1,5 +1,5 @@
 //! A real helm on the chart: from `$HELM_BIN`, or `.tools/bin/helm`, which
-//! `scripts/install-helm.sh` installs. Without either the tests that use it
+//! `scripts/install-tools.sh` installs. Without either the tests that use it
 //! fail, on purpose. helm's own state is kept out of `$HOME`.
 
 use std::path::{Path, PathBuf};
@@ -28,7 +28,7 @@ fn helm_bin() -> PathBuf {
     let local = root().join(".tools/bin/helm");
     assert!(
         local.is_file(),
-        "helm not found: run `scripts/install-helm.sh` (it installs {}) or set HELM_BIN",
+        "helm not found: run `scripts/install-tools.sh` (it installs {}) or set HELM_BIN",
         local.display()
     );
     local
