@@ -506,8 +506,10 @@ async fn check_crd_agrees_with_the_api_server_on_upstream_manifests() {
 /// A CRD of the project's own with each CRD feature `check --crd
 /// --kube-version` models by release (`mrguard_policy::kube_version::since`):
 /// a rule with `messageExpression`, `reason` and `fieldPath`, a transition
-/// rule with `optionalOldSelf`, an `enum` on list items, and a schema that
-/// strict field validation holds unknown fields against.
+/// rule with `optionalOldSelf`, a rule on a scalar (whose error shows the
+/// value from 1.35), an `enum` on list items, a list map (whose duplicate
+/// key prints as JSON from 1.34), and a schema that strict field
+/// validation holds unknown fields against.
 const GADGET_CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -537,8 +539,21 @@ spec:
                   optionalOldSelf: true
                   message: size only grows, and is never created as 13
               properties:
-                size: {type: integer, minimum: 0, maximum: 1000}
+                size:
+                  type: integer
+                  minimum: 0
+                  maximum: 1000
+                  x-kubernetes-validations: [{rule: "self != 7"}]
                 modes: {type: array, maxItems: 4, items: {type: string, enum: [a, b]}}
+                ports:
+                  type: array
+                  maxItems: 4
+                  x-kubernetes-list-type: map
+                  x-kubernetes-list-map-keys: [name]
+                  items:
+                    type: object
+                    required: [name]
+                    properties: {name: {type: string, maxLength: 8}, port: {type: integer}}
 "#;
 
 /// What a server answered, as `check` prints its errors: `field: message`
@@ -621,6 +636,14 @@ async fn check_kube_version_agrees_with_the_api_server_feature_by_feature() {
         (
             "optionalOldSelf on create",
             gadget("thirteen", json!({"size": 13})),
+        ),
+        ("a rule on a scalar", gadget("seven", json!({"size": 7}))),
+        (
+            "a duplicate list-map key",
+            gadget(
+                "ports",
+                json!({"size": 1, "ports": [{"name": "x", "port": 1}, {"name": "x", "port": 2}]}),
+            ),
         ),
         (
             "enum error at the item",

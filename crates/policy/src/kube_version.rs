@@ -64,6 +64,13 @@ pub mod since {
     /// name, v0.35.0 the value) and measured on v1.30.14 and v1.36.3
     /// (tests/e2e/differential.rs).
     pub const RULE_ERROR_VALUE: KubeVersion = KubeVersion::new(1, 35);
+    /// A field error prints a value that is neither a string nor a number
+    /// as JSON (`Duplicate value: {"name":"x"}`, `Invalid value: null`);
+    /// before, as Go's `%#v` (`map[string]interface {}{"name":"x"}`) and a
+    /// nil as the string `"null"`. Read in k8s.io/apimachinery's
+    /// `field.Error` (v0.33.6 and v0.34.2), measured on v1.30.14 and
+    /// v1.36.3 (tests/e2e/differential.rs).
+    pub const FIELD_ERROR_JSON_VALUES: KubeVersion = KubeVersion::new(1, 34);
     /// An `enum` error of a list item is reported at the item
     /// (`spec.managementPolicies[0]`). kube-apiserver v1.20.2 and
     /// v1.24.0-alpha.1 report it at the list (`spec.managementPolicies`),

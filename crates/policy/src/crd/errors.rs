@@ -328,23 +328,48 @@ impl fmt::Display for FieldError {
     }
 }
 
-/// A JSON value as Go's field errors print it: strings quoted, numbers and
-/// booleans bare (a whole float64 as Go's `%v` prints it, `3` not `3.0`),
-/// maps as `map[string]interface {}{...}`.
+/// A JSON value as Go's field errors print it from 1.34
+/// ([`crate::kube_version::since::FIELD_ERROR_JSON_VALUES`]): strings
+/// quoted, numbers and booleans bare (a whole float64 as Go's `%v` prints
+/// it, `3` not `3.0`), anything else as JSON (`{"name":"x"}`, `null`).
 pub(crate) fn go_value(v: &Value) -> String {
     match v {
         Value::String(s) => format!("{s:?}"),
-        Value::Null => "null".into(),
         Value::Number(n) => match n.as_f64() {
             Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 1e21 => format!("{f:.0}"),
             _ => n.to_string(),
         },
-        Value::Bool(_) => v.to_string(),
+        Value::Bool(_) | Value::Null | Value::Object(_) | Value::Array(_) => v.to_string(),
+    }
+}
+
+/// A value [`go_value`] printed, as Go printed it before 1.34: a nil as
+/// the quoted string `"null"`, a map as `map[string]interface {}{...}`;
+/// strings and numbers as they are.
+pub(crate) fn legacy_go_value(shown: &str) -> Option<String> {
+    match serde_json::from_str::<Value>(shown).ok()? {
+        Value::Null => Some("\"null\"".into()),
         Value::Object(m) => {
             let inner: Vec<String> = m.iter().map(|(k, x)| format!("{k:?}:{x}")).collect();
-            format!("map[string]interface {{}}{{{}}}", inner.join(", "))
+            Some(format!("map[string]interface {{}}{{{}}}", inner.join(", ")))
         }
-        Value::Array(_) => format!("[]interface {{}}{v}"),
+        Value::Array(_) => Some(format!("[]interface {{}}{shown}")),
+        _ => None,
+    }
+}
+
+impl FieldError {
+    /// This error as an API server before 1.34 printed it.
+    pub(crate) fn in_legacy_printing(mut self) -> Self {
+        match &mut self.kind {
+            FieldErrorKind::Invalid { value, .. } | FieldErrorKind::Duplicate(value) => {
+                if let Some(old) = legacy_go_value(value) {
+                    *value = old;
+                }
+            }
+            _ => {}
+        }
+        self
     }
 }
 

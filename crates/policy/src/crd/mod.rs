@@ -467,6 +467,20 @@ impl CrdVersion {
     /// [`CrdVersion::unknown_fields`] and [`CrdVersion::admit`].
     pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Result<Vec<FieldError>, CrdError> {
         self.ensure_supported()?;
+        let errors = self.errors_of(obj, old);
+        Ok(if self.kube.at_least(since::FIELD_ERROR_JSON_VALUES) {
+            errors
+        } else {
+            errors
+                .into_iter()
+                .map(FieldError::in_legacy_printing)
+                .collect()
+        })
+    }
+
+    /// [`CrdVersion::validate`]'s errors, values printed as 1.34 and later
+    /// print them.
+    fn errors_of(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
         let mut errors = meta::validate(obj.get("metadata"), self.namespaced);
         let mut pruned = obj.clone();
         self.schema
@@ -483,7 +497,7 @@ impl CrdVersion {
             // networkmanager Device of provider-upjet-aws, which declares
             // no rule, gets none).
             if !self.kube.enforces_validation_rules() || !self.schema.has_rules() {
-                return Ok(errors);
+                return errors;
             }
             // `field.Invalid(nil, nil, ...)`: a nil value, printed bare.
             errors.push(FieldError {
@@ -495,11 +509,11 @@ impl CrdVersion {
                         .into(),
                 },
             });
-            return Ok(errors);
+            return errors;
         }
         self.schema
             .validate_rules(&pruned, old, &SchemaPath::root(), true, &mut errors);
-        Ok(errors)
+        errors
     }
 }
 

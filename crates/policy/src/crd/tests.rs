@@ -717,20 +717,19 @@ fn metadata_is_validated_as_the_api_server_does() {
 
 #[test]
 fn limits_lists_and_formats() {
-    let v = synthetic(
-        json!({"type": "object", "properties": {"spec": {"type": "object",
-        "x-kubernetes-validations": [{"rule": "false", "message": "cel ran"}],
-        "properties": {
-            "code": {"type": "string", "minLength": 2, "pattern": "^[a-z]+$"},
-            "n": {"type": "integer", "minimum": 1, "maximum": 10},
-            "at": {"type": "string", "format": "date-time"},
-            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
-            "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
-                "items": {"type": "object", "properties": {"name": {"type": "string"}, "p": {"type": "integer"}}}},
-            "short": {"type": "string", "maxLength": 3},
-            "few": {"type": "array", "maxItems": 1, "items": {"type": "string"}},
-        }}}}),
-    );
+    let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+    "x-kubernetes-validations": [{"rule": "false", "message": "cel ran"}],
+    "properties": {
+        "code": {"type": "string", "minLength": 2, "pattern": "^[a-z]+$"},
+        "n": {"type": "integer", "minimum": 1, "maximum": 10},
+        "at": {"type": "string", "format": "date-time"},
+        "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+        "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+            "items": {"type": "object", "properties": {"name": {"type": "string"}, "p": {"type": "integer"}}}},
+        "short": {"type": "string", "maxLength": 3},
+        "few": {"type": "array", "maxItems": 1, "items": {"type": "string"}},
+    }}}});
+    let v = synthetic(schema.clone());
     let obj = widget(
         json!({"code": "A", "n": 11, "at": "yesterday", "tags": ["a", "b", "a"],
         "ports": [{"name": "x", "p": 1}, {"name": "x", "p": 2}]}),
@@ -743,11 +742,24 @@ fn limits_lists_and_formats() {
             "spec.code: Invalid value: \"A\": spec.code in body should be at least 2 chars long",
             "spec.code: Invalid value: \"A\": spec.code in body should match '^[a-z]+$'",
             "spec.n: Invalid value: 11: spec.n in body should be less than or equal to 10",
-            "spec.ports[1]: Duplicate value: map[string]interface {}{\"name\":\"x\"}",
+            "spec.ports[1]: Duplicate value: {\"name\":\"x\"}",
             "spec.tags[2]: Duplicate value: \"a\"",
             // Not blocking: the CEL rules still run.
             "spec: Invalid value: cel ran",
         ]
+    );
+    // Before 1.34 a map printed as Go's %#v, and before 1.35 a rule's
+    // error named the type.
+    let e = errors_of(&synthetic_as(schema.clone(), as_of(33)), &obj, None);
+    assert!(
+        e.contains(
+            &"spec.ports[1]: Duplicate value: map[string]interface {}{\"name\":\"x\"}".to_string()
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e.contains(&"spec: Invalid value: \"object\": cel ran".to_string()),
+        "{e:?}"
     );
     // Too long and too many are blocking.
     let obj = widget(json!({"short": "abcd", "few": ["a", "b"]}));
@@ -760,6 +772,12 @@ fn limits_lists_and_formats() {
             "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; \
              correct the existing errors to complete validation",
         ]
+    );
+    // Before 1.34 the nil value printed as the string "null".
+    let e = errors_of(&synthetic_as(schema, as_of(33)), &obj, None);
+    assert!(
+        e[2].starts_with("<nil>: Invalid value: \"null\": some validation rules"),
+        "{e:?}"
     );
 }
 
