@@ -11,7 +11,8 @@
 #   CHECKOUT  a provider-upjet-aws tree (package/crds/ and examples/)
 #   GROUPS    comma-separated examples/ folders, e.g. ec2,iam,s3 (default: all)
 #   REPORT    where to write the table (default: target/differential.md)
-# Needs KUBEBUILDER_ASSETS (kube-apiserver and etcd; scripts/envtest.sh).
+# Needs KUBEBUILDER_ASSETS (kube-apiserver and etcd): export
+# KUBEBUILDER_ASSETS="$(scripts/envtest.sh | tail -n 1)".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -lt 1 || ! -d "$1/package/crds" || ! -d "$1/examples" ]]; then

@@ -6,9 +6,7 @@
 //! `check --live` names the MRD, and the MRAP webhook warns about a
 //! singular pattern and denies a malformed one.
 //!
-//! Both tests need only what Kubernetes 1.20, the oldest server the suite
-//! runs, has: there the MRD CRD installs without its CEL rules (the test
-//! adds them back from 1.25, as Crossplane ships them).
+//! The tests need only what the oldest supported Kubernetes (1.30) has.
 
 use kube::api::{Api, DynamicObject};
 use serde_json::{json, Value};
@@ -17,9 +15,10 @@ use crate::compositions::crossplane_crd;
 use crate::preflight::{mrguard, text};
 use crate::support::{self, api, resource, wait_for, Options, WAIT};
 
-/// The oldest API server these tests need: custom resources and
-/// validating webhooks with warnings, which 1.20 has.
-const NEEDS: (u32, u32) = (1, 20);
+/// The oldest API server these tests need: custom resources, Crossplane's
+/// CRDs with their CEL rules and validating webhooks with warnings, which
+/// every supported Kubernetes has.
+const NEEDS: (u32, u32) = support::version::OLDEST_SUPPORTED;
 
 const MRDS: &str = "managedresourcedefinitions.apiextensions.crossplane.io";
 const MRAPS: &str = "managedresourceactivationpolicies.apiextensions.crossplane.io";

@@ -25,9 +25,7 @@ resources:
 const CROSSPLANE: &str = "system:serviceaccount:crossplane-system:crossplane";
 
 /// One of Crossplane's own CRDs (`crds-crossplane/` of `fixtures`, the
-/// folder MRGUARD_FIXTURES names), created once per API server. Before 1.25
-/// an API server compiles no `oldSelf` rules (transition rules): there
-/// those (fields that are immutable) are left out; 1.20 drops every rule.
+/// folder MRGUARD_FIXTURES names), created once per API server, as it is.
 pub(crate) async fn crossplane_crd(client: &kube::Client, fixtures: &std::path::Path, name: &str) {
     // The tests of this file run at once and share the CRD: whichever
     // comes second waits for the first one's to be served.
@@ -41,24 +39,7 @@ pub(crate) async fn crossplane_crd(client: &kube::Client, fixtures: &std::path::
         "crds-crossplane/apiextensions.crossplane.io_{plural}.yaml"
     )))
     .unwrap();
-    let mut crd: Value = serde_saphyr::from_str(&text).unwrap();
-    fn drop_transition_rules(v: &mut Value) {
-        match v {
-            Value::Object(m) => {
-                if let Some(Value::Array(rules)) = m.get_mut("x-kubernetes-validations") {
-                    rules.retain(|r| !r["rule"].as_str().unwrap_or("").contains("oldSelf"));
-                }
-                m.values_mut().for_each(drop_transition_rules);
-            }
-            Value::Array(a) => a.iter_mut().for_each(drop_transition_rules),
-            _ => {}
-        }
-    }
-    let version = crate::support::version::of_assets().unwrap();
-    if !version.at_least(support::needs::TRANSITION_RULES) {
-        drop_transition_rules(&mut crd);
-    }
-    let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
     if let Err(e) = support::cluster::create_crd(client, &crd).await {
         assert!(e.contains("AlreadyExists"), "{e}");
         served().await.unwrap();

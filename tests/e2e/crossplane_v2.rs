@@ -5,8 +5,8 @@
 //! deletion outcome of a namespaced MR, which has no deletionPolicy
 //! (docs/rules.md).
 //!
-//! Every test here needs only what the suite's oldest server (1.20) has:
-//! CRDs, webhooks and namespaced custom resources.
+//! Every test here needs only what the oldest supported Kubernetes (1.30)
+//! has: CRDs, webhooks and namespaced custom resources.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, PostParams};
@@ -67,7 +67,7 @@ async fn release_for_buckets(test: &str, values: Option<String>) -> Option<Relea
 /// Done when: `poll-interval: 5 minutes` is denied naming Go's duration
 /// format, `500ms` is denied under the default minimum, `90s` is allowed;
 /// an empty `reconcile-requested-at` is denied.
-/// Needs: any server (1.20).
+/// Needs: any supported server (1.30).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_annotations_are_read_as_crossplane_reads_them() {
     let test = "e2e-v2-annotations";
@@ -194,7 +194,7 @@ async fn ensure_crd(admin: &kube::Client, crd: Value) {
 /// `provider-config-exists`, while a ClusterProviderConfig of that name
 /// does not exist. The configs are read under the chart's RBAC for the
 /// family (`rbac.audit.providerFamilies`).
-/// Needs: any server (1.20).
+/// Needs: any supported server (1.30).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespaced_mr_names_a_served_provider_config_kind_looked_up_in_its_scope() {
     let test = "e2e-v2-provider-configs";
@@ -305,7 +305,7 @@ async fn a_namespaced_mr_names_a_served_provider_config_kind_looked_up_in_its_sc
 /// A namespaced MR has no deletionPolicy: deletion protection holds while
 /// its managementPolicies have Delete, its fix names managementPolicies
 /// only, and a set without Delete makes it deletable.
-/// Needs: any server (1.20).
+/// Needs: any supported server (1.30).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_protected_namespaced_mr_is_orphaned_by_its_management_policies() {
     let test = "e2e-v2-deletion";

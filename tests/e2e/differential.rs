@@ -13,7 +13,8 @@
 //! run returns lacks them) with those mrguard's note names.
 //!
 //! The vendored run asserts 0 false greens, 0 false reds, and the same
-//! fields on both sides, on any release from 1.20 on.
+//! fields on both sides, on any release mrguard models (1.20 on; CI's
+//! server is 1.36).
 //!
 //! `scripts/differential.sh` runs the same comparison over a whole
 //! checkout of provider-upjet-aws (`MRGUARD_DIFFERENTIAL_DIR`) and writes

@@ -5,8 +5,8 @@
 //!
 //! Without `KUBEBUILDER_ASSETS` each test that needs the API server prints
 //! "e2e skipped: …" with how to get the binaries, and passes; with
-//! `CI=true` it fails instead. `scripts/envtest.sh` runs this binary with
-//! given assets.
+//! `CI=true` it fails instead. `scripts/e2e.sh` builds the API server from
+//! its Go modules (`scripts/envtest.sh`) and runs this binary on it.
 
 mod activation;
 mod admission;

@@ -1,5 +1,5 @@
-//! `mrguard plan --live` against a real API server (1.20 or newer: it
-//! needs nothing newer). A stand-in provider (this test code) writes
+//! `mrguard plan --live` against a real API server (any supported one,
+//! 1.30 or newer: it needs nothing newer). A stand-in provider (this test code) writes
 //! `status.atProvider`, late-initializes a field by server-side apply
 //! under its own field manager, and sets the creation annotations; the
 //! plan then says, per MR, the action and the mark of each field. No
@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use crate::preflight::{ensure_namespace, kubectl_apply_create, mrguard_in, provider_patch, text};
 use crate::support::{self, Cluster};
 
-/// The oldest API server the plan is proven on; it needs nothing newer.
-const NEEDS: (u32, u32) = (1, 20);
+/// The oldest API server the plan needs: every supported one.
+const NEEDS: (u32, u32) = support::version::OLDEST_SUPPORTED;
 
 const GROUP: &str = "plan.aws.upbound.io";
 const M_GROUP: &str = "plan.aws.m.upbound.io";

@@ -136,8 +136,9 @@ pub fn require_assets(test: &str) -> bool {
     let Err(why) = cluster::assets() else {
         return true;
     };
-    let how = "run scripts/envtest.sh ASSETS_DIR, or set KUBEBUILDER_ASSETS to a folder holding \
-               kube-apiserver and etcd (docs/controller.md, \"End-to-end tests\")";
+    let how = "run scripts/e2e.sh (it builds them from their Go modules), or set \
+               KUBEBUILDER_ASSETS=\"$(scripts/envtest.sh | tail -n 1)\" (docs/controller.md, \
+               \"End-to-end tests\")";
     if ci() {
         panic!("{test} needs a real API server and CI=true: {why}; {how}");
     }
