@@ -19,6 +19,10 @@ if [[ -z "${KUBEBUILDER_ASSETS:-}" ]]; then
   KUBEBUILDER_ASSETS="$(scripts/envtest.sh | tail -n 1)"
 fi
 export KUBEBUILDER_ASSETS
+if [[ -z "${MRGUARD_CROSSPLANE:-}" ]]; then
+  MRGUARD_CROSSPLANE="$(scripts/crossplane.sh | tail -n 1)"
+fi
+export MRGUARD_CROSSPLANE
 echo "e2e: kube-apiserver $("$KUBEBUILDER_ASSETS/kube-apiserver" --version) from $KUBEBUILDER_ASSETS"
 scripts/install-tools.sh >/dev/null
 CI=true exec cargo test -p mrguard --test e2e -- "$@"

@@ -29,9 +29,9 @@ mod="$root/tools/$name"
 
 pkg="$(go_mod_tool "$mod/go.mod")"
 version="$(go_mod_version_of "$mod/go.mod" "$pkg")"
-bin="$(basename "$pkg")"
-# A module's root package is named for the module (etcd's server/v3).
-[[ "$bin" =~ ^v[0-9]+$ ]] && bin="$name"
+# The binary is named for the folder (provider-kubernetes' package is
+# cmd/provider, etcd's the module root server/v3).
+bin="$name"
 
 # What each program's own release build passes (its Makefile or .promu.yml),
 # so that `--version` says what it is.
@@ -48,6 +48,12 @@ case "$name" in
     ldflags+=" -X github.com/prometheus/common/version.Branch=HEAD"
     # Service discovery is for the server; promtool tests and checks rules.
     tags="netgo,remove_all_sd"
+    ;;
+  provider-kubernetes)
+    ldflags+=" -X github.com/crossplane-contrib/provider-kubernetes/internal/version.Version=$version"
+    ;;
+  crossplane)
+    ldflags+=" -X github.com/crossplane/crossplane-runtime/v2/pkg/version.version=$version"
     ;;
 esac
 

@@ -38,6 +38,12 @@ fi
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
   echo "end-to-end tests on $("$KUBEBUILDER_ASSETS/kube-apiserver" --version) ($KUBEBUILDER_ASSETS)"
 fi
+# The real Crossplane of the end-to-end tests (provider-kubernetes and
+# Crossplane core, built from their Go modules; tests/e2e/with_crossplane.rs).
+if [[ -z "${MRGUARD_CROSSPLANE:-}" ]] && command -v go >/dev/null 2>&1; then
+  MRGUARD_CROSSPLANE="$(scripts/crossplane.sh | tail -n 1)"
+  export MRGUARD_CROSSPLANE
+fi
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

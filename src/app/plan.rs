@@ -45,8 +45,9 @@ pub(crate) enum PlanOutput {
 #[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
     /// Manifest file (multi-document YAML), or folder (read recursively);
-    /// "-" reads standard input. Repeatable.
-    #[arg(short = 'f', long = "file", required = true)]
+    /// "-" reads standard input. Repeatable; optional with --delete, to
+    /// plan deletions only.
+    #[arg(short = 'f', long = "file", required_unless_present = "delete")]
     pub(crate) file: Vec<PathBuf>,
     /// Plan against the live objects of a cluster: one list per kind.
     #[arg(long, conflicts_with_all = ["old", "crd"])]
@@ -522,7 +523,13 @@ fn exit_code(plan: Option<&Plan>, detailed: bool) -> i32 {
 /// Runs the plan; see [`exit_code`].
 pub(crate) fn run(args: PlanArgs) -> i32 {
     let mut err = std::io::stderr();
-    let plan = match manifests::read(&args.file, args.max_documents) {
+    // Deletions only: no manifest to read.
+    let docs = if args.file.is_empty() {
+        Ok(Vec::new())
+    } else {
+        manifests::read(&args.file, args.max_documents)
+    };
+    let plan = match docs {
         Err(e) => Err(PlanError::from(e)),
         Ok(docs) if args.live => match cluster::runtime("plan") {
             Some(rt) => rt.block_on(plan_live(&args, docs)),

@@ -30,3 +30,4 @@ mod quiet;
 mod server_features;
 mod supervision;
 mod support;
+mod with_crossplane;

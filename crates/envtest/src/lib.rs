@@ -146,6 +146,26 @@ pub fn require_assets(test: &str) -> bool {
     false
 }
 
+/// The real Crossplane ([`crossplane::Crossplane`]) on the shared API
+/// server, or None when this test is skipped: without the API server, or
+/// without `MRGUARD_CROSSPLANE` (the test says why; with `CI=true` it
+/// fails).
+pub async fn require_crossplane(test: &str) -> Option<&'static crossplane::Crossplane> {
+    require_cluster(test).await?;
+    if let Err(why) = crossplane::running::assets() {
+        let how = "run scripts/e2e.sh, or set MRGUARD_CROSSPLANE=\"$(scripts/crossplane.sh | tail -n 1)\"";
+        if ci() {
+            panic!("{test} needs a real Crossplane and CI=true: {why}; {how}");
+        }
+        skip(test, &format!("{why}; {how}"));
+        return None;
+    }
+    match crossplane::Crossplane::shared().await {
+        Ok(xp) => Some(xp),
+        Err(e) => panic!("{test}: Crossplane did not start: {e}"),
+    }
+}
+
 /// The shared API server, or None when this test is skipped
 /// ([`require_assets`]).
 pub async fn require_cluster(test: &str) -> Option<&'static Cluster> {
