@@ -83,6 +83,8 @@ struct RawResource {
     immutable_fields: Vec<String>,
     tags_field: Option<String>,
     #[serde(default)]
+    identity_fields: Vec<String>,
+    #[serde(default)]
     deletion_protection: bool,
     #[serde(default)]
     rules: BTreeMap<String, RuleAction>,
@@ -170,6 +172,11 @@ pub struct ResourceConfig {
     pub immutable_fields: Vec<FieldPath>,
     /// `tagsField`: the map the tag initializer fills, if any.
     pub tags_field: Option<FieldPath>,
+    /// `identityFields`: the fields whose values name the external
+    /// resource, for kinds whose external name does not (provider-kubernetes'
+    /// Object names its target in `spec.forProvider.manifest`). Empty: the
+    /// external name does.
+    pub identity_fields: Vec<FieldPath>,
     /// `deletionProtection`: deleting these kinds with outcome Delete is denied.
     pub deletion_protection: bool,
     /// `rules`: per-kind action overrides, by rule name.
@@ -243,9 +250,11 @@ impl Config {
     /// rules, actions, exceptions or other kinds' entries keeps them, so
     /// the replicas' watches of this kind need not list it again.
     pub fn same_claims_for(&self, other: &Config, group: &str, kind: &str) -> bool {
+        let (a, b) = (self.resource(group, kind), other.resource(group, kind));
         self.provider_config == other.provider_config
             && self.judges_every_update() == other.judges_every_update()
-            && self.resource(group, kind).external_name == other.resource(group, kind).external_name
+            && a.external_name == b.external_name
+            && a.identity_fields == b.identity_fields
     }
 
     /// Whether a CEL rule reads `status` of `self` or `oldSelf`, its
@@ -611,6 +620,15 @@ fn validate_resource(at: &str, r: RawResource) -> Result<ResourceConfig, ConfigE
             .map_err(|e| invalid(format!("{at}.immutableFields[{i}]"), e.to_string()))?;
         immutable_fields.push(p);
     }
+    let mut identity_fields = Vec::new();
+    for (i, f) in r.identity_fields.iter().enumerate() {
+        let at = format!("{at}.identityFields[{i}]");
+        let p = FieldPath::parse(f).map_err(|e| invalid(at.clone(), e.to_string()))?;
+        if !p.is_concrete() {
+            return Err(invalid(at, "must name one field; [*] is not allowed"));
+        }
+        identity_fields.push(p);
+    }
     let tags_field = match &r.tags_field {
         None => None,
         Some(t) => {
@@ -688,6 +706,7 @@ fn validate_resource(at: &str, r: RawResource) -> Result<ResourceConfig, ConfigE
         external_name: r.external_name,
         immutable_fields,
         tags_field,
+        identity_fields,
         deletion_protection: r.deletion_protection,
         rules: r.rules,
         cel_rules: CelRules::new(cel_rules),
@@ -1022,6 +1041,10 @@ resources:
             (
                 "resources:\n  - apiGroups: [a]\n    kinds: [b]\n    tagsField: \"spec.x[*]\"\n",
                 "resources[0].tagsField",
+            ),
+            (
+                "resources:\n  - apiGroups: [a]\n    kinds: [b]\n    identityFields: [spec.a, \"spec.x[*]\"]\n",
+                "resources[0].identityFields[1]",
             ),
             ("resources:\n  - apiGroups: []\n    kinds: [b]\n", "resources[0].apiGroups"),
             (

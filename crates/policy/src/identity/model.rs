@@ -1,6 +1,7 @@
 //! An MR's external identity: its parts read from the object, and the
 //! digests the index keeps of it (see the module above for what they are).
 
+use std::borrow::Cow;
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -85,6 +86,7 @@ impl Identity {
     ) -> Option<Self> {
         let (external_name, region) = named(obj, resource)?;
         let region = region.map(String::from);
+        let external_name = external_name.into_owned();
         Some(Self {
             group: fold_group(group),
             kind: kind.into(),
@@ -163,7 +165,7 @@ impl Parts<'_> {
 
 impl Claim {
     /// The claim of `obj` (see [`Identity::of`]) without building the
-    /// identity: no allocation.
+    /// identity: no allocation, but for the joined value of `identityFields`.
     pub fn of(
         obj: &Value,
         group: &str,
@@ -174,6 +176,7 @@ impl Claim {
         deleting: bool,
     ) -> Option<Self> {
         let (external_name, region) = named(obj, resource)?;
+        let external_name = &*external_name;
         let (pc_kind, pc_name, pc_namespace) = provider_config_parts(obj, namespace, defaults);
         Some(
             Parts {
@@ -255,12 +258,26 @@ pub struct Claim {
 /// after it) and `spec.forProvider.region` of an MR; `None` when nothing
 /// names the external resource yet. The owned identity and the borrowed
 /// claim both start here, so they cannot disagree.
-fn named<'a>(obj: &'a Value, resource: &ResourceConfig) -> Option<(&'a str, Option<&'a str>)> {
+fn named<'a>(obj: &'a Value, resource: &ResourceConfig) -> Option<(Cow<'a, str>, Option<&'a str>)> {
     let mr = Mr(obj);
-    let external_name = match (mr.external_name(), resource.external_name) {
-        (Some(n), _) => n,
-        (None, ExternalNameStrategy::NameAsIdentifier) => mr.name(),
-        (None, ExternalNameStrategy::IdentifierFromProvider) => return None,
+    let external_name = if resource.identity_fields.is_empty() {
+        Cow::Borrowed(match (mr.external_name(), resource.external_name) {
+            (Some(n), _) => n,
+            (None, ExternalNameStrategy::NameAsIdentifier) => mr.name(),
+            (None, ExternalNameStrategy::IdentifierFromProvider) => return None,
+        })
+    } else {
+        // The fields' values, joined by '/': an absent or non-string one
+        // is empty; none at all is no identity yet.
+        let values: Vec<&str> = resource
+            .identity_fields
+            .iter()
+            .map(|f| f.get(obj).and_then(Value::as_str).unwrap_or(""))
+            .collect();
+        if values.iter().all(|v| v.is_empty()) {
+            return None;
+        }
+        Cow::Owned(values.join("/"))
     };
     if external_name.is_empty() {
         return None;
@@ -424,5 +441,75 @@ mod tests {
         let j = identity(&b, "s3.aws.m.upbound.io", "Bucket", "team-b").unwrap();
         assert_ne!(i.claim(false).full, j.claim(false).full);
         assert_eq!(i.claim(false).loose, j.claim(false).loose);
+    }
+
+    /// provider-kubernetes' Objects name their external resource in the
+    /// manifest (the built-in `identityFields`): two Objects of any name,
+    /// either scope, that target one ConfigMap claim one identity.
+    #[test]
+    fn identity_fields_name_the_target_whatever_the_mrs_name() {
+        let object = |name: &str, cm: &str| {
+            json!({"metadata": {"name": name}, "spec": {
+                "forProvider": {"manifest": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": cm, "namespace": "apps"}}},
+                "providerConfigRef": {"kind": "ClusterProviderConfig", "name": "default"}}})
+        };
+        let c = Config::builtin();
+        let of = |obj: &Value, group: &str, ns: &str| {
+            Claim::of(
+                obj,
+                group,
+                "Object",
+                ns,
+                c.resource(group, "Object"),
+                &c.provider_config,
+                false,
+            )
+            .unwrap()
+        };
+        let a = of(
+            &object("first", "settings"),
+            "kubernetes.m.crossplane.io",
+            "apps",
+        );
+        let b = of(
+            &object("second", "settings"),
+            "kubernetes.m.crossplane.io",
+            "apps",
+        );
+        assert!(a.same_identity(&b));
+        let other = of(
+            &object("first", "other"),
+            "kubernetes.m.crossplane.io",
+            "apps",
+        );
+        assert!(!a.same_identity(&other));
+        let i = Identity::of(
+            &object("first", "settings"),
+            "kubernetes.m.crossplane.io",
+            "Object",
+            "apps",
+            c.resource("kubernetes.m.crossplane.io", "Object"),
+            &c.provider_config,
+        )
+        .unwrap();
+        assert_eq!(i.external_name, "v1/ConfigMap/apps/settings");
+        assert_eq!(
+            i.claim(false).full,
+            a.full,
+            "the owned and borrowed claims agree"
+        );
+        // No target yet: no identity.
+        let none = json!({"metadata": {"name": "x"}, "spec": {"forProvider": {}}});
+        assert!(Claim::of(
+            &none,
+            "kubernetes.crossplane.io",
+            "Object",
+            "",
+            c.resource("kubernetes.crossplane.io", "Object"),
+            &c.provider_config,
+            false
+        )
+        .is_none());
     }
 }
