@@ -86,11 +86,10 @@ impl Identity {
     ) -> Option<Self> {
         let (external_name, region) = named(obj, resource)?;
         let region = region.map(String::from);
-        let external_name = external_name.into_owned();
         Some(Self {
             group: fold_group(group),
             kind: kind.into(),
-            external_name: external_name.into(),
+            external_name: external_name.into_owned(),
             region,
             provider_config: ProviderConfigRef::of(obj, namespace, defaults),
         })
