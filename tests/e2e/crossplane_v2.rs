@@ -65,8 +65,10 @@ async fn release_for_buckets(test: &str, values: Option<String>) -> Option<Relea
 }
 
 /// Done when: `poll-interval: 5 minutes` is denied naming Go's duration
-/// format, `500ms` is denied under the default minimum, `90s` is allowed;
-/// an empty `reconcile-requested-at` is denied.
+/// format and saying the provider ignores it, `0s` is denied, `500ms` is
+/// allowed with no warning under the chart's default minimum (0, as
+/// providers have none unless they opt in), `90s` is allowed; an empty
+/// `reconcile-requested-at` is denied.
 /// Needs: any supported server (1.30).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_annotations_are_read_as_crossplane_reads_them() {
@@ -93,6 +95,26 @@ async fn reconcile_annotations_are_read_as_crossplane_reads_them() {
     );
     assert!(m.contains("Go duration (time.ParseDuration)"), "{m}");
     assert!(m.contains("\"90s\""), "{m}");
+    assert!(
+        m.contains("the provider keeps its default poll interval"),
+        "{m}"
+    );
+
+    let resp = api::create(
+        &r.client,
+        &path,
+        &annotated("zero", json!({"crossplane.io/poll-interval": "0s"})),
+        false,
+    )
+    .await
+    .unwrap();
+    assert!(denied_by(&resp, "reconcile-annotations"), "{}", resp.body);
+    assert!(
+        resp.message()
+            .contains("crossplane.io/poll-interval \"0s\" (0s) is zero"),
+        "{}",
+        resp.message()
+    );
 
     let resp = api::create(
         &r.client,
@@ -102,12 +124,14 @@ async fn reconcile_annotations_are_read_as_crossplane_reads_them() {
     )
     .await
     .unwrap();
-    assert!(denied_by(&resp, "reconcile-annotations"), "{}", resp.body);
+    assert_eq!(resp.status, 201, "{}", resp.body);
     assert!(
-        resp.message()
-            .contains("is shorter than the minimum poll interval 1s"),
-        "{}",
-        resp.message()
+        !resp
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("reconcile-annotations")),
+        "{:?}",
+        resp.warnings
     );
 
     let resp = api::create(

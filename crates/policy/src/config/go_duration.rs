@@ -1,5 +1,6 @@
-//! Go's `time.ParseDuration`, which is what Crossplane reads
-//! `crossplane.io/poll-interval` and `--min-poll-interval` with: a value
+//! Go's `time.ParseDuration`, which is what crossplane-runtime reads
+//! `crossplane.io/poll-interval` with (and what `minPollInterval`, the
+//! provider's `WithMinPollInterval`, is written in): a value
 //! Rust or humans read as a duration ("5 minutes", "1d", "3") is not one
 //! to the provider, which then ignores it silently. The grammar and every
 //! edge case (overflow, fractions beyond nine digits, `-0`) follow Go's
@@ -97,6 +98,8 @@ fn leading_fraction(s: &[u8]) -> (u64, f64, &[u8]) {
 }
 
 impl GoDuration {
+    /// Zero.
+    pub const ZERO: GoDuration = GoDuration(0);
     /// One second.
     pub const SECOND: GoDuration = GoDuration(S as i64);
 

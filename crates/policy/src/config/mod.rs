@@ -214,8 +214,12 @@ pub struct Config {
     pub resources: Vec<ResourceConfig>,
     /// `exceptions`: waivers of named rules, in order.
     pub exceptions: Vec<Exception>,
-    /// `minPollInterval`: the shortest `crossplane.io/poll-interval` allowed,
-    /// Crossplane core's `--min-poll-interval` (default 1s).
+    /// `minPollInterval`: the provider's minimum poll interval, as its
+    /// crossplane-runtime reconciler is given it with `WithMinPollInterval`
+    /// (0 unless the provider opts in). A positive
+    /// `crossplane.io/poll-interval` below it is raised to it, which
+    /// `reconcile-annotations` warns about. Not Crossplane core's
+    /// `--min-poll-interval`, which applies to composite resources only.
     pub min_poll_interval: GoDuration,
     /// What applies to kinds that no entry matches.
     fallback: ResourceConfig,
@@ -354,7 +358,7 @@ impl Config {
         let reads_managed_fields = reaches(MANAGED_FIELDS);
         let reads_status = reaches(&["status"]);
         let min_poll_interval = match &raw.min_poll_interval {
-            None => GoDuration::SECOND,
+            None => GoDuration::ZERO,
             Some(s) => {
                 let d = GoDuration::parse(s).map_err(|e| {
                     invalid(
@@ -365,7 +369,7 @@ impl Config {
                 if d.0 < 0 {
                     return Err(invalid(
                         "minPollInterval",
-                        format!("{s:?} is negative; use 0 to allow any poll interval"),
+                        format!("{s:?} is negative; use 0 for a provider without a minimum poll interval"),
                     ));
                 }
                 d
@@ -1165,20 +1169,24 @@ resources:
     }
 
     #[test]
-    fn min_poll_interval_is_a_go_duration_defaulting_to_one_second() {
+    fn min_poll_interval_is_a_go_duration_defaulting_to_zero() {
+        // A provider's minimum is 0 unless it opts in (WithMinPollInterval).
         assert_eq!(
             Config::from_yaml("").unwrap().min_poll_interval,
-            GoDuration::SECOND
+            GoDuration::ZERO
         );
-        assert_eq!(Config::builtin().min_poll_interval, GoDuration::SECOND);
+        assert_eq!(Config::builtin().min_poll_interval, GoDuration::ZERO);
         let c = Config::from_yaml("minPollInterval: 1m30s\n").unwrap();
         assert_eq!(c.min_poll_interval, GoDuration(90 * 1_000_000_000));
-        assert_eq!(
-            Config::from_yaml("minPollInterval: \"0\"\n")
-                .unwrap()
-                .min_poll_interval,
-            GoDuration(0)
-        );
+        for zero in ["\"0\"", "0", "0s"] {
+            assert_eq!(
+                Config::from_yaml(&format!("minPollInterval: {zero}\n"))
+                    .unwrap()
+                    .min_poll_interval,
+                GoDuration::ZERO,
+                "{zero}"
+            );
+        }
         for (yaml, needle) in [
             ("minPollInterval: 5 minutes\n", "unknown unit \" minutes\""),
             ("minPollInterval: \"30\"\n", "missing unit"),

@@ -8,15 +8,33 @@ pub const POLL_INTERVAL: &str = "crossplane.io/poll-interval";
 pub const RECONCILE_REQUESTED_AT: &str = "crossplane.io/reconcile-requested-at";
 
 /// The annotations crossplane-runtime (v2.3 and later) reads to time an
-/// MR's reconciles. A value it cannot use is ignored without a trace: a
-/// poll interval that is not a Go duration, or is below Crossplane's
-/// `--min-poll-interval`, leaves the provider's default in force, and an
-/// empty reconcile request asks for nothing.
+/// MR's reconciles, judged as its managed reconciler reads them
+/// (crossplane-runtime v2.3.3, `pkg/meta/meta.go` and
+/// `pkg/reconciler/managed/reconciler.go`):
+///
+/// - `GetPollInterval` drops a poll interval that `time.ParseDuration`
+///   rejects, or that is zero or negative, without a log line or an event,
+///   and `effectivePollInterval` then uses the controller's default poll
+///   interval. mrguard denies those values: the user asked for something
+///   the provider silently does not do.
+/// - `effectivePollInterval` raises a positive interval below the
+///   reconciler's minimum (`WithMinPollInterval`) to that minimum. The
+///   value still takes effect, only slower than written, so it is a
+///   warning, never a denial. The minimum is 0 unless the provider opts in,
+///   so `minPollInterval` defaults to 0. Crossplane core's
+///   `--min-poll-interval` does not apply here: core passes it to its
+///   composite reconciler only, not to providers.
+/// - `GetReconcileRequest` treats an empty `reconcile-requested-at` as
+///   absent: no reconcile request is handled or recorded. Denied, as above.
 ///
 /// An UPDATE is judged only where it changes an annotation: a provider's
 /// own writes to an MR that already carries a bad value must go through
 /// (the audit reports that value).
 pub(super) struct ReconcileAnnotations;
+
+/// What the provider does with a value it cannot use, for messages.
+const IGNORED: &str =
+    "crossplane-runtime v2.3 ignores it and the provider keeps its default poll interval";
 
 impl Rule for ReconcileAnnotations {
     fn name(&self) -> &'static str {
@@ -29,10 +47,10 @@ impl Rule for ReconcileAnnotations {
         Action::Deny
     }
     fn summary(&self) -> &'static str {
-        "`crossplane.io/poll-interval` is not a Go duration (`90s`, `1h30m`) or is below `minPollInterval` (default `1s`, Crossplane's `--min-poll-interval`), or `crossplane.io/reconcile-requested-at` is empty: the provider silently ignores them"
+        "`crossplane.io/poll-interval` is not a Go duration (`90s`, `1h30m`) or is zero or negative, or `crossplane.io/reconcile-requested-at` is empty: crossplane-runtime v2.3 silently ignores them and the provider keeps its default poll interval. A positive interval below `minPollInterval` (the provider's `WithMinPollInterval`, default `0`) is only a warning: the provider raises it to that minimum"
     }
     fn fix(&self) -> &'static str {
-        "Write the poll interval as a Go duration of at least `minPollInterval` (e.g. `90s`), and give `crossplane.io/reconcile-requested-at` a non-empty token such as the current time"
+        "Write the poll interval as a positive Go duration (e.g. `90s`) of at least the provider's minimum, or remove it; give `crossplane.io/reconcile-requested-at` a non-empty token such as the current time"
     }
     fn honours_exemptions(&self) -> bool {
         true
@@ -54,10 +72,10 @@ impl Rule for ReconcileAnnotations {
         if mr.annotation(RECONCILE_REQUESTED_AT) == Some("") && changed(RECONCILE_REQUESTED_AT) {
             found.push(
                 Violation::new(format!(
-                    "{RECONCILE_REQUESTED_AT} is empty; the provider reconciles only when its value changes to a non-empty token"
+                    "{RECONCILE_REQUESTED_AT} is empty; crossplane-runtime v2.3 ignores an empty token, so no reconcile is requested and the provider keeps its default poll interval"
                 ))
                 .fix(format!(
-                    "set {RECONCILE_REQUESTED_AT} to a new token each time a reconcile is wanted, e.g. the current RFC 3339 time, or remove it"
+                    "set {RECONCILE_REQUESTED_AT} to a new non-empty token each time a reconcile is wanted, e.g. the current RFC 3339 time, or remove it"
                 )),
             );
         }
@@ -71,27 +89,36 @@ fn poll_interval(value: &str, min: GoDuration) -> Option<Violation> {
         Err(e) => {
             return Some(
                 Violation::new(format!(
-                    "{POLL_INTERVAL} {value:?} is not a Go duration ({e}); the provider ignores it and polls at its default interval"
+                    "{POLL_INTERVAL} {value:?} is not a Go duration ({e}); {IGNORED}"
                 ))
-                .fix(format!("write {GO_DURATION_FORMAT}")),
+                .fix(format!(
+                    "write {GO_DURATION_FORMAT}, greater than zero; or remove it to keep the default"
+                )),
             )
         }
     };
-    if d >= min && d.0 >= 0 {
+    if d.0 <= 0 {
+        let what = if d.0 == 0 { "zero" } else { "negative" };
+        return Some(
+            Violation::new(format!(
+                "{POLL_INTERVAL} {value:?} ({d}) is {what}; {IGNORED}, as for any interval that is not positive"
+            ))
+            .fix(format!(
+                "set {POLL_INTERVAL} to a positive Go duration such as \"90s\", or remove it to keep the default"
+            )),
+        );
+    }
+    if d >= min {
         return None;
     }
-    let why = if d.0 < 0 {
-        "is negative".to_string()
-    } else {
-        format!("is shorter than the minimum poll interval {min} (minPollInterval, Crossplane's --min-poll-interval)")
-    };
     Some(
         Violation::new(format!(
-            "{POLL_INTERVAL} {value:?} ({d}) {why}; the provider does not poll that often"
+            "{POLL_INTERVAL} {value:?} ({d}) is shorter than minPollInterval {min}, the provider's minimum; crossplane-runtime v2.3 raises it to {min}, so the provider polls every {min}"
         ))
         .fix(format!(
-            "set {POLL_INTERVAL} to {min} or longer, or remove it to poll at the provider's default interval"
-        )),
+            "set {POLL_INTERVAL} to {min} or longer, which is what the provider uses"
+        ))
+        .warn_only(),
     )
 }
 
@@ -109,71 +136,115 @@ mod tests {
         Case::create(annotated(json!({POLL_INTERVAL: v}))).check(&ReconcileAnnotations)
     }
 
+    /// The findings of the whole chain for a poll interval under `config`.
+    fn judged(v: &str, config: &str) -> Vec<crate::model::Finding> {
+        Case::create(annotated(json!({POLL_INTERVAL: v})))
+            .config(config)
+            .evaluate()
+            .into_iter()
+            .filter(|f| f.rule == "reconcile-annotations")
+            .collect()
+    }
+
     #[test]
-    fn a_poll_interval_that_is_no_go_duration_is_denied_naming_the_format() {
+    fn a_poll_interval_that_is_no_go_duration_is_denied_saying_the_provider_ignores_it() {
         let v = poll("5 minutes");
         assert_eq!(v.len(), 1);
-        assert!(
-            v[0].message.starts_with(
-                "crossplane.io/poll-interval \"5 minutes\" is not a Go duration (unknown unit \" minutes\""
-            ),
-            "{}",
-            v[0].message
+        assert_eq!(
+            v[0].message,
+            "crossplane.io/poll-interval \"5 minutes\" is not a Go duration (unknown unit \" minutes\" in duration \"5 minutes\"); crossplane-runtime v2.3 ignores it and the provider keeps its default poll interval"
         );
+        assert!(!v[0].warn_only);
         let fix = v[0].fix.as_deref().unwrap();
         assert!(
-            fix.contains("Go duration (time.ParseDuration)") && fix.contains("\"90s\""),
+            fix.contains("Go duration (time.ParseDuration)")
+                && fix.contains("\"90s\"")
+                && fix.contains("greater than zero"),
             "{fix}"
         );
         for bad in ["1d", "30", "", "1 m", "PT1M", "1.5"] {
-            assert_eq!(poll(bad).len(), 1, "{bad:?}");
+            let v = poll(bad);
+            assert_eq!(v.len(), 1, "{bad:?}");
+            assert!(v[0].message.contains("is not a Go duration"), "{bad:?}");
         }
-        let f = Case::create(annotated(json!({POLL_INTERVAL: "5 minutes"}))).evaluate();
-        assert!(f
-            .iter()
-            .any(|f| f.rule == "reconcile-annotations" && f.action == Action::Deny));
+        let f = judged("5 minutes", "");
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].action, Action::Deny);
     }
 
     #[test]
-    fn a_poll_interval_below_the_minimum_is_denied_and_one_above_allowed() {
-        let v = poll("500ms");
+    fn a_zero_or_negative_poll_interval_is_denied_saying_the_provider_ignores_it() {
+        let v = poll("-1s");
         assert_eq!(v.len(), 1);
-        assert!(
-            v[0].message
-                .contains("is shorter than the minimum poll interval 1s"),
-            "{}",
-            v[0].message
+        assert_eq!(
+            v[0].message,
+            "crossplane.io/poll-interval \"-1s\" (-1s) is negative; crossplane-runtime v2.3 ignores it and the provider keeps its default poll interval, as for any interval that is not positive"
         );
-        assert!(poll("-1s")[0].message.contains("is negative"));
-        assert!(poll("0").len() == 1);
-        for ok in ["90s", "1s", "1m30s", "1.5h", "1000ms", "+2m"] {
-            assert!(poll(ok).is_empty(), "{ok}");
+        assert_eq!(
+            v[0].fix.as_deref(),
+            Some("set crossplane.io/poll-interval to a positive Go duration such as \"90s\", or remove it to keep the default")
+        );
+        for zero in ["0s", "0", "-0", "0ms", "0h0m"] {
+            let v = poll(zero);
+            assert_eq!(v.len(), 1, "{zero}");
+            assert!(
+                v[0].message.contains(") is zero; crossplane-runtime v2.3 ignores it"),
+                "{zero}: {}",
+                v[0].message
+            );
         }
-        // A configured minimum.
-        let case = |v: &str| {
-            Case::create(annotated(json!({POLL_INTERVAL: v})))
-                .config("minPollInterval: 1m\n")
-                .check(&ReconcileAnnotations)
-        };
-        assert!(case("30s")[0]
-            .message
-            .contains("minimum poll interval 1m0s"));
-        assert!(case("1m").is_empty());
-        let zero = |v: &str| {
-            Case::create(annotated(json!({POLL_INTERVAL: v})))
-                .config("minPollInterval: \"0\"\n")
-                .check(&ReconcileAnnotations)
-        };
-        assert!(zero("1ns").is_empty() && zero("0").is_empty());
-        assert!(zero("-1ns")[0].message.contains("negative"));
+        // Denied under any minimum, 0 included.
+        for config in ["", "minPollInterval: 0s\n", "minPollInterval: 1s\n"] {
+            for bad in ["-1s", "0s", "-1ns"] {
+                let f = judged(bad, config);
+                assert_eq!(f.len(), 1, "{bad} {config:?}");
+                assert_eq!(f[0].action, Action::Deny, "{bad} {config:?}");
+            }
+        }
     }
 
     #[test]
-    fn an_empty_reconcile_request_is_denied() {
+    fn a_positive_poll_interval_below_the_minimum_is_a_warning_that_it_is_raised() {
+        // The provider's minimum is 0 unless configured: nothing to say.
+        assert!(poll("500ms").is_empty());
+        assert!(poll("1ns").is_empty());
+        assert!(judged("500ms", "").is_empty());
+        let v = Case::create(annotated(json!({POLL_INTERVAL: "500ms"})))
+            .config("minPollInterval: 1s\n")
+            .check(&ReconcileAnnotations);
+        assert_eq!(v.len(), 1);
+        assert_eq!(
+            v[0].message,
+            "crossplane.io/poll-interval \"500ms\" (500ms) is shorter than minPollInterval 1s, the provider's minimum; crossplane-runtime v2.3 raises it to 1s, so the provider polls every 1s"
+        );
+        assert!(v[0].warn_only);
+        let f = judged("500ms", "minPollInterval: 1s\n");
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].action, Action::Warn, "allowed, with a warning");
+        assert!(
+            f[0].warning().starts_with("reconcile-annotations: crossplane.io/poll-interval \"500ms\""),
+            "{}",
+            f[0].warning()
+        );
+        // At or above the minimum: nothing.
+        for ok in ["90s", "1s", "1m30s", "1.5h", "1000ms", "+2m"] {
+            assert!(judged(ok, "minPollInterval: 1s\n").is_empty(), "{ok}");
+        }
+        let m = |v: &str| judged(v, "minPollInterval: 1m\n");
+        assert!(m("30s")[0].message.contains("shorter than minPollInterval 1m0s"));
+        assert!(m("1m").is_empty());
+    }
+
+    #[test]
+    fn an_empty_reconcile_request_is_denied_saying_the_provider_ignores_it() {
         let v = Case::create(annotated(json!({RECONCILE_REQUESTED_AT: ""})))
             .check(&ReconcileAnnotations);
         assert_eq!(v.len(), 1);
-        assert!(v[0].message.contains("is empty"), "{}", v[0].message);
+        assert_eq!(
+            v[0].message,
+            "crossplane.io/reconcile-requested-at is empty; crossplane-runtime v2.3 ignores an empty token, so no reconcile is requested and the provider keeps its default poll interval"
+        );
+        assert!(!v[0].warn_only);
         assert!(Case::create(annotated(
             json!({RECONCILE_REQUESTED_AT: "2026-11-28T07:00:00Z"})
         ))
@@ -201,11 +272,22 @@ mod tests {
             .is_empty());
         let v = Case::update(fixed, bad).check(&ReconcileAnnotations);
         assert_eq!(v.len(), 2);
+        // The same holds for a value below the minimum.
+        let fast = annotated(json!({POLL_INTERVAL: "500ms"}));
+        let mut fast_relabelled = fast.clone();
+        fast_relabelled["metadata"]["labels"] = json!({"team": "a"});
+        let update = |old: &Value, new: &Value| {
+            Case::update(old.clone(), new.clone())
+                .config("minPollInterval: 1s\n")
+                .check(&ReconcileAnnotations)
+        };
+        assert!(update(&fast, &fast_relabelled).is_empty());
+        assert_eq!(update(&annotated(json!({})), &fast).len(), 1);
     }
 
     #[test]
     fn it_can_be_staged_and_exempts_providers() {
-        let case = Case::create(annotated(json!({POLL_INTERVAL: "500ms"}))).config(
+        let case = Case::create(annotated(json!({POLL_INTERVAL: "0s"}))).config(
             "rules: {reconcile-annotations: {action: Deny, warnUntil: '2999-01-01T00:00:00Z'}}\n",
         );
         let f = case.evaluate();
@@ -219,7 +301,7 @@ mod tests {
             "{}",
             f.warning()
         );
-        let f = Case::create(annotated(json!({POLL_INTERVAL: "500ms"})))
+        let f = Case::create(annotated(json!({POLL_INTERVAL: "0s"})))
             .provider(
                 "s3.aws.upbound.io",
                 "Bucket",
