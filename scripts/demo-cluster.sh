@@ -7,13 +7,29 @@
 # reach mrguard by URL, then waits; Ctrl-C stops everything and deletes the
 # state folder.
 #
-# Usage: scripts/demo-cluster.sh
+# Usage: scripts/demo-cluster.sh [--provider-kubernetes]
 #        KUBEBUILDER_ASSETS=/path/with/etcd-and-kube-apiserver scripts/demo-cluster.sh
+#
+# --provider-kubernetes also runs a real provider, provider-kubernetes, whose
+# "cloud" is this API server: its Objects' external resources are objects
+# here (ConfigMaps, say). scripts/crossplane.sh builds it from its Go module
+# (cached; MRGUARD_CROSSPLANE names a folder it built instead).
 # Needs: kubectl, cargo (or MRGUARD=/path/to/mrguard), and Go, with which
 # scripts/envtest.sh builds etcd and kube-apiserver from their Go modules
 # (cached) when KUBEBUILDER_ASSETS is unset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+provider=false
+case "${1:-}" in
+  "") ;;
+  --provider-kubernetes) provider=true ;;
+  *) echo "demo-cluster: unknown argument ${1}; usage: scripts/demo-cluster.sh [--provider-kubernetes]" >&2; exit 2 ;;
+esac
+if $provider; then
+  xp=${MRGUARD_CROSSPLANE:-$(scripts/crossplane.sh | tail -n 1)}
+  [[ -x "$xp/provider-kubernetes" ]] || { echo "demo-cluster: no executable $xp/provider-kubernetes" >&2; exit 2; }
+fi
 
 assets=${KUBEBUILDER_ASSETS:-$(scripts/envtest.sh | tail -n 1)}
 for b in etcd kube-apiserver; do
@@ -82,6 +98,36 @@ kubectl wait --for condition=Established crd --all --timeout 60s >/dev/null
 
 ca=$(base64 -w0 "$state/mrguard-ca.crt")
 groups='["s3.aws.upbound.io", "ec2.aws.upbound.io", "account.aws.upbound.io"]'
+if $provider; then
+  groups='["s3.aws.upbound.io", "ec2.aws.upbound.io", "account.aws.upbound.io", "kubernetes.crossplane.io", "kubernetes.m.crossplane.io"]'
+  # The provider's CRDs, of its module version. The cluster-scoped Object's
+  # conversion webhook names a Service that does not exist here.
+  for f in "$xp"/crds/provider/*.yaml; do
+    awk '/^  conversion:/{skip=1; next} skip && /^  [a-z]/{skip=0} !skip' "$f" | kubectl apply -f - >/dev/null
+  done
+  kubectl wait --for condition=Established crd --all --timeout 60s >/dev/null
+  # Its credentials: this API server, as the admin.
+  kubectl create namespace crossplane-system >/dev/null
+  kubectl -n crossplane-system create secret generic cloud-kubeconfig \
+    --from-file=kubeconfig="$KUBECONFIG" >/dev/null
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: kubernetes.crossplane.io/v1alpha1
+kind: ProviderConfig
+metadata: {name: default}
+spec:
+  credentials: {source: Secret, secretRef: {namespace: crossplane-system, name: cloud-kubeconfig, key: kubeconfig}}
+---
+apiVersion: kubernetes.m.crossplane.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: {name: default}
+spec:
+  credentials: {source: Secret, secretRef: {namespace: crossplane-system, name: cloud-kubeconfig, key: kubeconfig}}
+EOF
+  KUBECONFIG="$KUBECONFIG" TLS_SERVER_CERTS_DIR="$state/pki" "$xp/provider-kubernetes" \
+    --webhook-port 9543 --metrics-bind-address 127.0.0.1:9580 --health-probe-bind-addr 127.0.0.1:9581 \
+    --poll 1m >"$state/provider-kubernetes.log" 2>&1 &
+  pids+=($!)
+fi
 kubectl apply -f - >/dev/null <<EOF
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration
@@ -115,7 +161,7 @@ The demo cluster is ready. In another shell:
   export KUBECONFIG=$KUBECONFIG
   kubectl apply -f examples/manifests/
 
-Logs: $state/{apiserver,etcd,mrguard}.log
+Logs: $state/{apiserver,etcd,mrguard$($provider && echo ,provider-kubernetes)}.log
 Ctrl-C stops everything and deletes $state.
 EOF
 wait "${pids[@]}"

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use kube::api::ListParams;
+use kube::api::{DynamicObject, ListParams};
 use kube::Api;
 use serde::Serialize;
 use serde_json::Value;
@@ -20,7 +20,7 @@ use crate::controller::kube::api::{api_err, list_pages, list_values, ControllerE
 use crate::controller::metrics::ControllerMetrics;
 use crate::controller::replica::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
 use crate::controller::replica::crds::{Crds, ServedCrd};
-use crate::controller::replica::identity::{IdentityView, MrView};
+use crate::controller::replica::identity::{watched_whole, IdentityView, MrView};
 use crate::controller::replica::mr_states::MrStates;
 use mrguard_policy::cluster::Cluster;
 use mrguard_policy::config::Config;
@@ -243,18 +243,37 @@ pub(crate) async fn index_identities(
     cluster: &Cluster,
 ) {
     for kind in coverage.kinds() {
-        let api: Api<IdentityView> = Api::all_with(client.clone(), &kind.api_resource());
-        let listed: Result<Vec<IdentityView>, _> =
-            list_pages(api, ListParams::default().limit(PAGE_SIZE))
-                .try_concat()
-                .await;
-        if let Ok(views) = listed {
-            let mrs = views.iter().filter_map(|v| v.claim(kind, config)).collect();
+        let mrs = if watched_whole(kind, config) {
+            claims::<DynamicObject>(client, kind, config).await
+        } else {
+            claims::<IdentityView>(client, kind, config).await
+        };
+        if let Some(mrs) = mrs {
             cluster
                 .identities()
                 .replace_kind(&kind.group, &kind.kind, mrs);
         }
     }
+}
+
+/// The claims of every MR of `kind`, listed as `V`; `None` when the kind
+/// cannot be listed.
+async fn claims<V: MrView>(
+    client: &kube::Client,
+    kind: &MrKind,
+    config: &Config,
+) -> Option<Vec<mrguard_policy::identity::IndexedMr>> {
+    let api: Api<V> = Api::all_with(client.clone(), &kind.api_resource());
+    let listed: Vec<V> = list_pages(api, ListParams::default().limit(PAGE_SIZE))
+        .try_concat()
+        .await
+        .ok()?;
+    Some(
+        listed
+            .iter()
+            .filter_map(|v| v.claim(kind, config))
+            .collect(),
+    )
 }
 
 /// The MR kinds the cluster serves now: those whose CRDs are

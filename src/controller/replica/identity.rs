@@ -9,7 +9,8 @@
 //! leader or not. The objects are decoded into a small view (name,
 //! annotations, deletion time, `spec.forProvider.region`,
 //! `spec.providerConfigRef`); the rest of each object is skipped while
-//! decoding, and the index keeps only keys and digests.
+//! decoding, and the index keeps only keys and digests. A kind whose
+//! identity is in fields of its own (`identityFields`) is decoded whole.
 //!
 //! A kind is watched once its CRD is `Established` (before that the API
 //! server has no MR of it to list, and answers 404).
@@ -25,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::core::{NotUsed, Object};
+use kube::core::{DynamicObject, NotUsed, Object};
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::Deserialize;
@@ -192,13 +193,21 @@ fn provider_config_kinds<'a>(
 }
 
 /// What the index, the gauges and the audit read of an [`IdentityView`].
-pub(crate) trait MrView {
-    fn judged(&self, every_change: bool) -> u32;
-    fn state(&self, kind: &MrKind) -> Option<(String, ObjState)>;
+pub(crate) trait MrView:
+    Resource<DynamicType = kube::core::ApiResource>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// `spec.managementPolicies`, for the gauges.
+    fn management_policies(&self) -> Option<&Value>;
+    /// The index key and claim of this MR of `kind` (no claim when it has
+    /// no identity yet), and whether deleting it deletes its resource.
     fn claim(&self, kind: &MrKind, config: &Config) -> Option<IndexedMr>;
-}
 
-impl MrView for IdentityView {
     /// A digest of what the audit judges of this MR: its metadata but for
     /// `resourceVersion` and `managedFields`, and its generation, which
     /// the API server moves on any change but to metadata and, with the
@@ -207,7 +216,7 @@ impl MrView for IdentityView {
     /// status or managedFields): the resourceVersion too.
     fn judged(&self, every_change: bool) -> u32 {
         use std::hash::{Hash, Hasher};
-        let m = &self.metadata;
+        let m = self.meta();
         // Fixed keys: digests are compared within this process only.
         let mut h = std::hash::DefaultHasher::new();
         m.generation.hash(&mut h);
@@ -230,13 +239,17 @@ impl MrView for IdentityView {
 
     /// The MR's UID and what the gauges count of it.
     fn state(&self, kind: &MrKind) -> Option<(String, ObjState)> {
-        let uid = self.metadata.uid.clone()?;
-        let state = ObjState::of(kind, &self.metadata, self.spec.management_policies.as_ref());
+        let uid = self.meta().uid.clone()?;
+        let state = ObjState::of(kind, self.meta(), self.management_policies());
         Some((uid, state))
     }
+}
 
-    /// The index key and claim of this MR of `kind` (no claim when it has
-    /// no identity yet), and whether deleting it deletes its resource.
+impl MrView for IdentityView {
+    fn management_policies(&self) -> Option<&Value> {
+        self.spec.management_policies.as_ref()
+    }
+
     fn claim(&self, kind: &MrKind, config: &Config) -> Option<IndexedMr> {
         // The fields the view keeps, as an object for the one conversion
         // that `check --live` and `explain` use on listed MRs too.
@@ -270,6 +283,33 @@ impl MrView for IdentityView {
         }
         entry_of(&obj, &kind.group, &kind.kind, config)
     }
+}
+
+/// The whole MR, for a kind whose identity is in fields of its own
+/// (`identityFields`, such as provider-kubernetes' Object, named by its
+/// manifest): the small view does not keep them.
+impl MrView for DynamicObject {
+    fn management_policies(&self) -> Option<&Value> {
+        self.data.get("spec")?.get("managementPolicies")
+    }
+
+    fn claim(&self, kind: &MrKind, config: &Config) -> Option<IndexedMr> {
+        let mut obj = self.data.clone();
+        obj.as_object_mut()?.insert(
+            "metadata".into(),
+            serde_json::to_value(&self.metadata).ok()?,
+        );
+        entry_of(&obj, &kind.group, &kind.kind, config)
+    }
+}
+
+/// Whether `kind`'s MRs are watched whole ([`DynamicObject`]) rather than
+/// as the small [`IdentityView`]: its identity is in `identityFields`.
+pub(crate) fn watched_whole(kind: &MrKind, config: &Config) -> bool {
+    !config
+        .resource(&kind.group, &kind.kind)
+        .identity_fields
+        .is_empty()
 }
 
 /// Keeps `cluster`'s identity index from watches; runs on every replica
@@ -384,8 +424,18 @@ pub(crate) async fn run(
                         done_tx.clone(),
                         metrics.clone(),
                     ))
+                } else if watched_whole(kind, &applied) {
+                    tasks.spawn(watch_kind::<DynamicObject>(
+                        client.clone(),
+                        kind.clone(),
+                        applied.clone(),
+                        cluster.clone(),
+                        states.clone(),
+                        done_tx.clone(),
+                        metrics.clone(),
+                    ))
                 } else {
-                    tasks.spawn(watch_kind(
+                    tasks.spawn(watch_kind::<IdentityView>(
                         client.clone(),
                         kind.clone(),
                         applied.clone(),
@@ -482,7 +532,7 @@ where
 
 /// One kind's watch: a fresh list replaces the kind's claims and states,
 /// events update them.
-async fn watch_kind(
+async fn watch_kind<V: MrView>(
     client: kube::Client,
     kind: MrKind,
     config: Arc<Config>,
@@ -492,7 +542,7 @@ async fn watch_kind(
     metrics: Arc<ControllerMetrics>,
 ) {
     let index = cluster.identities();
-    let api: Api<IdentityView> = Api::all_with(client, &kind.api_resource());
+    let api: Api<V> = Api::all_with(client, &kind.api_resource());
     let from_cache = {
         let cluster = cluster.clone();
         let kind = kind.clone();
@@ -503,7 +553,7 @@ async fn watch_kind(
     // Without a rule that reads them, status updates change no finding and
     // do not make the kind due for the audit.
     let every_change = config.judges_every_update();
-    let indexed = |o: &IdentityView| {
+    let indexed = |o: &V| {
         o.claim(&kind, &config)
             .map(|mr| mr.with_judged(o.judged(every_change)))
     };
@@ -546,7 +596,7 @@ async fn watch_kind(
                 if let Some(mr) = o.claim(&kind, &config) {
                     index.remove(&mr.key);
                 }
-                if let Some(uid) = o.metadata.uid.as_deref() {
+                if let Some(uid) = o.meta().uid.as_deref() {
                     states.remove(&kind, uid);
                 }
                 states.changes().kind(&kind.group, &kind.kind);
@@ -789,6 +839,63 @@ mod tests {
         assert!(!mr.deletes);
     }
 
+    /// A kind named by `identityFields` (provider-kubernetes' Object, built
+    /// in) is watched whole, and two Objects of any name and either scope
+    /// on one ConfigMap claim alike, as admission computes it; the small
+    /// view would have no identity for them.
+    #[test]
+    fn a_kind_named_by_its_fields_is_watched_whole_and_claims_its_target() {
+        let cfg = Config::builtin();
+        let object = |group: &str, name: &str, ns: Option<&str>| {
+            let mut o = json!({
+                "apiVersion": format!("{group}/v1alpha1"), "kind": "Object",
+                "metadata": {"name": name, "uid": name},
+                "spec": {"forProvider": {"manifest": {
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "shared", "namespace": "apps"}}},
+                    "providerConfigRef": {"kind": "ClusterProviderConfig", "name": "default"}},
+            });
+            if let Some(ns) = ns {
+                o["metadata"]["namespace"] = json!(ns);
+            }
+            o
+        };
+        let cluster = kind("kubernetes.crossplane.io", "Object", false);
+        let namespaced = kind("kubernetes.m.crossplane.io", "Object", true);
+        assert!(watched_whole(&cluster, &cfg) && watched_whole(&namespaced, &cfg));
+        assert!(!watched_whole(
+            &kind("ec2.aws.upbound.io", "VPC", false),
+            &cfg
+        ));
+
+        let first = object("kubernetes.crossplane.io", "owner", None);
+        let a: DynamicObject = serde_json::from_value(first.clone()).unwrap();
+        let a = a.claim(&cluster, &cfg).unwrap();
+        let b: DynamicObject = serde_json::from_value(object(
+            "kubernetes.m.crossplane.io",
+            "intruder",
+            Some("team"),
+        ))
+        .unwrap();
+        let b = b.claim(&namespaced, &cfg).unwrap();
+        let (ca, cb) = (a.claim.unwrap(), b.claim.unwrap());
+        assert!(ca.same_identity(&cb), "{ca:?} {cb:?}");
+        let id = mrguard_policy::identity::Identity::of(
+            &first,
+            &cluster.group,
+            &cluster.kind,
+            "",
+            cfg.resource(&cluster.group, &cluster.kind),
+            &cfg.provider_config,
+        )
+        .unwrap();
+        assert_eq!(ca, id.claim(false));
+        assert_eq!(id.external_name, "v1/ConfigMap/apps/shared");
+        // The small view keeps no manifest: it would claim nothing.
+        let view: IdentityView = serde_json::from_value(first).unwrap();
+        assert_eq!(view.claim(&cluster, &cfg).unwrap().claim, None);
+    }
+
     /// A kind is listed only once its CRD is established; until then it
     /// does not hold readiness back. A watch started with the CRD meets
     /// 404s (then backs off up to 30 s once it is served).
@@ -912,7 +1019,7 @@ mod tests {
     ) {
         let cluster = Arc::new(Cluster::default());
         let (done, done_rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(watch_kind(
+        let task = tokio::spawn(watch_kind::<IdentityView>(
             client,
             crate::controller::replica::mr_states::tests::vpc_kind(),
             Arc::new(config),

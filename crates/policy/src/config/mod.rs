@@ -85,6 +85,8 @@ struct RawResource {
     #[serde(default)]
     identity_fields: Vec<String>,
     #[serde(default)]
+    cloud_only_map_keys: CloudOnlyMapKeys,
+    #[serde(default)]
     deletion_protection: bool,
     #[serde(default)]
     rules: BTreeMap<String, RuleAction>,
@@ -119,6 +121,21 @@ pub enum ExternalNameStrategy {
     NameAsIdentifier,
     /// The provider assigns the identifier (for example an AWS VPC ID); mutation never sets it.
     IdentifierFromProvider,
+}
+
+/// What a kind's provider does, on update, with a key of a map the spec
+/// sets (tags, labels, a manifest's data) that only the external resource
+/// has; `mrguard plan` says it of such drift.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum CloudOnlyMapKeys {
+    /// The provider makes the map the spec's and removes the key (the
+    /// default: Terraform-based providers treat a map as a whole).
+    #[default]
+    Remove,
+    /// The provider merges the spec's map into the external one and keeps
+    /// the key (provider-kubernetes' Object, which applies its manifest as
+    /// a merge patch).
+    Keep,
 }
 
 /// The action a CEL rule takes when it fails.
@@ -177,6 +194,9 @@ pub struct ResourceConfig {
     /// Object names its target in `spec.forProvider.manifest`). Empty: the
     /// external name does.
     pub identity_fields: Vec<FieldPath>,
+    /// `cloudOnlyMapKeys`: what the provider does with a key only the
+    /// external resource has in a map the spec sets.
+    pub cloud_only_map_keys: CloudOnlyMapKeys,
     /// `deletionProtection`: deleting these kinds with outcome Delete is denied.
     pub deletion_protection: bool,
     /// `rules`: per-kind action overrides, by rule name.
@@ -711,6 +731,7 @@ fn validate_resource(at: &str, r: RawResource) -> Result<ResourceConfig, ConfigE
         immutable_fields,
         tags_field,
         identity_fields,
+        cloud_only_map_keys: r.cloud_only_map_keys,
         deletion_protection: r.deletion_protection,
         rules: r.rules,
         cel_rules: CelRules::new(cel_rules),

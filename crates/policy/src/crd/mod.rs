@@ -359,7 +359,42 @@ impl Crds {
     }
 }
 
+/// What a CRD version's schema says of an object node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeShape {
+    /// A map (`additionalProperties`): its keys are data, any of them may
+    /// be set or removed.
+    Map,
+    /// A struct (`properties`): its fields are declared.
+    Struct,
+    /// Not said: no schema, or inside `x-kubernetes-preserve-unknown-fields`
+    /// or an embedded resource.
+    Unknown,
+}
+
 impl CrdVersion {
+    /// The shape of the object node at `path` (keys from the object's
+    /// root).
+    pub fn node_shape(&self, path: &[String]) -> NodeShape {
+        let mut node = &self.schema;
+        for key in path {
+            if node.properties.is_empty() && (node.preserve_unknown || node.embedded) {
+                return NodeShape::Unknown;
+            }
+            match node.child(key) {
+                Some(child) => node = child,
+                None => return NodeShape::Unknown,
+            }
+        }
+        if !node.properties.is_empty() {
+            NodeShape::Struct
+        } else if node.additional.is_some() || node.additional_any {
+            NodeShape::Map
+        } else {
+            NodeShape::Unknown
+        }
+    }
+
     /// Applies the schema's defaults, at every level.
     pub fn apply_defaults(&self, obj: &mut Value) {
         self.schema.apply_defaults(obj);

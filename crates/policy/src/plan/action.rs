@@ -5,8 +5,8 @@ use serde_json::Value;
 use wildmatch::WildMatch;
 
 use crate::admission::Decider;
-use crate::config::{Config, ExternalNameStrategy};
-use crate::crd::Crds;
+use crate::config::{CloudOnlyMapKeys, Config, ExternalNameStrategy};
+use crate::crd::{Crds, Lookup, NodeShape};
 use crate::explain::{display_path, DEFAULT_PROVIDER_MANAGERS};
 use crate::identity::IdentityIndex;
 use crate::live::{judge_manifest, JudgeError, LiveFinding, LiveResult};
@@ -17,7 +17,7 @@ use crate::model::Operation;
 use crate::mr::{self, DeletionOutcome, Mr, PolicyAction, PolicySet};
 use crate::offline::{identity, label};
 
-use super::fields::{drift, Marks};
+use super::fields::{drift, Marks, Then};
 use super::{Action, Entry, Mark};
 
 /// Plans manifests and deletions with one configuration.
@@ -218,13 +218,37 @@ impl<'a> Planner<'a> {
             },
         };
         if let Some(l) = live {
-            let then = match set {
+            let (api_version, kind, _, _) = identity(&new);
+            let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            let (set_then, remove_then) = match set {
                 Some(s) if !writes_updates(s) => {
-                    format!("the provider only reads it (managementPolicies {s} lack Update)")
+                    let t =
+                        format!("the provider only reads it (managementPolicies {s} lack Update)");
+                    (t.clone(), t)
                 }
-                _ => "the provider will set it to the spec's value".to_string(),
+                _ => (
+                    "the provider will set it to the spec's value".to_string(),
+                    match self.config.resource(group, &kind).cloud_only_map_keys {
+                        CloudOnlyMapKeys::Remove => "the spec's map lacks the key: the provider will remove it",
+                        CloudOnlyMapKeys::Keep => "the spec's map lacks the key: the provider keeps it (it merges the spec's map into the resource's; cloudOnlyMapKeys: Keep)",
+                    }
+                    .to_string(),
+                ),
             };
-            let drifted = drift(&new, l, &fields, &then);
+            let then = Then {
+                set: &set_then,
+                remove: &remove_then,
+            };
+            let version = match self.crds.map(|c| c.lookup(&api_version, &kind)) {
+                Some(Lookup::Found(v)) => Some(v),
+                _ => None,
+            };
+            let shape = |keys: &[String]| {
+                let mut path = vec!["spec".to_string(), "forProvider".to_string()];
+                path.extend(keys.iter().cloned());
+                version.map_or(NodeShape::Unknown, |v| v.node_shape(&path))
+            };
+            let drifted = drift(&new, l, &fields, &then, &shape);
             fields.extend(drifted);
         }
         if Mr(&new).annotation(mr::PAUSED) == Some("true") {

@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::crd::NodeShape;
 use crate::explain::display_path;
 use crate::live::LiveFinding;
 use crate::managed_fields::{ManagedEntry, Step};
@@ -169,14 +170,49 @@ impl Marks<'_> {
     }
 }
 
-/// The fields of `spec.forProvider` in `new` left unchanged whose value
-/// `status.atProvider` of `live` reports differently; `then` says what the
-/// provider does about it.
+/// What the provider does about a drifted value: with a value the spec
+/// sets (`set`), and with a key of a map the spec sets that only the
+/// cloud has (`remove`).
+pub(super) struct Then<'a> {
+    pub set: &'a str,
+    pub remove: &'a str,
+}
+
+/// The keys of maps whose shape no schema gives (a `manifest`'s embedded
+/// object, a kind without a CRD read) that are maps by convention: tags,
+/// and Kubernetes objects' labels, annotations and data.
+const CONVENTIONAL_MAPS: [&str; 6] = [
+    "tags",
+    "labels",
+    "annotations",
+    "data",
+    "stringData",
+    "binaryData",
+];
+
+/// Whether the object node at `keys` (under `spec.forProvider`) is a map,
+/// by its `shape` or, where that is unknown, by its key's name.
+fn is_map(keys: &[String], shape: &dyn Fn(&[String]) -> NodeShape) -> bool {
+    match shape(keys) {
+        NodeShape::Map => true,
+        NodeShape::Struct => false,
+        NodeShape::Unknown => keys
+            .last()
+            .is_some_and(|k| CONVENTIONAL_MAPS.contains(&k.as_str())),
+    }
+}
+
+/// The values the spec sets under `spec.forProvider` that `status.atProvider`
+/// reports otherwise, and the keys of maps the spec sets (tags, labels, a
+/// manifest's data: [`is_map`]) that only the cloud has, which the provider
+/// removes. Fields of structs only `atProvider` has (ids, ARNs, computed
+/// values) are no drift. `changed` fields are shown as changes already.
 pub(super) fn drift(
     new: &Value,
     live: &Value,
     changed: &[FieldChange],
-    then: &str,
+    then: &Then<'_>,
+    shape: &dyn Fn(&[String]) -> NodeShape,
 ) -> Vec<FieldChange> {
     let (Some(spec), Some(cloud)) = (
         at(new, &["spec", "forProvider"]),
@@ -187,6 +223,12 @@ pub(super) fn drift(
     let mut values = Vec::new();
     leaves(spec, &mut vec![], &mut values);
     let mut out = Vec::new();
+    let shown = |keys: &[String]| {
+        let mut full = vec!["spec".to_string(), "forProvider".to_string()];
+        full.extend(keys.iter().cloned());
+        let path = display_path(&full);
+        (!changed.iter().any(|c| c.path == path)).then_some(path)
+    };
     for (keys, value) in values {
         let Some(reported) = keys.iter().try_fold(cloud, |cur, k| cur.get(k)) else {
             continue;
@@ -194,23 +236,66 @@ pub(super) fn drift(
         if reported == value {
             continue;
         }
-        let mut full = vec!["spec".to_string(), "forProvider".to_string()];
-        full.extend(keys);
-        let path = display_path(&full);
-        if changed.iter().any(|c| c.path == path) {
-            continue;
-        }
+        let Some(path) = shown(&keys) else { continue };
         out.push(FieldChange {
             path,
             old: Some(value.clone()),
             new: Some(value.clone()),
             mark: Mark::Drift {
                 cloud: reported.clone(),
-                then: then.to_string(),
+                then: then.set.to_string(),
             },
         });
     }
+    let mut maps = Vec::new();
+    set_objects(spec, &mut vec![], &mut maps);
+    for (keys, set) in maps {
+        if !is_map(&keys, shape) {
+            continue;
+        }
+        let Some(Value::Object(reported)) = keys.iter().try_fold(cloud, |cur, k| cur.get(k)) else {
+            continue;
+        };
+        for (k, v) in reported {
+            if set.contains_key(k) {
+                continue;
+            }
+            let mut keys = keys.clone();
+            keys.push(k.clone());
+            let Some(path) = shown(&keys) else { continue };
+            out.push(FieldChange {
+                path,
+                old: None,
+                new: None,
+                mark: Mark::Drift {
+                    cloud: v.clone(),
+                    then: then.remove.to_string(),
+                },
+            });
+        }
+    }
     out
+}
+
+/// The non-empty objects in `v`, with their keys.
+fn set_objects<'a>(
+    v: &'a Value,
+    keys: &mut Vec<String>,
+    out: &mut Vec<(Vec<String>, &'a Map<String, Value>)>,
+) {
+    if let Value::Object(m) = v {
+        if m.is_empty() {
+            return;
+        }
+        if !keys.is_empty() {
+            out.push((keys.clone(), m));
+        }
+        for (k, child) in m {
+            keys.push(k.clone());
+            set_objects(child, keys, out);
+            keys.pop();
+        }
+    }
 }
 
 /// The values of `v`: scalars, lists and empty objects, with their keys.

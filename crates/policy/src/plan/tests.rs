@@ -322,6 +322,92 @@ fn drift_says_what_the_cloud_has_and_what_the_provider_does() {
     }
 }
 
+/// A key of a map the spec sets that only the cloud has (`owner: ops` in
+/// the cloud's tags) is drift the provider removes; a struct's field only
+/// the cloud has (an ARN, an id) is not drift. With a CRD, its schema says
+/// which objects are maps; without one, the conventional names do.
+#[test]
+fn a_key_only_the_cloud_has_in_a_map_the_spec_sets_is_drift() {
+    let cfg = Config::builtin();
+    for (av, ns) in SCOPES {
+        for (policies, then) in [
+            (json!(["Observe"]), "only reads"),
+            (
+                json!(["*"]),
+                "the spec's map lacks the key: the provider will remove it",
+            ),
+        ] {
+            let mut f = fp();
+            f["tags"] = json!({"team": "data"});
+            f["parameters"] = json!({"family": "postgres16"});
+            let mut o = object(av, ns, f);
+            o["spec"]["managementPolicies"] = policies;
+            let mut l = live(&o);
+            l["status"] = json!({"atProvider": {
+                "region": "eu-west-1", "instanceClass": "db.t3.micro",
+                "arn": "arn:aws:rds:eu-west-1:1:db:db",
+                "tags": {"team": "data", "owner": "ops"},
+                "parameters": {"family": "postgres16", "id": "p-1"},
+            }});
+            let e = Planner::new(&cfg).apply(&manifest(&o), Some(&l)).unwrap();
+            assert_eq!(e.action, Action::NoChange, "{av}");
+            assert_eq!(e.fields.len(), 1, "{av}: {:?}", e.fields);
+            let f = field(&e, "spec.forProvider.tags.owner");
+            assert!(
+                matches!(&f.mark, Mark::Drift { cloud, then: t } if cloud == &json!("ops") && t.contains(then)),
+                "{:?}",
+                f.mark
+            );
+            assert_eq!((&f.old, &f.new), (&None, &None));
+
+            // A schema that calls `parameters` a map and `tags` a struct.
+            let group = av.split('/').next().unwrap();
+            let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": format!("instances.{group}")},
+                "spec": {"group": group, "scope": if ns.is_empty() { "Cluster" } else { "Namespaced" },
+                    "names": {"kind": "Instance", "plural": "instances", "singular": "instance", "listKind": "InstanceList"},
+                    "versions": [{"name": "v1beta1", "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "properties": {
+                                "forProvider": {"type": "object", "properties": {
+                                    "region": {"type": "string"}, "instanceClass": {"type": "string"},
+                                    "tags": {"type": "object", "properties": {"team": {"type": "string"}}},
+                                    "parameters": {"type": "object", "additionalProperties": {"type": "string"}}}}}},
+                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}});
+            let mut crds = Crds::default();
+            crds.add("crd.yaml", &crd).unwrap();
+            let e = Planner::new(&cfg)
+                .crds(Some(&crds))
+                .apply(&manifest(&o), Some(&l))
+                .unwrap();
+            let paths: Vec<&str> = e.fields.iter().map(|f| f.path.as_str()).collect();
+            assert_eq!(paths, ["spec.forProvider.parameters.id"], "{av}");
+        }
+    }
+    // A provider that merges maps (cloudOnlyMapKeys: Keep) keeps the key.
+    let keep = Config::from_yaml(
+        "resources:\n  - apiGroups: ['*']\n    kinds: [Instance]\n    cloudOnlyMapKeys: Keep\n",
+    )
+    .unwrap();
+    let mut f = fp();
+    f["tags"] = json!({"team": "data"});
+    let o = object(SCOPES[0].0, "", f);
+    let mut l = live(&o);
+    l["status"] = json!({"atProvider": {"tags": {"team": "data", "owner": "ops"}}});
+    let e = Planner::new(&keep).apply(&manifest(&o), Some(&l)).unwrap();
+    assert!(
+        matches!(&field(&e, "spec.forProvider.tags.owner").mark, Mark::Drift { then, .. } if then.contains("the provider keeps it")),
+        "{:?}",
+        e.fields
+    );
+    let err = Config::from_yaml(
+        "resources:\n  - apiGroups: ['*']\n    kinds: [Instance]\n    cloudOnlyMapKeys: Merge\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("Keep") && err.contains("Remove"), "{err}");
+}
+
 #[test]
 fn annotations_and_policies_are_diffed_without_kubectls_bookkeeping() {
     let cfg = Config::builtin();

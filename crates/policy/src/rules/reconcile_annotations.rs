@@ -92,8 +92,8 @@ fn poll_interval(value: &str, min: GoDuration) -> Option<Violation> {
                     "{POLL_INTERVAL} {value:?} is not a Go duration ({e}); {IGNORED}"
                 ))
                 .fix(format!(
-                    "write {GO_DURATION_FORMAT}, greater than zero; or remove it to keep the default"
-                )),
+                "write {GO_DURATION_FORMAT}, greater than zero; or remove it to keep the default"
+            )),
             )
         }
     };
@@ -188,7 +188,8 @@ mod tests {
             let v = poll(zero);
             assert_eq!(v.len(), 1, "{zero}");
             assert!(
-                v[0].message.contains(") is zero; crossplane-runtime v2.3 ignores it"),
+                v[0].message
+                    .contains(") is zero; crossplane-runtime v2.3 ignores it"),
                 "{zero}: {}",
                 v[0].message
             );
@@ -222,7 +223,8 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].action, Action::Warn, "allowed, with a warning");
         assert!(
-            f[0].warning().starts_with("reconcile-annotations: crossplane.io/poll-interval \"500ms\""),
+            f[0].warning()
+                .starts_with("reconcile-annotations: crossplane.io/poll-interval \"500ms\""),
             "{}",
             f[0].warning()
         );
@@ -231,7 +233,9 @@ mod tests {
             assert!(judged(ok, "minPollInterval: 1s\n").is_empty(), "{ok}");
         }
         let m = |v: &str| judged(v, "minPollInterval: 1m\n");
-        assert!(m("30s")[0].message.contains("shorter than minPollInterval 1m0s"));
+        assert!(m("30s")[0]
+            .message
+            .contains("shorter than minPollInterval 1m0s"));
         assert!(m("1m").is_empty());
     }
 
