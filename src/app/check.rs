@@ -133,9 +133,13 @@ pub(crate) fn load_crds(
     for f in manifests::files(path)? {
         let text = manifests::read_text(&f)?;
         if let Some(groups) = groups {
-            // An MRAP names no group, only patterns.
+            // An MRAP names no group, only patterns; a provider config
+            // CRD names its family's group (`aws.m.upbound.io`), not the
+            // MRs' (`ec2.aws.m.upbound.io`), and provider-config-kind
+            // needs it.
             let mrap = text.contains(mrguard_policy::activation::MRAP_KIND);
-            if !mrap && !groups.iter().any(|g| text.contains(g.as_str())) {
+            let provider_config = text.contains("providerconfig");
+            if !mrap && !provider_config && !groups.iter().any(|g| text.contains(g.as_str())) {
                 any |= text.contains("CustomResourceDefinition");
                 continue;
             }

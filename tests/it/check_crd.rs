@@ -695,3 +695,59 @@ fn mrds_in_crd_judge_like_crds_and_inactive_kinds_are_named() {
         "{text}"
     );
 }
+
+/// A ProviderConfig CRD of the family among the `--crd` files tells
+/// `provider-config-kind` which kinds the family serves, as the replica's
+/// watch of CRDs does: a `.m.` MR naming `kind: ProviderConfigs` is denied
+/// offline as the cluster denies it, and `ClusterProviderConfig` passes.
+/// Without those CRDs nothing is known, and nothing is found.
+#[test]
+fn provider_config_crds_among_the_files_judge_the_kind_an_mr_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let crds = dir.path().join("crds");
+    std::fs::create_dir(&crds).unwrap();
+    std::fs::copy(
+        fixture("crds/ec2.aws.m.upbound.io_vpcs.yaml"),
+        crds.join("vpcs.yaml"),
+    )
+    .unwrap();
+    let pc = |kind: &str, scope: &str| {
+        let plural = format!("{}s", kind.to_lowercase());
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.aws.m.upbound.io\nspec:\n  group: aws.m.upbound.io\n  scope: {scope}\n  names: {{kind: {kind}, listKind: {kind}List, plural: {plural}, singular: {}, categories: [crossplane, providerconfig, aws]}}\n  versions:\n    - name: v1beta1\n      served: true\n      storage: true\n      schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}\n",
+            kind.to_lowercase()
+        )
+    };
+    let vpc = |kind: &str| {
+        format!(
+            "apiVersion: ec2.aws.m.upbound.io/v1beta1\nkind: VPC\nmetadata: {{name: net, namespace: team-a}}\nspec:\n  forProvider: {{region: us-east-1, cidrBlock: 10.0.0.0/16}}\n  providerConfigRef: {{kind: {kind}, name: default}}\n"
+        )
+    };
+    let bad = write(dir.path(), "bad.yaml", &vpc("ProviderConfigs"));
+    let good = write(dir.path(), "good.yaml", &vpc("ClusterProviderConfig"));
+    let crd_dir = crds.display().to_string();
+
+    // Without the family's ProviderConfig CRDs: unknown, so nothing found.
+    let out = mrguard(&["check", "-f", &bad, "--crd", &crd_dir]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    write(&crds, "pc.yaml", &pc("ProviderConfig", "Namespaced"));
+    write(&crds, "cpc.yaml", &pc("ClusterProviderConfig", "Cluster"));
+    write(&crds, "usage.yaml", &pc("ProviderConfigUsage", "Namespaced"));
+    let out = mrguard(&["check", "-f", &bad, "--crd", &crd_dir]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "[provider-config-kind] spec.providerConfigRef.kind \"ProviderConfigs\" is not a kind aws.m.upbound.io serves; it serves ClusterProviderConfig and ProviderConfig"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let out = mrguard(&["check", "-f", &good, "--crd", &crd_dir]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("provider-config"),
+        "no provider-config-exists finding offline: {}",
+        stderr(&out)
+    );
+}

@@ -88,6 +88,9 @@ pub struct Crd {
     pub source: String,
     /// `spec.scope: Namespaced`.
     pub namespaced: bool,
+    /// A ProviderConfig or ClusterProviderConfig kind: Crossplane's
+    /// `providerconfig` category, not a `…Usage` kind.
+    pub provider_config: bool,
     /// Its versions, in the order listed.
     pub versions: Vec<CrdVersion>,
 }
@@ -248,7 +251,25 @@ impl Crds {
         if !self.activations.is_empty() {
             c.activations().replace(self.activations.clone());
         }
+        self.provider_config_kinds_into(&c);
         c
+    }
+
+    /// The provider config kinds among the CRDs, as the replica learns them
+    /// from the ones it watches: `provider-config-kind` then knows which
+    /// kinds each family serves. Their objects stay unknown, so
+    /// `provider-config-exists` finds nothing.
+    fn provider_config_kinds_into(&self, c: &crate::cluster::Cluster) {
+        let kinds: Vec<(String, String)> = self
+            .crds
+            .iter()
+            .filter(|c| c.provider_config)
+            .map(|c| (c.group.clone(), c.kind.clone()))
+            .collect();
+        if kinds.is_empty() {
+            return;
+        }
+        c.identities().set_provider_config_kinds_only(kinds);
     }
 
     /// [`Crds::cluster`] for one kind only: cheap enough per object.
@@ -261,6 +282,7 @@ impl Crds {
         {
             c.documented().set(k.clone());
         }
+        self.provider_config_kinds_into(&c);
         c
     }
 
@@ -326,7 +348,13 @@ impl Crds {
                 dropped_rules,
             });
         }
+        let provider_config = doc
+            .pointer("/spec/names/categories")
+            .and_then(Value::as_array)
+            .is_some_and(|c| c.iter().any(|c| c == "providerconfig"))
+            && !kind.ends_with("Usage");
         Ok(Crd {
+            provider_config,
             name: name.clone(),
             group,
             kind,

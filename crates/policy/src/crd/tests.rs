@@ -1258,3 +1258,36 @@ fn an_mrd_is_read_like_its_crd() {
     let e = crds.add("crd2.yaml", &crd).unwrap_err().to_string();
     assert!(e.contains("also defined in crd.yaml"), "{e}");
 }
+
+/// The provider config CRDs read tell the index which kinds each family
+/// serves (not their objects): `provider-config-kind` judges offline.
+#[test]
+fn provider_config_crds_name_the_kinds_their_family_serves() {
+    let crd = |kind: &str, scope: &str, cats: Value| {
+        let plural = format!("{}s", kind.to_lowercase());
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.aws.m.upbound.io")},
+            "spec": {"group": "aws.m.upbound.io", "scope": scope,
+                "names": {"kind": kind, "plural": plural, "categories": cats},
+                "versions": [{"name": "v1beta1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object"}}}]}})
+    };
+    let mut crds = Crds::default();
+    let cats = json!(["crossplane", "providerconfig", "aws"]);
+    crds.add("pc.yaml", &crd("ProviderConfig", "Namespaced", cats.clone()))
+        .unwrap();
+    crds.add("usage.yaml", &crd("ProviderConfigUsage", "Namespaced", cats))
+        .unwrap();
+    crds.add("other.yaml", &crd("Other", "Namespaced", json!(["managed"])))
+        .unwrap();
+    for cluster in [crds.cluster(), crds.cluster_for("ec2.aws.m.upbound.io", "VPC")] {
+        let got = cluster
+            .identities()
+            .provider_config_kinds_for("ec2.aws.m.upbound.io");
+        assert_eq!(
+            got,
+            Some(("aws.m.upbound.io".to_string(), vec!["ProviderConfig".to_string()]))
+        );
+        assert!(!cluster.identities().knows_provider_configs());
+    }
+}

@@ -253,6 +253,8 @@ struct ProviderConfigs {
     /// Provider package name to the `(group, kind)` of its MR CRDs (their
     /// owner references), for the teardown guard.
     providers: HashMap<String, Vec<(String, String)>>,
+    /// The kinds are known from CRDs alone (offline): no object is.
+    kinds_only: bool,
 }
 
 /// The identities live MRs claim, kept by every replica's watches, and the
@@ -311,6 +313,17 @@ impl IdentityIndex {
         } = &mut *pcs;
         listed.retain(|k| kinds.contains(k));
         objects.retain(|k, _| kinds.contains(&(k.group().to_string(), k.kind().to_string())));
+    }
+
+    /// The served ProviderConfig kinds, from CRDs read without a cluster
+    /// (`check --crd`): `provider-config-kind` judges the kind an MR names,
+    /// and `provider-config-exists` finds nothing, no object being known.
+    pub fn set_provider_config_kinds_only(&self, kinds: Vec<(String, String)>) {
+        let mut pcs = self.pcs_mut();
+        pcs.kinds = kinds.iter().cloned().collect();
+        pcs.listed = kinds.into_iter().collect();
+        pcs.objects.clear();
+        pcs.kinds_only = true;
     }
 
     /// Replaces every object of one ProviderConfig kind (a fresh list).
@@ -577,9 +590,10 @@ impl IdentityIndex {
         self.read().by_identity.contains_key(&claim.loose)
     }
 
-    /// Whether any provider config kind is watched.
+    /// Whether any provider config kind is watched (its objects known).
     pub fn knows_provider_configs(&self) -> bool {
-        !self.pcs().listed.is_empty()
+        let pcs = self.pcs();
+        !pcs.listed.is_empty() && !pcs.kinds_only
     }
 
     /// How many live MRs the index knows.
