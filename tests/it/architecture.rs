@@ -482,3 +482,60 @@ fn the_layer_checker_finds_an_import_that_points_up() {
     assert!(problems[1]
         .starts_with("crate::controller::replica::crds (replica) uses crate::controller (root)"));
 }
+
+/// The test harness has no module cycle either (`cluster` and `version`
+/// both read where the binaries are, from `assets`).
+#[test]
+fn the_harness_has_no_module_cycle() {
+    let g = graph(&root().join("crates/envtest/src"));
+    assert!(
+        g["cluster"].contains("assets") && g["version"].contains("assets"),
+        "{g:?}"
+    );
+    if let Some(c) = cycle(&g) {
+        panic!("module cycle in mrguard-envtest: {}", c.join(" → "));
+    }
+}
+
+/// No `#[path]` reaches into another crate: shared test code is a crate
+/// (`crates/testdata`), so each crate's files are its own.
+#[test]
+fn no_path_attribute_leaves_its_crate() {
+    let mut files = Vec::new();
+    for dir in ["src", "crates", "tests", "benches", "fuzz"] {
+        let d = root().join(dir);
+        if d.is_dir() {
+            read_all(&d, &mut files);
+        }
+    }
+    let crate_root = |p: &Path| {
+        p.ancestors()
+            .find(|a| a.join("Cargo.toml").is_file())
+            .map(Path::to_path_buf)
+    };
+    let mut leaving = Vec::new();
+    for (p, text) in &files {
+        for line in text.lines().map(str::trim) {
+            let Some(rest) = line.strip_prefix("#[path = \"") else {
+                continue;
+            };
+            let target = rest.split('"').next().unwrap_or("");
+            let resolved = p.parent().unwrap().join(target);
+            let inside = match (crate_root(p), resolved.canonicalize()) {
+                (Some(own), Ok(t)) => {
+                    t.starts_with(own.canonicalize().unwrap())
+                        && crate_root(&t).map(|c| c.canonicalize().unwrap())
+                            == Some(own.canonicalize().unwrap())
+                }
+                _ => false,
+            };
+            if !inside {
+                leaving.push(format!("{}: {line}", p.display()));
+            }
+        }
+    }
+    assert!(
+        leaving.is_empty(),
+        "#[path] into another crate: {leaving:#?}"
+    );
+}

@@ -733,7 +733,11 @@ fn provider_config_crds_among_the_files_judge_the_kind_an_mr_names() {
 
     write(&crds, "pc.yaml", &pc("ProviderConfig", "Namespaced"));
     write(&crds, "cpc.yaml", &pc("ClusterProviderConfig", "Cluster"));
-    write(&crds, "usage.yaml", &pc("ProviderConfigUsage", "Namespaced"));
+    write(
+        &crds,
+        "usage.yaml",
+        &pc("ProviderConfigUsage", "Namespaced"),
+    );
     let out = mrguard(&["check", "-f", &bad, "--crd", &crd_dir]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(

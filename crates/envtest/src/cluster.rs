@@ -20,8 +20,6 @@ use super::{fixtures_dir, wait_for, WAIT};
 
 /// The admin's static token (group system:masters). Loopback only.
 const ADMIN_TOKEN: &str = "mrguard-e2e-admin";
-/// Where the binaries come from (the controller-runtime envtest convention).
-pub const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
 
 /// A running API server: the one shared by every test of a binary
 /// ([`Cluster::shared`]), or a benchmark's own ([`Cluster::start`]).
@@ -61,21 +59,6 @@ impl Default for ClusterOptions {
             fixture_crds: true,
         }
     }
-}
-
-/// Where kube-apiserver and etcd are, when `KUBEBUILDER_ASSETS` names a
-/// folder holding both.
-pub fn assets() -> Result<PathBuf, String> {
-    let dir = std::env::var_os(ASSETS_ENV)
-        .filter(|d| !d.is_empty())
-        .ok_or_else(|| format!("{ASSETS_ENV} is not set"))?;
-    let dir = PathBuf::from(dir);
-    for bin in ["kube-apiserver", "etcd"] {
-        if !dir.join(bin).is_file() {
-            return Err(format!("{ASSETS_ENV}={} has no {bin}", dir.display()));
-        }
-    }
-    Ok(dir)
 }
 
 /// A loopback port that is free now, for a server a test starts.
@@ -179,7 +162,7 @@ impl Cluster {
     /// server is ready. Both stop when the Cluster is dropped or the
     /// process exits.
     pub async fn start(options: &ClusterOptions) -> Result<Cluster, String> {
-        let assets = assets()?;
+        let assets = crate::assets::assets()?;
         let assets = assets.as_path();
         let version = crate::version::of_assets()?;
         let floor = crate::version::OLDEST_SUPPORTED;

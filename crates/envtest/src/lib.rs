@@ -23,11 +23,12 @@
 //! - [`require_cluster`]: the skip/fail policy when the binaries are absent.
 
 pub mod api;
+pub mod assets;
 pub mod certs;
 pub mod chart;
 pub mod cluster;
 pub mod crossplane;
-pub mod fixtures;
+pub use mrguard_testdata as fixtures;
 pub mod metrics;
 pub mod process;
 pub mod procfs;
@@ -133,7 +134,7 @@ pub async fn require_cluster_at(test: &str, min: (u32, u32)) -> Option<&'static 
 /// prints why and how to get the binaries, and passes) where it does not;
 /// under `CI=true` a missing API server fails the test.
 pub fn require_assets(test: &str) -> bool {
-    let Err(why) = cluster::assets() else {
+    let Err(why) = assets::assets() else {
         return true;
     };
     let how = "run scripts/e2e.sh (it builds them from their Go modules), or set \

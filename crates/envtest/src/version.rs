@@ -164,7 +164,7 @@ pub fn of_assets() -> Result<KubeVersion, String> {
     static VERSION: OnceLock<Result<KubeVersion, String>> = OnceLock::new();
     VERSION
         .get_or_init(|| {
-            let dir = crate::cluster::assets()?;
+            let dir = crate::assets::assets()?;
             of_binary(&dir.join("kube-apiserver"))
         })
         .clone()

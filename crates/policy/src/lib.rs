@@ -78,8 +78,6 @@ pub mod suite;
 pub mod vap;
 
 // The third-party test data (MRGUARD_FIXTURES), found as the end-to-end
-// harness finds it; its items are `pub` there, for the harness's users.
-#[path = "../../envtest/src/fixtures.rs"]
-#[allow(unreachable_pub)]
+// harness finds it.
 #[cfg(test)]
-mod third_party;
+use mrguard_testdata as third_party;

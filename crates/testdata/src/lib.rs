@@ -1,6 +1,5 @@
-//! Where the third-party test data is: std only, so that the unit tests and
-//! benchmarks of crates that do not depend on this one include the file
-//! (`#[path]`) instead of copying it.
+//! Where the third-party test data is: std only, so that the policy
+//! crate's unit tests and the end-to-end harness find it the same way.
 
 use std::io::Write;
 use std::path::PathBuf;

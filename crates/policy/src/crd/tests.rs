@@ -1274,19 +1274,34 @@ fn provider_config_crds_name_the_kinds_their_family_serves() {
     };
     let mut crds = Crds::default();
     let cats = json!(["crossplane", "providerconfig", "aws"]);
-    crds.add("pc.yaml", &crd("ProviderConfig", "Namespaced", cats.clone()))
-        .unwrap();
-    crds.add("usage.yaml", &crd("ProviderConfigUsage", "Namespaced", cats))
-        .unwrap();
-    crds.add("other.yaml", &crd("Other", "Namespaced", json!(["managed"])))
-        .unwrap();
-    for cluster in [crds.cluster(), crds.cluster_for("ec2.aws.m.upbound.io", "VPC")] {
+    crds.add(
+        "pc.yaml",
+        &crd("ProviderConfig", "Namespaced", cats.clone()),
+    )
+    .unwrap();
+    crds.add(
+        "usage.yaml",
+        &crd("ProviderConfigUsage", "Namespaced", cats),
+    )
+    .unwrap();
+    crds.add(
+        "other.yaml",
+        &crd("Other", "Namespaced", json!(["managed"])),
+    )
+    .unwrap();
+    for cluster in [
+        crds.cluster(),
+        crds.cluster_for("ec2.aws.m.upbound.io", "VPC"),
+    ] {
         let got = cluster
             .identities()
             .provider_config_kinds_for("ec2.aws.m.upbound.io");
         assert_eq!(
             got,
-            Some(("aws.m.upbound.io".to_string(), vec!["ProviderConfig".to_string()]))
+            Some((
+                "aws.m.upbound.io".to_string(),
+                vec!["ProviderConfig".to_string()]
+            ))
         );
         assert!(!cluster.identities().knows_provider_configs());
     }
