@@ -939,3 +939,51 @@ fn the_example_manifests_do_what_the_readme_shows() {
     assert!(denial.contains("[observe-only-external-name]"), "{denial}");
     assert!(readme.contains(denial), "README lacks: {denial}");
 }
+
+/// tests/README.md is the map of the test code: every module of `it/` and
+/// `e2e/` and every file of the harness has a row there, so a new one
+/// cannot be added without saying what it covers.
+#[test]
+fn every_test_module_and_harness_file_has_a_row_in_the_tests_readme() {
+    let readme = std::fs::read_to_string(root().join("tests/README.md")).unwrap();
+    let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with("| `")).collect();
+    let listed = |name: &str| rows.iter().any(|r| r.contains(&format!("`{name}`")));
+    let mut missing = Vec::new();
+    for (dir, shown) in [
+        ("tests/it", false),
+        ("tests/e2e", false),
+        ("crates/envtest/src", true),
+    ] {
+        for e in std::fs::read_dir(root().join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let file = p.file_name().unwrap().to_string_lossy().to_string();
+            let name = if shown { format!("{dir}/{file}") } else { file };
+            if !listed(&name) {
+                missing.push(format!(
+                    "{dir}/{}",
+                    p.file_name().unwrap().to_string_lossy()
+                ));
+            }
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "tests/README.md has no row for: {missing:#?}"
+    );
+}
+
+/// BENCHMARKS.md holds the current numbers, each with its command, not
+/// their history: it stays short enough to read.
+#[test]
+fn the_benchmarks_page_stays_under_400_lines() {
+    let text = std::fs::read_to_string(root().join("BENCHMARKS.md")).unwrap();
+    let lines = text.lines().count();
+    assert!(
+        lines <= 400,
+        "BENCHMARKS.md has {lines} lines (at most 400)"
+    );
+}
