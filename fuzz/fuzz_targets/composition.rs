@@ -21,7 +21,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     for d in &docs {
         xrs.add(d);
     }
-    let decider = Decider::offline(&config);
+    let decider = Decider::offline(&config, jiff::Timestamp::now());
     for d in &docs {
         for x in [None, Some(&xrs)] {
             let a = analyse(d, &config, x);

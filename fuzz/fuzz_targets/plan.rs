@@ -23,7 +23,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         return;
     };
     let config = Config::builtin();
-    let planner = Planner::new(&config);
+    let planner = Planner::new(&config, jiff::Timestamp::now());
     let mut entries = Vec::new();
     for m in &docs {
         if let Ok(e) = planner.apply(m, live.as_ref()) {

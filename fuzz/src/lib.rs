@@ -87,7 +87,7 @@ pub fn review_bytes(body: &[u8]) {
 
 pub fn review_request(request: &Request) {
     for config in configs() {
-        let decider = admission::Decider::offline(config);
+        let decider = admission::Decider::offline(config, jiff::Timestamp::now());
         let decision = decider.validate(request);
         check_encoded(&review::encode(decision.response), &request.uid);
 
@@ -149,7 +149,7 @@ pub fn patch_only_bytes(body: &[u8]) {
         return;
     };
     for config in configs() {
-        let decider = admission::Decider::offline(config);
+        let decider = admission::Decider::offline(config, jiff::Timestamp::now());
         let whole = decider.mutate(&request);
         let lean = decider.mutate_patch_only(&request);
         assert!(lean.mutated.is_none(), "patch-only built the whole object");

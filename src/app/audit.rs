@@ -139,6 +139,7 @@ pub(crate) fn run(args: AuditArgs) -> i32 {
             coverage.kinds(),
             &config,
             &cluster,
+            jiff::Timestamp::now(),
             |event| match event {
                 PassEvent::Listing(kind) => {
                     tick = Some(progress.item());

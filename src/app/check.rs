@@ -184,6 +184,8 @@ struct Inputs {
     /// What a cluster with these CRDs would know (documented immutable
     /// fields).
     cluster: Cluster,
+    /// When every document is judged: one instant for the whole command.
+    now: jiff::Timestamp,
 }
 
 /// Reads the configuration, the manifests, `--old` and the CRDs; a note
@@ -239,6 +241,7 @@ fn read_inputs(args: &CheckArgs, err: &mut dyn Write) -> Result<Inputs, CheckErr
         op,
         crd_path,
         cluster,
+        now: jiff::Timestamp::now(),
     })
 }
 
@@ -316,7 +319,7 @@ fn check_one(
     let old = old_of(inputs, m)?;
     let mut notes = Vec::new();
     let (crd, missing) = crd_of(args, inputs, doc, &mut notes)?;
-    let mut judged = Decider::new(&inputs.config, &inputs.cluster)
+    let mut judged = Decider::new(&inputs.config, &inputs.cluster, inputs.now)
         .judge(op.into(), doc, old, &args.username, crd)
         .map_err(|e| e.to_string())
         .map_err(|reason| CheckError::Document {
@@ -331,7 +334,8 @@ fn check_one(
     judged
         .warnings
         .extend(mrguard_policy::live::inactive_composed(m, &activations));
-    let composition = mrguard_policy::live::composition_report(m, &inputs.config, &inputs.xrs);
+    let composition =
+        mrguard_policy::live::composition_report(m, &inputs.config, &inputs.xrs, inputs.now);
     if let Some(c) = &composition {
         // The report replaces the webhook's view: it knows the lines
         // and the XRDs given.

@@ -177,6 +177,8 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
         ),
         None => None,
     };
+    // One instant for every object explained.
+    let now = jiff::Timestamp::now();
     let mut out = Vec::new();
     for o in &objects {
         let composition = match (&given, &client) {
@@ -191,7 +193,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
             },
             (None, None) => None,
         };
-        let decider = Decider::new(&config, facts.as_ref().unwrap_or(Cluster::empty()));
+        let decider = Decider::new(&config, facts.as_ref().unwrap_or(Cluster::empty()), now);
         let is_mr = mrguard_policy::mr::is_managed(o);
         if !is_mr && composition.is_none() {
             // Neither an MR nor an XR whose Composition is known.

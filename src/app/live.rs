@@ -19,7 +19,7 @@ use super::manifests::{self, Manifest, ManifestError};
 use super::progress::Progress;
 use mrguard_policy::crd::Crds;
 use mrguard_policy::identity::IdentityIndex;
-use mrguard_policy::live::{annotations, judge_manifest, rejected, render_text, skipped};
+use mrguard_policy::live::{annotations, judge_manifest, rejected, render_text, skipped, Applier};
 pub(crate) use mrguard_policy::live::{JudgeError, LiveFinding, LiveResult};
 use mrguard_policy::model::Operation;
 use mrguard_policy::offline::identity;
@@ -144,6 +144,11 @@ async fn check_all(
         std::collections::HashMap::new();
     let mut families = Families::default();
     let mut activations = super::activations::Lazy::default();
+    // Every manifest is judged as applied by the user, at one instant.
+    let by = Applier {
+        username: args.username,
+        now: jiff::Timestamp::now(),
+    };
     let mut out = Vec::new();
     let progress = Progress::new(manifests.len() as u64, "manifests", live.quiet);
     for mut m in manifests {
@@ -269,7 +274,7 @@ async fn check_all(
             &m,
             live_obj.as_ref(),
             merged,
-            args.username,
+            by,
             &config,
             (!crds.is_empty()).then_some(&crds),
             family.is_ok().then_some(&fill as &dyn Fn(&IdentityIndex)),

@@ -250,7 +250,7 @@ fn plan_offline(args: &PlanArgs, mut docs: Vec<Manifest>) -> Result<Plan, PlanEr
         None => None,
     };
     let default_ns = args.namespace.clone().unwrap_or_else(|| "default".into());
-    let planner = Planner::new(&config)
+    let planner = Planner::new(&config, jiff::Timestamp::now())
         .crds(crds.as_ref())
         .username(&args.username)
         .provider_managers(&args.provider_managers);
@@ -482,7 +482,7 @@ async fn plan_live(args: &PlanArgs, mut docs: Vec<Manifest>) -> Result<Plan, Pla
         }
     };
     let crds = (!listed.crds.is_empty()).then_some(&listed.crds);
-    let planner = Planner::new(&config)
+    let planner = Planner::new(&config, jiff::Timestamp::now())
         .crds(crds)
         .username(&args.username)
         .provider_managers(&args.provider_managers)

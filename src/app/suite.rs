@@ -179,8 +179,8 @@ fn one_of(
     }
 }
 
-/// Runs one suite file.
-pub(crate) fn run_suite(path: &Path) -> Result<SuiteResult, SuiteError> {
+/// Runs one suite file, judging its cases at `now`.
+pub(crate) fn run_suite(path: &Path, now: jiff::Timestamp) -> Result<SuiteResult, SuiteError> {
     let file = path.display().to_string();
     let base = path.parent().unwrap_or(Path::new("."));
     let raw: RawSuite = serde_saphyr::from_str(&read(path)?).map_err(|e| SuiteError::Parse {
@@ -260,7 +260,8 @@ pub(crate) fn run_suite(path: &Path) -> Result<SuiteResult, SuiteError> {
             Some(mrguard_policy::crd::Lookup::Found(v)) => Some(v),
             _ => None,
         };
-        let judged = Decider::new(&config, &cluster).judge(op, &object, old.as_ref(), user, crd);
+        let judged =
+            Decider::new(&config, &cluster, now).judge(op, &object, old.as_ref(), user, crd);
         let failures = match judged {
             Ok(j) => compare(&c.expect, &j),
             Err(e) => vec![format!("the request could not be judged: {e}")],
@@ -279,8 +280,10 @@ pub(crate) fn run_suite(path: &Path) -> Result<SuiteResult, SuiteError> {
 
 fn execute(args: &TestArgs) -> Result<bool, SuiteError> {
     let mut results = Vec::new();
+    // Every suite is judged at one instant.
+    let now = jiff::Timestamp::now();
     for p in suites(&args.path)? {
-        results.push(run_suite(&p)?);
+        results.push(run_suite(&p, now)?);
     }
     let (text, _, failed) = text_report(&results);
     print!("{text}");

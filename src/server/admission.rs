@@ -184,9 +184,9 @@ async fn answer(State(endpoint): State<Arc<Endpoint>>, arrived: Arrived, req: Re
         drop(permit.split(permit.num_permits() - used as usize));
     }
     let config = endpoint.config.load();
-    // Two references: built per request from this snapshot of the
-    // configuration and the replica's cluster view.
-    let decider = Decider::new(&config, &endpoint.cluster);
+    // Built per request from this snapshot of the configuration and the
+    // replica's cluster view, judging at the time the request is decided.
+    let decider = Decider::new(&config, &endpoint.cluster, jiff::Timestamp::now());
     let decoded = decider.decode(&body).map_err(Rejection::Undecodable);
     // The raw bytes are not needed once parsed.
     drop(body);

@@ -378,7 +378,7 @@ async fn exported_mutating_policy_defaults_in_the_api_server_as_mutate_does() {
         let req = mrguard_policy::review::RequestBuilder::create(dry.body.clone())
             .username("kubernetes-admin")
             .build();
-        let mutated = mrguard_policy::admission::Decider::offline(&config)
+        let mutated = mrguard_policy::admission::Decider::offline(&config, jiff::Timestamp::now())
             .mutate(&req)
             .mutated
             .expect("/mutate defaults the object");

@@ -51,9 +51,9 @@ struct Case {
 fn expected(path: &str, body: &[u8], config: &Config) -> Value {
     let req = mrguard_policy::review::decode(body).unwrap();
     let decision = if path == "/mutate" {
-        mrguard_policy::admission::Decider::offline(config).mutate(&req)
+        mrguard_policy::admission::Decider::offline(config, jiff::Timestamp::now()).mutate(&req)
     } else {
-        mrguard_policy::admission::Decider::offline(config).validate(&req)
+        mrguard_policy::admission::Decider::offline(config, jiff::Timestamp::now()).validate(&req)
     };
     let v: Value =
         serde_json::from_slice(&mrguard_policy::review::encode(decision.response)).unwrap();

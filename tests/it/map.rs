@@ -279,7 +279,7 @@ fn exported_policy_agrees_with_mutate_on_every_review() {
         let export = map::export(&config).unwrap_or_else(|e| panic!("{cname}: {e}"));
         let policies =
             map::Policies::compile(&export.objects).expect("the exported policy compiles");
-        let decider = Decider::offline(&config);
+        let decider = Decider::offline(&config, jiff::Timestamp::now());
         for (set, reqs) in [
             ("recorded", &recorded),
             ("generated", &generated),
@@ -385,7 +385,7 @@ fn disagreements_are_the_listed_inexpressible_cases() {
         .or_default()
         .insert(PROVIDER.to_string());
     cluster.providers().replace(accounts);
-    let decider = Decider::new(&config, &cluster);
+    let decider = Decider::new(&config, &cluster, jiff::Timestamp::now());
     let policies = map::Policies::compile(&export.objects).unwrap();
     let (mut listed, mut agree) = (0, 0);
     for req in generated() {
@@ -463,7 +463,10 @@ fn export_map_writes_valid_objects_and_names_what_it_cannot_express() {
     assert!(got["spec"].get("deletionPolicy").is_none());
     assert_eq!(
         Some(got),
-        after_mutate(&Decider::offline(&Config::builtin()), &req)
+        after_mutate(
+            &Decider::offline(&Config::builtin(), jiff::Timestamp::now()),
+            &req
+        )
     );
     // A configuration file is read as `serve` reads it; a bad one is an error.
     let dir = tempfile::tempdir().unwrap();

@@ -32,10 +32,15 @@ fn exported(rule: &str) -> bool {
     ) || rule.starts_with("cel:")
 }
 
-/// mrguard's verdict on the exported rules: (rule, action) of every
-/// finding not waived by an exception.
-fn mrguard_verdict(req: &Request, config: &Config) -> BTreeSet<(String, String)> {
-    mrguard_policy::admission::Decider::offline(config)
+/// mrguard's verdict on the exported rules at `now`, the instant the
+/// policies were exported at: (rule, action) of every finding not waived
+/// by an exception.
+fn mrguard_verdict(
+    req: &Request,
+    config: &Config,
+    now: jiff::Timestamp,
+) -> BTreeSet<(String, String)> {
+    mrguard_policy::admission::Decider::offline(config, now)
         .validate(req)
         .findings
         .iter()
@@ -387,7 +392,7 @@ fn exported_policies_agree_with_mrguard_on_every_review() {
         ] {
             let (mut agree, mut fired) = (0, 0);
             for req in reqs.iter() {
-                let want = mrguard_verdict(req, &config);
+                let want = mrguard_verdict(req, &config, now);
                 let got = vap_verdict(&policies, req);
                 fired += usize::from(!want.is_empty());
                 for (rule, action) in &want {

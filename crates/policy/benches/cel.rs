@@ -130,9 +130,11 @@ fn update_request() -> Request {
 fn validate_update(bencher: Bencher<'_, '_>, rules: usize) {
     let req = update_request();
     let config = config(rules);
-    let d = Decider::offline(&config).validate(&req);
+    let d = Decider::offline(&config, jiff::Timestamp::now()).validate(&req);
     assert!(d.response.allowed, "{}", d.response.result.message);
-    bencher.bench_local(|| black_box(Decider::offline(&config).validate(black_box(&req))));
+    bencher.bench_local(|| {
+        black_box(Decider::offline(&config, jiff::Timestamp::now()).validate(black_box(&req)))
+    });
 }
 
 fn ten_programs() -> Vec<CelProgram> {
@@ -338,7 +340,7 @@ fn ratios() {
     for _ in 0..ROUNDS {
         for (i, c) in configs.iter().enumerate() {
             let t = time(2_000 / (1 + counts[i] as u32 / 10), || {
-                black_box(Decider::offline(c).validate(black_box(&req)));
+                black_box(Decider::offline(c, jiff::Timestamp::now()).validate(black_box(&req)));
             });
             times[i].push(t.as_secs_f64() * 1e6);
         }

@@ -196,17 +196,19 @@ fn body() -> Vec<u8> {
 fn decode_and_validate(b: Bencher<'_, '_>, on: bool) {
     let (body, cfg, cluster) = (body(), config(on), cluster());
     b.bench(|| {
-        let req = Decider::offline(&cfg)
+        let req = Decider::offline(&cfg, jiff::Timestamp::now())
             .decode(black_box(&body))
             .expect("a valid review");
-        black_box(Decider::new(&cfg, cluster).validate(&req))
+        black_box(Decider::new(&cfg, cluster, jiff::Timestamp::now()).validate(&req))
     });
 }
 
 #[divan::bench(args = [true, false])]
 fn validate(b: Bencher<'_, '_>, on: bool) {
     let (req, cfg, cluster) = (request(), config(on), cluster());
-    b.bench(|| black_box(Decider::new(&cfg, cluster).validate(black_box(&req))));
+    b.bench(|| {
+        black_box(Decider::new(&cfg, cluster, jiff::Timestamp::now()).validate(black_box(&req)))
+    });
 }
 
 fn time(n: u32, mut f: impl FnMut()) -> Duration {
@@ -250,14 +252,18 @@ fn summary() {
     for _ in 0..ROUNDS {
         t_on.push(
             time(2_000, || {
-                black_box(Decider::new(&on, cluster).validate(black_box(&req)));
+                black_box(
+                    Decider::new(&on, cluster, jiff::Timestamp::now()).validate(black_box(&req)),
+                );
             })
             .as_secs_f64()
                 * 1e6,
         );
         t_off.push(
             time(2_000, || {
-                black_box(Decider::new(&off, cluster).validate(black_box(&req)));
+                black_box(
+                    Decider::new(&off, cluster, jiff::Timestamp::now()).validate(black_box(&req)),
+                );
             })
             .as_secs_f64()
                 * 1e6,
@@ -269,10 +275,10 @@ fn summary() {
         for (cfg, out) in [(&on, &mut d_on), (&off, &mut d_off)] {
             out.push(
                 time(2_000, || {
-                    let req = Decider::offline(cfg)
+                    let req = Decider::offline(cfg, jiff::Timestamp::now())
                         .decode(black_box(&body))
                         .expect("a valid review");
-                    black_box(Decider::new(cfg, cluster).validate(&req));
+                    black_box(Decider::new(cfg, cluster, jiff::Timestamp::now()).validate(&req));
                 })
                 .as_secs_f64()
                     * 1e6,

@@ -50,7 +50,7 @@ fn inputs() -> Vec<(Manifest, Value)> {
 }
 
 fn plan(config: &Config, inputs: &[(Manifest, Value)]) -> Plan {
-    let planner = Planner::new(config);
+    let planner = Planner::new(config, jiff::Timestamp::now());
     Plan::new(
         inputs
             .iter()

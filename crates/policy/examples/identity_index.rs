@@ -133,13 +133,18 @@ fn main() {
     for _ in 0..ROUNDS {
         let t = Instant::now();
         for _ in 0..PER_ROUND {
-            assert!(Decider::new(&config, &full).validate(&req).response.allowed);
+            assert!(
+                Decider::new(&config, &full, jiff::Timestamp::now())
+                    .validate(&req)
+                    .response
+                    .allowed
+            );
         }
         on += t.elapsed();
         let t = Instant::now();
         for _ in 0..PER_ROUND {
             assert!(
-                Decider::new(&config, Cluster::empty())
+                Decider::new(&config, Cluster::empty(), jiff::Timestamp::now())
                     .validate(&req)
                     .response
                     .allowed

@@ -1,16 +1,20 @@
 //! mrguard's admission decisions as pure functions.
 //!
 //! This crate holds everything mrguard decides and nothing it does: no
-//! network, no async runtime, no Kubernetes client and no file I/O. The
-//! `mrguard` binary wraps it in an HTTPS server, a controller and a CLI.
+//! network, no async runtime, no Kubernetes client, no file I/O and no
+//! clock. The instant a decision is judged at (when a staged rule starts
+//! to deny, when an exception expires) is a parameter, so a what-if tool
+//! or a test judges at a chosen time. The `mrguard` binary wraps it in an
+//! HTTPS server, a controller and a CLI, and reads the clock for it.
 //!
 //! Data flow of one admission request:
 //!
 //! 1. [`review::decode`] turns an AdmissionReview body into a
 //!    [`review::Request`], keeping the object as a `serde_json::Value`;
 //!    [`review::RequestBuilder`] makes the same request from objects.
-//! 2. an [`admission::Decider`], built from a [`config::Config`] and what
-//!    the runtime knows of the cluster ([`cluster::Cluster`]), decides:
+//! 2. an [`admission::Decider`], built from a [`config::Config`], what
+//!    the runtime knows of the cluster ([`cluster::Cluster`]) and the
+//!    instant to judge at, decides:
 //!    - [`admission::Decider::mutate`] runs the steps of [`admission`] on a
 //!      copy of the object and builds one JSON Patch from the difference;
 //!    - [`admission::Decider::validate`] builds one rule context and runs

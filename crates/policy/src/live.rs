@@ -74,19 +74,31 @@ pub struct LiveFinding {
     pub line: usize,
 }
 
+/// Who applies a manifest, and when.
+#[derive(Debug, Clone, Copy)]
+pub struct Applier<'a> {
+    /// The user the apply runs as (for exemptions).
+    pub username: &'a str,
+    /// When the request is judged: staged rules and exceptions are judged
+    /// at this instant. The caller's clock: the crate is pure, and a
+    /// what-if tool or a test judges at a chosen time.
+    pub now: jiff::Timestamp,
+}
+
 /// Judges one manifest against its live object, as the request applying
 /// it would be judged: `merged` is the server-side-apply dry run's result
 /// (server mode), else the new object is kubectl's client-side three-way
-/// merge of the manifest into `live`; no live object is a CREATE. `crds`
-/// are the CRDs the credentials could read. `live_mrs` records the live
-/// MRs whose external identity can collide with this one's in an index
-/// (None: they were not listed), so that `external-identity` judges as
-/// admission would and the result names the other claimants.
+/// merge of the manifest into `live`; no live object is a CREATE. `by` is
+/// who applies it and when. `crds` are the CRDs the credentials could
+/// read. `live_mrs` records the live MRs whose external identity can
+/// collide with this one's in an index (None: they were not listed), so
+/// that `external-identity` judges as admission would and the result names
+/// the other claimants.
 pub fn judge_manifest(
     m: &Manifest,
     live: Option<&Value>,
     merged: Option<Value>,
-    username: &str,
+    by: Applier<'_>,
     config: &Config,
     crds: Option<&Crds>,
     live_mrs: Option<&dyn Fn(&IdentityIndex)>,
@@ -158,8 +170,8 @@ pub fn judge_manifest(
         .map(|c| c.cluster_for(group, &kind))
         .unwrap_or_default();
     let identity = report(&new, cluster.identities());
-    let judged = crate::admission::Decider::new(config, &cluster)
-        .judge(op, &new, live, username, crd)
+    let judged = crate::admission::Decider::new(config, &cluster, by.now)
+        .judge(op, &new, live, by.username, crd)
         .map_err(|e| JudgeError {
             object: label.clone(),
             reason: e.to_string(),
@@ -357,12 +369,13 @@ pub fn inactive_composed(m: &Manifest, known: &crate::activation::Activations) -
 }
 
 /// `mrguard check` on a Composition: the patches [`composition::analyse`]
-/// finds, each at the line of its `toFieldPath`; `None` when `m` is not a
-/// Composition.
+/// finds, each at the line of its `toFieldPath` with the action in force
+/// at `now`; `None` when `m` is not a Composition.
 pub fn composition_report(
     m: &Manifest,
     config: &Config,
     xrs: &XrSchemas,
+    now: jiff::Timestamp,
 ) -> Option<CompositionReport> {
     if !is_composition(&m.object) {
         return None;
@@ -380,6 +393,7 @@ pub fn composition_report(
                     config.resource(&f.group, &f.kind),
                     composition::RULE,
                     Action::Warn,
+                    now,
                 ) {
                     Action::Off => return None,
                     a => a.as_str(),
@@ -408,6 +422,14 @@ mod tests {
     use serde_json::json;
 
     const CFG: &str = "resources:\n  - apiGroups: ['rds.aws.upbound.io']\n    kinds: ['*']\n    immutableFields: [spec.forProvider.region]\n";
+
+    /// Nobody in particular, now.
+    fn anyone() -> Applier<'static> {
+        Applier {
+            username: "",
+            now: jiff::Timestamp::now(),
+        }
+    }
 
     fn manifest(text: &str) -> Manifest {
         crate::manifest::parse("gitops/db.yaml", text, crate::manifest::MAX_DOCUMENTS)
@@ -444,7 +466,7 @@ spec:
         let cfg = Config::from_yaml(CFG).unwrap();
         let m = manifest(DB);
         let live = live_db(true);
-        let r = judge_manifest(&m, Some(&live), None, "", &cfg, None, None).unwrap();
+        let r = judge_manifest(&m, Some(&live), None, anyone(), &cfg, None, None).unwrap();
         assert_eq!(r.operation, "UPDATE");
         assert_eq!(r.verdict, "denied");
         assert_eq!(r.findings[0].rule, "immutable-field");
@@ -474,7 +496,7 @@ spec:
             &manifest(DB),
             Some(&live_db(false)),
             None,
-            "",
+            anyone(),
             &cfg,
             None,
             None,
@@ -496,7 +518,10 @@ spec:
             &manifest(DB),
             Some(&live_db(true)),
             None,
-            "system:serviceaccount:crossplane-system:provider-aws",
+            Applier {
+                username: "system:serviceaccount:crossplane-system:provider-aws",
+                now: jiff::Timestamp::now(),
+            },
             &cfg,
             None,
             None,
@@ -509,14 +534,14 @@ spec:
     fn no_live_object_is_a_create_and_an_equal_one_is_unchanged() {
         let cfg = Config::from_yaml(CFG).unwrap();
         let m = manifest(DB);
-        let r = judge_manifest(&m, None, None, "", &cfg, None, None).unwrap();
+        let r = judge_manifest(&m, None, None, anyone(), &cfg, None, None).unwrap();
         assert_eq!(
             (r.operation.as_str(), r.verdict.as_str()),
             ("CREATE", "allowed")
         );
         let mut live = merge::with_last_applied(&m.object);
         live["spec"]["deletionPolicy"] = json!("Delete");
-        let r = judge_manifest(&m, Some(&live), None, "", &cfg, None, None).unwrap();
+        let r = judge_manifest(&m, Some(&live), None, anyone(), &cfg, None, None).unwrap();
         assert_eq!(r.verdict, "unchanged");
     }
 
@@ -527,7 +552,7 @@ spec:
         let live = live_db(true);
         let mut result = live.clone();
         result["spec"]["forProvider"]["region"] = json!("eu-west-1");
-        let r = judge_manifest(&m, Some(&live), Some(result), "", &cfg, None, None).unwrap();
+        let r = judge_manifest(&m, Some(&live), Some(result), anyone(), &cfg, None, None).unwrap();
         assert_eq!(r.verdict, "denied");
         assert!(r.notes.is_empty());
     }

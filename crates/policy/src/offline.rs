@@ -243,7 +243,7 @@ mod tests {
         config: &Config,
         crd: Option<&CrdVersion>,
     ) -> Result<Judged, JudgeError> {
-        Decider::offline(config).judge(op, object, old, username, crd)
+        Decider::offline(config, jiff::Timestamp::now()).judge(op, object, old, username, crd)
     }
 
     #[test]

@@ -75,12 +75,13 @@ impl AuditFinding {
     }
 }
 
-/// Judges one object as a CREATE by nobody in particular.
+/// Judges one object as a CREATE by nobody in particular, at `now`.
 pub(crate) fn audit_object(
     kind: &MrKind,
     object: Value,
     config: &Config,
     cluster: &Cluster,
+    now: jiff::Timestamp,
 ) -> Vec<AuditFinding> {
     if !mrguard_policy::mr::is_managed(&object) {
         return Vec::new();
@@ -98,7 +99,7 @@ pub(crate) fn audit_object(
     // With the replica's identity index, an MR claiming what another
     // holds (both created while mrguard was down) is a finding.
     let req = RequestBuilder::create(object).build();
-    mrguard_policy::admission::Decider::new(config, cluster)
+    mrguard_policy::admission::Decider::new(config, cluster, now)
         .validate(&req)
         .findings
         .into_iter()
@@ -137,15 +138,24 @@ pub(crate) async fn audit_kind(
     kind: &MrKind,
     config: &Config,
 ) -> Result<KindReport, ControllerError> {
-    audit_kind_in(client, kind, config, Cluster::empty()).await
+    audit_kind_in(
+        client,
+        kind,
+        config,
+        Cluster::empty(),
+        jiff::Timestamp::now(),
+    )
+    .await
 }
 
-/// As [`audit_kind`], with what the replica knows of the cluster.
+/// As [`audit_kind`], with what the replica knows of the cluster, judged
+/// at `now`.
 pub(crate) async fn audit_kind_in(
     client: &kube::Client,
     kind: &MrKind,
     config: &Config,
     cluster: &Cluster,
+    now: jiff::Timestamp,
 ) -> Result<KindReport, ControllerError> {
     let mut report = KindReport::default();
     let pages = list_values(
@@ -170,7 +180,7 @@ pub(crate) async fn audit_kind_in(
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string();
-            let found = audit_object(kind, value, config, cluster);
+            let found = audit_object(kind, value, config, cluster, now);
             if found.is_empty() {
                 *report.passed.entry(namespace.clone()).or_default() += 1;
             }
@@ -198,14 +208,16 @@ const KINDS_IN_FLIGHT: usize = crate::controller::kube::list_limit::COLLECTION_R
 
 /// The one audit loop, shared by the controller's passes and `mrguard
 /// audit`: each of `kinds`, listed page by page and judged against
-/// `cluster`, [`KINDS_IN_FLIGHT`] at a time; `each` hears of each kind as
-/// its listing ends. A kind whose list is slow holds its own place only:
-/// the next kind starts whenever any listing ends.
+/// `cluster` at `now` (one instant for the whole pass),
+/// [`KINDS_IN_FLIGHT`] at a time; `each` hears of each kind as its listing
+/// ends. A kind whose list is slow holds its own place only: the next kind
+/// starts whenever any listing ends.
 pub(crate) async fn pass<'k>(
     client: &kube::Client,
     kinds: impl IntoIterator<Item = &'k MrKind>,
     config: &Config,
     cluster: &Cluster,
+    now: jiff::Timestamp,
     mut each: impl FnMut(PassEvent<'_>),
 ) {
     async fn one<'a>(
@@ -213,15 +225,19 @@ pub(crate) async fn pass<'k>(
         kind: &'a MrKind,
         config: &'a Config,
         cluster: &'a Cluster,
+        now: jiff::Timestamp,
     ) -> (&'a MrKind, Result<KindReport, ControllerError>) {
-        (kind, audit_kind_in(client, kind, config, cluster).await)
+        (
+            kind,
+            audit_kind_in(client, kind, config, cluster, now).await,
+        )
     }
     let mut kinds = kinds.into_iter();
     let mut in_flight = futures::stream::FuturesUnordered::new();
     loop {
         while in_flight.len() < KINDS_IN_FLIGHT {
             let Some(kind) = kinds.next() else { break };
-            in_flight.push(one(client, kind, config, cluster));
+            in_flight.push(one(client, kind, config, cluster, now));
         }
         let Some((kind, result)) = in_flight.next().await else {
             return;
@@ -781,7 +797,7 @@ impl Auditor {
         for kind in empty {
             done(kind, Ok(KindReport::default()));
         }
-        pass(client, listing, &config, cluster, |event| {
+        pass(client, listing, &config, cluster, now, |event| {
             if let PassEvent::Done(kind, result) = event {
                 done(kind, result);
             }
@@ -918,9 +934,15 @@ mod tests {
                     page(vec![bucket("b", "u1", json!({"forProvider": {}}))], ""),
                 )
             });
-            let r = audit_kind_in(&client, &kind, &Config::builtin(), &cluster)
-                .await
-                .unwrap();
+            let r = audit_kind_in(
+                &client,
+                &kind,
+                &Config::builtin(),
+                &cluster,
+                jiff::Timestamp::now(),
+            )
+            .await
+            .unwrap();
             assert_eq!(r.objects, 1);
             let q = &api.requests()[0].query;
             assert_eq!(q.contains("resourceVersion=0"), cache, "{listed:?}: {q}");
@@ -1035,7 +1057,7 @@ mod tests {
                 .upsert(view.claim(&kind, &config).unwrap());
         }
         let rules = |name: &str, cluster: &Cluster| {
-            audit_object(&kind, vpc(name), &config, cluster)
+            audit_object(&kind, vpc(name), &config, cluster, jiff::Timestamp::now())
                 .into_iter()
                 .filter(|f| f.rule == "external-identity")
                 .map(|f| f.message)
@@ -1067,18 +1089,25 @@ mod tests {
         index_identities(&client, &coverage, &config, &cluster).await;
         let mut events = Vec::new();
         let mut claimants = Vec::new();
-        pass(&client, coverage.kinds(), &config, &cluster, |e| match e {
-            PassEvent::Listing(k) => events.push(format!("listing {}", k.kind)),
-            PassEvent::Done(k, r) if k.key() == kind.key() => {
-                events.push(format!("done {}", k.kind));
-                for f in r.unwrap().findings {
-                    if f.rule == "external-identity" {
-                        claimants.push((f.name, f.message));
+        pass(
+            &client,
+            coverage.kinds(),
+            &config,
+            &cluster,
+            jiff::Timestamp::now(),
+            |e| match e {
+                PassEvent::Listing(k) => events.push(format!("listing {}", k.kind)),
+                PassEvent::Done(k, r) if k.key() == kind.key() => {
+                    events.push(format!("done {}", k.kind));
+                    for f in r.unwrap().findings {
+                        if f.rule == "external-identity" {
+                            claimants.push((f.name, f.message));
+                        }
                     }
                 }
-            }
-            PassEvent::Done(k, _) => events.push(format!("done {}", k.kind)),
-        })
+                PassEvent::Done(k, _) => events.push(format!("done {}", k.kind)),
+            },
+        )
         .await;
         assert_eq!(claimants.len(), 2, "{claimants:?}");
         assert_eq!(claimants[0].0, "a");
@@ -1094,15 +1123,22 @@ mod tests {
         assert!(events[0].starts_with("listing ") && events[1].starts_with("done "));
         // Without the index, the same pass finds no claimant.
         let mut without = 0;
-        pass(&client, coverage.kinds(), &config, Cluster::empty(), |e| {
-            if let PassEvent::Done(_, Ok(r)) = e {
-                without += r
-                    .findings
-                    .iter()
-                    .filter(|f| f.rule == "external-identity")
-                    .count();
-            }
-        })
+        pass(
+            &client,
+            coverage.kinds(),
+            &config,
+            Cluster::empty(),
+            jiff::Timestamp::now(),
+            |e| {
+                if let PassEvent::Done(_, Ok(r)) = e {
+                    without += r
+                        .findings
+                        .iter()
+                        .filter(|f| f.rule == "external-identity")
+                        .count();
+                }
+            },
+        )
         .await;
         assert_eq!(without, 0);
         assert!(api.requests().len() >= 3 * coverage.len());
@@ -1114,7 +1150,13 @@ mod tests {
         // CREATE, so even a created MR with configured immutable fields
         // yields nothing from immutable-field or external-name-change.
         let obj = bucket("b", "u", json!({"forProvider": {"region": "eu-west-1"}}));
-        let f = audit_object(&bucket_kind(), obj, &Config::builtin(), Cluster::empty());
+        let f = audit_object(
+            &bucket_kind(),
+            obj,
+            &Config::builtin(),
+            Cluster::empty(),
+            jiff::Timestamp::now(),
+        );
         assert!(
             f.iter()
                 .all(|f| f.rule != "immutable-field" && f.rule != "external-name-change"),
@@ -1192,7 +1234,13 @@ mod tests {
             "u1",
             json!({"forProvider": {}, "deletionPolicy": "delete"}),
         );
-        let findings = audit_object(&kind, bad, &Config::builtin(), Cluster::empty());
+        let findings = audit_object(
+            &kind,
+            bad,
+            &Config::builtin(),
+            Cluster::empty(),
+            jiff::Timestamp::now(),
+        );
         assert_eq!(findings.len(), 1);
         assert_eq!(s.record(&kind, &findings), 1);
         let news = s.take_news();
@@ -1520,12 +1568,19 @@ mod tests {
         });
         let config = Config::builtin();
         let mut done = Vec::new();
-        let run = pass(&client, &kinds, &config, Cluster::empty(), |e| {
-            if let PassEvent::Done(kind, result) = e {
-                assert!(result.is_ok(), "{result:?}");
-                done.push(kind.key());
-            }
-        });
+        let run = pass(
+            &client,
+            &kinds,
+            &config,
+            Cluster::empty(),
+            jiff::Timestamp::now(),
+            |e| {
+                if let PassEvent::Done(kind, result) = e {
+                    assert!(result.is_ok(), "{result:?}");
+                    done.push(kind.key());
+                }
+            },
+        );
         assert!(
             tokio::time::timeout(Duration::from_secs(2), run)
                 .await

@@ -94,7 +94,7 @@ mod tests {
             "spec": {"group": "s3.aws.upbound.io", "names": {"kind": "Bucket", "plural": "buckets"}}}));
         cluster.activations().replace(known);
         let config = Config::builtin();
-        let decider = Decider::new(&config, &cluster);
+        let decider = Decider::new(&config, &cluster, jiff::Timestamp::now());
 
         let d =
             decider.validate(&RequestBuilder::create(mrap(&["bucket.s3.aws.upbound.io"])).build());

@@ -93,25 +93,34 @@ pub struct Decision {
 }
 
 /// Decides admission requests for one configuration and what the runtime
-/// knows of the cluster. Building one is two references, so the server
-/// builds one per request from its configuration snapshot; every webhook,
-/// `check`, `explain` and the audit answer through it.
+/// knows of the cluster, at one instant. Building one is two references
+/// and a timestamp, so the server builds one per request from its
+/// configuration snapshot; every webhook, `check`, `explain` and the audit
+/// answer through it.
 #[derive(Clone, Copy)]
 pub struct Decider<'a> {
     config: &'a Config,
     cluster: &'a Cluster,
+    now: jiff::Timestamp,
 }
 
 impl<'a> Decider<'a> {
-    /// Decides with `config`, judging what `cluster` knows.
-    pub fn new(config: &'a Config, cluster: &'a Cluster) -> Self {
-        Self { config, cluster }
+    /// Decides with `config`, judging what `cluster` knows, at `now`: when
+    /// staged rules start to deny and exceptions expire. The caller's
+    /// clock: the crate is pure, and a what-if tool or a test judges at a
+    /// chosen time.
+    pub fn new(config: &'a Config, cluster: &'a Cluster, now: jiff::Timestamp) -> Self {
+        Self {
+            config,
+            cluster,
+            now,
+        }
     }
 
-    /// Decides with `config` and no knowledge of a cluster: the rules
-    /// that need one judge nothing.
-    pub fn offline(config: &'a Config) -> Self {
-        Self::new(config, Cluster::empty())
+    /// Decides with `config` at `now` and no knowledge of a cluster: the
+    /// rules that need one judge nothing.
+    pub fn offline(config: &'a Config, now: jiff::Timestamp) -> Self {
+        Self::new(config, Cluster::empty(), now)
     }
 
     /// The configuration it decides with.
@@ -122,6 +131,11 @@ impl<'a> Decider<'a> {
     /// What it knows of the cluster.
     pub fn cluster(&self) -> &'a Cluster {
         self.cluster
+    }
+
+    /// The instant it judges at.
+    pub fn now(&self) -> jiff::Timestamp {
+        self.now
     }
 
     /// Decodes a review body: without the objects'
@@ -173,7 +187,7 @@ impl<'a> Decider<'a> {
         if let Some(d) = self.teardown(req) {
             return d;
         }
-        let Some(ctx) = RuleContext::new(req, self.config, self.cluster) else {
+        let Some(ctx) = RuleContext::new(req, self.config, self.cluster, self.now) else {
             return allow(req);
         };
         self.mr(&ctx)
@@ -238,7 +252,8 @@ impl<'a> Decider<'a> {
         Some(respond(req, &target, finding.into_iter().collect()))
     }
 
-    /// The request's object as exceptions match it, judged now.
+    /// The request's object as exceptions match it, judged at the
+    /// decider's instant.
     fn judging<'r>(&self, req: &'r Request, name: &'r str) -> Judging<'r>
     where
         'a: 'r,
@@ -252,7 +267,7 @@ impl<'a> Decider<'a> {
                 namespace: req.namespace.as_deref().unwrap_or(""),
                 user: req.user_info.username.as_deref().unwrap_or(""),
             },
-            now: jiff::Timestamp::now(),
+            now: self.now,
         }
     }
 }

@@ -443,7 +443,7 @@ mod tests {
             )
             .is_empty());
             assert_eq!(o, new);
-            let d = crate::admission::Decider::offline(&cfg).mutate(&req);
+            let d = crate::admission::Decider::offline(&cfg, jiff::Timestamp::now()).mutate(&req);
             assert!(d.response.allowed);
             assert!(d.response.patch.is_none());
             assert_eq!(d.outcome, crate::admission::Outcome::Allowed);

@@ -134,7 +134,7 @@ mod tests {
 
     /// The teardown decision with the built-in configuration.
     fn judge(req: &Request, cluster: &Cluster) -> Option<Decision> {
-        Decider::new(&Config::builtin(), cluster).teardown(req)
+        Decider::new(&Config::builtin(), cluster, jiff::Timestamp::now()).teardown(req)
     }
 
     fn delete_namespace(annotations: serde_json::Value) -> Request {
@@ -365,7 +365,7 @@ mod tests {
     fn an_exception_waives_a_teardown_denial_with_a_warning_naming_it() {
         let c = cluster();
         let config = with_exception("team-a, aws-secret", "2099-01-01T00:00:00Z");
-        let decider = Decider::new(&config, &c);
+        let decider = Decider::new(&config, &c, jiff::Timestamp::now());
         let d = decider.teardown(&delete_namespace(json!({}))).unwrap();
         assert!(d.response.allowed);
         let w = d.response.warnings.unwrap();
@@ -379,7 +379,7 @@ mod tests {
         assert_eq!(d.findings[0].exception(), Some("team-a-retired"));
         // Another namespace's name is not matched.
         let other = with_exception("team-b", "2099-01-01T00:00:00Z");
-        let d = Decider::new(&other, &c)
+        let d = Decider::new(&other, &c, jiff::Timestamp::now())
             .teardown(&delete_namespace(json!({})))
             .unwrap();
         assert!(!d.response.allowed);
@@ -390,7 +390,7 @@ mod tests {
     fn an_expired_exception_waives_no_teardown_denial() {
         let c = cluster();
         let config = with_exception("team-a", "2020-01-01T00:00:00Z");
-        let d = Decider::new(&config, &c)
+        let d = Decider::new(&config, &c, jiff::Timestamp::now())
             .teardown(&delete_namespace(json!({})))
             .unwrap();
         assert!(!d.response.allowed);

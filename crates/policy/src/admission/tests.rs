@@ -1,23 +1,23 @@
 use super::*;
 
 fn validate(req: &Request, config: &Config) -> Decision {
-    Decider::offline(config).validate(req)
+    Decider::offline(config, jiff::Timestamp::now()).validate(req)
 }
 
 fn validate_in(req: &Request, config: &Config, cluster: &Cluster) -> Decision {
-    Decider::new(config, cluster).validate(req)
+    Decider::new(config, cluster, jiff::Timestamp::now()).validate(req)
 }
 
 fn mutate(req: &Request, config: &Config) -> Decision {
-    Decider::offline(config).mutate(req)
+    Decider::offline(config, jiff::Timestamp::now()).mutate(req)
 }
 
 fn mutate_patch_only(req: &Request, config: &Config) -> Decision {
-    Decider::offline(config).mutate_patch_only(req)
+    Decider::offline(config, jiff::Timestamp::now()).mutate_patch_only(req)
 }
 
 fn decode(body: &[u8], config: &Config) -> Result<Request, DecodeError> {
-    Decider::offline(config).decode(body)
+    Decider::offline(config, jiff::Timestamp::now()).decode(body)
 }
 
 /// The working copy and the skipping diff give exactly what mutating a
@@ -381,4 +381,50 @@ fn an_exception_waives_a_composition_denial() {
     assert!(!d.response.allowed);
     assert_eq!(d.outcome, Outcome::Denied);
     assert!(d.findings.iter().all(|f| f.exception().is_none()));
+}
+
+/// The decider judges at the instant its caller gives: a staged Deny
+/// warns with its date before it and denies from it on, whatever the
+/// wall clock says.
+#[test]
+fn a_staged_deny_is_judged_at_the_callers_instant() {
+    let cfg = Config::from_yaml(
+        "rules: {immutable-field: {action: Deny, warnUntil: '2027-01-31T00:00:00Z'}}\nresources:\n  - {apiGroups: ['*'], kinds: ['*'], immutableFields: [spec.forProvider.region]}\n",
+    )
+    .unwrap();
+    let bucket = |region: &str| {
+        serde_json::json!({
+            "apiVersion": "s3.aws.upbound.io/v1beta1",
+            "kind": "Bucket",
+            "metadata": {
+                "name": "logs",
+                "annotations": {"crossplane.io/external-create-succeeded": "2024-01-01T00:00:00Z"},
+            },
+            "spec": {"forProvider": {"region": region}},
+        })
+    };
+    let req = crate::review::RequestBuilder::new(Operation::Update)
+        .object(bucket("eu-west-1"))
+        .old_object(bucket("us-east-1"))
+        .build();
+    let at = |t: &str| Decider::new(&cfg, Cluster::empty(), t.parse().unwrap()).validate(&req);
+
+    let before = at("2027-01-30T23:59:59Z");
+    assert!(before.response.allowed);
+    assert_eq!(before.outcome, Outcome::Allowed);
+    let w = before.response.warnings.unwrap_or_default();
+    assert!(
+        w.iter().any(|w| w.starts_with("immutable-field: ")
+            && w.contains("(staged: this will be denied from 2027-01-31T00:00:00Z)")),
+        "{w:#?}"
+    );
+
+    let after = at("2027-01-31T00:00:00Z");
+    assert!(!after.response.allowed);
+    assert_eq!(after.outcome, Outcome::Denied);
+    assert!(
+        after.response.result.message.contains("[immutable-field]"),
+        "{}",
+        after.response.result.message
+    );
 }

@@ -586,11 +586,17 @@ impl Config {
         staged.chain(expiring).filter(|t| *t > now).min()
     }
 
-    /// A rule's action in force now (a staged `Deny` is `Warn` until its date).
-    pub fn action(&self, entry: &ResourceConfig, rule: &str, default: Action) -> Action {
-        self.rule_action(entry, rule, default)
-            .at(jiff::Timestamp::now())
-            .0
+    /// A rule's action in force at `now` (a staged `Deny` is `Warn` until
+    /// its date). The caller's clock: the crate is pure, and a what-if tool
+    /// or a test judges at a chosen time.
+    pub fn action(
+        &self,
+        entry: &ResourceConfig,
+        rule: &str,
+        default: Action,
+        now: jiff::Timestamp,
+    ) -> Action {
+        self.rule_action(entry, rule, default).at(now).0
     }
 
     /// The first exception that waives `rule` for `subject` at `now`.
@@ -968,9 +974,11 @@ resources:
     fn actions_resolve_kind_then_global_then_default() {
         let c = Config::from_yaml(DOCUMENTED_EXAMPLE).unwrap();
         let vpc = c.resource("ec2.aws.upbound.io", "VPC");
-        assert_eq!(c.action(vpc, "immutable-field", Action::Warn), Action::Deny);
-        assert_eq!(c.action(vpc, "paused-delete", Action::Deny), Action::Warn);
-        assert_eq!(c.action(vpc, "reference", Action::Deny), Action::Deny);
+        let now = jiff::Timestamp::now();
+        let action = |rule, default| c.action(vpc, rule, default, now);
+        assert_eq!(action("immutable-field", Action::Warn), Action::Deny);
+        assert_eq!(action("paused-delete", Action::Deny), Action::Warn);
+        assert_eq!(action("reference", Action::Deny), Action::Deny);
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub(super) fn explain(
     let is_provider = |e: &ManagedEntry| globs.iter().any(|g| g.matches(&e.manager));
 
     let policies = policies(&m);
-    let deletion = deletion(object, config);
+    let deletion = deletion(object, config, decider.now());
     let every_update_denied_by = denials(decider, object, object);
     let findings = decider
         .validate(&RequestBuilder::create(object.clone()).build())
@@ -119,7 +119,7 @@ pub(super) fn explain(
         );
     }
     hints.extend(fields.iter().filter_map(|f| f.hint.clone()));
-    let now = jiff::Timestamp::now();
+    let now = decider.now();
     let subject = crate::config::Subject {
         group: &group,
         kind: &kind,
@@ -467,7 +467,7 @@ fn policies(m: &Mr<'_>) -> Policies {
     }
 }
 
-fn deletion(object: &Value, config: &Config) -> Deletion {
+fn deletion(object: &Value, config: &Config, now: jiff::Timestamp) -> Deletion {
     let m = Mr(object);
     // A namespaced MR has no deletionPolicy: its policies alone decide.
     let namespaced = m.is_namespaced();
@@ -530,7 +530,7 @@ fn deletion(object: &Value, config: &Config) -> Deletion {
     }
     // Judged with no cluster: what the configuration alone makes of a delete.
     let decision =
-        Decider::offline(config).validate(&RequestBuilder::delete(object.clone()).build());
+        Decider::offline(config, now).validate(&RequestBuilder::delete(object.clone()).build());
     let mut denied_by: Vec<String> = decision
         .findings
         .iter()

@@ -8,7 +8,7 @@ fn explain(
     config: &Config,
     options: &Options,
 ) -> Result<Explanation, ExplainError> {
-    Decider::offline(config).explain(object, options)
+    Decider::offline(config, jiff::Timestamp::now()).explain(object, options)
 }
 use serde_json::json;
 

@@ -9,7 +9,7 @@ use crate::config::{CloudOnlyMapKeys, Config, ExternalNameStrategy};
 use crate::crd::{Crds, Lookup, NodeShape};
 use crate::explain::{display_path, DEFAULT_PROVIDER_MANAGERS};
 use crate::identity::IdentityIndex;
-use crate::live::{judge_manifest, JudgeError, LiveFinding, LiveResult};
+use crate::live::{judge_manifest, Applier, JudgeError, LiveFinding, LiveResult};
 use crate::managed_fields;
 use crate::manifest::Manifest;
 use crate::merge;
@@ -23,6 +23,9 @@ use super::{Action, Entry, Mark};
 /// Plans manifests and deletions with one configuration.
 pub struct Planner<'a> {
     config: &'a Config,
+    /// When the plan is judged (the caller's clock: the crate is pure,
+    /// and a what-if tool or a test judges at a chosen time).
+    now: jiff::Timestamp,
     crds: Option<&'a Crds>,
     username: &'a str,
     provider_managers: Vec<WildMatch>,
@@ -88,11 +91,13 @@ fn writes_updates(set: PolicySet) -> bool {
 }
 
 impl<'a> Planner<'a> {
-    /// A planner with the configuration, no CRDs, the empty username and
-    /// the default provider field managers.
-    pub fn new(config: &'a Config) -> Self {
+    /// A planner with the configuration, judging at `now` (when staged
+    /// rules start to deny and exceptions expire), with no CRDs, the empty
+    /// username and the default provider field managers.
+    pub fn new(config: &'a Config, now: jiff::Timestamp) -> Self {
         Planner {
             config,
+            now,
             crds: None,
             username: "",
             provider_managers: DEFAULT_PROVIDER_MANAGERS
@@ -138,7 +143,10 @@ impl<'a> Planner<'a> {
             m,
             live,
             None,
-            self.username,
+            Applier {
+                username: self.username,
+                now: self.now,
+            },
             self.config,
             self.crds,
             self.live_mrs,
@@ -278,7 +286,7 @@ impl<'a> Planner<'a> {
             .crds
             .map(|c| c.cluster_for(group, &kind))
             .unwrap_or_default();
-        let judged = Decider::new(self.config, &cluster)
+        let judged = Decider::new(self.config, &cluster, self.now)
             .judge(Operation::Delete, live, None, self.username, None)
             .map_err(|e| JudgeError {
                 object: label(live),

@@ -57,7 +57,9 @@ fn no_live_object_is_a_create_with_every_field_in_place() {
     let cfg = Config::builtin();
     for (av, ns) in SCOPES {
         let m = manifest(&object(av, ns, fp()));
-        let e = Planner::new(&cfg).apply(&m, None).unwrap();
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
+            .apply(&m, None)
+            .unwrap();
         assert_eq!(e.action, Action::Create, "{av}");
         assert_eq!(e.verdict, "allowed", "{av}: {:?}", e.findings);
         assert_eq!(field(&e, "spec.forProvider.region").mark, Mark::InPlace);
@@ -72,12 +74,16 @@ fn an_external_name_or_observe_only_policies_adopt() {
     for (av, ns) in SCOPES {
         let mut o = object(av, ns, fp());
         o["metadata"]["annotations"] = json!({"crossplane.io/external-name": "legacy-db"});
-        let e = Planner::new(&cfg).apply(&manifest(&o), None).unwrap();
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
+            .apply(&manifest(&o), None)
+            .unwrap();
         assert_eq!(e.action, Action::Adopt, "{av}");
         assert!(e.findings.iter().any(|f| f.rule == "adoption"), "{av}");
         let mut o = object(av, ns, fp());
         o["spec"]["managementPolicies"] = json!(["Observe"]);
-        let e = Planner::new(&cfg).apply(&manifest(&o), None).unwrap();
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
+            .apply(&manifest(&o), None)
+            .unwrap();
         assert_eq!(e.action, Action::Adopt, "{av}");
         assert!(matches!(
             &field(&e, "spec.forProvider.region").mark,
@@ -93,7 +99,7 @@ fn a_change_to_a_mutable_field_is_an_update_in_place() {
         let l = live(&object(av, ns, fp()));
         let mut new = fp();
         new["instanceClass"] = json!("db.t3.small");
-        let e = Planner::new(&cfg)
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&object(av, ns, new)), Some(&l))
             .unwrap();
         assert_eq!(e.action, Action::UpdateInPlace, "{av}");
@@ -116,7 +122,7 @@ fn the_same_manifest_is_no_change() {
     let cfg = Config::builtin();
     for (av, ns) in SCOPES {
         let o = object(av, ns, fp());
-        let e = Planner::new(&cfg)
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&o), Some(&live(&o)))
             .unwrap();
         assert_eq!(e.action, Action::NoChange, "{av}");
@@ -132,7 +138,7 @@ fn a_curated_immutable_change_is_a_denied_replacement() {
         let l = live(&object(av, ns, fp()));
         let mut new = fp();
         new["region"] = json!("us-east-1");
-        let e = Planner::new(&cfg)
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&object(av, ns, new)), Some(&l))
             .unwrap();
         assert_eq!(e.action, Action::ReplaceDenied, "{av}");
@@ -181,7 +187,7 @@ fn a_documented_immutable_change_is_a_warned_replacement() {
         let l = live(&object(av, ns, old.clone()));
         let mut new = old;
         new["engine"] = json!("mysql");
-        let e = Planner::new(&cfg)
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
             .crds(Some(&crds))
             .apply(&manifest(&object(av, ns, new)), Some(&l))
             .unwrap();
@@ -208,7 +214,7 @@ fn before_creation_an_immutable_change_is_in_place() {
         .remove("crossplane.io/external-create-succeeded");
     let mut new = fp();
     new["region"] = json!("us-east-1");
-    let e = Planner::new(&cfg)
+    let e = Planner::new(&cfg, jiff::Timestamp::now())
         .apply(&manifest(&object(av, ns, new)), Some(&l))
         .unwrap();
     assert_eq!(e.action, Action::UpdateInPlace);
@@ -230,7 +236,7 @@ fn a_field_the_provider_late_initialized_names_its_field_manager() {
         ]);
         let mut new = fp();
         new["engineVersion"] = json!("15.4");
-        let e = Planner::new(&cfg)
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&object(av, ns, new)), Some(&l))
             .unwrap();
         assert_eq!(e.action, Action::UpdateInPlace, "{av}");
@@ -246,7 +252,7 @@ fn a_field_the_provider_late_initialized_names_its_field_manager() {
             "owned by the provider (field manager provider-aws-rds)"
         );
         // The user's own manager is no provider.
-        let e = Planner::new(&cfg)
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
             .provider_managers(&["kubectl-*".into()])
             .apply(&manifest(&object(av, ns, fp())), Some(&l))
             .unwrap();
@@ -265,7 +271,9 @@ fn without_update_in_the_policies_changes_are_ignored() {
         o["spec"]["managementPolicies"] = json!(["Observe"]);
         let l = live(&o);
         o["spec"]["forProvider"]["instanceClass"] = json!("db.t3.large");
-        let e = Planner::new(&cfg).apply(&manifest(&o), Some(&l)).unwrap();
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
+            .apply(&manifest(&o), Some(&l))
+            .unwrap();
         assert_eq!(e.action, Action::Ignored, "{av}");
         assert!(matches!(
             &field(&e, "spec.forProvider.instanceClass").mark,
@@ -286,7 +294,9 @@ fn init_provider_changes_of_a_created_mr_are_ignored() {
         o["spec"]["initProvider"] = json!({"storage": 20});
         let l = live(&o);
         o["spec"]["initProvider"]["storage"] = json!(50);
-        let e = Planner::new(&cfg).apply(&manifest(&o), Some(&l)).unwrap();
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
+            .apply(&manifest(&o), Some(&l))
+            .unwrap();
         assert_eq!(e.action, Action::Ignored, "{av}");
         assert!(matches!(
             &field(&e, "spec.initProvider.storage").mark,
@@ -308,7 +318,9 @@ fn drift_says_what_the_cloud_has_and_what_the_provider_does() {
             let mut l = live(&o);
             l["status"] =
                 json!({"atProvider": {"region": "eu-west-1", "instanceClass": "db.m5.large"}});
-            let e = Planner::new(&cfg).apply(&manifest(&o), Some(&l)).unwrap();
+            let e = Planner::new(&cfg, jiff::Timestamp::now())
+                .apply(&manifest(&o), Some(&l))
+                .unwrap();
             assert_eq!(e.action, Action::NoChange, "{av}");
             assert_eq!(e.fields.len(), 1, "{:?}", e.fields);
             let f = field(&e, "spec.forProvider.instanceClass");
@@ -349,7 +361,9 @@ fn a_key_only_the_cloud_has_in_a_map_the_spec_sets_is_drift() {
                 "tags": {"team": "data", "owner": "ops"},
                 "parameters": {"family": "postgres16", "id": "p-1"},
             }});
-            let e = Planner::new(&cfg).apply(&manifest(&o), Some(&l)).unwrap();
+            let e = Planner::new(&cfg, jiff::Timestamp::now())
+                .apply(&manifest(&o), Some(&l))
+                .unwrap();
             assert_eq!(e.action, Action::NoChange, "{av}");
             assert_eq!(e.fields.len(), 1, "{av}: {:?}", e.fields);
             let f = field(&e, "spec.forProvider.tags.owner");
@@ -376,7 +390,7 @@ fn a_key_only_the_cloud_has_in_a_map_the_spec_sets_is_drift() {
                             "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}});
             let mut crds = Crds::default();
             crds.add("crd.yaml", &crd).unwrap();
-            let e = Planner::new(&cfg)
+            let e = Planner::new(&cfg, jiff::Timestamp::now())
                 .crds(Some(&crds))
                 .apply(&manifest(&o), Some(&l))
                 .unwrap();
@@ -394,7 +408,9 @@ fn a_key_only_the_cloud_has_in_a_map_the_spec_sets_is_drift() {
     let o = object(SCOPES[0].0, "", f);
     let mut l = live(&o);
     l["status"] = json!({"atProvider": {"tags": {"team": "data", "owner": "ops"}}});
-    let e = Planner::new(&keep).apply(&manifest(&o), Some(&l)).unwrap();
+    let e = Planner::new(&keep, jiff::Timestamp::now())
+        .apply(&manifest(&o), Some(&l))
+        .unwrap();
     assert!(
         matches!(&field(&e, "spec.forProvider.tags.owner").mark, Mark::Drift { then, .. } if then.contains("the provider keeps it")),
         "{:?}",
@@ -418,7 +434,9 @@ fn annotations_and_policies_are_diffed_without_kubectls_bookkeeping() {
         new["metadata"]["annotations"] = json!({"team": "data"});
         new["spec"]["managementPolicies"] =
             json!(["Observe", "Create", "Update", "LateInitialize"]);
-        let e = Planner::new(&cfg).apply(&manifest(&new), Some(&l)).unwrap();
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
+            .apply(&manifest(&new), Some(&l))
+            .unwrap();
         assert_eq!(e.action, Action::UpdateInPlace, "{av}");
         assert_eq!(field(&e, "metadata.annotations.team").mark, Mark::InPlace);
         assert_eq!(
@@ -461,7 +479,9 @@ fn deletion_outcomes_follow_the_policies() {
         if let Some(p) = policies {
             o["spec"]["managementPolicies"] = p;
         }
-        let e = Planner::new(&cfg).delete(&o, "--delete").unwrap();
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
+            .delete(&o, "--delete")
+            .unwrap();
         assert_eq!(e.action, want, "{av} {policy:?}");
         assert_eq!(e.verdict, "allowed");
         assert!(e.notes[0].starts_with("--delete: "), "{:?}", e.notes);
@@ -475,7 +495,9 @@ fn a_protected_deletion_is_denied() {
     for (av, ns) in SCOPES {
         let mut o = live(&object(av, ns, fp()));
         o["metadata"]["annotations"]["mrguard.io/deletion-protection"] = json!("true");
-        let e = Planner::new(&cfg).delete(&o, "pruned").unwrap();
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
+            .delete(&o, "pruned")
+            .unwrap();
         assert_eq!(e.action, Action::DeleteExternal);
         assert_eq!(e.verdict, "denied", "{av}: {:?}", e.findings);
         assert!(e
@@ -502,7 +524,7 @@ fn example_plan() -> Plan {
     let mut new = fp();
     new["region"] = json!("us-east-1");
     new["instanceClass"] = json!("db|t3");
-    let p = Planner::new(&cfg);
+    let p = Planner::new(&cfg, jiff::Timestamp::now());
     let cm = manifest(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}));
     Plan::new(vec![
         p.apply(&manifest(&object(av, ns, new)), Some(&l)).unwrap(),
@@ -587,7 +609,9 @@ fn only_kubectls_bookkeeping_is_no_change() {
             .as_object_mut()
             .unwrap()
             .remove(LAST_APPLIED);
-        let e = Planner::new(&cfg).apply(&manifest(&o), Some(&l)).unwrap();
+        let e = Planner::new(&cfg, jiff::Timestamp::now())
+            .apply(&manifest(&o), Some(&l))
+            .unwrap();
         assert_eq!(e.action, Action::NoChange, "{av}: {:?}", e.fields);
         assert!(e
             .notes

@@ -183,7 +183,7 @@ mod tests {
     fn evaluate(case: Case) -> Vec<Finding> {
         let c = cluster();
         let req = case.request();
-        let ctx = RuleContext::new(&req, &case.config, &c).unwrap();
+        let ctx = RuleContext::new(&req, &case.config, &c, jiff::Timestamp::now()).unwrap();
         crate::rules::evaluate(&ctx)
             .into_iter()
             .filter(|f| f.rule == "documented-immutable-field")
@@ -240,7 +240,7 @@ mod tests {
         let case = Case::update(old, new);
         let mut req = case.request();
         req.kind.version = "v1beta2".into();
-        let ctx = RuleContext::new(&req, &case.config, &c).unwrap();
+        let ctx = RuleContext::new(&req, &case.config, &c, jiff::Timestamp::now()).unwrap();
         assert!(DocumentedImmutableField.check(&ctx).is_empty());
     }
 

@@ -79,14 +79,21 @@ pub struct RuleContext<'a> {
     pub(crate) resource: &'a ResourceConfig,
     pub(crate) cluster: &'a Cluster,
     /// When the request is judged: staged actions and exceptions expire.
+    /// The caller's clock: the crate is pure, and a what-if tool or a test
+    /// judges at a chosen time.
     pub(crate) now: jiff::Timestamp,
 }
 
 impl<'a> RuleContext<'a> {
     /// The only way to make one: from the request being judged. `None` when
     /// nothing is to be judged: CONNECT, a subresource, no object, or an
-    /// object that is not a managed resource.
-    pub(crate) fn new(req: &'a Request, config: &'a Config, cluster: &'a Cluster) -> Option<Self> {
+    /// object that is not a managed resource. Judged at `now`.
+    pub(crate) fn new(
+        req: &'a Request,
+        config: &'a Config,
+        cluster: &'a Cluster,
+        now: jiff::Timestamp,
+    ) -> Option<Self> {
         let op = Operation::from(&req.operation);
         if op == Operation::Connect || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
             return None;
@@ -113,14 +120,8 @@ impl<'a> RuleContext<'a> {
             config,
             resource: config.resource(&req.kind.group, &req.kind.kind),
             cluster,
-            now: jiff::Timestamp::now(),
+            now,
         })
-    }
-
-    /// The same context judged at `now` (tests, and what-if tools).
-    pub fn at(mut self, now: jiff::Timestamp) -> Self {
-        self.now = now;
-        self
     }
 
     /// What the findings are judged against: this MR and this request.
@@ -376,7 +377,7 @@ pub(crate) mod testing {
         pub(crate) fn run<R>(&self, f: impl FnOnce(&RuleContext<'_>) -> R) -> R {
             let req = self.request();
             let cluster = self.cluster.as_deref().unwrap_or(Cluster::empty());
-            let ctx = RuleContext::new(&req, &self.config, cluster)
+            let ctx = RuleContext::new(&req, &self.config, cluster, jiff::Timestamp::now())
                 .expect("the case judges a managed resource");
             f(&ctx)
         }
@@ -638,9 +639,7 @@ mod policy_operations {
     fn at(case: &Case, now: &str) -> Vec<Finding> {
         case.run(|ctx| {
             let req = ctx.request;
-            let ctx = RuleContext::new(req, ctx.config, ctx.cluster)
-                .unwrap()
-                .at(now.parse().unwrap());
+            let ctx = RuleContext::new(req, ctx.config, ctx.cluster, now.parse().unwrap()).unwrap();
             evaluate(&ctx)
         })
     }
