@@ -188,6 +188,46 @@ fn the_checker_finds_a_cycle() {
     assert!(cycle(&g).is_none());
 }
 
+/// What reads the wall clock.
+const CLOCKS: [&str; 3] = ["Timestamp::now()", "Zoned::now()", "SystemTime::now()"];
+
+/// The lines of `files` that read the wall clock, comments left out.
+fn clock_reads(files: &[(PathBuf, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (path, code) in files {
+        for line in code.lines().map(str::trim) {
+            if !line.starts_with("//") && CLOCKS.iter().any(|c| line.contains(c)) {
+                found.push(format!("{}: {line}", path.display()));
+            }
+        }
+    }
+    found
+}
+
+/// The policy crate is pure: the instant it judges at (staged rules,
+/// exception expiry) comes from its caller, so a what-if tool or a test
+/// judges at a chosen time. Its tests may read the clock.
+#[test]
+fn the_policy_crate_reads_no_clock() {
+    let mut files = Vec::new();
+    sources(&root().join("crates/policy/src"), &mut files);
+    assert!(files.iter().any(|(p, _)| p.ends_with("admission/mod.rs")));
+    let found = clock_reads(&files);
+    assert!(
+        found.is_empty(),
+        "mrguard-policy reads the clock; take the instant from the caller: {found:#?}"
+    );
+}
+
+#[test]
+fn the_clock_checker_skips_comments_and_tests() {
+    let (code, _) = strip_tests(
+        "/// Not `Timestamp::now()`: the caller's.\nfn f(now: Timestamp) {}\nfn g() { std::time::SystemTime::now(); }\n#[cfg(test)]\nmod tests {\n    fn h() { jiff::Timestamp::now(); }\n}\n",
+    );
+    let found = clock_reads(&[(PathBuf::from("a.rs"), code)]);
+    assert_eq!(found, ["a.rs: fn g() { std::time::SystemTime::now(); }"]);
+}
+
 // ------------------------------------------------- the runtime, per file
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
