@@ -424,18 +424,8 @@ pub(crate) async fn run(
                         done_tx.clone(),
                         metrics.clone(),
                     ))
-                } else if watched_whole(kind, &applied) {
-                    tasks.spawn(watch_kind::<DynamicObject>(
-                        client.clone(),
-                        kind.clone(),
-                        applied.clone(),
-                        cluster.clone(),
-                        states.clone(),
-                        done_tx.clone(),
-                        metrics.clone(),
-                    ))
                 } else {
-                    tasks.spawn(watch_kind::<IdentityView>(
+                    tasks.spawn(watch_kind(
                         client.clone(),
                         kind.clone(),
                         applied.clone(),
@@ -530,9 +520,27 @@ where
     )
 }
 
+/// One kind's watch, decoding its MRs as the identity needs them: whole
+/// for a kind named by `identityFields`, else the small view.
+async fn watch_kind(
+    client: kube::Client,
+    kind: MrKind,
+    config: Arc<Config>,
+    cluster: Arc<Cluster>,
+    states: MrStates,
+    done: mpsc::UnboundedSender<String>,
+    metrics: Arc<ControllerMetrics>,
+) {
+    if watched_whole(&kind, &config) {
+        watch_kind_as::<DynamicObject>(client, kind, config, cluster, states, done, metrics).await
+    } else {
+        watch_kind_as::<IdentityView>(client, kind, config, cluster, states, done, metrics).await
+    }
+}
+
 /// One kind's watch: a fresh list replaces the kind's claims and states,
 /// events update them.
-async fn watch_kind<V: MrView>(
+async fn watch_kind_as<V: MrView>(
     client: kube::Client,
     kind: MrKind,
     config: Arc<Config>,
@@ -1019,7 +1027,7 @@ mod tests {
     ) {
         let cluster = Arc::new(Cluster::default());
         let (done, done_rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(watch_kind::<IdentityView>(
+        let task = tokio::spawn(watch_kind_as::<IdentityView>(
             client,
             crate::controller::replica::mr_states::tests::vpc_kind(),
             Arc::new(config),
