@@ -61,7 +61,7 @@ seed() {
       fi
       ;;
     config)
-      cp -n crates/policy/src/config/builtin.yaml "$dir"/builtin.yaml
+      cp -n crates/policy/src/admission/config/builtin.yaml "$dir"/builtin.yaml
       ;;
     cel_differential)
       # Any bytes are a program (cel::gen); a few fixed starting points.

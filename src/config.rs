@@ -9,7 +9,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use prometheus::{Gauge, Registry};
 
-use mrguard_policy::config::{Config, ConfigError};
+use mrguard_policy::admission::config::{Config, ConfigError};
 
 use crate::poll::{FilePoller, Polled, ReloadMetrics};
 

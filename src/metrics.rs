@@ -12,8 +12,8 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
-use mrguard_policy::admission::{Outcome, Webhook};
-use mrguard_policy::model::Finding;
+use mrguard_policy::admission::decider::{Outcome, Webhook};
+use mrguard_policy::admission::model::Finding;
 
 mod per_thread;
 
@@ -47,7 +47,7 @@ pub struct AdmissionMetrics {
     exceptions: IntCounterVec,
     cel_rules: HistogramsVec,
     /// Feeds `cel_rules` ([`Self::cel_observer`]).
-    cel_observer: mrguard_policy::cel::Observer,
+    cel_observer: mrguard_policy::admission::cel::Observer,
     known: Arc<KnownKinds>,
 }
 
@@ -119,7 +119,7 @@ impl AdmissionMetrics {
             )
         })?;
         let children = RuleHistograms::new(cel_rules.clone());
-        let cel_observer: mrguard_policy::cel::Observer =
+        let cel_observer: mrguard_policy::admission::cel::Observer =
             Arc::new(move |rule: &str, took: std::time::Duration| {
                 children.observe(rule, took.as_secs_f64())
             });
@@ -159,8 +159,8 @@ impl AdmissionMetrics {
 
     /// What times each configured CEL rule of a decision into
     /// `mrguard_cel_rule_duration_seconds` (see
-    /// [`mrguard_policy::cel::with_observer`]).
-    pub fn cel_observer(&self) -> &mrguard_policy::cel::Observer {
+    /// [`mrguard_policy::admission::cel::with_observer`]).
+    pub fn cel_observer(&self) -> &mrguard_policy::admission::cel::Observer {
         &self.cel_observer
     }
 
@@ -270,7 +270,7 @@ pub struct RequestLabels<'a> {
     /// if not, and the controller does not cover it either, it is counted
     /// as `other`.
     ///
-    /// [`Config::names_kind`]: mrguard_policy::config::Config::names_kind
+    /// [`Config::names_kind`]: mrguard_policy::admission::config::Config::names_kind
     pub configured: bool,
 }
 

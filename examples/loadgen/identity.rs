@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::cluster::identity::report::record;
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::config::Config;
-use mrguard_policy::identity::report::record;
 use serde_json::json;
 
 /// A cluster view whose index holds `n` live MRs: namespaced Buckets in

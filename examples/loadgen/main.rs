@@ -259,7 +259,7 @@ pub(crate) fn mrguard_router(
     let registry = mrguard::metrics::registry();
     let config = match config {
         Some(p) => mrguard::config::load_file(p)?.0,
-        None => mrguard_policy::config::Config::builtin(),
+        None => mrguard_policy::admission::config::Config::builtin(),
     };
     let state = mrguard::server::AppState {
         config: mrguard::config::ConfigStore::new(config, None),

@@ -3,6 +3,6 @@
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = mrguard_policy::cel::CelProgram::compile(text);
+        let _ = mrguard_policy::admission::cel::CelProgram::compile(text);
     }
 });

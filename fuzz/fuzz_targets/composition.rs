@@ -3,10 +3,10 @@
 //! without the XRD, and through the webhook's decision: never a panic.
 #![no_main]
 
-use mrguard_policy::admission::Decider;
-use mrguard_policy::composition::{analyse, XrSchemas};
-use mrguard_policy::config::Config;
-use mrguard_policy::review::RequestBuilder;
+use mrguard_policy::admission::decider::Decider;
+use mrguard_policy::cluster::composition::{analyse, XrSchemas};
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::admission::review::RequestBuilder;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else {

@@ -1,7 +1,7 @@
 //! Field-path parsing, then every way a parsed path is used on objects.
 #![no_main]
 
-use mrguard_policy::fieldpath::FieldPath;
+use mrguard_policy::admission::fieldpath::FieldPath;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

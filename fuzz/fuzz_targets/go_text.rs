@@ -4,8 +4,8 @@
 //! `filepath.Match`), with the properties a wrong port would break.
 #![no_main]
 
-use mrguard_policy::activation::pattern;
-use mrguard_policy::config::GoDuration;
+use mrguard_policy::cluster::activation::pattern;
+use mrguard_policy::admission::config::GoDuration;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

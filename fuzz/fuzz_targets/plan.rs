@@ -4,8 +4,8 @@
 //! and the manifest from a pull request, so neither may panic the planner.
 #![no_main]
 
-use mrguard_policy::config::Config;
-use mrguard_policy::plan::{render_markdown, render_text, Plan, Planner};
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::commands::plan::{render_markdown, render_text, Plan, Planner};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -19,7 +19,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         },
         None => (None, text),
     };
-    let Ok(docs) = mrguard_policy::manifest::parse("fuzz.yaml", manifest, 8) else {
+    let Ok(docs) = mrguard_policy::commands::manifest::parse("fuzz.yaml", manifest, 8) else {
         return;
     };
     let config = Config::builtin();

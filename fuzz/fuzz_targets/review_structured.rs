@@ -256,6 +256,6 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         return;
     };
     let body = serde_json::to_vec(&review).expect("serialises");
-    let request = mrguard_policy::review::decode(&body).expect("a well-formed review decodes");
+    let request = mrguard_policy::admission::review::decode(&body).expect("a well-formed review decodes");
     mrguard_fuzz::review_request(&request);
 });

@@ -5,7 +5,7 @@
 
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::Api;
-use mrguard_policy::activation::{self, Activations};
+use mrguard_policy::cluster::activation::{self, Activations};
 
 use super::cluster::{api_error, ClusterError};
 

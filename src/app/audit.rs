@@ -7,8 +7,8 @@ use clap::{Args, ValueEnum};
 
 use super::progress::Progress;
 use crate::controller::leader::audit::{discover, index_identities, pass, AuditFinding, PassEvent};
+use mrguard_policy::admission::config::Config;
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::config::Config;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum AuditOutput {

@@ -9,14 +9,16 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 
-use mrguard_policy::admission::Decider;
+use mrguard_policy::admission::api_server::{identity, label, Judged};
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::admission::crd::{
+    builtin_group, schema_for, CrdError, CrdVersion, Crds, SchemaFor,
+};
+use mrguard_policy::admission::decider::Decider;
+use mrguard_policy::admission::kube_version::KubeVersion;
+use mrguard_policy::admission::model::Operation;
+use mrguard_policy::cluster::composition::{self, XrSchemas};
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::composition::{self, XrSchemas};
-use mrguard_policy::config::Config;
-use mrguard_policy::crd::{builtin_group, schema_for, CrdError, CrdVersion, Crds, SchemaFor};
-use mrguard_policy::kube_version::KubeVersion;
-use mrguard_policy::model::Operation;
-use mrguard_policy::offline::{identity, label, Judged};
 
 use super::live::{LiveFinding, LiveOutput, LiveResult};
 use super::manifests::{self, Manifest, ManifestError};
@@ -137,7 +139,7 @@ pub(crate) fn load_crds(
             // CRD names its family's group (`aws.m.upbound.io`), not the
             // MRs' (`ec2.aws.m.upbound.io`), and provider-config-kind
             // needs it.
-            let mrap = text.contains(mrguard_policy::activation::MRAP_KIND);
+            let mrap = text.contains(mrguard_policy::cluster::activation::MRAP_KIND);
             let provider_config = text.contains("providerconfig");
             if !mrap && !provider_config && !groups.iter().any(|g| text.contains(g.as_str())) {
                 any |= text.contains("CustomResourceDefinition");
@@ -299,7 +301,7 @@ fn crd_of<'a>(
 /// say it is not activated.
 fn activation_problem(
     doc: &Value,
-    activations: &mrguard_policy::activation::Activations,
+    activations: &mrguard_policy::cluster::activation::Activations,
 ) -> Option<String> {
     let (api_version, kind, _, _) = identity(doc);
     activations.state_of(&api_version, &kind).problem()
@@ -333,9 +335,16 @@ fn check_one(
         .extend(activation_problem(doc, &activations));
     judged
         .warnings
-        .extend(mrguard_policy::live::inactive_composed(m, &activations));
-    let composition =
-        mrguard_policy::live::composition_report(m, &inputs.config, &inputs.xrs, inputs.now);
+        .extend(mrguard_policy::commands::check::inactive_composed(
+            m,
+            &activations,
+        ));
+    let composition = mrguard_policy::commands::check::composition_report(
+        m,
+        &inputs.config,
+        &inputs.xrs,
+        inputs.now,
+    );
     if let Some(c) = &composition {
         // The report replaces the webhook's view: it knows the lines
         // and the XRDs given.
@@ -416,7 +425,7 @@ fn print_verdict(
     for f in judged
         .findings
         .iter()
-        .filter(|f| f.action == mrguard_policy::model::Action::Audit)
+        .filter(|f| f.action == mrguard_policy::admission::model::Action::Audit)
     {
         let _ = writeln!(err, "{}: audit: {}: {}", judged.label, f.rule, f.message);
     }
@@ -449,7 +458,9 @@ fn print_results(output: LiveOutput, results: &[LiveResult], out: &mut dyn Write
             let _ = writeln!(out, "{s}");
         }
         LiveOutput::Sarif => {
-            let log = mrguard_policy::sarif::log(&mrguard_policy::live::annotations(results));
+            let log = mrguard_policy::commands::sarif::log(
+                &mrguard_policy::commands::check::annotations(results),
+            );
             let _ = writeln!(
                 out,
                 "{}",

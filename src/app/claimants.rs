@@ -5,7 +5,7 @@
 //! `s3.aws.upbound.io` Bucket and the namespaced `s3.aws.m.upbound.io`
 //! Bucket name one bucket. This finds those kinds through discovery (which
 //! every authenticated user may read), lists their MRs in every namespace,
-//! and keeps only the index entries (`mrguard_policy::identity::report`
+//! and keeps only the index entries (`mrguard_policy::cluster::identity::report`
 //! computes them as the replicas' watches do).
 
 use std::collections::HashMap;
@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use futures::TryStreamExt;
 use kube::api::ListParams;
 use kube::core::{ApiResource, GroupVersionKind};
-use mrguard_policy::config::Config;
-use mrguard_policy::identity::report::entry_of;
-use mrguard_policy::identity::{fold_group, IdentityIndex, IndexedMr};
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::cluster::identity::report::entry_of;
+use mrguard_policy::cluster::identity::{fold_group, IdentityIndex, IndexedMr};
 
 use crate::controller::kube::api::list_values;
 

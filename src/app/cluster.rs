@@ -12,7 +12,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::Scope;
 use kube::Api;
 
-use mrguard_policy::config::Config;
+use mrguard_policy::admission::config::Config;
 
 /// The key of the chart's ConfigMap that holds the configuration.
 pub(crate) const CONFIG_KEY: &str = "config.yaml";

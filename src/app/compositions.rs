@@ -1,10 +1,10 @@
 //! `mrguard check` on Compositions (docs/compositions.md): the XR schemas
-//! read from `--crd`; [`mrguard_policy::live::composition_report`] puts each
+//! read from `--crd`; [`mrguard_policy::commands::check::composition_report`] puts each
 //! patch finding at the line of its `toFieldPath`.
 
 use std::path::Path;
 
-use mrguard_policy::composition::XrSchemas;
+use mrguard_policy::cluster::composition::XrSchemas;
 
 use super::manifests::{self, ManifestError};
 

@@ -27,7 +27,7 @@ pub fn check(file: &Path) -> i32 {
 
 /// `mrguard config default`: the built-in configuration on stdout.
 pub fn print_default() -> i32 {
-    print!("{}", mrguard_policy::config::BUILTIN_YAML);
+    print!("{}", mrguard_policy::admission::config::BUILTIN_YAML);
     0
 }
 
@@ -37,7 +37,7 @@ pub fn export_vap(config: Option<&Path>) -> i32 {
     let Some(config) = export_config(config) else {
         return 1;
     };
-    let export = mrguard_policy::vap::export(&config, jiff::Timestamp::now());
+    let export = mrguard_policy::commands::export::vap::export(&config, jiff::Timestamp::now());
     write_export(&export.objects, &export.skipped)
 }
 
@@ -47,7 +47,7 @@ pub fn export_map(config: Option<&Path>) -> i32 {
     let Some(config) = export_config(config) else {
         return 1;
     };
-    match mrguard_policy::map::export(&config) {
+    match mrguard_policy::commands::export::map::export(&config) {
         Ok(export) => write_export(&export.objects, &export.skipped),
         Err(e) => {
             eprintln!("{e}");
@@ -58,7 +58,7 @@ pub fn export_map(config: Option<&Path>) -> i32 {
 
 /// The configuration to export: the file, else the built-in one; `None`
 /// after saying why the file is not valid.
-fn export_config(config: Option<&Path>) -> Option<mrguard_policy::config::Config> {
+fn export_config(config: Option<&Path>) -> Option<mrguard_policy::admission::config::Config> {
     match config {
         Some(p) => match crate::config::load_file(p) {
             Ok((c, _)) => Some(c),
@@ -67,7 +67,7 @@ fn export_config(config: Option<&Path>) -> Option<mrguard_policy::config::Config
                 None
             }
         },
-        None => Some(mrguard_policy::config::Config::builtin()),
+        None => Some(mrguard_policy::admission::config::Config::builtin()),
     }
 }
 
@@ -97,7 +97,10 @@ fn write_export(objects: &[serde_json::Value], skipped: &[String]) -> i32 {
 /// What a valid configuration file may still get wrong: being empty (it
 /// then configures nothing, not the built-in defaults) and dropping the
 /// built-in protections, which `--config` replaces whole.
-fn config_warnings(config: &mrguard_policy::config::Config, bytes: &[u8]) -> Vec<String> {
+fn config_warnings(
+    config: &mrguard_policy::admission::config::Config,
+    bytes: &[u8],
+) -> Vec<String> {
     let mut out = Vec::new();
     let text = String::from_utf8_lossy(bytes);
     let empty = serde_saphyr::from_multiple::<serde_json::Value>(&text)
@@ -125,7 +128,7 @@ fn config_warnings(config: &mrguard_policy::config::Config, bytes: &[u8]) -> Vec
 
 /// What a valid configuration says that its reader should know: every
 /// staged rule with the action in force now.
-fn config_notes(config: &mrguard_policy::config::Config) -> Vec<String> {
+fn config_notes(config: &mrguard_policy::admission::config::Config) -> Vec<String> {
     let now = jiff::Timestamp::now();
     let mut out = Vec::new();
     let scopes = std::iter::once(("rules".to_string(), &config.rules)).chain(

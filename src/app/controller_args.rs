@@ -10,7 +10,7 @@ use super::parse::{parse_duration, parse_fraction};
 use crate::controller::leader::webhooks;
 use crate::controller::{lease_holder_id, resolve_namespace, ControllerError, Settings};
 use crate::pki::{self, rotation};
-use mrguard_policy::reports::Flavor;
+use mrguard_policy::commands::reports::Flavor;
 
 /// The controller's arguments, part of `mrguard serve`.
 #[derive(Debug, Clone, Args)]

@@ -1,6 +1,6 @@
 //! `mrguard crd immutables DIR|-`: what mrguard derives from CRD files
 //! (docs/documented-immutables.md), for a platform team to review and copy
-//! into `immutableFields`. The derivation is `mrguard_policy::documented`.
+//! into `immutableFields`. The derivation is `mrguard_policy::cluster::documented`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use clap::{Subcommand, ValueEnum};
 use serde_json::Value;
 
 use super::manifests::{self, ManifestError};
-use mrguard_policy::documented::{derive, KindFields};
+use mrguard_policy::cluster::documented::{derive, KindFields};
 
 /// `mrguard crd …`.
 #[derive(Debug, Subcommand)]

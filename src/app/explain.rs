@@ -1,6 +1,6 @@
 //! `mrguard explain`: what mrguard knows about one MR, from the cluster
 //! (`KIND/NAME`) or from `kubectl get -o yaml --show-managed-fields` output
-//! (`-f`). The analysis is `mrguard_policy::explain`; this only fetches and
+//! (`-f`). The analysis is `mrguard_policy::commands::explain`; this only fetches and
 //! prints.
 
 use std::io::Write;
@@ -11,10 +11,10 @@ use clap::{Args, ValueEnum};
 use super::cluster::{self, api_error, ConfigSource, Resource};
 use super::manifests;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use mrguard_policy::admission::Decider;
+use mrguard_policy::admission::crd::Crds;
+use mrguard_policy::admission::decider::Decider;
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::crd::Crds;
-use mrguard_policy::explain::{self, Options, DEFAULT_PROVIDER_MANAGERS};
+use mrguard_policy::commands::explain::{self, Options, DEFAULT_PROVIDER_MANAGERS};
 
 /// Output formats of `explain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -75,7 +75,7 @@ pub(crate) struct Explained {
     /// `Kind/name` of the object.
     label: String,
     /// Its Composition's patches that would be denied, when it has one.
-    patches: Option<mrguard_policy::composition::Patches>,
+    patches: Option<mrguard_policy::cluster::composition::Patches>,
 }
 
 /// `KIND[.GROUP]/NAME`.
@@ -157,7 +157,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
             let obj = serde_json::to_value(obj)?;
             // Who else claims an MR's identity; explained without when unreadable.
             let (g, k) = (&resource.api.group, &resource.api.kind);
-            if mrguard_policy::mr::is_managed(&obj) {
+            if mrguard_policy::admission::mr::is_managed(&obj) {
                 match super::claimants::Family::list(client, &config, g, k).await {
                     Ok(family) => family.fill(facts.identities()),
                     Err(e) => eprintln!("mrguard explain: note: other claimants unknown: {e}"),
@@ -172,7 +172,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
             manifests::read(std::slice::from_ref(p), manifests::MAX_DOCUMENTS)?
                 .into_iter()
                 .map(|m| m.object)
-                .find(mrguard_policy::live::is_composition)
+                .find(mrguard_policy::commands::check::is_composition)
                 .ok_or_else(|| anyhow::anyhow!("{} holds no Composition", p.display()))?,
         ),
         None => None,
@@ -194,7 +194,7 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
             (None, None) => None,
         };
         let decider = Decider::new(&config, facts.as_ref().unwrap_or(Cluster::empty()), now);
-        let is_mr = mrguard_policy::mr::is_managed(o);
+        let is_mr = mrguard_policy::admission::mr::is_managed(o);
         if !is_mr && composition.is_none() {
             // Neither an MR nor an XR whose Composition is known.
             decider.explain(o, &options)?;
@@ -206,8 +206,9 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
             } else {
                 None
             },
-            label: mrguard_policy::offline::label(o),
-            patches: composition.map(|c| mrguard_policy::composition::patches(o, &c, &config)),
+            label: mrguard_policy::admission::api_server::label(o),
+            patches: composition
+                .map(|c| mrguard_policy::cluster::composition::patches(o, &c, &config)),
         });
     }
     Ok(out)
@@ -219,13 +220,13 @@ pub(crate) struct Unserved {
     /// Why it is not served (no MRAP activates its MRD, or not yet).
     why: String,
     /// What the MRD's schema documents as immutable.
-    documented: Option<std::sync::Arc<mrguard_policy::documented::KindFields>>,
+    documented: Option<std::sync::Arc<mrguard_policy::cluster::documented::KindFields>>,
 }
 
 /// The explanation of `kind`/`name` when an MRD defines the kind but it is
 /// not served; `None` when no single MRD does.
 fn inactive(
-    known: &mrguard_policy::activation::Activations,
+    known: &mrguard_policy::cluster::activation::Activations,
     kind: &str,
     group: Option<&str>,
     name: &str,
@@ -388,7 +389,7 @@ mod tests {
 
     #[test]
     fn an_unserved_kind_is_explained_from_its_mrd() {
-        let mut known = mrguard_policy::activation::Activations::default();
+        let mut known = mrguard_policy::cluster::activation::Activations::default();
         known.add(&serde_json::json!({"apiVersion": "apiextensions.crossplane.io/v1alpha1",
             "kind": "ManagedResourceDefinition", "metadata": {"name": "buckets.s3.aws.upbound.io"},
             "spec": {"group": "s3.aws.upbound.io", "names": {"kind": "Bucket", "plural": "buckets"},

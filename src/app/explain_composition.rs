@@ -1,13 +1,13 @@
 //! `mrguard explain` on composed MRs and XRs: the Composition read from the
-//! cluster; [`mrguard_policy::composition::patches`] says which of its
+//! cluster; [`mrguard_policy::cluster::composition::patches`] says which of its
 //! patches would be denied once the composed resources exist
 //! (docs/compositions.md).
 
 use serde_json::Value;
 
 use super::cluster::{api_error, ClusterError};
-use mrguard_policy::composition;
-use mrguard_policy::mr;
+use mrguard_policy::admission::mr;
+use mrguard_policy::cluster::composition;
 
 /// The Composition of `obj` from the cluster: an XR's own, or a composed
 /// MR's XR's (its controller owner reference). `None` when `obj` is

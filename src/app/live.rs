@@ -17,13 +17,15 @@ use super::claimants::Families;
 use super::cluster::{self, api_error, ClusterError, ConfigSource, Discovery};
 use super::manifests::{self, Manifest, ManifestError};
 use super::progress::Progress;
-use mrguard_policy::crd::Crds;
-use mrguard_policy::identity::IdentityIndex;
-use mrguard_policy::live::{annotations, judge_manifest, rejected, render_text, skipped, Applier};
-pub(crate) use mrguard_policy::live::{JudgeError, LiveFinding, LiveResult};
-use mrguard_policy::model::Operation;
-use mrguard_policy::offline::identity;
-use mrguard_policy::sarif;
+use mrguard_policy::admission::api_server::identity;
+use mrguard_policy::admission::crd::Crds;
+use mrguard_policy::admission::model::Operation;
+use mrguard_policy::cluster::identity::IdentityIndex;
+use mrguard_policy::commands::check::{
+    annotations, judge_manifest, rejected, render_text, skipped, Applier,
+};
+pub(crate) use mrguard_policy::commands::check::{JudgeError, LiveFinding, LiveResult};
+use mrguard_policy::commands::sarif;
 
 /// How the new object is computed from the manifest and the live object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -153,11 +155,11 @@ async fn check_all(
     let progress = Progress::new(manifests.len() as u64, "manifests", live.quiet);
     for mut m in manifests {
         let _done = progress.item();
-        if mrguard_policy::live::is_composition(&m.object) {
+        if mrguard_policy::commands::check::is_composition(&m.object) {
             out.push(composition(&client, &mut activations, &m).await);
             continue;
         }
-        if !mrguard_policy::mr::is_managed(&m.object) {
+        if !mrguard_policy::admission::mr::is_managed(&m.object) {
             out.push(skipped(&m, "not a managed resource (spec.forProvider is not an object): mrguard does not judge it"));
             continue;
         }
@@ -308,7 +310,7 @@ async fn composition(
         "a Composition: its patches are checked offline (mrguard check without --live)",
     );
     match activations.get(client).await {
-        Ok(a) => r.warnings = mrguard_policy::live::inactive_composed(m, a),
+        Ok(a) => r.warnings = mrguard_policy::commands::check::inactive_composed(m, a),
         Err(e) => r
             .notes
             .push(format!("composed kinds not checked for activation: {e}")),

@@ -1,10 +1,12 @@
 //! Reading manifests, the one way `check`, `check --live` and `explain -f`
 //! do it: files, folders (every `.yaml`, `.yml` and `.json`, sorted) or `-`
-//! for standard input, parsed by [`mrguard_policy::manifest`].
+//! for standard input, parsed by [`mrguard_policy::commands::manifest`].
 
 use std::path::{Path, PathBuf};
 
-pub(crate) use mrguard_policy::manifest::{parse, Manifest, ManifestError, MAX_DOCUMENTS};
+pub(crate) use mrguard_policy::commands::manifest::{
+    parse, Manifest, ManifestError, MAX_DOCUMENTS,
+};
 
 /// `path` itself, or every `.yaml`, `.yml` and `.json` file under the folder
 /// `path`, sorted; `-` stands for standard input.

@@ -8,7 +8,7 @@
 //! the flags into [`check::CheckArgs`]; `live::run` reads the files
 //! (`manifests`), builds the client and configuration (`cluster`),
 //! fetches each live object, and hands manifest, live object and CRDs down
-//! once to `mrguard_policy::live::judge_manifest` (which runs the offline
+//! once to `mrguard_policy::commands::check::judge_manifest` (which runs the offline
 //! pipeline); the results come back up once and are printed.
 //!
 //! A new subcommand is a module here with its options (a `clap::Args`

@@ -1,7 +1,7 @@
 //! `mrguard plan`: what applying manifests (and deleting objects) will do
 //! to the external resources (docs/plan.md). This module reads the files
 //! and, with `--live`, the cluster: one list per kind (never a get per MR)
-//! and the kind's CRD; `mrguard_policy::plan` plans and renders.
+//! and the kind's CRD; `mrguard_policy::commands::plan` plans and renders.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -12,14 +12,14 @@ use futures::TryStreamExt;
 use kube::api::ListParams;
 use serde_json::Value;
 
-use mrguard_policy::config::Config;
-use mrguard_policy::crd::Crds;
-use mrguard_policy::identity::report::entry_of;
-use mrguard_policy::identity::IdentityIndex;
-use mrguard_policy::live::JudgeError;
-use mrguard_policy::mr::is_managed;
-use mrguard_policy::offline::{identity, label};
-use mrguard_policy::plan::{
+use mrguard_policy::admission::api_server::{identity, label};
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::admission::crd::Crds;
+use mrguard_policy::admission::mr::is_managed;
+use mrguard_policy::cluster::identity::report::entry_of;
+use mrguard_policy::cluster::identity::IdentityIndex;
+use mrguard_policy::commands::check::JudgeError;
+use mrguard_policy::commands::plan::{
     prune_candidates, render_markdown, render_text, Entry, Plan, Planner, Selector, SelectorError,
 };
 
@@ -245,7 +245,7 @@ fn plan_offline(args: &PlanArgs, mut docs: Vec<Manifest>) -> Result<Plan, PlanEr
         Some(p) => Some(super::check::load_crds(
             p,
             None,
-            mrguard_policy::kube_version::KubeVersion::NEWEST,
+            mrguard_policy::admission::kube_version::KubeVersion::NEWEST,
         )?),
         None => None,
     };

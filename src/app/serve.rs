@@ -22,7 +22,7 @@ use crate::pki::{self, PemPair};
 use crate::server::{ConnLimits, HttpsServer, RouteLimits};
 use crate::shutdown;
 use crate::tls::{self, CertStore, TlsMetrics};
-use mrguard_policy::config::Config;
+use mrguard_policy::admission::config::Config;
 
 /// Arguments of `mrguard serve`.
 #[derive(Debug, Clone, Args)]

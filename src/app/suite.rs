@@ -9,10 +9,12 @@ use clap::Args;
 use serde::Deserialize;
 use serde_json::Value;
 
-use mrguard_policy::admission::Decider;
-use mrguard_policy::config::{Config, ConfigError};
-use mrguard_policy::model::Operation;
-use mrguard_policy::suite::{compare, junit, text_report, CaseResult, Expect, SuiteResult};
+use mrguard_policy::admission::config::{Config, ConfigError};
+use mrguard_policy::admission::decider::Decider;
+use mrguard_policy::admission::model::Operation;
+use mrguard_policy::commands::test::{
+    compare, junit, text_report, CaseResult, Expect, SuiteResult,
+};
 
 /// Arguments of `mrguard test`.
 #[derive(Debug, Clone, Args)]
@@ -208,7 +210,7 @@ pub(crate) fn run_suite(path: &Path, now: jiff::Timestamp) -> Result<SuiteResult
             super::check::load_crds(
                 &base.join(p),
                 None,
-                mrguard_policy::kube_version::KubeVersion::NEWEST,
+                mrguard_policy::admission::kube_version::KubeVersion::NEWEST,
             )
             .map_err(|e| SuiteError::Parse {
                 path: file.clone(),
@@ -219,7 +221,7 @@ pub(crate) fn run_suite(path: &Path, now: jiff::Timestamp) -> Result<SuiteResult
     };
     let cluster = crds
         .as_ref()
-        .map(mrguard_policy::crd::Crds::cluster)
+        .map(mrguard_policy::admission::crd::Crds::cluster)
         .unwrap_or_default();
     let mut cases = Vec::new();
     for (i, c) in raw.cases.into_iter().enumerate() {
@@ -257,7 +259,7 @@ pub(crate) fn run_suite(path: &Path, now: jiff::Timestamp) -> Result<SuiteResult
         let user = c.user.as_deref().unwrap_or("mrguard-test");
         let s = |k: &str| object.get(k).and_then(Value::as_str).unwrap_or_default();
         let crd = match crds.as_ref().map(|c| c.lookup(s("apiVersion"), s("kind"))) {
-            Some(mrguard_policy::crd::Lookup::Found(v)) => Some(v),
+            Some(mrguard_policy::admission::crd::Lookup::Found(v)) => Some(v),
             _ => None,
         };
         let judged =

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use mrguard_policy::identity::fold_group;
+use mrguard_policy::cluster::identity::fold_group;
 
 /// A kind's stamp: equal stamps mean nothing its findings depend on was
 /// seen to change in between.

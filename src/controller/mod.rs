@@ -115,7 +115,7 @@ pub(crate) struct Settings {
     pub(crate) lease_duration: Duration,
     pub(crate) audit_interval: Duration,
     /// The report API the audit writes to, if any.
-    pub(crate) policy_reports: Option<mrguard_policy::reports::Flavor>,
+    pub(crate) policy_reports: Option<mrguard_policy::commands::reports::Flavor>,
     /// This replica's Lease holder identity ([`lease_holder_id`]).
     pub(crate) identity: String,
     pub(crate) certs: crate::pki::rotation::CertSettings,
@@ -762,7 +762,7 @@ mod tests {
             client,
             settings,
             certs: certs.clone(),
-            config: ConfigStore::new(mrguard_policy::config::Config::builtin(), None),
+            config: ConfigStore::new(mrguard_policy::admission::config::Config::builtin(), None),
             ready: ready.clone(),
             metrics: metrics.clone(),
             clock: Arc::new(kube::api::SystemClock),

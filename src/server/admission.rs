@@ -36,9 +36,9 @@ use tower::{BoxError, ServiceBuilder};
 
 use crate::config::ConfigStore;
 use crate::metrics::{AdmissionMetrics, RejectReason, RequestLabels};
-use mrguard_policy::admission::{Decider, Decision, Outcome, Webhook};
+use mrguard_policy::admission::decider::{Decider, Decision, Outcome, Webhook};
+use mrguard_policy::admission::review::{self, DecodeError};
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::review::{self, DecodeError};
 
 /// What one admission endpoint needs per request.
 #[derive(Clone)]
@@ -70,7 +70,7 @@ pub(crate) struct BodyBudget {
     wait: Duration,
 }
 
-pub use mrguard_policy::review::AMPLIFICATION;
+pub use mrguard_policy::admission::review::AMPLIFICATION;
 
 impl BodyBudget {
     pub(crate) fn new(bytes: usize, wait: Duration) -> Self {
@@ -197,7 +197,7 @@ async fn answer(State(endpoint): State<Arc<Endpoint>>, arrived: Arrived, req: Re
     let decide = || decide(endpoint.webhook, &request, &decider);
     // Each configured CEL rule is timed into the metrics' histogram.
     let decision = match &endpoint.metrics {
-        Some(m) => mrguard_policy::cel::with_observer(m.cel_observer(), decide),
+        Some(m) => mrguard_policy::admission::cel::with_observer(m.cel_observer(), decide),
         None => decide(),
     };
     endpoint.observe(&request, &decision, arrived, &config);
@@ -285,13 +285,16 @@ impl Endpoint {
         request: &review::Request,
         decision: &Decision,
         arrived: Arrived,
-        config: &mrguard_policy::config::Config,
+        config: &mrguard_policy::admission::config::Config,
     ) {
         if let Some(m) = &self.metrics {
             m.observe(
                 &RequestLabels {
                     webhook: self.webhook,
-                    operation: mrguard_policy::model::Operation::from(&request.operation).as_str(),
+                    operation: mrguard_policy::admission::model::Operation::from(
+                        &request.operation,
+                    )
+                    .as_str(),
                     group: &request.kind.group,
                     kind: &request.kind.kind,
                     configured: config.names_kind(&request.kind.group, &request.kind.kind),

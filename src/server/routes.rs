@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use super::admission::{self, json_error, BodyBudget, Endpoint};
 use crate::config::ConfigStore;
 use crate::metrics::AdmissionMetrics;
-use mrguard_policy::admission::Webhook;
+use mrguard_policy::admission::decider::Webhook;
 
 /// Bodies above this get 413 (docs/cli.md).
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -114,7 +114,7 @@ mod tests {
     fn build(limits: RouteLimits) -> (axum::Router, prometheus::Registry) {
         let registry = prometheus::Registry::new();
         let state = AppState {
-            config: ConfigStore::new(mrguard_policy::config::Config::builtin(), None),
+            config: ConfigStore::new(mrguard_policy::admission::config::Config::builtin(), None),
             cluster: Default::default(),
             metrics: Some(Arc::new(AdmissionMetrics::register(&registry).unwrap())),
             ready: Arc::new(AtomicBool::new(true)),

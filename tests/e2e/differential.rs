@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{json, Value};
 
-use mrguard_policy::crd::{Crds, FieldError, Lookup};
-use mrguard_policy::kube_version::KubeVersion;
+use mrguard_policy::admission::crd::{Crds, FieldError, Lookup};
+use mrguard_policy::admission::kube_version::KubeVersion;
 
 use crate::support::{self, api, cluster::ClusterOptions, needs, Cluster};
 
@@ -505,7 +505,7 @@ async fn check_crd_agrees_with_the_api_server_on_upstream_manifests() {
 }
 
 /// A CRD of the project's own with each CRD feature `check --crd
-/// --kube-version` models by release (`mrguard_policy::kube_version::since`):
+/// --kube-version` models by release (`mrguard_policy::admission::kube_version::since`):
 /// a rule with `messageExpression`, `reason` and `fieldPath`, a transition
 /// rule with `optionalOldSelf`, a rule on a scalar (whose error shows the
 /// value from 1.35), an `enum` on list items, a list map (whose duplicate

@@ -502,7 +502,7 @@ async fn an_exception_naming_a_namespace_waives_its_teardown_denial() {
             config: Some(format!(
                 "{}exceptions:\n  - name: retired-teams\n    rules: [teardown]\n    match: {{names: [\"*-retired\"]}}\n    \
                  reason: these teams' accounts are closed (ticket OPS-9)\n    expires: \"2099-01-31T00:00:00Z\"\n",
-                mrguard_policy::config::BUILTIN_YAML
+                mrguard_policy::admission::config::BUILTIN_YAML
             )),
             ..Options::default()
         },

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use crate::preflight::{ensure_namespace, kubectl_apply_create};
 use crate::support::{self, cluster::create_crd, resource, wait_for, Options, WAIT};
 use mrguard::controller::leader::reports::ReportWriter;
-use mrguard_policy::model::Action;
-use mrguard_policy::reports::{Flavor, PassInput, ReportFinding, Subject};
+use mrguard_policy::admission::model::Action;
+use mrguard_policy::commands::reports::{Flavor, PassInput, ReportFinding, Subject};
 
 /// Held by each test whose release writes policy reports: every release
 /// audits every namespace, so two at once would rewrite each other's

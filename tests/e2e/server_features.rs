@@ -351,7 +351,7 @@ async fn exported_mutating_policy_defaults_in_the_api_server_as_mutate_does() {
         .into_iter()
         .filter(|d| d.is_object())
         .collect();
-    let config = mrguard_policy::config::Config::from_yaml(MAP_CONFIG).unwrap();
+    let config = mrguard_policy::admission::config::Config::from_yaml(MAP_CONFIG).unwrap();
 
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-map"}});
     let r = api::create(&client, "/api/v1/namespaces", &ns, false)
@@ -375,13 +375,14 @@ async fn exported_mutating_policy_defaults_in_the_api_server_as_mutate_does() {
     for (path, obj) in &objects {
         let dry = api::create(&client, path, obj, true).await.unwrap();
         assert!(dry.status < 300, "{}", dry.body);
-        let req = mrguard_policy::review::RequestBuilder::create(dry.body.clone())
+        let req = mrguard_policy::admission::review::RequestBuilder::create(dry.body.clone())
             .username("kubernetes-admin")
             .build();
-        let mutated = mrguard_policy::admission::Decider::offline(&config, jiff::Timestamp::now())
-            .mutate(&req)
-            .mutated
-            .expect("/mutate defaults the object");
+        let mutated =
+            mrguard_policy::admission::decider::Decider::offline(&config, jiff::Timestamp::now())
+                .mutate(&req)
+                .mutated
+                .expect("/mutate defaults the object");
         expected.push(mutated);
     }
 

@@ -1111,7 +1111,7 @@ async fn reconcile_annotations_act_as_the_provider_reads_them() {
     let Some(xp) = support::require_crossplane(test).await else {
         return;
     };
-    let builtin = include_str!("../../crates/policy/src/config/builtin.yaml");
+    let builtin = include_str!("../../crates/policy/src/admission/config/builtin.yaml");
     assert!(builtin.contains("\nminPollInterval: 0s\n"), "{test}");
     let config = builtin.replace("\nminPollInterval: 0s\n", "\nminPollInterval: 1s\n");
     let mut w = World::new(xp, "xp-reconcile", Some(&config)).await;

@@ -84,30 +84,58 @@ fn read_all(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
     }
 }
 
-/// Top-level module → the top-level modules its code names.
+/// The policy crate's tiers: folders of modules, not modules of their own.
+const POLICY_TIERS: [&str; 3] = ["admission", "cluster", "commands"];
+
+/// The module a file under `src` belongs to: its top-level module, or in a
+/// tier folder the tier's module (`admission::rules`); a tier's own
+/// `mod.rs` is the tier (`cluster`).
+fn module_at(rel: &Path) -> String {
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    match parts.as_slice() {
+        [tier, second, ..] if POLICY_TIERS.contains(&tier.as_str()) && second != "mod" => {
+            format!("{tier}::{}", second.trim_end_matches(".rs"))
+        }
+        [first, ..] => first.clone(),
+        [] => String::new(),
+    }
+}
+
+/// Module → the modules its code names (`crate::<module>`, with a tier's
+/// module named through its tier: `crate::admission::rules`).
 fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
     sources(src, &mut files);
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (path, code) in files {
-        let rel = path.strip_prefix(src).unwrap();
-        let first = rel
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_string_lossy();
-        let module = first.trim_end_matches(".rs").to_string();
+        let module = module_at(path.strip_prefix(src).unwrap());
         if module == "lib" || module == "main" {
             continue;
         }
         let deps = g.entry(module.clone()).or_default();
         for (i, _) in code.match_indices("crate::") {
             let rest = &code[i + "crate::".len()..];
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
+            let mut name = ident(rest);
+            if POLICY_TIERS.contains(&name.as_str()) {
+                let inner = ident(rest[name.len()..].trim_start_matches("::"));
+                let child = src.join(&name).join(&inner);
+                if !inner.is_empty() && (child.is_dir() || child.with_extension("rs").is_file()) {
+                    name = format!("{name}::{inner}");
+                }
+            }
             if !name.is_empty() && name != module {
                 deps.insert(name);
             }
@@ -156,16 +184,54 @@ fn the_policy_crate_has_no_module_cycle() {
     let g = graph(&root().join("crates/policy/src"));
     // The reader sees the real edges.
     assert!(
-        g["rules"].contains("config") && g["admission"].contains("rules"),
+        g["admission::rules"].contains("admission::config")
+            && g["admission::decider"].contains("admission::rules"),
         "{g:?}"
     );
     if let Some(c) = cycle(&g) {
         panic!("module cycle in mrguard-policy: {}", c.join(" → "));
     }
     // The bottom layer names nothing above it.
-    for leaf in ["model", "fieldpath"] {
+    for leaf in ["admission::model", "admission::fieldpath"] {
         assert!(g[leaf].is_empty(), "{leaf} uses {:?}", g[leaf]);
     }
+}
+
+/// The tiers point one way: the commands sit on top and nothing below
+/// uses them; the cluster tier reads the admission core's vocabulary and
+/// configuration, never its rules or chains, which read the cluster tier.
+#[test]
+fn the_policy_tiers_point_down() {
+    let g = graph(&root().join("crates/policy/src"));
+    let mut wrong = Vec::new();
+    for (module, deps) in &g {
+        for d in deps {
+            let up = |tier: &str| d == tier || d.starts_with(&format!("{tier}::"));
+            let here = |tier: &str| module == tier || module.starts_with(&format!("{tier}::"));
+            if up("commands") && !here("commands") {
+                wrong.push(format!("{module} uses the command tier's {d}"));
+            }
+            let core_above = [
+                "admission::rules",
+                "admission::decider",
+                "admission::api_server",
+            ];
+            if here("cluster") && core_above.contains(&d.as_str()) {
+                wrong.push(format!("{module} (cluster knowledge) uses {d}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // Every module of the crate lives in a tier.
+    let loose: Vec<_> = g
+        .keys()
+        .filter(|m| {
+            !POLICY_TIERS
+                .iter()
+                .any(|t| *m == t || m.starts_with(&format!("{t}::")))
+        })
+        .collect();
+    assert!(loose.is_empty(), "modules outside the tiers: {loose:?}");
 }
 
 #[test]

@@ -1120,14 +1120,14 @@ fn match_conditions_are_on_unless_turned_off() {
 /// `spec.forProvider`), so skipping the rest changes no answer.
 #[test]
 fn the_managed_resource_match_condition_passes_exactly_the_mrs() {
-    use mrguard_policy::cel::{CelProgram, Scope};
+    use mrguard_policy::admission::cel::{CelProgram, Scope};
     let m = render(&["--kube-version", "1.30.0"]);
     let program = |kind: &str, name: &str| {
         let conds = webhook(&m, kind, name)["matchConditions"].clone();
         let expr = conds[0]["expression"].as_str().unwrap().to_string();
         assert_eq!(conds[0]["name"], "is-managed-resource");
         // As the API server checks a webhook's match condition.
-        use mrguard_policy::cel::typecheck::{check, CelType, TypeEnv};
+        use mrguard_policy::admission::cel::typecheck::{check, CelType, TypeEnv};
         check(&expr, &TypeEnv::admission_policy(), &CelType::Bool)
             .unwrap_or_else(|e| panic!("{kind}: the API server would refuse: {e}: {expr}"));
         CelProgram::compile_with(&expr, &["request", "object", "oldObject"])
@@ -1164,7 +1164,7 @@ fn the_managed_resource_match_condition_passes_exactly_the_mrs() {
 /// mutating webhook always and the validating one except on DELETE.
 #[test]
 fn match_conditions_render_the_exempt_globs_as_cel() {
-    use mrguard_policy::cel::{CelProgram, Scope};
+    use mrguard_policy::admission::cel::{CelProgram, Scope};
     // Without globs only the managed-resource condition is rendered.
     let m = render(&["--set", "webhooks.matchConditions.enabled=true"]);
     assert_eq!(
@@ -1188,7 +1188,7 @@ fn match_conditions_render_the_exempt_globs_as_cel() {
         assert_eq!(conds.len(), 2, "{conds:?}");
         let expr = conds[1]["expression"].as_str().unwrap();
         // As the API server checks a webhook's match condition.
-        use mrguard_policy::cel::typecheck::{check, CelType, TypeEnv};
+        use mrguard_policy::admission::cel::typecheck::{check, CelType, TypeEnv};
         check(expr, &TypeEnv::admission_policy(), &CelType::Bool)
             .unwrap_or_else(|e| panic!("{kind}: the API server would refuse: {e}: {expr}"));
         let program = CelProgram::compile_with(expr, &["request"])
@@ -1514,7 +1514,7 @@ fn the_default_config_value_is_the_builtin_configuration() {
     let rendered: Value = serde_saphyr::from_str(&configmap_config(&render(&[]))).unwrap();
     assert_eq!(
         rendered, builtin,
-        "values.yaml `config` drifted from crates/policy/src/config/builtin.yaml"
+        "values.yaml `config` drifted from crates/policy/src/admission/config/builtin.yaml"
     );
 }
 

@@ -74,7 +74,7 @@ fn cell(s: &str) -> String {
 
 #[test]
 fn the_rule_reference_is_generated_from_the_rules() {
-    use mrguard_policy::rules::RULES;
+    use mrguard_policy::admission::rules::RULES;
     let mut t = String::from(
         "| rule | operations | default | what it catches, and why | how to fix it | exempt users |\n\
          |---|---|---|---|---|---|\n",
@@ -285,7 +285,7 @@ fn the_metrics_reference_is_generated_from_the_registered_metrics() {
 /// The keys a part of the configuration accepts, read from the strict
 /// parser's answer to an unknown key ("expected one of a, b, c").
 fn accepted_keys(yaml: &str) -> Vec<String> {
-    let e = mrguard_policy::config::Config::from_yaml(yaml)
+    let e = mrguard_policy::admission::config::Config::from_yaml(yaml)
         .err()
         .unwrap_or_else(|| panic!("{yaml:?} was accepted"))
         .to_string();
@@ -658,7 +658,7 @@ fn names_repo_path(span: &str, names: &BTreeSet<String>) -> bool {
 /// path is read relative to the repository root, to the file's folder, to
 /// a folder its section's heading names (`## \`it/\` modules`), or to a
 /// folder named before it in the same paragraph, table row or list item
-/// (`\`crates/policy/src/live.rs\`, \`sarif.rs\``); one with a `/` also
+/// (`\`crates/policy/src/commands/check.rs\`, \`sarif.rs\``); one with a `/` also
 /// as a module path under a crate's `src/` (`\`controller/mod.rs\``). Code
 /// spans in a link's text are the link's business.
 fn misplaced_doc_paths(file: &Path, text: &str, names: &BTreeSet<String>) -> (usize, Vec<String>) {
@@ -750,14 +750,17 @@ fn a_doc_path_must_exist_where_it_is_named() {
     let check = |text: &str| misplaced_doc_paths(&doc, text, &names).1.len();
     // Where it is: from the root, the doc's folder, a folder named before
     // it in the row, a module path.
-    assert_eq!(check("`crates/policy/src/sarif.rs`, `README.md`\n"), 0);
     assert_eq!(
-        check("| `crates/policy/src/live.rs`, `sarif.rs` | x |\n|-|-|\n"),
+        check("`crates/policy/src/commands/sarif.rs`, `README.md`\n"),
         0
     );
-    assert_eq!(check("`review/prune.rs`\n"), 0);
     assert_eq!(
-        check("## `crates/policy/src/`\n\n`sarif.rs` and `manifest/`\n"),
+        check("| `crates/policy/src/commands/check.rs`, `sarif.rs` | x |\n|-|-|\n"),
+        0
+    );
+    assert_eq!(check("`admission/review/prune.rs`\n"), 0);
+    assert_eq!(
+        check("## `crates/policy/src/commands/`\n\n`sarif.rs` and `manifest/`\n"),
         0
     );
     // A file of that name elsewhere is not enough.
@@ -765,7 +768,7 @@ fn a_doc_path_must_exist_where_it_is_named() {
     assert_eq!(check("`sarif.rs`\n"), 1);
     assert_eq!(check("`src/sarif.rs`\n"), 1);
     // The folder named in one paragraph does not carry to the next.
-    assert_eq!(check("`crates/policy/src/`\n\n`sarif.rs`\n"), 1);
+    assert_eq!(check("`crates/policy/src/commands/`\n\n`sarif.rs`\n"), 1);
     // Not a repository path: no file of the repository has that name.
     assert_eq!(check("`my-config.yaml` and `spec.forProvider.json`\n"), 0);
 }

@@ -103,7 +103,7 @@ fn the_curated_list_wins_and_deny_spares_conditional_sentences() {
 
     let raised = format!(
         "{}\nrules: {{documented-immutable-field: Deny}}\n",
-        mrguard_policy::config::BUILTIN_YAML
+        mrguard_policy::admission::config::BUILTIN_YAML
     );
     let (code, err) = check_update(
         &crds,
@@ -216,7 +216,7 @@ fn explain_marks_documented_fields_with_their_source() {
 fn the_documented_patterns_are_the_codes() {
     let doc = std::fs::read_to_string(crate::support::root().join("docs/documented-immutables.md"))
         .unwrap();
-    for p in mrguard_policy::documented::PATTERNS {
+    for p in mrguard_policy::cluster::documented::PATTERNS {
         let row = format!(
             "| `{}` | `{}` | {} |",
             p.name,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper::body::Bytes;
-use mrguard_policy::config::Config;
+use mrguard_policy::admission::config::Config;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
@@ -49,14 +49,18 @@ struct Case {
 }
 
 fn expected(path: &str, body: &[u8], config: &Config) -> Value {
-    let req = mrguard_policy::review::decode(body).unwrap();
+    let req = mrguard_policy::admission::review::decode(body).unwrap();
     let decision = if path == "/mutate" {
-        mrguard_policy::admission::Decider::offline(config, jiff::Timestamp::now()).mutate(&req)
+        mrguard_policy::admission::decider::Decider::offline(config, jiff::Timestamp::now())
+            .mutate(&req)
     } else {
-        mrguard_policy::admission::Decider::offline(config, jiff::Timestamp::now()).validate(&req)
+        mrguard_policy::admission::decider::Decider::offline(config, jiff::Timestamp::now())
+            .validate(&req)
     };
-    let v: Value =
-        serde_json::from_slice(&mrguard_policy::review::encode(decision.response)).unwrap();
+    let v: Value = serde_json::from_slice(&mrguard_policy::admission::review::encode(
+        decision.response,
+    ))
+    .unwrap();
     v["response"].clone()
 }
 

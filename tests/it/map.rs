@@ -1,5 +1,5 @@
 //! `mrguard export map`: the exported MutatingAdmissionPolicy, applied as
-//! the API server applies it (`mrguard_policy::map::Policies`, with the
+//! the API server applies it (`mrguard_policy::commands::export::map::Policies`, with the
 //! project's CEL engine extended by JSONPatch and Object construction),
 //! against `/mutate`'s JSON patch (the Decider's mutate) for the same
 //! requests: every recorded review, a generated set, hostile variants of
@@ -10,12 +10,12 @@
 
 use std::collections::BTreeMap;
 
-use mrguard_policy::admission::{Decider, Outcome};
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::admission::decider::{Decider, Outcome};
+use mrguard_policy::admission::model::Operation;
+use mrguard_policy::admission::review::{Request, RequestBuilder};
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::config::Config;
-use mrguard_policy::map;
-use mrguard_policy::model::Operation;
-use mrguard_policy::review::{Request, RequestBuilder};
+use mrguard_policy::commands::export::map;
 use serde_json::{json, Value};
 
 use crate::support::bin::mrguard;
@@ -377,7 +377,7 @@ fn disagreements_are_the_listed_inexpressible_cases() {
         export.skipped
     );
     let cluster = Cluster::default();
-    let mut accounts = mrguard_policy::providers::ProviderAccounts::new();
+    let mut accounts = mrguard_policy::cluster::providers::ProviderAccounts::new();
     accounts
         .entry("s3.aws.upbound.io".to_string())
         .or_default()

@@ -24,8 +24,8 @@ use serde_json::Value;
 
 use mrguard::controller::ControllerMetrics;
 use mrguard::metrics::{AdmissionMetrics, RequestLabels};
-use mrguard_policy::admission::{Outcome, Webhook};
-use mrguard_policy::model::{Action, Finding};
+use mrguard_policy::admission::decider::{Outcome, Webhook};
+use mrguard_policy::admission::model::{Action, Finding};
 
 use crate::support::helm::{self, chart, helm, ok, NS, RELEASE};
 use crate::support::root;
@@ -147,7 +147,7 @@ fn registered_metrics() -> &'static str {
         let admission = AdmissionMetrics::register(&registry).expect("admission metrics");
         // A configuration with an expired exception, as a reload sets it.
         let _store = mrguard::config::ConfigStore::new(
-            mrguard_policy::config::Config::from_yaml(
+            mrguard_policy::admission::config::Config::from_yaml(
                 "exceptions:\n  - {name: old, rules: [immutable-field], reason: r, expires: '2020-01-01T00:00:00Z'}\n",
             )
             .expect("config with an exception"),
@@ -172,7 +172,7 @@ fn registered_metrics() -> &'static str {
             action: Action::Warn,
             message: "m".into(),
             fix: None,
-            note: Some(mrguard_policy::model::Note::Waived {
+            note: Some(mrguard_policy::admission::model::Note::Waived {
                 exception: "vpc-migration".into(),
                 expires: None,
             }),

@@ -2,10 +2,10 @@
 //! and no input makes the decision functions or the decoder panic (with
 //! generated reviews that mostly decode, so that the decisions run).
 
-use mrguard_policy::admission;
-use mrguard_policy::config::Config;
-use mrguard_policy::model::Operation;
-use mrguard_policy::review::{self, RequestBuilder};
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::admission::decider;
+use mrguard_policy::admission::model::Operation;
+use mrguard_policy::admission::review::{self, RequestBuilder};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -126,11 +126,11 @@ proptest! {
     #[test]
     fn mutating_twice_is_mutating_once(obj in object(), ns in prop::option::of(prop::sample::select(vec!["a", "b"]))) {
         let cfg = config();
-        let first = admission::Decider::offline(&cfg, jiff::Timestamp::now()).mutate(&request(Operation::Create, &obj, None, ns));
+        let first = decider::Decider::offline(&cfg, jiff::Timestamp::now()).mutate(&request(Operation::Create, &obj, None, ns));
         let once = first.mutated.clone().unwrap_or(obj.clone());
-        let second = admission::Decider::offline(&cfg, jiff::Timestamp::now()).mutate(&request(Operation::Create, &once, None, ns));
+        let second = decider::Decider::offline(&cfg, jiff::Timestamp::now()).mutate(&request(Operation::Create, &once, None, ns));
         prop_assert!(second.response.patch.is_none(), "second pass patched {:?}", second.mutated);
-        let again = admission::Decider::offline(&cfg, jiff::Timestamp::now()).mutate(&request(Operation::Update, &once, Some(&once), ns));
+        let again = decider::Decider::offline(&cfg, jiff::Timestamp::now()).mutate(&request(Operation::Update, &once, Some(&once), ns));
         prop_assert!(again.response.patch.is_none());
     }
 
@@ -138,8 +138,8 @@ proptest! {
     fn decisions_never_panic(new in object(), old in object(), op in prop::sample::select(vec![Operation::Create, Operation::Update, Operation::Delete])) {
         let cfg = config();
         let req = request(op, &new, Some(&old), None);
-        let _ = admission::Decider::offline(&cfg, jiff::Timestamp::now()).mutate(&req);
-        let d = admission::Decider::offline(&cfg, jiff::Timestamp::now()).validate(&req);
+        let _ = decider::Decider::offline(&cfg, jiff::Timestamp::now()).mutate(&req);
+        let d = decider::Decider::offline(&cfg, jiff::Timestamp::now()).validate(&req);
         // A denial always carries 403 and a message naming mrguard.
         if !d.response.allowed {
             prop_assert_eq!(d.response.result.code, 403);
@@ -165,7 +165,7 @@ proptest! {
         let obj = json!({"apiVersion": "apiextensions.crossplane.io/v1", "kind": "Composition",
             "metadata": {"name": "c"}, "spec": spec});
         let req = request(Operation::Create, &obj, None, None);
-        let d = admission::Decider::offline(&Config::builtin(), jiff::Timestamp::now()).validate(&req);
+        let d = decider::Decider::offline(&Config::builtin(), jiff::Timestamp::now()).validate(&req);
         prop_assert!(d.response.allowed);
         let _ = review::encode(d.response);
     }
@@ -253,8 +253,8 @@ fn decoding_arbitrary_json_reviews_never_panics() {
             let review =
                 json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
             if let Ok(req) = review::decode(&serde_json::to_vec(&review).unwrap()) {
-                let _ = admission::Decider::offline(&cfg, jiff::Timestamp::now()).mutate(&req);
-                let d = admission::Decider::offline(&cfg, jiff::Timestamp::now()).validate(&req);
+                let _ = decider::Decider::offline(&cfg, jiff::Timestamp::now()).mutate(&req);
+                let d = decider::Decider::offline(&cfg, jiff::Timestamp::now()).validate(&req);
                 if !d.response.allowed {
                     prop_assert_eq!(d.response.result.code, 403);
                 }

@@ -2,7 +2,7 @@
 //! (fixtures/reviews/) and variants built from fixtures/examples/, over
 //! HTTPS, applying the returned patches.
 
-use mrguard_policy::model::Operation;
+use mrguard_policy::admission::model::Operation;
 use serde_json::{json, Value};
 
 use crate::support::fixtures::{self, example_object};
@@ -224,7 +224,7 @@ async fn exempt_provider_service_account_may_change_immutable_fields() {
         json!("system:serviceaccount:crossplane-system:crossplane");
     assert_eq!(h.review("/validate", &r).await["allowed"], false);
     h.stop().await;
-    let builtin = mrguard_policy::config::BUILTIN_YAML;
+    let builtin = mrguard_policy::admission::config::BUILTIN_YAML;
     let h = TestServer::with_config(&format!(
         "{builtin}exemptUsernames: ['system:serviceaccount:crossplane-system:provider-aws-*']\n"
     ))

@@ -64,7 +64,7 @@ fn the_shipped_suites_cover_every_rule_a_cel_rule_an_exception_and_a_staged_rule
         "provider-config-exists",
         "provider-config-kind",
     ];
-    for r in mrguard_policy::model::RULE_NAMES {
+    for r in mrguard_policy::admission::model::RULE_NAMES {
         if NEED_A_CLUSTER.contains(&r) {
             continue;
         }
@@ -72,7 +72,7 @@ fn the_shipped_suites_cover_every_rule_a_cel_rule_an_exception_and_a_staged_rule
     }
     assert!(rules.iter().any(|r| r.starts_with("cel:")), "{rules:?}");
     let config = std::fs::read_to_string(dir.join("operations-config.yaml")).unwrap();
-    let c = mrguard_policy::config::Config::from_yaml(&config).unwrap();
+    let c = mrguard_policy::admission::config::Config::from_yaml(&config).unwrap();
     assert!(!c.exceptions.is_empty());
     assert!(c.rules.values().any(|a| a.warn_until.is_some()));
     let ops = std::fs::read_to_string(dir.join("operations.test.yaml")).unwrap();

@@ -1,5 +1,5 @@
 //! `mrguard export vap`: the exported ValidatingAdmissionPolicies,
-//! evaluated as the API server evaluates them (`mrguard_policy::vap::evaluate`
+//! evaluated as the API server evaluates them (`mrguard_policy::commands::export::vap::evaluate`
 //! with the project's CEL engine, which follows the Kubernetes CEL
 //! environment), against mrguard's own verdict for the same rules, on every
 //! recorded review, a generated set and hostile variants of both. Offline:
@@ -8,10 +8,10 @@
 
 use std::collections::BTreeSet;
 
-use mrguard_policy::config::Config;
-use mrguard_policy::model::Operation;
-use mrguard_policy::review::{Request, RequestBuilder};
-use mrguard_policy::vap;
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::admission::model::Operation;
+use mrguard_policy::admission::review::{Request, RequestBuilder};
+use mrguard_policy::commands::export::vap;
 use serde_json::{json, Value};
 
 use crate::support::bin::mrguard;
@@ -40,7 +40,7 @@ fn mrguard_verdict(
     config: &Config,
     now: jiff::Timestamp,
 ) -> BTreeSet<(String, String)> {
-    mrguard_policy::admission::Decider::offline(config, now)
+    mrguard_policy::admission::decider::Decider::offline(config, now)
         .validate(req)
         .findings
         .iter()
@@ -507,7 +507,7 @@ fn export_vap_exports_or_lists_every_rule() {
         .iter()
         .filter_map(|o| o["metadata"]["annotations"]["mrguard.io/rule"].as_str())
         .collect();
-    for rule in mrguard_policy::rules::RULES {
+    for rule in mrguard_policy::admission::rules::RULES {
         let name = rule.name();
         let line = stderr
             .lines()

@@ -32,10 +32,10 @@ pub struct KubeVersion {
 /// what the feature is, so a test names the feature, not a bare number.
 ///
 /// Where `check --crd --kube-version` models the same feature, the release
-/// is the policy crate's (`mrguard_policy::kube_version::since`), so the
+/// is the policy crate's (`mrguard_policy::admission::kube_version::since`), so the
 /// suite and the model cannot disagree on it.
 pub mod needs {
-    use mrguard_policy::kube_version::{since, KubeVersion};
+    use mrguard_policy::admission::kube_version::{since, KubeVersion};
 
     const fn of(v: KubeVersion) -> (u32, u32) {
         (v.major, v.minor)

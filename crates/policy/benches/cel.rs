@@ -20,10 +20,10 @@
 use std::time::{Duration, Instant};
 
 use divan::{black_box, Bencher};
-use mrguard_policy::admission::Decider;
-use mrguard_policy::cel::{CelProgram, Inputs, Reads, Scope, CONFIG_VARS, CRD_VARS};
-use mrguard_policy::config::Config;
-use mrguard_policy::review::{Request, RequestBuilder};
+use mrguard_policy::admission::cel::{CelProgram, Inputs, Reads, Scope, CONFIG_VARS, CRD_VARS};
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::admission::decider::Decider;
+use mrguard_policy::admission::review::{Request, RequestBuilder};
 use serde_json::{json, Value};
 
 fn main() {

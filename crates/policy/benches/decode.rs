@@ -11,7 +11,7 @@
 use divan::{black_box, Bencher};
 use kube_core::admission::{AdmissionRequest, AdmissionReview};
 use kube_core::DynamicObject;
-use mrguard_policy::review::{decode, decode_without_managed_fields};
+use mrguard_policy::admission::review::{decode, decode_without_managed_fields};
 use serde_json::Value;
 
 #[global_allocator]

@@ -28,11 +28,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use divan::{black_box, Bencher};
-use mrguard_policy::admission::Decider;
+use mrguard_policy::admission::config::{Config, BUILTIN_YAML};
+use mrguard_policy::admission::decider::Decider;
+use mrguard_policy::admission::review::{Request, RequestBuilder};
+use mrguard_policy::cluster::documented::derive;
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::config::{Config, BUILTIN_YAML};
-use mrguard_policy::documented::derive;
-use mrguard_policy::review::{Request, RequestBuilder};
 use serde_json::{json, Value};
 
 /// Resident memory in bytes (Linux), for the size of the derived facts.

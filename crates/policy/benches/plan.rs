@@ -7,10 +7,10 @@
 //! `cargo bench -p mrguard-policy --bench plan`
 
 use divan::{black_box, Bencher};
-use mrguard_policy::config::Config;
-use mrguard_policy::manifest::{self, Manifest};
-use mrguard_policy::merge::with_last_applied;
-use mrguard_policy::plan::{render_markdown, render_text, Plan, Planner};
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::commands::manifest::{self, Manifest};
+use mrguard_policy::commands::merge::with_last_applied;
+use mrguard_policy::commands::plan::{render_markdown, render_text, Plan, Planner};
 use serde_json::{json, Value};
 
 const KINDS: usize = 20;

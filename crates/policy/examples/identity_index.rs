@@ -14,11 +14,11 @@
 
 use std::time::Instant;
 
-use mrguard_policy::admission::Decider;
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::admission::decider::Decider;
+use mrguard_policy::admission::review::RequestBuilder;
+use mrguard_policy::cluster::identity::{Identity, IdentityIndex, IndexedMr, MrKey};
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::config::Config;
-use mrguard_policy::identity::{Identity, IdentityIndex, IndexedMr, MrKey};
-use mrguard_policy::review::RequestBuilder;
 use serde_json::json;
 
 fn rss_kib() -> Option<u64> {

@@ -22,11 +22,11 @@ use crate::controller::replica::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
 use crate::controller::replica::crds::{Crds, ServedCrd};
 use crate::controller::replica::identity::{watched_whole, IdentityView, MrView};
 use crate::controller::replica::mr_states::MrStates;
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::admission::model::Action;
+use mrguard_policy::admission::review::RequestBuilder;
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::config::Config;
-use mrguard_policy::model::Action;
-use mrguard_policy::reports::{PassInput, ReportFinding, Subject};
-use mrguard_policy::review::RequestBuilder;
+use mrguard_policy::commands::reports::{PassInput, ReportFinding, Subject};
 
 /// Objects per list page.
 const PAGE_SIZE: u32 = 250;
@@ -83,7 +83,7 @@ pub(crate) fn audit_object(
     cluster: &Cluster,
     now: jiff::Timestamp,
 ) -> Vec<AuditFinding> {
-    if !mrguard_policy::mr::is_managed(&object) {
+    if !mrguard_policy::admission::mr::is_managed(&object) {
         return Vec::new();
     }
     let meta = |k: &str| {
@@ -99,7 +99,7 @@ pub(crate) fn audit_object(
     // With the replica's identity index, an MR claiming what another
     // holds (both created while mrguard was down) is a finding.
     let req = RequestBuilder::create(object).build();
-    mrguard_policy::admission::Decider::new(config, cluster, now)
+    mrguard_policy::admission::decider::Decider::new(config, cluster, now)
         .validate(&req)
         .findings
         .into_iter()
@@ -172,7 +172,7 @@ pub(crate) async fn audit_kind_in(
     {
         for value in items {
             report.objects += 1;
-            if !mrguard_policy::mr::is_managed(&value) {
+            if !mrguard_policy::admission::mr::is_managed(&value) {
                 continue;
             }
             let namespace = value
@@ -278,7 +278,7 @@ async fn claims<V: MrView>(
     client: &kube::Client,
     kind: &MrKind,
     config: &Config,
-) -> Option<Vec<mrguard_policy::identity::IndexedMr>> {
+) -> Option<Vec<mrguard_policy::cluster::identity::IndexedMr>> {
     let api: Api<V> = Api::all_with(client.clone(), &kind.api_resource());
     let listed: Vec<V> = list_pages(api, ListParams::default().limit(PAGE_SIZE))
         .try_concat()
@@ -312,7 +312,7 @@ pub(crate) async fn discover(client: &kube::Client) -> Result<Coverage, Controll
     ))
 }
 
-/// Collects one audit pass into the input of [`mrguard_policy::reports::plan`].
+/// Collects one audit pass into the input of [`mrguard_policy::commands::reports::plan`].
 #[derive(Debug, Default)]
 pub(crate) struct PassCollector {
     input: PassInput,
@@ -903,7 +903,7 @@ mod tests {
     /// it does not follow, is paged from etcd.
     #[tokio::test]
     async fn only_a_small_kind_the_index_follows_is_read_from_the_cache() {
-        use mrguard_policy::identity::{IndexedMr, MrKey};
+        use mrguard_policy::cluster::identity::{IndexedMr, MrKey};
         let kind = bucket_kind();
         let keys = |n: usize| -> Vec<_> {
             (0..n)

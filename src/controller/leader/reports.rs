@@ -1,6 +1,6 @@
 //! Writes the audit's findings as policy reports (`--policy-reports`):
 //! lists the reports mrguard wrote before (by label), asks
-//! `mrguard_policy::reports::plan` what should change, and applies exactly
+//! `mrguard_policy::commands::reports::plan` what should change, and applies exactly
 //! that with server-side apply; reports that should go are deleted. An
 //! unchanged pass reads the reports and writes nothing.
 
@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::controller::kube::api::{api_err, list_values, ControllerError, FIELD_MANAGER};
 use crate::controller::metrics::ControllerMetrics;
-use mrguard_policy::reports::{
+use mrguard_policy::commands::reports::{
     self, Flavor, PassInput, MANAGED_BY, MANAGED_BY_LABEL, MAX_REPORT_BYTES,
 };
 

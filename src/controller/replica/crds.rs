@@ -23,7 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
-use mrguard_policy::documented::{derive, KindFields};
+use mrguard_policy::cluster::documented::{derive, KindFields};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::watch;

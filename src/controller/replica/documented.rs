@@ -2,7 +2,7 @@
 //! (docs/documented-immutables.md), kept in the shared `Cluster` for the
 //! `documented-immutable-field` rule. A reader of the shared CRD store
 //! (`crds`), which derives each MR CRD's fields
-//! (`mrguard_policy::documented`) as it decodes it; after every change the
+//! (`mrguard_policy::cluster::documented`) as it decodes it; after every change the
 //! kinds in the store replace the `Cluster`'s.
 //!
 //! Kinds that have an MRD but no CRD yet (Crossplane v2's safe-start) get
@@ -12,8 +12,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use mrguard_policy::cluster::documented::KindFields;
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::documented::KindFields;
 use tokio::sync::watch;
 
 use super::crds::Crds;
@@ -141,7 +141,7 @@ mod tests {
         let cluster = Arc::new(Cluster::default());
         let (tx, rx) = watch::channel(0);
         let task = tokio::spawn(run(crds, cluster.clone(), rx));
-        let mut known = mrguard_policy::activation::Activations::default();
+        let mut known = mrguard_policy::cluster::activation::Activations::default();
         known.add(&json!({"apiVersion": "apiextensions.crossplane.io/v1alpha1",
             "kind": "ManagedResourceDefinition", "metadata": {"name": "buckets.s3.aws.upbound.io"},
             "spec": {"group": "s3.aws.upbound.io", "names": {"kind": "Bucket", "plural": "buckets"},

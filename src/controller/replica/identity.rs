@@ -41,11 +41,11 @@ use crate::controller::changes::Changes;
 use crate::controller::kube::api::ControllerError;
 use crate::controller::kube::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
 use crate::controller::metrics::ControllerMetrics;
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::admission::mr::EXTERNAL_NAME;
+use mrguard_policy::cluster::identity::report::entry_of;
+use mrguard_policy::cluster::identity::{IndexedMr, MrKey, ProviderConfigFacts};
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::config::Config;
-use mrguard_policy::identity::report::entry_of;
-use mrguard_policy::identity::{IndexedMr, MrKey, ProviderConfigFacts};
-use mrguard_policy::mr::EXTERNAL_NAME;
 
 /// How often the configuration is compared with the one the claims were
 /// computed with.
@@ -465,7 +465,10 @@ pub(crate) async fn run(
 /// of unknown size is never listed from it). BENCHMARKS.md.
 const CACHE_LIST_MAX: usize = 500;
 
-fn lists_from_cache(index: &mrguard_policy::identity::IdentityIndex, kind: &MrKind) -> bool {
+fn lists_from_cache(
+    index: &mrguard_policy::cluster::identity::IdentityIndex,
+    kind: &MrKind,
+) -> bool {
     index
         .listed_len(&kind.group, &kind.kind)
         .is_some_and(|n| n <= CACHE_LIST_MAX)
@@ -817,7 +820,7 @@ mod tests {
             mr.key,
             MrKey::new("s3.aws.m.upbound.io", "Bucket", "team-a", "data")
         );
-        let id = mrguard_policy::identity::Identity::of(
+        let id = mrguard_policy::cluster::identity::Identity::of(
             &obj,
             &k.group,
             &k.kind,
@@ -888,7 +891,7 @@ mod tests {
         let b = b.claim(&namespaced, &cfg).unwrap();
         let (ca, cb) = (a.claim.unwrap(), b.claim.unwrap());
         assert!(ca.same_identity(&cb), "{ca:?} {cb:?}");
-        let id = mrguard_policy::identity::Identity::of(
+        let id = mrguard_policy::cluster::identity::Identity::of(
             &first,
             &cluster.group,
             &cluster.kind,
@@ -966,7 +969,7 @@ mod tests {
         };
         api.wait_for("the VPC list", |r| vpc_lists(r) == 1).await;
         // A new rule action leaves every claim: no relist.
-        let builtin = mrguard_policy::config::BUILTIN_YAML;
+        let builtin = mrguard_policy::admission::config::BUILTIN_YAML;
         config.replace(
             Config::from_yaml(&format!(
                 "{builtin}\nrules:\n  reference: {{action: Warn}}\n"
@@ -1103,7 +1106,7 @@ mod tests {
         );
         // The choice follows the kind's size in the index.
         let kind = vpc_kind();
-        let index = mrguard_policy::identity::IdentityIndex::default();
+        let index = mrguard_policy::cluster::identity::IdentityIndex::default();
         assert!(!lists_from_cache(&index, &kind));
         let keys = |n: usize| -> Vec<_> {
             (0..n)

@@ -4,7 +4,7 @@
 //! guard). The MR CRDs come from the shared CRD store (`crds`);
 //! ProviderRevisions and DeploymentRuntimeConfigs are watched here, each
 //! into a reflector store. The pure derivations in
-//! `mrguard_policy::providers` replace the maps in the shared `Cluster`.
+//! `mrguard_policy::cluster::providers` replace the maps in the shared `Cluster`.
 //!
 //! Readiness: a replica reports ready only once its certificate is loaded
 //! and the map was derived from a first complete list of all three (a
@@ -29,8 +29,8 @@ use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::watcher;
 use kube::Api;
+use mrguard_policy::cluster::providers::{self, MrCrd, Revision, RuntimeConfig, PKG_GROUP};
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::providers::{self, MrCrd, Revision, RuntimeConfig, PKG_GROUP};
 
 use crate::controller::kube::reflect::{Missing, Reflected};
 use crate::controller::kube::retry::{backoff_watcher, watch_config};
@@ -319,10 +319,11 @@ mod tests {
         ));
         // The teardown guard's map: the CRD names no Provider, its
         // controlling revision does.
-        let bucket = mrguard_policy::identity::MrKey::new("s3.aws.upbound.io", "Bucket", "", "b1");
+        let bucket =
+            mrguard_policy::cluster::identity::MrKey::new("s3.aws.upbound.io", "Bucket", "", "b1");
         cluster
             .identities()
-            .upsert(mrguard_policy::identity::IndexedMr::new(
+            .upsert(mrguard_policy::cluster::identity::IndexedMr::new(
                 bucket.clone(),
                 None,
                 true,

@@ -41,7 +41,7 @@ use tokio::sync::mpsc;
 use super::coverage::MrKind;
 use crate::controller::kube::api::{api_err, until_due, Backoff, ControllerError};
 use crate::controller::metrics::ControllerMetrics;
-use mrguard_policy::mr::{Mr, CREATE_PENDING};
+use mrguard_policy::admission::mr::{Mr, CREATE_PENDING};
 
 pub(crate) const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
 pub(crate) const REPORTING_CONTROLLER: &str = "mrguard.io/controller";

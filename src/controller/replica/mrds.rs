@@ -5,7 +5,7 @@
 //! documented immutable fields of the kinds that have no CRD yet.
 //!
 //! Each MRD is decoded once, as it arrives, into what the readers need
-//! (`mrguard_policy::activation::Mrd`): names, state and the documented
+//! (`mrguard_policy::cluster::activation::Mrd`): names, state and the documented
 //! fields; its schema is dropped, as the CRD watch drops CRDs' schemas.
 //! Without Crossplane v2 the API does not exist: the watch says so once
 //! and keeps retrying, and the index stays empty.
@@ -19,7 +19,7 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
-use mrguard_policy::activation::{self, Activations, Mrd};
+use mrguard_policy::cluster::activation::{self, Activations, Mrd};
 use mrguard_policy::cluster::Cluster;
 use serde::Deserialize;
 use serde_json::{json, Value};

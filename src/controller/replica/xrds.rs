@@ -10,8 +10,8 @@ use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::watcher;
 use kube::Api;
+use mrguard_policy::cluster::composition::XrSchemas;
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::composition::XrSchemas;
 
 use crate::controller::kube::reflect::{Missing, Reflected};
 use crate::controller::kube::retry::{backoff_watcher, watch_config};

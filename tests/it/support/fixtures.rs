@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use mrguard_policy::review::Request;
+use mrguard_policy::admission::review::Request;
 use serde_json::Value;
 
 /// `tests/fixtures/`.
@@ -45,7 +45,7 @@ pub(crate) fn recorded_reviews() -> Vec<Request> {
     paths.sort();
     paths
         .into_iter()
-        .map(|p| mrguard_policy::review::decode(&std::fs::read(&p).unwrap()).unwrap())
+        .map(|p| mrguard_policy::admission::review::decode(&std::fs::read(&p).unwrap()).unwrap())
         .collect()
 }
 

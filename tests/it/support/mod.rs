@@ -4,7 +4,7 @@
 //! - [`fixtures`]: files under `tests/fixtures/` (recorded reviews,
 //!   example manifests, CRDs);
 //! - [`review`]: AdmissionReview JSON built from
-//!   `mrguard_policy::review::RequestBuilder`, and applying the patch of
+//!   `mrguard_policy::admission::review::RequestBuilder`, and applying the patch of
 //!   an answer;
 //! - [`tls`]: the one TLS client (HTTP/1.1, HTTP/2 by ALPN, pinned TLS
 //!   versions, raw TLS streams) and fresh test certificates;

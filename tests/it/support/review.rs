@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine;
-use mrguard_policy::model::Operation;
-use mrguard_policy::review::{Request, RequestBuilder};
+use mrguard_policy::admission::model::Operation;
+use mrguard_policy::admission::review::{Request, RequestBuilder};
 use serde_json::{json, Value};
 
 /// A request for `op` by an authenticated user "alice", with a uid of its

@@ -6,10 +6,10 @@
 
 use serde_json::Value;
 
-use crate::admission::{self, Decider};
-use crate::crd::{CrdError, CrdVersion};
-use crate::model::Operation;
-use crate::review::{self, RequestBuilder};
+use crate::admission::crd::{CrdError, CrdVersion};
+use crate::admission::decider::{self, Decider};
+use crate::admission::model::Operation;
+use crate::admission::review::{self, RequestBuilder};
 
 /// Why a manifest could not be judged.
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +37,7 @@ pub struct Judged {
     /// The validating webhook's denial message.
     pub denial: Option<String>,
     /// The validation findings behind the warnings and the denial.
-    pub findings: Vec<crate::model::Finding>,
+    pub findings: Vec<crate::admission::model::Finding>,
     /// What the API server would reject, given a CRD (kubectl's wording).
     pub invalid: Option<String>,
     /// Why something that a live MR would be refused was allowed here, so
@@ -62,10 +62,10 @@ fn not_created_notes(
     new: &Value,
     old: Option<&Value>,
     username: &str,
-    found: &[crate::model::Finding],
+    found: &[crate::admission::model::Finding],
 ) -> Vec<String> {
     let Some(old) = old else { return vec![] };
-    if !crate::mr::is_managed(old) || crate::mr::Mr(old).is_created() {
+    if !crate::admission::mr::is_managed(old) || crate::admission::mr::Mr(old).is_created() {
         return vec![];
     }
     let mut created = old.clone();
@@ -79,7 +79,7 @@ fn not_created_notes(
         return vec![];
     };
     annotations.insert(
-        crate::mr::CREATE_SUCCEEDED.into(),
+        crate::admission::mr::CREATE_SUCCEEDED.into(),
         Value::from("1970-01-01T00:00:00Z"),
     );
     let d = decider.validate(&request(
@@ -96,9 +96,9 @@ fn not_created_notes(
             format!(
                 "allowed only because the old object is not created yet (no {} annotation, no Ready condition); \
                  on an MR that exists, {} would {}: {}",
-                crate::mr::CREATE_SUCCEEDED,
+                crate::admission::mr::CREATE_SUCCEEDED,
                 f.rule,
-                if f.action == crate::model::Action::Deny { "deny this" } else { "warn" },
+                if f.action == crate::admission::model::Action::Deny { "deny this" } else { "warn" },
                 f.message
             )
         })
@@ -182,7 +182,7 @@ impl Decider<'_> {
             warnings.extend(d.response.warnings.clone().unwrap_or_default());
             if let Some(m) = d.mutated {
                 patch = Some(
-                    serde_json::to_value(admission::patch::build(object, &m))
+                    serde_json::to_value(decider::patch::build(object, &m))
                         .map_err(JudgeError::Patch)?,
                 );
                 current = defaulted(&m);
@@ -213,7 +213,7 @@ impl Decider<'_> {
                 // Strict field validation judges what the client sent.
                 let errors = c.admit(object, &current, old)?;
                 let (_, kind, _, name) = identity(&current);
-                (!errors.is_empty()).then(|| crate::crd::render(&kind, &name, &errors))
+                (!errors.is_empty()).then(|| crate::admission::crd::render(&kind, &name, &errors))
             }
         };
         Ok(Judged {
@@ -232,7 +232,7 @@ impl Decider<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::admission::config::Config;
     use serde_json::json;
 
     fn judge(

@@ -7,8 +7,8 @@
 
 use std::borrow::Cow;
 
-use crate::config::{Config, RuleAction, Subject};
-use crate::model::{Action, Finding, Note, Violation};
+use crate::admission::config::{Config, RuleAction, Subject};
+use crate::admission::model::{Action, Finding, Note, Violation};
 
 /// What a finding is judged against besides its rule's action: the object
 /// exceptions are matched with and the time staged actions and expiries

@@ -19,7 +19,7 @@ use regex::Regex;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::fieldpath::FieldPath;
+use crate::admission::fieldpath::FieldPath;
 
 /// One documented wording that says a change replaces the resource.
 #[derive(Debug)]

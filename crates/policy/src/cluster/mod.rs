@@ -10,6 +10,18 @@
 //! Each kind of fact is one field with its own interior synchronisation, so
 //! that a watch updates its part without copying the others, and a decision
 //! reads a consistent view of each part.
+//!
+//! Each kind of fact is a module: [`providers`] (which provider serves a
+//! kind), [`documented`] (immutables the CRDs document), [`identity`]
+//! (which external resource each MR claims), [`activation`] (Crossplane
+//! v2's MRDs and MRAPs) and [`composition`] (XR schemas and Composition
+//! patches).
+
+pub mod activation;
+pub mod composition;
+pub mod documented;
+pub mod identity;
+pub mod providers;
 
 /// Facts about the cluster that rules may read. [`Cluster::default`] knows
 /// nothing, which every rule must treat as "no extra finding": an empty view
@@ -17,16 +29,16 @@
 #[derive(Debug, Default)]
 pub struct Cluster {
     /// Which provider's service account serves which kind.
-    providers: crate::providers::ProviderIndex,
+    providers: crate::cluster::providers::ProviderIndex,
     /// XR schemas from the CompositeResourceDefinitions (docs/compositions.md).
-    composites: crate::composition::XrIndex,
+    composites: crate::cluster::composition::XrIndex,
     /// Immutable fields the installed CRDs document.
-    documented: crate::documented::Documented,
+    documented: crate::cluster::documented::Documented,
     /// Which external resources live MRs claim (docs/rules.md, external-identity).
-    identities: crate::identity::IdentityIndex,
+    identities: crate::cluster::identity::IdentityIndex,
     /// The MRDs and MRAPs: which MR kinds Crossplane v2 activated
     /// (docs/activation.md).
-    activations: crate::activation::ActivationIndex,
+    activations: crate::cluster::activation::ActivationIndex,
 }
 
 impl Cluster {
@@ -37,7 +49,7 @@ impl Cluster {
     }
 
     /// The external identities live MRs claim (`external-identity`).
-    pub fn identities(&self) -> &crate::identity::IdentityIndex {
+    pub fn identities(&self) -> &crate::cluster::identity::IdentityIndex {
         &self.identities
     }
 
@@ -49,25 +61,25 @@ impl Cluster {
     }
 
     /// The provider accounts per kind, which the runtime replaces.
-    pub fn providers(&self) -> &crate::providers::ProviderIndex {
+    pub fn providers(&self) -> &crate::cluster::providers::ProviderIndex {
         &self.providers
     }
 
     /// The XR schemas of the cluster's XRDs, which make a Composition
     /// finding informational when they freeze its source.
-    pub fn composites(&self) -> &crate::composition::XrIndex {
+    pub fn composites(&self) -> &crate::cluster::composition::XrIndex {
         &self.composites
     }
 
     /// The immutable fields the installed CRDs document, per kind
     /// (docs/documented-immutables.md); the CRD watch or `check --crd` fills it.
-    pub fn documented(&self) -> &crate::documented::Documented {
+    pub fn documented(&self) -> &crate::cluster::documented::Documented {
         &self.documented
     }
 
     /// The MRDs and MRAPs the MRD watch (or `check --crd`) knows: which
     /// kinds are inactive, and what an MRAP's patterns match.
-    pub fn activations(&self) -> &crate::activation::ActivationIndex {
+    pub fn activations(&self) -> &crate::cluster::activation::ActivationIndex {
         &self.activations
     }
 }

@@ -7,16 +7,16 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::composition::{self, XrSchemas};
-use crate::config::Config;
-use crate::crd::{Crds, Lookup};
-use crate::identity::report::IdentityReport;
-use crate::identity::IdentityIndex;
-use crate::manifest::Manifest;
-use crate::merge;
-use crate::model::{Action, Operation};
-use crate::offline::{self, identity};
-use crate::sarif::Annotation;
+use crate::admission::api_server::{self, identity};
+use crate::admission::config::Config;
+use crate::admission::crd::{Crds, Lookup};
+use crate::admission::model::{Action, Operation};
+use crate::cluster::composition::{self, XrSchemas};
+use crate::cluster::identity::report::IdentityReport;
+use crate::cluster::identity::IdentityIndex;
+use crate::commands::manifest::Manifest;
+use crate::commands::merge;
+use crate::commands::sarif::Annotation;
 
 /// Why a manifest could not be judged.
 #[derive(Debug, thiserror::Error)]
@@ -109,7 +109,7 @@ pub fn judge_manifest(
         }
         Some(IdentityReport::of(obj, config, index, live_mrs.is_some()))
     };
-    let label = offline::label(&m.object);
+    let label = api_server::label(&m.object);
     let mut notes = Vec::new();
     let (op, new) = match (live, merged) {
         (live, Some(result)) => (
@@ -170,7 +170,7 @@ pub fn judge_manifest(
         .map(|c| c.cluster_for(group, &kind))
         .unwrap_or_default();
     let identity = report(&new, cluster.identities());
-    let judged = crate::admission::Decider::new(config, &cluster, by.now)
+    let judged = crate::admission::decider::Decider::new(config, &cluster, by.now)
         .judge(op, &new, live, by.username, crd)
         .map_err(|e| JudgeError {
             object: label.clone(),
@@ -207,8 +207,8 @@ pub fn judge_manifest(
 
 impl LiveFinding {
     /// A rule finding on manifest `m`, at the line of the field it names.
-    pub fn at(f: &crate::model::Finding, m: &Manifest) -> Self {
-        let path = crate::sarif::finding_path(&f.rule, &f.message);
+    pub fn at(f: &crate::admission::model::Finding, m: &Manifest) -> Self {
+        let path = crate::commands::sarif::finding_path(&f.rule, &f.message);
         LiveFinding {
             rule: f.rule.to_string(),
             action: f.action.as_str().to_string(),
@@ -216,7 +216,9 @@ impl LiveFinding {
                 Some(fix) => format!("{}. Fix: {fix}", f.message),
                 None => f.message.clone(),
             },
-            field: path.as_ref().map(|p| crate::explain::display_path(p)),
+            field: path
+                .as_ref()
+                .map(|p| crate::commands::explain::display_path(p)),
             line: path
                 .as_ref()
                 .map(|p| m.lines.line_of(p))
@@ -231,7 +233,7 @@ pub fn skipped(m: &Manifest, why: &str) -> LiveResult {
         file: m.file.clone(),
         document: m.doc,
         line: m.lines.start,
-        object: offline::label(&m.object),
+        object: api_server::label(&m.object),
         operation: "NONE".into(),
         verdict: "skipped".into(),
         findings: vec![],
@@ -248,7 +250,7 @@ pub fn rejected(m: &Manifest, op: Operation, message: String) -> LiveResult {
         file: m.file.clone(),
         document: m.doc,
         line: m.lines.start,
-        object: offline::label(&m.object),
+        object: api_server::label(&m.object),
         operation: op.as_str().into(),
         verdict: "invalid".into(),
         findings: vec![],
@@ -358,7 +360,10 @@ pub fn is_composition(object: &serde_json::Value) -> bool {
 /// `mrguard check` on a Composition with MRDs known: one warning per
 /// composed resource whose kind no MRAP activates, at the line of its
 /// `base`. Empty for any other object.
-pub fn inactive_composed(m: &Manifest, known: &crate::activation::Activations) -> Vec<String> {
+pub fn inactive_composed(
+    m: &Manifest,
+    known: &crate::cluster::activation::Activations,
+) -> Vec<String> {
     if !is_composition(&m.object) {
         return Vec::new();
     }
@@ -432,9 +437,13 @@ mod tests {
     }
 
     fn manifest(text: &str) -> Manifest {
-        crate::manifest::parse("gitops/db.yaml", text, crate::manifest::MAX_DOCUMENTS)
-            .unwrap()
-            .remove(0)
+        crate::commands::manifest::parse(
+            "gitops/db.yaml",
+            text,
+            crate::commands::manifest::MAX_DOCUMENTS,
+        )
+        .unwrap()
+        .remove(0)
     }
 
     const DB: &str = "\

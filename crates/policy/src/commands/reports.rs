@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{json, Map, Value};
 
-use crate::model::Action;
+use crate::admission::model::Action;
 
 /// `policy` of every result, and the name of the first report per scope.
 pub const POLICY: &str = "mrguard";

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::fieldpath::{FieldPath, Segment};
-use crate::mr;
+use crate::admission::fieldpath::{FieldPath, Segment};
+use crate::admission::mr;
 
 /// The JSON schema SARIF consumers validate against.
 const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";

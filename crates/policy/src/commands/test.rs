@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::offline;
+use crate::admission::api_server;
 
 /// What a case expects of its verdict; absent fields are not checked.
 #[derive(Debug, Deserialize)]
@@ -47,7 +47,7 @@ pub struct SuiteResult {
 }
 
 /// What differs between the expected verdict and `j`.
-pub fn compare(expect: &Expect, j: &offline::Judged) -> Vec<String> {
+pub fn compare(expect: &Expect, j: &api_server::Judged) -> Vec<String> {
     let mut out = Vec::new();
     let allowed = j.denial.is_none();
     if let Some(want) = expect.allowed {

@@ -243,15 +243,15 @@ pub fn expression(c: &mut Choices<'_>) -> String {
 }
 
 /// A request with a generated operation, user, groups and dry-run flag.
-pub fn request(c: &mut Choices<'_>, object: &Value) -> crate::review::Request {
-    use crate::model::Operation;
+pub fn request(c: &mut Choices<'_>, object: &Value) -> crate::admission::review::Request {
+    use crate::admission::model::Operation;
     let op = [
         Operation::Create,
         Operation::Update,
         Operation::Delete,
         Operation::Connect,
     ][c.below(4)];
-    let mut b = crate::review::RequestBuilder::new(op).object(object.clone());
+    let mut b = crate::admission::review::RequestBuilder::new(op).object(object.clone());
     if c.below(2) == 0 {
         b = b.username(STRINGS[c.below(STRINGS.len())]);
     }

@@ -37,8 +37,8 @@ use cel::common::types::{CelBool, CelNull, CelOptional, CelString};
 use cel::common::value::Val;
 use serde_json::Value;
 
-use crate::model::{Action, Operation, Violation};
-use crate::review::Request;
+use crate::admission::model::{Action, Operation, Violation};
+use crate::admission::review::Request;
 
 pub use compiled::{Fail, Inputs, MemoNumbering, PathMemo};
 pub use env::FUNCTIONS;

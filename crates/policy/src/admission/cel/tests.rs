@@ -1,5 +1,5 @@
 use super::*;
-use crate::rules::testing::{mr, Case};
+use crate::admission::rules::testing::{mr, Case};
 use serde_json::json;
 
 /// Evaluates `expr` twice: with `self` converted whole, and with only what
@@ -25,7 +25,7 @@ fn eval_with_old(expr: &str, this: &Value, old: Option<&Value>) -> Result<bool, 
         p.reads().paths()
     );
     // And the compiled path agrees with both.
-    let req = crate::review::RequestBuilder::new(Operation::Create).build();
+    let req = crate::admission::review::RequestBuilder::new(Operation::Create).build();
     let inputs = Inputs {
         request: &req,
         object: this,
@@ -484,7 +484,7 @@ fn request_namespace_name_groups_and_dry_run() {
                      "metadata": {"name": "n1", "namespace": "team-a"},
                      "spec": {"forProvider": {}}});
     let groups = vec!["system:authenticated".to_string(), "admins".to_string()];
-    let req = crate::review::RequestBuilder::new(Operation::Update)
+    let req = crate::admission::review::RequestBuilder::new(Operation::Update)
         .object(obj)
         .username("bob")
         .groups(groups)
@@ -542,7 +542,7 @@ resources:
 #[test]
 fn compile_errors_name_the_rule() {
     let yaml = "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - {name: broken, expression: 'self.a ==' }\n";
-    let e = crate::config::Config::from_yaml(yaml)
+    let e = crate::admission::config::Config::from_yaml(yaml)
         .unwrap_err()
         .to_string();
     assert!(
@@ -550,7 +550,7 @@ fn compile_errors_name_the_rule() {
         "{e}"
     );
     let yaml = "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - {name: unknown-fn, expression: 'url(self.a) == 1' }\n";
-    let e = crate::config::Config::from_yaml(yaml)
+    let e = crate::admission::config::Config::from_yaml(yaml)
         .unwrap_err()
         .to_string();
     assert!(e.contains("\"unknown-fn\"") && e.contains("'url'"), "{e}");
@@ -765,7 +765,7 @@ fn a_scope_refuses_programs_it_was_not_built_for() {
 fn a_configured_message_expression_reads_what_its_rule_does_not() {
     // The rule reads spec.forProvider.size; its message also reads
     // metadata.name. The entry's scope is built for both.
-    let config = crate::config::Config::from_yaml(TEAM).unwrap();
+    let config = crate::admission::config::Config::from_yaml(TEAM).unwrap();
     let reads = config.resources[0].cel_rules.reads().paths();
     for p in [
         "self.metadata.name",
@@ -799,7 +799,7 @@ fn matches_keeps_cel_semantics_with_a_cached_regex() {
 // The compiled fast path (compiled.rs). Every test above that goes through
 // `eval_with_old` also checks that it agrees with the interpreter.
 
-fn inputs<'v>(req: &'v crate::review::Request, this: &'v Value) -> Inputs<'v> {
+fn inputs<'v>(req: &'v crate::admission::review::Request, this: &'v Value) -> Inputs<'v> {
     Inputs {
         request: req,
         object: this,
@@ -809,7 +809,7 @@ fn inputs<'v>(req: &'v crate::review::Request, this: &'v Value) -> Inputs<'v> {
 
 /// The compiled path's own verdict, checked against the interpreter.
 fn compiled(expr: &str, this: &Value) -> Option<Result<bool, Fail>> {
-    let req = crate::review::RequestBuilder::new(Operation::Create).build();
+    let req = crate::admission::review::RequestBuilder::new(Operation::Create).build();
     differential(expr, inputs(&req, this)).unwrap_or_else(|e| panic!("{e}"));
     CelProgram::compile(expr)
         .unwrap()
@@ -1007,7 +1007,7 @@ fn compiled_verdicts_agree_with_the_interpreter() {
 #[test]
 fn request_fields_on_the_compiled_path() {
     let obj = json!({"metadata": {"name": "n1", "namespace": "team-a"}, "spec": {}});
-    let req = crate::review::RequestBuilder::new(Operation::Update)
+    let req = crate::admission::review::RequestBuilder::new(Operation::Update)
         .object(obj.clone())
         .username("bob")
         .groups(vec!["admins".to_string()])
@@ -1031,7 +1031,7 @@ fn request_fields_on_the_compiled_path() {
         assert_eq!(p.eval_compiled(i), Some(Ok(want)), "{expr}");
     }
     // No username, no groups: empty, as the interpreter binds them.
-    let anon = crate::review::RequestBuilder::new(Operation::Create)
+    let anon = crate::admission::review::RequestBuilder::new(Operation::Create)
         .object(obj.clone())
         .build();
     for expr in [
@@ -1057,7 +1057,7 @@ fn the_compiled_path_keeps_the_budget() {
     let expr = "self.spec.l.all(x, self.spec.l.all(y, y.startsWith('item')))";
     let p = CelProgram::compile(expr).unwrap();
     assert_eq!(p.mode(), Ok(()));
-    let req = crate::review::RequestBuilder::new(Operation::Create).build();
+    let req = crate::admission::review::RequestBuilder::new(Operation::Create).build();
     let i = inputs(&req, &obj);
     let want = Err(EvalError::Exceeded(format!(
         "cost limit of {} exceeded",

@@ -168,8 +168,8 @@ pub(super) fn validate(
                     format!("{at}.rules[{j}]"),
                     format!(
                         "unknown rule {r:?}; known rules are {}, {} and cel:<name> of a defined CEL rule",
-                        crate::model::RULE_NAMES.join(", "),
-                        crate::model::TEARDOWN
+                        crate::admission::model::RULE_NAMES.join(", "),
+                        crate::admission::model::TEARDOWN
                     ),
                 ));
             }

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Deserialize;
 use wildmatch::WildMatch;
 
-use crate::cel::{CelProgram, CelRule, CelRules};
-use crate::fieldpath::FieldPath;
-use crate::model::{Action, Operation, RULE_NAMES};
+use crate::admission::cel::{CelProgram, CelRule, CelRules};
+use crate::admission::fieldpath::FieldPath;
+use crate::admission::model::{Action, Operation, RULE_NAMES};
 
 mod exceptions;
 mod go_duration;
@@ -365,8 +365,9 @@ impl Config {
         }
         // An exception may also waive the teardown guard, which has no
         // configurable action.
-        let known_rule =
-            |r: &str| r == crate::model::TEARDOWN || check_rule_key("", r, &cel_names).is_ok();
+        let known_rule = |r: &str| {
+            r == crate::admission::model::TEARDOWN || check_rule_key("", r, &cel_names).is_ok()
+        };
         let exceptions = exceptions::validate(raw.exceptions, &known_rule, &resources)?;
         const MANAGED_FIELDS: &[&str] = &["metadata", "managedFields"];
         let reaches = |path: &[&str]| {
@@ -514,7 +515,7 @@ impl Config {
             let matched: Vec<String> = namespaces
                 .iter()
                 .flat_map(|ns| {
-                    crate::providers::CROSSPLANE_ACCOUNTS
+                    crate::cluster::providers::CROSSPLANE_ACCOUNTS
                         .iter()
                         .map(move |sa| format!("system:serviceaccount:{ns}:{sa}"))
                 })

@@ -7,7 +7,7 @@ use jiff::Timestamp;
 use serde::de::{self, Error as _, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use crate::model::Action;
+use crate::admission::model::Action;
 
 /// A configured action, with the date a staged `Deny` starts denying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

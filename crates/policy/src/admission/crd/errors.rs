@@ -329,7 +329,7 @@ impl fmt::Display for FieldError {
 }
 
 /// A JSON value as Go's field errors print it from 1.34
-/// ([`crate::kube_version::since::FIELD_ERROR_JSON_VALUES`]): strings
+/// ([`crate::admission::kube_version::since::FIELD_ERROR_JSON_VALUES`]): strings
 /// quoted, numbers and booleans bare (a whole float64 as Go's `%v` prints
 /// it, `3` not `3.0`), anything else as JSON (`{"name":"x"}`, `null`).
 pub(crate) fn go_value(v: &Value) -> String {

@@ -23,7 +23,7 @@ mod schema_for;
 
 use serde_json::Value;
 
-use crate::kube_version::{since, KubeVersion};
+use crate::admission::kube_version::{since, KubeVersion};
 
 pub use errors::{render, FieldError, FieldErrorKind, SchemaPath};
 pub(crate) use schema::Schema;
@@ -131,9 +131,9 @@ pub struct Crds {
     /// The CRDs, in the order read.
     pub crds: Vec<Crd>,
     /// What their descriptions document as immutable (docs/documented-immutables.md).
-    documented: Vec<crate::documented::KindFields>,
+    documented: Vec<crate::cluster::documented::KindFields>,
     /// The ManagedResourceDefinitions and activation policies read.
-    activations: crate::activation::Activations,
+    activations: crate::cluster::activation::Activations,
     /// The kinds (group, kind) read from an MRD, not a CRD.
     from_mrds: std::collections::BTreeSet<(String, String)>,
     /// The release whose API server judges (the newest known by default).
@@ -188,8 +188,8 @@ impl Crds {
         }
         {
             // An MRD defines its kind as the CRD it becomes on activation.
-            let mrd = crate::activation::is_mrd(doc);
-            if crate::activation::is_mrap(doc) || mrd {
+            let mrd = crate::cluster::activation::is_mrd(doc);
+            if crate::cluster::activation::is_mrap(doc) || mrd {
                 self.activations.add(doc);
             }
             if doc.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") && !mrd {
@@ -209,7 +209,8 @@ impl Crds {
                 }
                 if !mrd && self.from_mrds.remove(&key) {
                     self.crds[i] = crd;
-                    self.documented.extend(crate::documented::derive(doc));
+                    self.documented
+                        .extend(crate::cluster::documented::derive(doc));
                     return Ok(());
                 }
                 let other = &self.crds[i];
@@ -226,18 +227,19 @@ impl Crds {
             if mrd {
                 self.from_mrds.insert(key);
             }
-            self.documented.extend(crate::documented::derive(doc));
+            self.documented
+                .extend(crate::cluster::documented::derive(doc));
         }
         Ok(())
     }
 
     /// The documented-immutable fields of every CRD read, per kind.
-    pub fn documented(&self) -> &[crate::documented::KindFields] {
+    pub fn documented(&self) -> &[crate::cluster::documented::KindFields] {
         &self.documented
     }
 
     /// The MRDs and MRAPs read (`check` names the kinds no MRAP activates).
-    pub fn activations(&self) -> &crate::activation::Activations {
+    pub fn activations(&self) -> &crate::cluster::activation::Activations {
         &self.activations
     }
 
@@ -305,7 +307,7 @@ impl Crds {
             reason,
         };
         let api_version = s("/apiVersion");
-        if api_version != "apiextensions.k8s.io/v1" && !crate::activation::is_mrd(doc) {
+        if api_version != "apiextensions.k8s.io/v1" && !crate::cluster::activation::is_mrd(doc) {
             return Err(invalid(format!(
                 "apiVersion {api_version:?} is not supported; use apiextensions.k8s.io/v1"
             )));

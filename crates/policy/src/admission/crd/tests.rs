@@ -1,7 +1,7 @@
 use super::*;
 use serde_json::json;
 
-use crate::kube_version::KubeVersion;
+use crate::admission::kube_version::KubeVersion;
 
 use std::path::{Path, PathBuf};
 
@@ -689,7 +689,7 @@ fn unknown_fields_inside_a_value_of_the_wrong_type_are_reported() {
     );
     let all = v.admit(&obj, &obj, None).unwrap();
     assert_eq!(
-        crate::crd::render("Widget", "w", &all),
+        crate::admission::crd::render("Widget", "w", &all),
         "strict decoding error: unknown field \"spec.free.typed.b\", unknown field \"spec.names[0].n\", \
          unknown field \"spec.target[0].arn\", unknown field \"spec.target[0].role\""
     );
@@ -974,7 +974,7 @@ mod properties {
             let errors = v.admit(&current, &current, None).unwrap();
             let unknown = errors.iter().filter(|e| e.kind == FieldErrorKind::Unknown).count();
             prop_assert!(unknown == 0 || unknown == errors.len(), "{errors:?}");
-            let _ = crate::crd::render("Widget", "w", &errors);
+            let _ = crate::admission::crd::render("Widget", "w", &errors);
         }
     }
 }

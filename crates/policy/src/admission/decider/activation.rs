@@ -17,10 +17,10 @@ use kube_core::admission::AdmissionResponse;
 use kube_core::Status;
 
 use super::{allow, Decision, Outcome};
-use crate::activation::{self, Mrap};
+use crate::admission::model::Operation;
+use crate::admission::review::Request;
+use crate::cluster::activation::{self, Mrap};
 use crate::cluster::Cluster;
-use crate::model::Operation;
-use crate::review::Request;
 
 /// Whether the request is for an MRAP.
 pub(crate) fn is_mrap(req: &Request) -> bool {
@@ -74,11 +74,11 @@ pub(crate) fn decide(req: &Request, cluster: &Cluster) -> Decision {
 mod tests {
     use serde_json::json;
 
-    use crate::activation::Activations;
-    use crate::admission::{Decider, Outcome};
+    use crate::admission::config::Config;
+    use crate::admission::decider::{Decider, Outcome};
+    use crate::admission::review::RequestBuilder;
+    use crate::cluster::activation::Activations;
     use crate::cluster::Cluster;
-    use crate::config::Config;
-    use crate::review::RequestBuilder;
 
     fn mrap(patterns: &[&str]) -> serde_json::Value {
         json!({"apiVersion": "apiextensions.crossplane.io/v1alpha1", "kind": "ManagedResourceActivationPolicy",

@@ -2,8 +2,8 @@
 //! out, from a [`Decider`] built from the configuration and what the runtime
 //! knows of the cluster. The HTTP layer only decodes and encodes.
 //!
-//! The wire format and [`RequestBuilder`](crate::review::RequestBuilder)
-//! live in [`crate::review`].
+//! The wire format and [`RequestBuilder`](crate::admission::review::RequestBuilder)
+//! live in [`crate::admission::review`].
 //!
 //! - [`Decider::mutate`] runs the mutation steps on a copy of the object
 //!   and builds one JSON Patch from the difference;
@@ -24,14 +24,14 @@ pub use teardown::{ALLOW_TEARDOWN, TEARDOWN};
 use kube_core::admission::AdmissionResponse;
 use serde_json::Value;
 
+use crate::admission::config::{Config, Subject};
+use crate::admission::fieldpath::{FieldPath, Segment};
+use crate::admission::judging::Judging;
+use crate::admission::model::{Finding, Operation};
+use crate::admission::rules::{self, RuleContext};
 use crate::cluster::Cluster;
-use crate::config::{Config, Subject};
-use crate::fieldpath::{FieldPath, Segment};
-use crate::judging::Judging;
-use crate::model::{Finding, Operation};
-use crate::rules::{self, RuleContext};
 
-use crate::review::{self, DecodeError, Request};
+use crate::admission::review::{self, DecodeError, Request};
 
 pub(crate) use respond::allow;
 use respond::{respond, Target};
@@ -178,7 +178,7 @@ impl<'a> Decider<'a> {
     /// ([`Decider::teardown`]), else the MR rules, judging only what the
     /// cluster view knows.
     pub fn validate(&self, req: &Request) -> Decision {
-        if crate::composition::is_composition(&req.kind.group, &req.kind.kind) {
+        if crate::cluster::composition::is_composition(&req.kind.group, &req.kind.kind) {
             return self.composition(req);
         }
         if activation::is_mrap(req) {
@@ -197,7 +197,7 @@ impl<'a> Decider<'a> {
     fn mr(&self, ctx: &RuleContext<'_>) -> Decision {
         let findings = rules::evaluate(ctx);
         let target = Target {
-            name: crate::mr::Mr(ctx.object).name(),
+            name: crate::admission::mr::Mr(ctx.object).name(),
             composed: Some(ctx.object),
             fix_in_warnings: false,
         };
@@ -213,15 +213,18 @@ impl<'a> Decider<'a> {
             return allow(req);
         };
         let xrs = self.cluster.composites().snapshot();
-        let analysis =
-            crate::composition::analyse(object, self.config, Some(&*xrs).filter(|x| !x.is_empty()));
+        let analysis = crate::cluster::composition::analyse(
+            object,
+            self.config,
+            Some(&*xrs).filter(|x| !x.is_empty()),
+        );
         let name = if req.name.is_empty() {
-            crate::mr::Mr(object).name()
+            crate::admission::mr::Mr(object).name()
         } else {
             &req.name
         };
         let judging = self.judging(req, name);
-        let findings = crate::composition::judge(&analysis, &judging);
+        let findings = crate::cluster::composition::judge(&analysis, &judging);
         let target = Target {
             name,
             composed: None,
@@ -241,7 +244,7 @@ impl<'a> Decider<'a> {
         let judging = self.judging(req, &req.name);
         let finding = judging.decide(
             teardown::TEARDOWN.into(),
-            crate::model::Action::Deny.into(),
+            crate::admission::model::Action::Deny.into(),
             violation,
         );
         let target = Target {
@@ -342,7 +345,7 @@ fn mutate_with(req: &Request, config: &Config, cluster: &Cluster, want_object: b
     let Some(obj) = req.object.as_ref().map(|o| &o.value) else {
         return allow(req);
     };
-    if !crate::mr::is_managed(obj) {
+    if !crate::admission::mr::is_managed(obj) {
         return allow(req);
     }
     let ctx = mutation::MutateContext::new(req, config, cluster);

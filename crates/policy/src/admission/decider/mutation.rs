@@ -5,11 +5,11 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::config::{Config, ExternalNameStrategy, ResourceConfig};
-use crate::model::Operation;
-use crate::mr::{Mr, PolicySet, EXTERNAL_NAME};
+use crate::admission::config::{Config, ExternalNameStrategy, ResourceConfig};
+use crate::admission::model::Operation;
+use crate::admission::mr::{Mr, PolicySet, EXTERNAL_NAME};
 
-use crate::review::Request;
+use crate::admission::review::Request;
 
 /// What a mutation step may read besides the object.
 pub(crate) struct MutateContext<'a> {
@@ -200,7 +200,10 @@ fn tags(obj: &mut Value, ctx: &MutateContext<'_>, warnings: &mut Vec<String>) {
         return;
     };
     // Without Create the provider never creates, so there is nothing to tag.
-    match PolicySet::parse(crate::mr::at(obj, &["spec", "managementPolicies"])) {
+    match PolicySet::parse(crate::admission::mr::at(
+        obj,
+        &["spec", "managementPolicies"],
+    )) {
         Ok(set) if set.can_create() => {}
         _ => return,
     }
@@ -212,7 +215,7 @@ fn tags(obj: &mut Value, ctx: &MutateContext<'_>, warnings: &mut Vec<String>) {
     if !mr.name().is_empty() {
         wanted.push(("crossplane-name", mr.name().to_string()));
     }
-    if let Some(pc) = crate::mr::at(obj, &["spec", "providerConfigRef", "name"])
+    if let Some(pc) = crate::admission::mr::at(obj, &["spec", "providerConfigRef", "name"])
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
     {
@@ -234,7 +237,7 @@ fn tags(obj: &mut Value, ctx: &MutateContext<'_>, warnings: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::review::RequestBuilder;
+    use crate::admission::review::RequestBuilder;
 
     fn run(
         obj: &mut Value,
@@ -443,10 +446,11 @@ mod tests {
             )
             .is_empty());
             assert_eq!(o, new);
-            let d = crate::admission::Decider::offline(&cfg, jiff::Timestamp::now()).mutate(&req);
+            let d = crate::admission::decider::Decider::offline(&cfg, jiff::Timestamp::now())
+                .mutate(&req);
             assert!(d.response.allowed);
             assert!(d.response.patch.is_none());
-            assert_eq!(d.outcome, crate::admission::Outcome::Allowed);
+            assert_eq!(d.outcome, crate::admission::decider::Outcome::Allowed);
         }
     }
 

@@ -6,8 +6,8 @@ use kube_core::admission::AdmissionResponse;
 use kube_core::Status;
 use serde_json::Value;
 
-use crate::model::{Action, Finding, Operation};
-use crate::review::Request;
+use crate::admission::model::{Action, Finding, Operation};
+use crate::admission::review::Request;
 
 use super::{Decision, Outcome};
 
@@ -127,7 +127,7 @@ fn composed_by(obj: &Value) -> Option<String> {
         .flatten()
         .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true));
     let owner_field = |k: &str| owner.and_then(|o| o.get(k)).and_then(Value::as_str);
-    let composite = label(crate::mr::COMPOSITE_LABEL);
+    let composite = label(crate::admission::mr::COMPOSITE_LABEL);
     let (kind, name) = match (owner_field("kind"), owner_field("name"), composite) {
         (Some(k), Some(n), Some(c)) if n == c => (Some(k), n),
         (_, _, Some(c)) => (None, c),
@@ -139,8 +139,8 @@ fn composed_by(obj: &Value) -> Option<String> {
         None => format!("the composite resource {name:?}"),
     };
     let claim = match (
-        label(crate::mr::CLAIM_NAMESPACE_LABEL),
-        label(crate::mr::CLAIM_NAME_LABEL),
+        label(crate::admission::mr::CLAIM_NAMESPACE_LABEL),
+        label(crate::admission::mr::CLAIM_NAME_LABEL),
     ) {
         (Some(ns), Some(n)) => format!(" (claim {n:?} in namespace {ns:?})"),
         _ => String::new(),

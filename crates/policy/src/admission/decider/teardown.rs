@@ -7,11 +7,11 @@
 //! index is synced, it allows. Its webhook entry fails open
 //! (`failurePolicy: Ignore`), so mrguard down never blocks a deletion.
 
+use crate::admission::model::{Operation, Violation};
+use crate::admission::review::Request;
 use crate::cluster::Cluster;
-use crate::model::{Operation, Violation};
-use crate::review::Request;
 
-pub use crate::model::TEARDOWN;
+pub use crate::admission::model::TEARDOWN;
 
 /// mrguard's annotation on a namespace: `"true"` allows deleting it while
 /// it holds MRs whose deletion deletes their external resources.
@@ -70,7 +70,7 @@ fn provider(req: &Request, cluster: &Cluster) -> Option<Violation> {
 }
 
 /// Names up to [`NAMED`] keys, then how many more.
-fn list(keys: &[crate::identity::MrKey]) -> String {
+fn list(keys: &[crate::cluster::identity::MrKey]) -> String {
     let mut names: Vec<String> = keys.iter().take(NAMED).map(|k| k.to_string()).collect();
     if keys.len() > NAMED {
         names.push(format!("and {} more", keys.len() - NAMED));
@@ -126,10 +126,10 @@ fn namespace(req: &Request, cluster: &Cluster) -> Option<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::{Decider, Decision};
-    use crate::config::Config;
-    use crate::identity::{IndexedMr, MrKey};
-    use crate::review::RequestBuilder;
+    use crate::admission::config::Config;
+    use crate::admission::decider::{Decider, Decision};
+    use crate::admission::review::RequestBuilder;
+    use crate::cluster::identity::{IndexedMr, MrKey};
     use serde_json::json;
 
     /// The teardown decision with the built-in configuration.
@@ -156,7 +156,7 @@ mod tests {
             .upsert(IndexedMr::new(k("team-b", "other"), None, true));
         c.identities().upsert_provider_config(
             MrKey::new("aws.m.upbound.io", "ClusterProviderConfig", "", "default"),
-            crate::identity::ProviderConfigFacts {
+            crate::cluster::identity::ProviderConfigFacts {
                 secret: Some(("crossplane-system".into(), "aws-secret".into())),
                 in_use: true,
             },
@@ -223,7 +223,7 @@ mod tests {
             spec["forProvider"] = json!({"region": "eu-west-1"});
             let o = json!({"apiVersion": "s3.aws.m.upbound.io/v1beta1", "kind": "Bucket",
                            "metadata": {"name": name, "namespace": ns}, "spec": spec});
-            crate::identity::report::record(
+            crate::cluster::identity::report::record(
                 c.identities(),
                 &o,
                 "s3.aws.m.upbound.io",
@@ -257,9 +257,13 @@ mod tests {
         let legacy = json!({"apiVersion": "s3.aws.upbound.io/v1beta1", "kind": "Bucket",
                             "metadata": {"name": "legacy"},
                             "spec": {"forProvider": {}, "deletionPolicy": "Orphan"}});
-        let entry =
-            crate::identity::report::entry_of(&legacy, "s3.aws.upbound.io", "Bucket", &config)
-                .unwrap();
+        let entry = crate::cluster::identity::report::entry_of(
+            &legacy,
+            "s3.aws.upbound.io",
+            "Bucket",
+            &config,
+        )
+        .unwrap();
         assert!(!entry.deletes);
     }
 

@@ -40,7 +40,7 @@ fn patch_only_path_matches_mutating_the_whole_object() {
     let mut checked = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let body = std::fs::read(entry.unwrap().path()).unwrap();
-        let mut req = crate::review::decode(&body).unwrap();
+        let mut req = crate::admission::review::decode(&body).unwrap();
         if let Some(o) = req.object.as_mut() {
             // A status as providers write it, so leaving it out matters.
             o.value["status"] = serde_json::json!({"atProvider": {"id": "x"}, "conditions": []});
@@ -202,7 +202,7 @@ fn composition() -> Value {
 }
 
 fn composition_request(op: Operation, obj: Value) -> Request {
-    let mut b = crate::review::RequestBuilder::new(op);
+    let mut b = crate::admission::review::RequestBuilder::new(op);
     b = b.object(obj.clone());
     if op == Operation::Update {
         b = b.old_object(obj);
@@ -229,7 +229,7 @@ fn a_composition_is_allowed_with_warnings() {
     // Configured Deny denies, naming the Composition; Off is silent.
     let cfg = Config::from_yaml(&format!(
         "rules: {{composition-immutable-patch: Deny}}\n{}",
-        crate::config::BUILTIN_YAML
+        crate::admission::config::BUILTIN_YAML
     ))
     .unwrap();
     let d = validate(&composition_request(Operation::Create, composition()), &cfg);
@@ -271,7 +271,7 @@ fn composed_vpc(region: &str, owner: bool, claim: bool) -> Value {
 #[test]
 fn a_denied_composed_mr_names_its_xr_and_claim() {
     let deny = |owner: bool, claim: bool| {
-        let req = crate::review::RequestBuilder::new(Operation::Update)
+        let req = crate::admission::review::RequestBuilder::new(Operation::Update)
             .object(composed_vpc("eu-west-1", owner, claim))
             .old_object(composed_vpc("us-east-1", owner, claim))
             .username("system:serviceaccount:crossplane-system:crossplane")
@@ -299,7 +299,7 @@ fn a_denied_composed_mr_names_its_xr_and_claim() {
     plain["metadata"]["labels"] = serde_json::json!({});
     let mut old = plain.clone();
     old["spec"]["forProvider"]["region"] = "us-east-1".into();
-    let req = crate::review::RequestBuilder::new(Operation::Update)
+    let req = crate::admission::review::RequestBuilder::new(Operation::Update)
         .object(plain)
         .old_object(old)
         .build();
@@ -321,7 +321,7 @@ fn the_clusters_xrds_silence_findings_they_make_harmless() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../examples/compositions/xrd-network-immutable-region.yaml");
     let xrd: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let mut xrs = crate::composition::XrSchemas::default();
+    let mut xrs = crate::cluster::composition::XrSchemas::default();
     xrs.add(&xrd);
     cluster.composites().replace(xrs);
     let after = validate_in(&req, &Config::builtin(), &cluster);
@@ -339,7 +339,7 @@ fn the_clusters_xrds_silence_findings_they_make_harmless() {
 fn a_staged_composition_rule_warns_with_its_date() {
     let cfg = Config::from_yaml(&format!(
         "rules:\n  composition-immutable-patch: {{action: Deny, warnUntil: '2099-01-01T00:00:00Z'}}\n{}",
-        crate::config::BUILTIN_YAML
+        crate::admission::config::BUILTIN_YAML
     ))
     .unwrap();
     let d = validate(&composition_request(Operation::Create, composition()), &cfg);
@@ -362,7 +362,7 @@ fn an_exception_waives_a_composition_denial() {
     let cfg = |expires: &str| {
         Config::from_yaml(&format!(
             "rules: {{composition-immutable-patch: Deny}}\nexceptions:\n  - name: net-legacy\n    rules: [composition-immutable-patch]\n    match: {{names: [xnetworks.aws.example.org]}}\n    reason: migrating (NET-7)\n    expires: '{expires}'\n{}",
-            crate::config::BUILTIN_YAML
+            crate::admission::config::BUILTIN_YAML
         ))
         .unwrap()
     };
@@ -403,7 +403,7 @@ fn a_staged_deny_is_judged_at_the_callers_instant() {
             "spec": {"forProvider": {"region": region}},
         })
     };
-    let req = crate::review::RequestBuilder::new(Operation::Update)
+    let req = crate::admission::review::RequestBuilder::new(Operation::Update)
         .object(bucket("eu-west-1"))
         .old_object(bucket("us-east-1"))
         .build();

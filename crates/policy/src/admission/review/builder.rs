@@ -9,7 +9,7 @@ use kube_core::TypeMeta;
 use serde_json::Value;
 
 use super::{RawObject, Request};
-use crate::model::Operation;
+use crate::admission::model::Operation;
 
 /// A builder for a [`Request`]; group, version, kind, name and namespace
 /// come from the subject object (the new one, or the old one on DELETE).

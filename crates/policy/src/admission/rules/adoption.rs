@@ -1,7 +1,7 @@
 use super::{Rule, RuleContext};
-use crate::config::ExternalNameStrategy;
-use crate::model::{Action, Operation, Violation};
-use crate::mr::DeletionOutcome;
+use crate::admission::config::ExternalNameStrategy;
+use crate::admission::model::{Action, Operation, Violation};
+use crate::admission::mr::DeletionOutcome;
 
 /// mrguard's annotation: `"true"` acknowledges that the MR adopts an
 /// existing external resource (`adoption`).
@@ -61,7 +61,7 @@ impl Rule for Adoption {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::json;
 
     fn named(ext: &str, spec: serde_json::Value) -> serde_json::Value {

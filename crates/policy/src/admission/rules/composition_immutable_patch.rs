@@ -1,16 +1,16 @@
 use super::{Rule, RuleContext, CU};
-use crate::model::{Action, Violation};
+use crate::admission::model::{Action, Violation};
 
 /// Judges Compositions, not MRs: the admission path for Compositions runs
-/// `crate::composition`; this entry gives the rule its name, default action
+/// `crate::cluster::composition`; this entry gives the rule its name, default action
 /// and place in the configuration and docs/rules.md.
 pub(super) struct CompositionImmutablePatch;
 
 impl Rule for CompositionImmutablePatch {
     fn name(&self) -> &'static str {
-        crate::composition::RULE
+        crate::cluster::composition::RULE
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         CU
     }
     fn default_action(&self) -> Action {

@@ -1,7 +1,7 @@
 use serde_json::Value;
 
 use super::{Rule, RuleContext, CU};
-use crate::model::{Action, Violation};
+use crate::admission::model::{Action, Violation};
 
 /// writeConnectionSecretToRef needs a name, and a namespace exactly when
 /// the MR is cluster-scoped.
@@ -15,7 +15,7 @@ impl Rule for ConnectionSecretRef {
     fn name(&self) -> &'static str {
         "connection-secret-ref"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         CU
     }
     fn default_action(&self) -> Action {
@@ -65,7 +65,7 @@ impl Rule for ConnectionSecretRef {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::json;
 
     fn r(v: Value) -> Value {

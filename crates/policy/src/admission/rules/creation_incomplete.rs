@@ -1,6 +1,6 @@
 use super::{Rule, RuleContext, U};
-use crate::model::{Action, Violation};
-use crate::mr::CREATE_PENDING;
+use crate::admission::model::{Action, Violation};
+use crate::admission::mr::CREATE_PENDING;
 
 /// The provider stopped because a create may have leaked a resource.
 pub(super) struct CreationIncomplete;
@@ -9,7 +9,7 @@ impl Rule for CreationIncomplete {
     fn name(&self) -> &'static str {
         "creation-incomplete"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         U
     }
     fn default_action(&self) -> Action {
@@ -34,7 +34,7 @@ impl Rule for CreationIncomplete {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::json;
 
     #[test]

@@ -1,7 +1,7 @@
 use serde_json::Value;
 
 use super::{Rule, RuleContext, CU};
-use crate::model::{Action, Violation};
+use crate::admission::model::{Action, Violation};
 
 /// `deletionPolicy` is `Delete` or `Orphan`; namespaced MRs have none.
 pub(super) struct DeletionPolicy;
@@ -10,7 +10,7 @@ impl Rule for DeletionPolicy {
     fn name(&self) -> &'static str {
         "deletion-policy"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         CU
     }
     fn default_action(&self) -> Action {
@@ -47,7 +47,7 @@ impl Rule for DeletionPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::json;
 
     #[test]

@@ -1,8 +1,8 @@
 use serde_json::Value;
 
 use super::{Rule, RuleContext, CU};
-use crate::model::{Action, Violation};
-use crate::mr::PolicyAction;
+use crate::admission::model::{Action, Violation};
+use crate::admission::mr::PolicyAction;
 
 /// `deletionPolicy: Orphan` does nothing when a non-default set has `Delete`.
 /// Only cluster-scoped MRs: a namespaced MR has no deletionPolicy at all,
@@ -13,7 +13,7 @@ impl Rule for DeletionPolicyConflict {
     fn name(&self) -> &'static str {
         "deletion-policy-conflict"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         CU
     }
     fn default_action(&self) -> Action {
@@ -43,7 +43,7 @@ impl Rule for DeletionPolicyConflict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::json;
 
     #[test]

@@ -1,6 +1,6 @@
 use super::{Rule, RuleContext, D};
-use crate::model::{Action, Violation};
-use crate::mr::{DeletionOutcome, DELETION_PROTECTION};
+use crate::admission::model::{Action, Violation};
+use crate::admission::mr::{DeletionOutcome, DELETION_PROTECTION};
 
 /// Protected MRs cannot be deleted while deletion destroys the external
 /// resource. Applies to everyone, exempt users included.
@@ -10,7 +10,7 @@ impl Rule for DeletionProtection {
     fn name(&self) -> &'static str {
         "deletion-protection"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         D
     }
     fn default_action(&self) -> Action {
@@ -54,7 +54,7 @@ impl Rule for DeletionProtection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::{json, Value};
 
     fn protected(spec: Value) -> Value {

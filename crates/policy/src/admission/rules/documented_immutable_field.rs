@@ -1,9 +1,9 @@
 use std::collections::HashMap;
 
 use super::{show, Rule, RuleContext, U};
-use crate::documented::DocumentedField;
-use crate::fieldpath::Segment;
-use crate::model::{Action, Violation};
+use crate::admission::fieldpath::Segment;
+use crate::admission::model::{Action, Violation};
+use crate::cluster::documented::DocumentedField;
 
 /// Fields that the kind's CRD documents as replacing the resource when
 /// changed (docs/documented-immutables.md), on a created MR. The configured
@@ -14,7 +14,7 @@ impl Rule for DocumentedImmutableField {
     fn name(&self) -> &'static str {
         "documented-immutable-field"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         U
     }
     fn default_action(&self) -> Action {
@@ -150,9 +150,9 @@ fn covers(curated: &str, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::model::Finding;
+    use crate::admission::rules::testing::*;
     use crate::cluster::Cluster;
-    use crate::model::Finding;
-    use crate::rules::testing::*;
     use serde_json::{json, Value};
 
     fn cluster() -> Cluster {
@@ -184,7 +184,7 @@ mod tests {
         let c = cluster();
         let req = case.request();
         let ctx = RuleContext::new(&req, &case.config, &c, jiff::Timestamp::now()).unwrap();
-        crate::rules::evaluate(&ctx)
+        crate::admission::rules::evaluate(&ctx)
             .into_iter()
             .filter(|f| f.rule == "documented-immutable-field")
             .collect()

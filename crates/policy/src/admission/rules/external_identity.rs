@@ -1,6 +1,6 @@
 use super::{Rule, RuleContext, CU};
-use crate::identity::{Claim, Identity, MrKey};
-use crate::model::{Action, Operation, Violation};
+use crate::admission::model::{Action, Operation, Violation};
+use crate::cluster::identity::{Claim, Identity, MrKey};
 
 /// Two live MRs with one external identity manage, and delete, one
 /// external resource. Judged against the index every replica keeps; an
@@ -116,10 +116,10 @@ impl Rule for ExternalIdentity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::config::Config;
+    use crate::admission::rules::testing::*;
+    use crate::cluster::identity::IndexedMr;
     use crate::cluster::Cluster;
-    use crate::config::Config;
-    use crate::identity::IndexedMr;
-    use crate::rules::testing::*;
     use serde_json::{json, Value};
     use std::sync::Arc;
 
@@ -155,7 +155,7 @@ mod tests {
         )
         .unwrap();
         c.identities().upsert(IndexedMr::new(
-            MrKey::new(group, kind, ns, crate::mr::Mr(obj).name()),
+            MrKey::new(group, kind, ns, crate::admission::mr::Mr(obj).name()),
             Some(id.claim(deleting)),
             true,
         ));
@@ -280,7 +280,7 @@ mod tests {
         let c = cluster_with(NS_BUCKET, "Bucket", "team-a", &data, false);
         // The provider serving the kind, as the replicas derive it.
         let provider = "system:serviceaccount:crossplane-system:provider-aws-s3";
-        let mut a = crate::providers::ProviderAccounts::new();
+        let mut a = crate::cluster::providers::ProviderAccounts::new();
         a.entry(NS_BUCKET.into())
             .or_default()
             .entry("Bucket".into())

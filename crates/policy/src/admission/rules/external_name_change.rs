@@ -1,5 +1,5 @@
 use super::{Rule, RuleContext, U};
-use crate::model::{Action, Violation};
+use crate::admission::model::{Action, Violation};
 
 /// A non-empty external name is the identity of the external resource once
 /// creation was attempted; changing it points the MR at something else.
@@ -9,7 +9,7 @@ impl Rule for ExternalNameChange {
     fn name(&self) -> &'static str {
         "external-name-change"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         U
     }
     fn default_action(&self) -> Action {
@@ -32,7 +32,7 @@ impl Rule for ExternalNameChange {
         if !state.creation_attempted() {
             return vec![];
         }
-        match ctx.mr().annotation(crate::mr::EXTERNAL_NAME) {
+        match ctx.mr().annotation(crate::admission::mr::EXTERNAL_NAME) {
             Some(after) if after == before => vec![],
             Some(after) => vec![Violation::new(format!(
                 "crossplane.io/external-name changed from {before:?} to {after:?} after creation was attempted"
@@ -49,7 +49,7 @@ impl Rule for ExternalNameChange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::{json, Value};
 
     fn obj(a: Value) -> Value {

@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 
 use super::{show, Rule, RuleContext, U};
-use crate::model::{Action, Violation};
+use crate::admission::model::{Action, Violation};
 
 /// Configured immutable fields cannot change or go away once created.
 /// Absent → set is late initialization and allowed.
@@ -11,7 +11,7 @@ impl Rule for ImmutableField {
     fn name(&self) -> &'static str {
         "immutable-field"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         U
     }
     fn default_action(&self) -> Action {
@@ -68,7 +68,7 @@ impl Rule for ImmutableField {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::{json, Value};
 
     const CFG: &str = "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    immutableFields: [spec.forProvider.region, 'spec.forProvider.subnets[*].zone', 'metadata.labels[team]']\n";

@@ -1,7 +1,7 @@
 use serde_json::Value;
 
 use super::{Rule, RuleContext, U};
-use crate::model::{Action, Violation};
+use crate::admission::model::{Action, Violation};
 
 /// initProvider only applies at creation; changing it later does nothing.
 pub(super) struct InitProviderChange;
@@ -17,7 +17,7 @@ impl Rule for InitProviderChange {
     fn name(&self) -> &'static str {
         "init-provider-change"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         U
     }
     fn default_action(&self) -> Action {
@@ -46,7 +46,7 @@ impl Rule for InitProviderChange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::json;
 
     fn created(spec: Value) -> Value {

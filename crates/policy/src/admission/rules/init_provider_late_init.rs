@@ -1,5 +1,5 @@
 use super::{Rule, RuleContext, CU};
-use crate::model::{Action, Violation};
+use crate::admission::model::{Action, Violation};
 
 /// initProvider with late initialization can copy values into forProvider.
 pub(super) struct InitProviderLateInit;
@@ -8,7 +8,7 @@ impl Rule for InitProviderLateInit {
     fn name(&self) -> &'static str {
         "init-provider-late-init"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         CU
     }
     fn default_action(&self) -> Action {
@@ -39,7 +39,7 @@ impl Rule for InitProviderLateInit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::json;
 
     #[test]

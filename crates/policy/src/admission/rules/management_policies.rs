@@ -1,6 +1,6 @@
 use super::{Rule, RuleContext, CU};
-use crate::model::{Action, Violation};
-use crate::mr::PolicySet;
+use crate::admission::model::{Action, Violation};
+use crate::admission::mr::PolicySet;
 
 /// Every action is known, none repeats, and the set is one of the 13.
 pub(super) struct ManagementPolicies;
@@ -9,7 +9,7 @@ impl Rule for ManagementPolicies {
     fn name(&self) -> &'static str {
         "management-policies"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         CU
     }
     fn default_action(&self) -> Action {
@@ -35,7 +35,7 @@ impl Rule for ManagementPolicies {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::json;
 
     #[test]

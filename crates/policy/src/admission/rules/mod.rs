@@ -6,12 +6,12 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
+use crate::admission::config::Subject;
+use crate::admission::config::{Config, ResourceConfig};
+use crate::admission::judging::Judging;
+use crate::admission::model::{Action, Finding, Operation, Violation};
+use crate::admission::review::Request;
 use crate::cluster::Cluster;
-use crate::config::Subject;
-use crate::config::{Config, ResourceConfig};
-use crate::judging::Judging;
-use crate::model::{Action, Finding, Operation, Violation};
-use crate::review::Request;
 
 mod adoption;
 mod composition_immutable_patch;
@@ -98,14 +98,14 @@ impl<'a> RuleContext<'a> {
         if op == Operation::Connect || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
             return None;
         }
-        let (object, old) = crate::review::objects(req);
+        let (object, old) = crate::admission::review::objects(req);
         // On DELETE only the old object is sent.
         let subject = if op == Operation::Delete {
             old.or(object)
         } else {
             object
         }?;
-        if !crate::mr::is_managed(subject) {
+        if !crate::admission::mr::is_managed(subject) {
             return None;
         }
         Some(RuleContext {
@@ -139,7 +139,7 @@ impl<'a> RuleContext<'a> {
             group: &self.request.kind.group,
             kind: self.kind,
             name: if self.name.is_empty() {
-                crate::mr::Mr(self.object).name()
+                crate::admission::mr::Mr(self.object).name()
             } else {
                 self.name
             },
@@ -154,13 +154,13 @@ impl<'a> RuleContext<'a> {
     }
 
     /// The object derived states are read from (docs/managed-resources.md).
-    pub fn state(&self) -> crate::mr::Mr<'a> {
-        crate::mr::Mr(self.old_object.unwrap_or(self.object))
+    pub fn state(&self) -> crate::admission::mr::Mr<'a> {
+        crate::admission::mr::Mr(self.old_object.unwrap_or(self.object))
     }
 
     /// The object under judgment.
-    pub fn mr(&self) -> crate::mr::Mr<'a> {
-        crate::mr::Mr(self.object)
+    pub fn mr(&self) -> crate::admission::mr::Mr<'a> {
+        crate::admission::mr::Mr(self.object)
     }
 }
 
@@ -216,14 +216,14 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
     if ctx.resource.cel_rules.is_empty() {
         return findings;
     }
-    let inputs = crate::cel::Inputs {
+    let inputs = crate::admission::cel::Inputs {
         request: ctx.request,
         object: ctx.object,
         old: ctx.old_object,
     };
     // The interpreter's scope is built only if a rule needs it.
-    let scope = crate::cel::RuleScope::new(inputs, &ctx.resource.cel_rules);
-    let observe = crate::cel::observer();
+    let scope = crate::admission::cel::RuleScope::new(inputs, &ctx.resource.cel_rules);
+    let observe = crate::admission::cel::observer();
     // One clock read per rule timed: each rule's end starts the next one
     // (a skipped rule's few ns go to the next rule).
     let mut last = observe.as_ref().map(|_| std::time::Instant::now());
@@ -235,7 +235,7 @@ pub fn evaluate(ctx: &RuleContext<'_>) -> Vec<Finding> {
         if configured.action == Action::Off {
             continue;
         }
-        if let Some(v) = crate::cel::check_configured(cel, &scope) {
+        if let Some(v) = crate::admission::cel::check_configured(cel, &scope) {
             findings.extend(judging.decide(Cow::Owned(name.to_string()), configured, v));
         }
         if let (Some(o), Some(start)) = (&observe, &mut last) {
@@ -335,7 +335,7 @@ pub(crate) mod testing {
         /// A cluster where `user` runs the provider of `group`/`kind`.
         pub(crate) fn provider(mut self, group: &str, kind: &str, user: &str) -> Self {
             let cluster = Cluster::default();
-            let mut a = crate::providers::ProviderAccounts::new();
+            let mut a = crate::cluster::providers::ProviderAccounts::new();
             a.entry(group.into())
                 .or_default()
                 .entry(kind.into())
@@ -347,7 +347,7 @@ pub(crate) mod testing {
         }
 
         /// The request this case describes, built as every caller builds one.
-        pub(crate) fn request(&self) -> crate::review::Request {
+        pub(crate) fn request(&self) -> crate::admission::review::Request {
             let place = |v: &Value| {
                 let mut v = v.clone();
                 if let Some(o) = v.as_object_mut() {
@@ -362,7 +362,7 @@ pub(crate) mod testing {
                 }
                 v
             };
-            let b = crate::review::RequestBuilder::new(self.operation);
+            let b = crate::admission::review::RequestBuilder::new(self.operation);
             let b = match self.operation {
                 Operation::Delete => b,
                 _ => b.object(place(&self.object)),
@@ -419,7 +419,7 @@ mod tests {
     #[test]
     fn the_registry_implements_every_name_once_in_order() {
         let names: Vec<_> = RULES.iter().map(|r| r.name()).collect();
-        assert_eq!(names, crate::model::RULE_NAMES);
+        assert_eq!(names, crate::admission::model::RULE_NAMES);
         let mut unique = names.clone();
         unique.sort();
         unique.dedup();

@@ -1,7 +1,7 @@
 use super::{Rule, RuleContext, CU};
-use crate::config::ExternalNameStrategy;
-use crate::model::{Action, Violation};
-use crate::mr::PolicySet;
+use crate::admission::config::ExternalNameStrategy;
+use crate::admission::model::{Action, Violation};
+use crate::admission::mr::PolicySet;
 
 /// Without Create, a provider-assigned kind can only be found by its
 /// external name. The paused set `[]` does nothing at all, so it is exempt
@@ -12,7 +12,7 @@ impl Rule for ObserveOnlyExternalName {
     fn name(&self) -> &'static str {
         "observe-only-external-name"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         CU
     }
     fn default_action(&self) -> Action {
@@ -49,7 +49,7 @@ impl Rule for ObserveOnlyExternalName {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::json;
 
     fn vpc(c: Case) -> Case {

@@ -1,5 +1,5 @@
 use super::{Rule, RuleContext, D};
-use crate::model::{Action, Violation};
+use crate::admission::model::{Action, Violation};
 
 /// A paused MR never runs its finalizer, so deleting it hangs forever.
 pub(super) struct PausedDelete;
@@ -8,7 +8,7 @@ impl Rule for PausedDelete {
     fn name(&self) -> &'static str {
         "paused-delete"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         D
     }
     fn default_action(&self) -> Action {
@@ -34,7 +34,7 @@ impl Rule for PausedDelete {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::{json, Value};
 
     fn paused(finalizers: Value) -> Value {

@@ -1,6 +1,6 @@
 use super::{Rule, RuleContext, CU};
-use crate::model::{Action, Violation};
-use crate::mr::PAUSED;
+use crate::admission::model::{Action, Violation};
+use crate::admission::mr::PAUSED;
 
 /// Only the exact string "true" pauses; "True" or "yes" silently do not.
 pub(super) struct PausedValue;
@@ -9,7 +9,7 @@ impl Rule for PausedValue {
     fn name(&self) -> &'static str {
         "paused-value"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         CU
     }
     fn default_action(&self) -> Action {
@@ -22,7 +22,8 @@ impl Rule for PausedValue {
         "Set the annotation to `\"true\"` or `\"false\"`"
     }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
-        let Some(v) = crate::mr::at(ctx.object, &["metadata", "annotations", PAUSED]) else {
+        let Some(v) = crate::admission::mr::at(ctx.object, &["metadata", "annotations", PAUSED])
+        else {
             return vec![];
         };
         match v.as_str() {
@@ -39,7 +40,7 @@ impl Rule for PausedValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::json;
 
     #[test]

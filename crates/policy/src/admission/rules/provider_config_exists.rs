@@ -1,6 +1,6 @@
 use super::{Rule, RuleContext, CU};
-use crate::identity::{ProviderConfigRef, ProviderConfigStatus};
-use crate::model::{Action, Violation};
+use crate::admission::model::{Action, Violation};
+use crate::cluster::identity::{ProviderConfigRef, ProviderConfigStatus};
 
 /// An MR whose provider config does not exist is admitted by the API
 /// server and only fails later in the provider's logs. A warning, since a
@@ -11,7 +11,7 @@ impl Rule for ProviderConfigExists {
     fn name(&self) -> &'static str {
         "provider-config-exists"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         CU
     }
     fn default_action(&self) -> Action {
@@ -49,9 +49,9 @@ impl Rule for ProviderConfigExists {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::rules::testing::*;
+    use crate::cluster::identity::{MrKey, ProviderConfigFacts};
     use crate::cluster::Cluster;
-    use crate::identity::{MrKey, ProviderConfigFacts};
-    use crate::rules::testing::*;
     use serde_json::json;
     use std::sync::Arc;
 

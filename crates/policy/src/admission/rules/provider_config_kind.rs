@@ -1,6 +1,6 @@
 use super::{Rule, RuleContext, CU};
-use crate::identity::ProviderConfigRef;
-use crate::model::{Action, Violation};
+use crate::admission::model::{Action, Violation};
+use crate::cluster::identity::ProviderConfigRef;
 
 /// A namespaced (`.m.`) MR names the kind of its provider config:
 /// `ProviderConfig` (in the MR's namespace) or `ClusterProviderConfig`.
@@ -15,7 +15,7 @@ impl Rule for ProviderConfigKind {
     fn name(&self) -> &'static str {
         "provider-config-kind"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         CU
     }
     fn default_action(&self) -> Action {
@@ -64,8 +64,8 @@ impl Rule for ProviderConfigKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::rules::testing::*;
     use crate::cluster::Cluster;
-    use crate::rules::testing::*;
     use serde_json::{json, Value};
     use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 use super::{Rule, RuleContext, CU};
-use crate::config::{GoDuration, GO_DURATION_FORMAT};
-use crate::model::{Action, Operation, Violation};
+use crate::admission::config::{GoDuration, GO_DURATION_FORMAT};
+use crate::admission::model::{Action, Operation, Violation};
 
 /// `crossplane.io/poll-interval`: how often the provider polls this MR.
 pub const POLL_INTERVAL: &str = "crossplane.io/poll-interval";
@@ -57,7 +57,7 @@ impl Rule for ReconcileAnnotations {
     }
     fn check(&self, ctx: &RuleContext<'_>) -> Vec<Violation> {
         let mr = ctx.mr();
-        let old = ctx.old_object.map(crate::mr::Mr);
+        let old = ctx.old_object.map(crate::admission::mr::Mr);
         let changed = |key: &str| {
             ctx.operation != Operation::Update
                 || old.is_none_or(|o| o.annotation(key) != mr.annotation(key))
@@ -125,7 +125,7 @@ fn poll_interval(value: &str, min: GoDuration) -> Option<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::{json, Value};
 
     fn annotated(a: Value) -> Value {
@@ -137,7 +137,7 @@ mod tests {
     }
 
     /// The findings of the whole chain for a poll interval under `config`.
-    fn judged(v: &str, config: &str) -> Vec<crate::model::Finding> {
+    fn judged(v: &str, config: &str) -> Vec<crate::admission::model::Finding> {
         Case::create(annotated(json!({POLL_INTERVAL: v})))
             .config(config)
             .evaluate()

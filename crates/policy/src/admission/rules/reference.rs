@@ -1,7 +1,7 @@
 use serde_json::{Map, Value};
 
 use super::{show, Rule, RuleContext, CU};
-use crate::model::{Action, Violation};
+use crate::admission::model::{Action, Violation};
 
 /// Crossplane references and selectors under forProvider and initProvider
 /// must be resolvable. Only reference-shaped objects are judged, so maps that
@@ -152,7 +152,7 @@ impl Rule for Reference {
     fn name(&self) -> &'static str {
         "reference"
     }
-    fn operations(&self) -> &'static [crate::model::Operation] {
+    fn operations(&self) -> &'static [crate::admission::model::Operation] {
         CU
     }
     fn default_action(&self) -> Action {
@@ -178,7 +178,7 @@ impl Rule for Reference {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::testing::*;
+    use crate::admission::rules::testing::*;
     use serde_json::json;
 
     fn msgs(fp: Value) -> Vec<String> {

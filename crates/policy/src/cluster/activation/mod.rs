@@ -26,7 +26,7 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
-use crate::documented::KindFields;
+use crate::cluster::documented::KindFields;
 
 /// The API group of both kinds.
 pub const GROUP: &str = "apiextensions.crossplane.io";
@@ -95,7 +95,7 @@ impl Mrd {
             kind: kind.into(),
             plural: s("/spec/names/plural").into(),
             active: s("/spec/state") == "Active",
-            documented: crate::documented::derive(object).map(Arc::new),
+            documented: crate::cluster::documented::derive(object).map(Arc::new),
         })
     }
 

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::activation::Activations;
+use crate::cluster::activation::Activations;
 
 /// One composed resource's `base`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,8 +5,8 @@
 use serde_json::{json, Value};
 
 use super::PatchFinding;
-use crate::config::Config;
-use crate::mr;
+use crate::admission::config::Config;
+use crate::admission::mr;
 
 /// Annotation Crossplane sets on composed resources: the template's name.
 const RESOURCE_NAME: &str = "crossplane.io/composition-resource-name";

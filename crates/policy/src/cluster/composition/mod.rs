@@ -23,9 +23,9 @@ use serde_json::Value;
 pub use composed::{composed, inactive, Composed};
 pub use explain::{patches, Patches};
 
-use crate::config::Config;
-use crate::judging::Judging;
-use crate::model::{Action, Finding, Violation};
+use crate::admission::config::Config;
+use crate::admission::judging::Judging;
+use crate::admission::model::{Action, Finding, Violation};
 
 pub use xr::{XrIndex, XrSchemas};
 

@@ -2,7 +2,7 @@
 //! `spec.subnets[0].zone`) as lists of keys, and whether a patch target
 //! reaches a configured immutable field.
 
-use crate::fieldpath::{FieldPath, Segment};
+use crate::admission::fieldpath::{FieldPath, Segment};
 
 /// The keys of a Crossplane field path: `a.b["c.d"][0]` is `a`, `b`, `c.d`,
 /// `0`. `None` when it does not parse; Crossplane would refuse it too.

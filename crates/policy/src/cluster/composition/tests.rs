@@ -1,7 +1,7 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::judging::Judging;
+use crate::admission::judging::Judging;
 
 fn yaml(name: &str) -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -28,7 +28,7 @@ fn summary(a: &Analysis) -> Vec<(String, String, String, Vec<String>)> {
 fn judging<'a>(config: &'a Config, name: &'a str) -> Judging<'a> {
     Judging {
         config,
-        subject: crate::config::Subject {
+        subject: crate::admission::config::Subject {
             group: GROUP,
             kind: KIND,
             name,
@@ -281,7 +281,7 @@ fn a_staged_rule_notes_the_date_it_denies_from() {
     let comp = yaml("network-pipeline.yaml");
     let cfg = Config::from_yaml(&format!(
         "rules:\n  composition-immutable-patch: {{action: Deny, warnUntil: '2099-01-01T00:00:00Z'}}\n{}",
-        crate::config::BUILTIN_YAML
+        crate::admission::config::BUILTIN_YAML
     ))
     .unwrap();
     let f = judge(&analyse(&comp, &cfg, None), &judging(&cfg, "c"));
@@ -308,7 +308,7 @@ fn an_exception_waives_a_compositions_findings_by_its_name() {
     let comp = yaml("network-pipeline.yaml");
     let cfg = Config::from_yaml(&format!(
         "rules: {{composition-immutable-patch: Deny}}\nexceptions:\n  - name: net-legacy\n    rules: [composition-immutable-patch]\n    match: {{names: [xnetworks.*]}}\n    reason: migrating (NET-7)\n    expires: '2099-01-01T00:00:00Z'\n{}",
-        crate::config::BUILTIN_YAML
+        crate::admission::config::BUILTIN_YAML
     ))
     .unwrap();
     let a = analyse(&comp, &cfg, None);

@@ -635,7 +635,7 @@ impl IdentityIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::identity::testing::{bucket, identity};
+    use crate::cluster::identity::testing::{bucket, identity};
     use serde_json::json;
 
     #[test]

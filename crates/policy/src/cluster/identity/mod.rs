@@ -30,7 +30,7 @@ mod testing {
     use serde_json::{json, Value};
 
     use super::Identity;
-    use crate::config::Config;
+    use crate::admission::config::Config;
 
     pub(super) fn identity(obj: &Value, group: &str, kind: &str, ns: &str) -> Option<Identity> {
         let c = Config::builtin();

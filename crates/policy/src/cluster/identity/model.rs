@@ -8,8 +8,8 @@ use std::hash::{Hash, Hasher};
 
 use serde_json::Value;
 
-use crate::config::{ExternalNameStrategy, ProviderConfigDefaults, ResourceConfig};
-use crate::mr::Mr;
+use crate::admission::config::{ExternalNameStrategy, ProviderConfigDefaults, ResourceConfig};
+use crate::admission::mr::Mr;
 
 /// The group with its `m` segment removed: `s3.aws.m.upbound.io` becomes
 /// `s3.aws.upbound.io`, so legacy and namespaced kinds of one provider meet.
@@ -291,8 +291,8 @@ fn named<'a>(obj: &'a Value, resource: &ResourceConfig) -> Option<(Cow<'a, str>,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
-    use crate::identity::testing::{bucket, identity};
+    use crate::admission::config::Config;
+    use crate::cluster::identity::testing::{bucket, identity};
     use serde_json::json;
 
     /// Admission's allocation-free claim is the claim of the identity the

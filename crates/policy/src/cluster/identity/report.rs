@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{Claim, Identity, IdentityIndex, IndexedMr, MrKey};
-use crate::config::Config;
-use crate::mr::{DeletionOutcome, Mr};
+use crate::admission::config::Config;
+use crate::admission::mr::{DeletionOutcome, Mr};
 
 /// The index entry of one listed MR of `group`/`kind`, as the runtime's
 /// watches compute it, without a digest. `None` without a name.
@@ -130,7 +130,7 @@ impl IdentityReport {
             } else {
                 format!(
                     "no {} annotation, and the provider assigns {kind}'s identifier (IdentifierFromProvider): it has one once created",
-                    crate::mr::EXTERNAL_NAME
+                    crate::admission::mr::EXTERNAL_NAME
                 )
             };
             return Self {

@@ -5,13 +5,13 @@
 use serde_json::Value;
 use wildmatch::WildMatch;
 
-use crate::admission::Decider;
-use crate::config::Config;
-use crate::fieldpath::{FieldPath, Segment};
-use crate::managed_fields::{self, ManagedEntry, Step};
-use crate::model::{Action, Finding};
-use crate::mr::{self, DeletionOutcome, Mr, PolicyAction, PolicySet};
-use crate::review::RequestBuilder;
+use crate::admission::config::Config;
+use crate::admission::decider::Decider;
+use crate::admission::fieldpath::{FieldPath, Segment};
+use crate::admission::model::{Action, Finding};
+use crate::admission::mr::{self, DeletionOutcome, Mr, PolicyAction, PolicySet};
+use crate::admission::review::RequestBuilder;
+use crate::commands::managed_fields::{self, ManagedEntry, Step};
 
 use super::{
     Creation, CreationState, Deletion, DocumentedMark, ExceptionSummary, ExplainError, Explanation,
@@ -33,7 +33,9 @@ pub(super) fn explain(
             .to_string()
     };
     if !mr::is_managed(object) {
-        return Err(ExplainError::NotManaged(crate::offline::label(object)));
+        return Err(ExplainError::NotManaged(
+            crate::admission::api_server::label(object),
+        ));
     }
     let m = Mr(object);
     let entries = managed_fields::entries(object)?;
@@ -120,7 +122,7 @@ pub(super) fn explain(
     }
     hints.extend(fields.iter().filter_map(|f| f.hint.clone()));
     let now = decider.now();
-    let subject = crate::config::Subject {
+    let subject = crate::admission::config::Subject {
         group: &group,
         kind: &kind,
         name: m.name(),
@@ -162,7 +164,12 @@ pub(super) fn explain(
         hints,
         identity: {
             let index = cluster.identities();
-            crate::identity::report::IdentityReport::of(object, config, index, !index.is_empty())
+            crate::cluster::identity::report::IdentityReport::of(
+                object,
+                config,
+                index,
+                !index.is_empty(),
+            )
         },
     })
 }
@@ -295,7 +302,7 @@ impl Rows<'_> {
 /// The documented mark of a row at `keys`: the field itself, a documented
 /// block that holds it, or (for a list row) documented fields inside it.
 fn documented_mark(
-    kind: &crate::documented::KindFields,
+    kind: &crate::cluster::documented::KindFields,
     version: &str,
     keys: &[String],
     list: bool,

@@ -22,9 +22,9 @@ mod tests;
 
 use serde::Serialize;
 
-use crate::admission::Decider;
-use crate::managed_fields::ManagedFieldsError;
-use crate::model::Finding;
+use crate::admission::decider::Decider;
+use crate::admission::model::Finding;
+use crate::commands::managed_fields::ManagedFieldsError;
 
 pub use analysis::display_path;
 pub use render::render_text;
@@ -106,7 +106,7 @@ pub struct Explanation {
     pub hints: Vec<String>,
     /// The external identity and the other live MRs that claim it (those
     /// the cluster view's identity index knows).
-    pub identity: crate::identity::report::IdentityReport,
+    pub identity: crate::cluster::identity::report::IdentityReport,
 }
 
 /// A yes/no with its reason.
@@ -230,11 +230,13 @@ impl From<&Finding> for FindingSummary {
             },
             note: match &f.note {
                 None => None,
-                Some(crate::model::Note::Waived { exception, expires }) => Some(match expires {
-                    Some(t) => format!("waived by exception {exception} (expires {t})"),
-                    None => format!("waived by exception {exception}"),
-                }),
-                Some(crate::model::Note::Staged { deny_from }) => {
+                Some(crate::admission::model::Note::Waived { exception, expires }) => {
+                    Some(match expires {
+                        Some(t) => format!("waived by exception {exception} (expires {t})"),
+                        None => format!("waived by exception {exception}"),
+                    })
+                }
+                Some(crate::admission::model::Note::Staged { deny_from }) => {
                     Some(format!("staged: Deny from {deny_from}"))
                 }
             },

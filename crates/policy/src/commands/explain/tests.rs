@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::Config;
+use crate::admission::config::Config;
 use analysis::perturb;
 use serde_json::Value;
 

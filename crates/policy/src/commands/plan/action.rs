@@ -4,18 +4,18 @@
 use serde_json::Value;
 use wildmatch::WildMatch;
 
-use crate::admission::Decider;
-use crate::config::{CloudOnlyMapKeys, Config, ExternalNameStrategy};
-use crate::crd::{Crds, Lookup, NodeShape};
-use crate::explain::{display_path, DEFAULT_PROVIDER_MANAGERS};
-use crate::identity::IdentityIndex;
-use crate::live::{judge_manifest, Applier, JudgeError, LiveFinding, LiveResult};
-use crate::managed_fields;
-use crate::manifest::Manifest;
-use crate::merge;
-use crate::model::Operation;
-use crate::mr::{self, DeletionOutcome, Mr, PolicyAction, PolicySet};
-use crate::offline::{identity, label};
+use crate::admission::api_server::{identity, label};
+use crate::admission::config::{CloudOnlyMapKeys, Config, ExternalNameStrategy};
+use crate::admission::crd::{Crds, Lookup, NodeShape};
+use crate::admission::decider::Decider;
+use crate::admission::model::Operation;
+use crate::admission::mr::{self, DeletionOutcome, Mr, PolicyAction, PolicySet};
+use crate::cluster::identity::IdentityIndex;
+use crate::commands::check::{judge_manifest, Applier, JudgeError, LiveFinding, LiveResult};
+use crate::commands::explain::{display_path, DEFAULT_PROVIDER_MANAGERS};
+use crate::commands::managed_fields;
+use crate::commands::manifest::Manifest;
+use crate::commands::merge;
 
 use super::fields::{drift, Marks, Then};
 use super::{Action, Entry, Mark};
@@ -302,7 +302,7 @@ impl<'a> Planner<'a> {
             .findings
             .iter()
             .map(|f| {
-                let path = crate::sarif::finding_path(&f.rule, &f.message);
+                let path = crate::commands::sarif::finding_path(&f.rule, &f.message);
                 LiveFinding {
                     rule: f.rule.to_string(),
                     action: f.action.as_str().to_string(),

@@ -3,11 +3,11 @@
 
 use serde_json::{Map, Value};
 
-use crate::crd::NodeShape;
-use crate::explain::display_path;
-use crate::live::LiveFinding;
-use crate::managed_fields::{ManagedEntry, Step};
-use crate::merge::LAST_APPLIED;
+use crate::admission::crd::NodeShape;
+use crate::commands::check::LiveFinding;
+use crate::commands::explain::display_path;
+use crate::commands::managed_fields::{ManagedEntry, Step};
+use crate::commands::merge::LAST_APPLIED;
 
 use super::{FieldChange, Mark};
 

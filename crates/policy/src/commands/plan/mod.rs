@@ -7,10 +7,10 @@
 //! the change meets, and the findings as `check --live` gives them.
 //!
 //! Nothing here judges twice: the findings, the verdict and the replacement
-//! marks come from [`crate::live::judge_manifest`] (the admission chain of
+//! marks come from [`crate::commands::check::judge_manifest`] (the admission chain of
 //! `check --live`); the marks read the findings' fields, `managedFields`
-//! ([`crate::managed_fields`]), `status.atProvider` and the policy sets of
-//! [`crate::mr`].
+//! ([`crate::commands::managed_fields`]), `status.atProvider` and the policy sets of
+//! [`crate::admission::mr`].
 //!
 //! - [`fields`]: the diff and the mark of each field;
 //! - [`action`]: one manifest's or one deletion's entry;
@@ -31,7 +31,7 @@ pub use action::Planner;
 pub use render::{render_markdown, render_text, summary_line};
 pub use select::{prune_candidates, Selector, SelectorError};
 
-use crate::live::LiveFinding;
+use crate::commands::check::LiveFinding;
 
 /// The schema identifier of `plan -o json` (docs/plan.schema.json).
 pub const SCHEMA: &str = "mrguard.io/plan/v1";

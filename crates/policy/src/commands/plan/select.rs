@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::merge::LAST_APPLIED;
-use crate::offline::identity;
+use crate::admission::api_server::identity;
+use crate::commands::merge::LAST_APPLIED;
 
 /// Why a selector cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,10 +1,10 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::config::Config;
-use crate::crd::Crds;
-use crate::manifest::Manifest;
-use crate::merge::{with_last_applied, LAST_APPLIED};
+use crate::admission::config::Config;
+use crate::admission::crd::Crds;
+use crate::commands::manifest::Manifest;
+use crate::commands::merge::{with_last_applied, LAST_APPLIED};
 
 const CURATED: &str = "resources:\n  - apiGroups: ['*']\n    kinds: ['Instance']\n    immutableFields: [spec.forProvider.region]\n";
 
@@ -26,7 +26,7 @@ fn object(api_version: &str, ns: &str, fp: Value) -> Value {
 
 fn manifest(o: &Value) -> Manifest {
     let text = serde_saphyr::to_string(o).unwrap();
-    crate::manifest::parse("gitops/db.yaml", &text, 10)
+    crate::commands::manifest::parse("gitops/db.yaml", &text, 10)
         .unwrap()
         .remove(0)
 }

@@ -4,11 +4,11 @@
 use cel::common::ast::{operators, CallExpr, ComprehensionExpr, Expr, IdedExpr, LiteralValue};
 
 use super::{Cmp, Comp, Compiled, Fold, Lit, Node, Path, ReqField, Root, StrFn, SLOTS};
-use crate::cel::budget;
-use crate::cel::env::{MATCHES_FN, REPLACE_FN};
+use crate::admission::cel::budget;
+use crate::admission::cel::env::{MATCHES_FN, REPLACE_FN};
 
 /// Why a program stays with the interpreter.
-pub(in crate::cel) type Why = String;
+pub(in crate::admission::cel) type Why = String;
 
 struct Compiler {
     /// Comprehension variables in scope, innermost last, with their slots.
@@ -17,7 +17,7 @@ struct Compiler {
 
 /// Compiles a checked, metered configured rule; `Err` says why it stays
 /// with the interpreter.
-pub(in crate::cel) fn compile(e: &IdedExpr) -> Result<Compiled, Why> {
+pub(in crate::admission::cel) fn compile(e: &IdedExpr) -> Result<Compiled, Why> {
     let mut c = Compiler { scope: Vec::new() };
     Ok(Compiled { root: c.node(e)? })
 }
@@ -217,7 +217,7 @@ impl Compiler {
                 let Expr::Literal(LiteralValue::String(p)) = &pattern.expr else {
                     return Err("`matches` with a computed pattern".into());
                 };
-                // The settings of `matches` (crate::cel::env), so a pattern that
+                // The settings of `matches` (crate::admission::cel::env), so a pattern that
                 // compiles here compiles there.
                 let re = regex::Regex::new(p.inner())
                     .map_err(|_| "`matches` with an invalid pattern".to_string())?;

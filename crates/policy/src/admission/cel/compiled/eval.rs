@@ -7,9 +7,9 @@ use serde_json::Value;
 
 use super::memo::{MemoNumbering, PathMemo};
 use super::{Cmp, Comp, Compiled, Fail, Fold, Inputs, Lit, Node, ReqField, Root, StrFn, SLOTS};
-use crate::cel::budget;
-use crate::model::Operation;
-use crate::review::Request;
+use crate::admission::cel::budget;
+use crate::admission::model::Operation;
+use crate::admission::review::Request;
 
 impl Lit {
     fn val(&self) -> V<'_> {
@@ -88,7 +88,7 @@ fn from_json(v: &Value) -> V<'_> {
     match v {
         Value::Null => V::Null,
         Value::Bool(b) => V::Bool(*b),
-        // As crate::cel::json converts: an integer within i64 is an int, any
+        // As crate::admission::cel::json converts: an integer within i64 is an int, any
         // other number a double.
         Value::Number(n) => match n.as_i64() {
             Some(i) => V::Int(i),
@@ -233,13 +233,13 @@ fn logical(r: R<'_>) -> Result<bool, Fail> {
 
 impl Compiled {
     /// Gives this rule's prefixes their slots in `numbering`'s memos.
-    pub(in crate::cel) fn number_paths(&self, numbering: &mut MemoNumbering) {
+    pub(in crate::admission::cel) fn number_paths(&self, numbering: &mut MemoNumbering) {
         self.root.for_each_path(&mut |p| numbering.number(p));
     }
 
     /// Evaluates the rule. Charges the budget armed on this thread as the
     /// interpreter would; the caller checks whether it ran out.
-    pub(in crate::cel) fn eval<'a>(
+    pub(in crate::admission::cel) fn eval<'a>(
         &'a self,
         inputs: Inputs<'a>,
         memo: Option<&PathMemo<'a>>,

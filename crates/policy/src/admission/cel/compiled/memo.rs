@@ -78,7 +78,9 @@ impl Default for MemoNumbering {
 
 impl MemoNumbering {
     /// Numbers the prefixes of `programs`' selection chains, as one set.
-    pub fn of<'p>(programs: impl IntoIterator<Item = &'p crate::cel::CelProgram>) -> Self {
+    pub fn of<'p>(
+        programs: impl IntoIterator<Item = &'p crate::admission::cel::CelProgram>,
+    ) -> Self {
         let mut numbering = Self::default();
         for p in programs {
             p.number_paths(&mut numbering);

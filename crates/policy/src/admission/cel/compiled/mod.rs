@@ -27,7 +27,7 @@ use std::sync::atomic::AtomicU64;
 
 use serde_json::Value;
 
-use crate::review::Request;
+use crate::admission::review::Request;
 
 pub(super) use compile::compile;
 pub use memo::{MemoNumbering, PathMemo};
@@ -283,9 +283,11 @@ mod tests {
     fn a_memo_answers_only_its_own_rules() {
         let obj = json!({"spec": {"p": {"a": 1}}});
         let other = json!({"spec": {"p": {"a": 2}}});
-        let req = crate::review::RequestBuilder::new(crate::model::Operation::Create)
-            .object(obj.clone())
-            .build();
+        let req = crate::admission::review::RequestBuilder::new(
+            crate::admission::model::Operation::Create,
+        )
+        .object(obj.clone())
+        .build();
         let (mine, theirs) = (program("self.spec.p.a == 1"), program("self.spec.p.a == 1"));
         let memo = PathMemo::new(&MemoNumbering::of([&mine]));
         // Numbered by another set: what counts is the owner it leaves on
@@ -322,10 +324,12 @@ mod tests {
         let new =
             json!({"spec": {"p": {"region": "us-1", "tags": {"a": "1"}}, "list": [{"x": 1}]}});
         let old = json!({"spec": {"p": {"region": "eu-1"}}});
-        let req = crate::review::RequestBuilder::new(crate::model::Operation::Update)
-            .object(new.clone())
-            .old_object(old.clone())
-            .build();
+        let req = crate::admission::review::RequestBuilder::new(
+            crate::admission::model::Operation::Update,
+        )
+        .object(new.clone())
+        .old_object(old.clone())
+        .build();
         let inputs = Inputs {
             request: &req,
             object: &new,

@@ -188,7 +188,7 @@ impl Schema {
             // The root's ObjectMeta is validated apart (crd::meta).
             if meta && k == "metadata" {
                 if !root {
-                    errors.extend(crate::crd::meta::validate_embedded(
+                    errors.extend(crate::admission::crd::meta::validate_embedded(
                         x,
                         &path.child("metadata"),
                     ));
@@ -235,7 +235,9 @@ fn embedded_type(map: &Map<String, Value>, path: &SchemaPath, errors: &mut Vec<F
         match map.get(f) {
             None => errors.push(FieldError {
                 path: at.to_string(),
-                kind: crate::crd::FieldErrorKind::Required(Some("must not be empty".into())),
+                kind: crate::admission::crd::FieldErrorKind::Required(Some(
+                    "must not be empty".into(),
+                )),
             }),
             Some(Value::String(v)) if v.is_empty() => errors.push(FieldError::invalid_value(
                 &at,
@@ -252,7 +254,7 @@ fn embedded_type(map: &Map<String, Value>, path: &SchemaPath, errors: &mut Vec<F
                 }
             }
             Some(Value::String(v)) => {
-                let errs = crate::crd::meta::dns1035_label(&v.to_lowercase());
+                let errs = crate::admission::crd::meta::dns1035_label(&v.to_lowercase());
                 if !errs.is_empty() {
                     errors.push(FieldError::invalid_value(
                         &at,

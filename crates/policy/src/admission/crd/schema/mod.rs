@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::cel::CelProgram;
+use crate::admission::cel::CelProgram;
 
 /// One `x-kubernetes-validations` entry.
 #[derive(Debug, Clone)]
@@ -31,7 +31,7 @@ pub(crate) struct ValidationRule {
     pub field_path: Option<String>,
     pub optional_old_self: bool,
     /// The rule's error shows the value judged, not its type's name
-    /// ([`crate::kube_version::since::RULE_ERROR_VALUE`]).
+    /// ([`crate::admission::kube_version::since::RULE_ERROR_VALUE`]).
     pub error_shows_value: bool,
 }
 

@@ -3,8 +3,8 @@
 
 use serde_json::Value;
 
-use crate::cel::{CelProgram, CRD_VARS};
-use crate::kube_version::{since, KubeVersion};
+use crate::admission::cel::{CelProgram, CRD_VARS};
+use crate::admission::kube_version::{since, KubeVersion};
 
 use super::super::errors::SchemaPath;
 use super::{formats, Limits, Schema, Unsupported, ValidationRule};
@@ -86,11 +86,9 @@ impl Schema {
         if let Some(items) = o.get("items") {
             s.items = Some(Box::new(Schema::parse(items, &format!("{at}.items"))?));
         }
-        s.escapes = s
-            .properties
-            .iter()
-            .any(|(k, p)| p.escapes || crate::cel::escape_property(k).as_deref() != Some(k))
-            || s.additional.as_ref().is_some_and(|a| a.escapes)
+        s.escapes = s.properties.iter().any(|(k, p)| {
+            p.escapes || crate::admission::cel::escape_property(k).as_deref() != Some(k)
+        }) || s.additional.as_ref().is_some_and(|a| a.escapes)
             || s.items.as_ref().is_some_and(|i| i.escapes);
         if let Some(rules) = o.get("x-kubernetes-validations").and_then(Value::as_array) {
             for (i, r) in rules.iter().enumerate() {

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::cel::Scope;
+use crate::admission::cel::Scope;
 
 use super::super::errors::{go_value, FieldError, SchemaPath};
 use super::{Schema, ValidationRule};
@@ -82,7 +82,7 @@ impl Schema {
                 let mut out = Map::new();
                 for (k, x) in map {
                     if let Some(p) = self.properties.get(k) {
-                        if let Some(name) = crate::cel::escape_property(k) {
+                        if let Some(name) = crate::admission::cel::escape_property(k) {
                             out.insert(name, p.escaped(x));
                         }
                     } else if let Some(a) = &self.additional {
@@ -154,7 +154,7 @@ impl Schema {
                 // The message expression reads fields of its own: a scope
                 // for it, built only when the rule fails.
                 let message_scope = mp.map(|m| bind(m.reads()));
-                let msg = crate::cel::failure_message(
+                let msg = crate::admission::cel::failure_message(
                     &r.rule,
                     r.message.as_deref(),
                     mp,

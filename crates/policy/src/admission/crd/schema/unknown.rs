@@ -33,7 +33,7 @@ impl Schema {
                         && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")
                     {
                         if root && k == "metadata" {
-                            crate::crd::meta::unknown_fields(x, out);
+                            crate::admission::crd::meta::unknown_fields(x, out);
                         }
                         continue;
                     }
@@ -71,7 +71,7 @@ impl Schema {
                         && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")
                     {
                         if root && k == "metadata" {
-                            crate::crd::meta::unknown_fields(x, out);
+                            crate::admission::crd::meta::unknown_fields(x, out);
                         }
                         continue;
                     }

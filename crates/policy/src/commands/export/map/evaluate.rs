@@ -3,10 +3,10 @@
 
 use serde_json::Value;
 
-use crate::cel::CelProgram;
-use crate::model::Operation;
-use crate::review::Request;
-use crate::vap::bound::{self, request_json, Bound, Match, PolicyCompileError};
+use crate::admission::cel::CelProgram;
+use crate::admission::model::Operation;
+use crate::admission::review::Request;
+use crate::commands::export::vap::bound::{self, request_json, Bound, Match, PolicyCompileError};
 
 /// Why a policy could not be compiled or applied.
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +89,7 @@ impl Policies {
         {
             return Ok(out);
         }
-        let (Some(original), old) = crate::review::objects(req) else {
+        let (Some(original), old) = crate::admission::review::objects(req) else {
             return Ok(out);
         };
         let request = request_json(req);
@@ -184,7 +184,7 @@ impl Compiled {
                             .eval_json(&scope)
                             .map_err(|e| format!("mutations[{i}] failed: {e}"))?;
                         let mut next = current.clone();
-                        crate::cel::apply_configuration(&mut next, &config);
+                        crate::admission::cel::apply_configuration(&mut next, &config);
                         next
                     }
                 }
@@ -198,7 +198,7 @@ impl Compiled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::review::RequestBuilder;
+    use crate::admission::review::RequestBuilder;
     use serde_json::json;
 
     fn policy(failure: &str, mutations: Value) -> Vec<Value> {

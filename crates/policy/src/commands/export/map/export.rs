@@ -11,9 +11,9 @@
 
 use serde_json::{json, Value};
 
-use crate::config::{Config, ExternalNameStrategy};
-use crate::mr::EXTERNAL_NAME;
-use crate::vap::checks::{
+use crate::admission::config::{Config, ExternalNameStrategy};
+use crate::admission::mr::EXTERNAL_NAME;
+use crate::commands::export::vap::checks::{
     any_glob, entry_selected, keys, lit, managed, path, NAMESPACED, REQUEST_NAMESPACE,
     REQUEST_USERNAME,
 };
@@ -329,8 +329,8 @@ fn tags(selected: &str, keys: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::map::Policies;
-    use crate::review::RequestBuilder;
+    use crate::admission::review::RequestBuilder;
+    use crate::commands::export::map::Policies;
 
     #[test]
     fn pointers_escape_tilde_and_slash() {
@@ -341,7 +341,7 @@ mod tests {
         assert_eq!(pointer(&["a~/b"]), "/a~0~1b");
     }
 
-    fn mutated(config: &Config, req: &crate::review::Request) -> Value {
+    fn mutated(config: &Config, req: &crate::admission::review::Request) -> Value {
         let policies = Policies::compile(&export(config).unwrap().objects).unwrap();
         let out = policies.mutate(req).unwrap();
         assert!(out.ignored.is_empty(), "{:?}", out.ignored);

@@ -5,7 +5,7 @@
 //! export could break (a mutation per patch type, unique condition names,
 //! no DELETE in a policy's rules), and the CEL type check the API server
 //! runs on every expression before it stores a policy
-//! ([`crate::cel::typecheck`]): a JSON Patch mutation must be a
+//! ([`crate::admission::cel::typecheck`]): a JSON Patch mutation must be a
 //! `list(JSONPatch)` whose literals are homogeneous, a match condition a
 //! `bool`.
 //!
@@ -19,7 +19,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::cel::typecheck::{self, CelType, TypeEnv};
+use crate::admission::cel::typecheck::{self, CelType, TypeEnv};
 
 const API_VERSION: &str = "admissionregistration.k8s.io/v1";
 
@@ -454,7 +454,7 @@ mod tests {
 
     #[test]
     fn the_export_is_valid_and_breakage_is_named() {
-        let export = super::super::export(&crate::config::Config::builtin()).unwrap();
+        let export = super::super::export(&crate::admission::config::Config::builtin()).unwrap();
         for o in &export.objects {
             assert_eq!(check(o), Vec::<String>::new(), "{o}");
         }
@@ -507,7 +507,7 @@ mod tests {
     /// but found 'dyn'`): the same check refuses it here, at the same place.
     #[test]
     fn the_expression_the_api_server_refused_is_refused_here() {
-        let export = super::super::export(&crate::config::Config::builtin()).unwrap();
+        let export = super::super::export(&crate::admission::config::Config::builtin()).unwrap();
         let mut p = export.objects[0].clone();
         let at = "/spec/mutations/0/jsonPatch/expression";
         *p.pointer_mut(at).unwrap() = json!(REFUSED);

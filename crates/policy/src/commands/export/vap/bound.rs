@@ -5,9 +5,9 @@
 
 use serde_json::{json, Value};
 
-use crate::cel::{self, CelProgram, Scope};
-use crate::model::Operation;
-use crate::review::Request;
+use crate::admission::cel::{self, CelProgram, Scope};
+use crate::admission::model::Operation;
+use crate::admission::review::Request;
 
 /// The admission-time variables of a policy expression.
 const VARS: &[&str] = &[
@@ -215,7 +215,7 @@ pub(crate) fn request_json(req: &Request) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::review::RequestBuilder;
+    use crate::admission::review::RequestBuilder;
 
     #[derive(Debug)]
     enum Error {
@@ -305,7 +305,7 @@ mod tests {
             let req =
                 RequestBuilder::create(json!({"metadata": {"name": name}, "spec": {}})).build();
             let request = request_json(&req);
-            let (object, old) = crate::review::objects(&req);
+            let (object, old) = crate::admission::review::objects(&req);
             let held = b.matching.conditions(&scope(object, old, &request));
             held
         };

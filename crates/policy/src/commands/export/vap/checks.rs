@@ -4,8 +4,8 @@
 
 use serde_json::{json, Value};
 
-use crate::config::{Config, ResourceConfig};
-use crate::fieldpath::{FieldPath, Segment};
+use crate::admission::config::{Config, ResourceConfig};
+use crate::admission::fieldpath::{FieldPath, Segment};
 
 /// A CEL string literal.
 pub(crate) fn lit(s: &str) -> String {
@@ -107,7 +107,14 @@ pub(super) const SUBJECT: &str = "(request.operation == 'DELETE' ? oldObject : o
 /// Created, as mrguard judges it (docs/managed-resources.md): the
 /// create-succeeded annotation, or a True Ready condition.
 pub(super) fn created(o: &str) -> String {
-    let (ann, at) = path(o, &["metadata", "annotations", crate::mr::CREATE_SUCCEEDED]);
+    let (ann, at) = path(
+        o,
+        &[
+            "metadata",
+            "annotations",
+            crate::admission::mr::CREATE_SUCCEEDED,
+        ],
+    );
     let (conds, list) = path(o, &["status", "conditions"]);
     format!(
         "(({ann} && {at} != null) || ({conds} && type({list}) == list && {list}.exists(c, type(c) == map && 'type' in c && 'status' in c && c['type'] == 'Ready' && c['status'] == 'True')))"
@@ -189,7 +196,7 @@ pub(super) fn exception_conditions(
 
 pub(super) fn management_policies(_: &ResourceConfig) -> Option<(String, String)> {
     let (has, l) = path("object", &["spec", "managementPolicies"]);
-    let sets: Vec<String> = crate::mr::PolicySet::SUPPORTED
+    let sets: Vec<String> = crate::admission::mr::PolicySet::SUPPORTED
         .iter()
         .map(|s| is_set(&l, *s))
         .collect();
@@ -200,13 +207,13 @@ pub(super) fn management_policies(_: &ResourceConfig) -> Option<(String, String)
         ),
         format!(
             "spec.managementPolicies must be one of the supported sets: {} (mrguard rule management-policies)",
-            crate::mr::PolicySet::supported_list()
+            crate::admission::mr::PolicySet::supported_list()
         ),
     ))
 }
 
 /// `list` holds exactly the actions of `set`, each once.
-fn is_set(list: &str, set: crate::mr::PolicySet) -> String {
+fn is_set(list: &str, set: crate::admission::mr::PolicySet) -> String {
     let names = set.names();
     if names.is_empty() {
         return format!("{list}.size() == 0");
@@ -222,9 +229,9 @@ fn is_set(list: &str, set: crate::mr::PolicySet) -> String {
 pub(super) fn deletion_policy_conflict(_: &ResourceConfig) -> Option<(String, String)> {
     let (has_dp, dp) = path("object", &["spec", "deletionPolicy"]);
     let (has_mp, l) = path("object", &["spec", "managementPolicies"]);
-    let with_delete: Vec<String> = crate::mr::PolicySet::SUPPORTED
+    let with_delete: Vec<String> = crate::admission::mr::PolicySet::SUPPORTED
         .iter()
-        .filter(|s| !s.is_default() && s.has(crate::mr::PolicyAction::Delete))
+        .filter(|s| !s.is_default() && s.has(crate::admission::mr::PolicyAction::Delete))
         .map(|s| is_set(&l, *s))
         .collect();
     Some((
@@ -240,7 +247,10 @@ pub(super) fn deletion_policy_conflict(_: &ResourceConfig) -> Option<(String, St
 
 pub(super) fn paused_delete(_: &ResourceConfig) -> Option<(String, String)> {
     let o = "oldObject";
-    let (has_p, p) = path(o, &["metadata", "annotations", crate::mr::PAUSED]);
+    let (has_p, p) = path(
+        o,
+        &["metadata", "annotations", crate::admission::mr::PAUSED],
+    );
     let (has_mp, mp) = path(o, &["spec", "managementPolicies"]);
     let (has_f, f) = path(o, &["metadata", "finalizers"]);
     Some((
@@ -273,7 +283,7 @@ pub(super) fn connection_secret_ref(_: &ResourceConfig) -> Option<(String, Strin
 fn deletes(o: &str) -> String {
     let (has_dp, dp) = path(o, &["spec", "deletionPolicy"]);
     let (has_mp, l) = path(o, &["spec", "managementPolicies"]);
-    let supported: Vec<String> = crate::mr::PolicySet::SUPPORTED
+    let supported: Vec<String> = crate::admission::mr::PolicySet::SUPPORTED
         .iter()
         .map(|s| is_set(&l, *s))
         .collect();
@@ -284,11 +294,11 @@ fn deletes(o: &str) -> String {
     );
     let star = format!(
         "({absent} || {})",
-        is_set(&l, crate::mr::PolicySet::DEFAULT)
+        is_set(&l, crate::admission::mr::PolicySet::DEFAULT)
     );
-    let with_delete: Vec<String> = crate::mr::PolicySet::SUPPORTED
+    let with_delete: Vec<String> = crate::admission::mr::PolicySet::SUPPORTED
         .iter()
-        .filter(|s| !s.is_default() && s.has(crate::mr::PolicyAction::Delete))
+        .filter(|s| !s.is_default() && s.has(crate::admission::mr::PolicyAction::Delete))
         .map(|s| is_set(&l, *s))
         .collect();
     let policy_delete =
@@ -303,7 +313,11 @@ pub(super) fn deletion_protection(entry: &ResourceConfig) -> Option<(String, Str
     let o = "oldObject";
     let (has_a, a) = path(
         o,
-        &["metadata", "annotations", crate::mr::DELETION_PROTECTION],
+        &[
+            "metadata",
+            "annotations",
+            crate::admission::mr::DELETION_PROTECTION,
+        ],
     );
     let protected = if entry.deletion_protection {
         "true".to_string()
@@ -317,19 +331,23 @@ pub(super) fn deletion_protection(entry: &ResourceConfig) -> Option<(String, Str
 }
 
 pub(super) fn observe_only_external_name(entry: &ResourceConfig) -> Option<(String, String)> {
-    use crate::config::ExternalNameStrategy;
+    use crate::admission::config::ExternalNameStrategy;
     if entry.external_name != ExternalNameStrategy::IdentifierFromProvider {
         return None;
     }
     let (has_mp, l) = path("object", &["spec", "managementPolicies"]);
     let (has_n, n) = path(
         "object",
-        &["metadata", "annotations", crate::mr::EXTERNAL_NAME],
+        &[
+            "metadata",
+            "annotations",
+            crate::admission::mr::EXTERNAL_NAME,
+        ],
     );
     // Valid sets that cannot create, other than the paused set [].
-    let blind: Vec<String> = crate::mr::PolicySet::SUPPORTED
+    let blind: Vec<String> = crate::admission::mr::PolicySet::SUPPORTED
         .iter()
-        .filter(|s| **s != crate::mr::PolicySet::PAUSED && !s.can_create())
+        .filter(|s| **s != crate::admission::mr::PolicySet::PAUSED && !s.can_create())
         .map(|s| is_set(&l, *s))
         .collect();
     Some((
@@ -342,12 +360,15 @@ pub(super) fn observe_only_external_name(entry: &ResourceConfig) -> Option<(Stri
 }
 
 pub(super) fn paused_value(_: &ResourceConfig) -> Option<(String, String)> {
-    let (has, v) = path("object", &["metadata", "annotations", crate::mr::PAUSED]);
+    let (has, v) = path(
+        "object",
+        &["metadata", "annotations", crate::admission::mr::PAUSED],
+    );
     Some((
         format!("!{has} || (type({v}) == string && ({v} == 'true' || {v} == 'false'))"),
         format!(
             "{} must be \"true\" or \"false\": only \"true\" pauses (mrguard rule paused-value)",
-            crate::mr::PAUSED
+            crate::admission::mr::PAUSED
         ),
     ))
 }

@@ -4,9 +4,9 @@
 use serde_json::Value;
 
 use super::bound::{self, request_json, Bound, Match, PolicyCompileError};
-use crate::cel::CelProgram;
-use crate::model::Operation;
-use crate::review::Request;
+use crate::admission::cel::CelProgram;
+use crate::admission::model::Operation;
+use crate::admission::review::Request;
 
 /// How one policy judged a request.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,7 +66,7 @@ impl Policies {
             return out;
         }
         let request = request_json(req);
-        let (object, old) = crate::review::objects(req);
+        let (object, old) = crate::admission::review::objects(req);
         let scope = bound::scope(object, old, &request);
         for p in &self.0 {
             if !p.matching.operation(op) {
@@ -118,7 +118,7 @@ impl Compiled {
 
     /// The first validation that fails, with its message or the
     /// evaluation error.
-    fn failure(&self, scope: &crate::cel::Scope<'_>) -> Option<String> {
+    fn failure(&self, scope: &crate::admission::cel::Scope<'_>) -> Option<String> {
         for (message, program) in &self.validations {
             match program.eval_bool(scope) {
                 Ok(true) => {}

@@ -8,8 +8,8 @@ use super::checks::{
     entry_selected, exception_conditions, keys, managed, management_policies, no_entry,
     observe_only_external_name, path, paused_delete, paused_value, REQUEST_USERNAME, SUBJECT,
 };
-use crate::config::{Config, ResourceConfig};
-use crate::model::{Action, Operation};
+use crate::admission::config::{Config, ResourceConfig};
+use crate::admission::model::{Action, Operation};
 
 /// What one export produced.
 #[derive(Debug, Default)]
@@ -482,7 +482,7 @@ mod tests {
             .map(|r| r.0)
             .chain(["immutable-field"])
             .collect();
-        for rule in crate::rules::RULES {
+        for rule in crate::admission::rules::RULES {
             let name = rule.name();
             let n = listed
                 .iter()
@@ -493,7 +493,9 @@ mod tests {
         }
         for r in listed.iter().chain(&exported) {
             assert!(
-                crate::rules::RULES.iter().any(|rule| rule.name() == *r),
+                crate::admission::rules::RULES
+                    .iter()
+                    .any(|rule| rule.name() == *r),
                 "{r} is no rule"
             );
         }

@@ -1,0 +1,9 @@
+//! `mrguard export`: rules of a configuration as policies the API server
+//! runs in-process, and the evaluators that show they agree with
+//! mrguard's own answers.
+//!
+//! - [`vap`]: `export vap`, ValidatingAdmissionPolicies;
+//! - [`map`]: `export map`, the MutatingAdmissionPolicy of the defaults.
+
+pub mod map;
+pub mod vap;
