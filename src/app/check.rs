@@ -20,7 +20,7 @@ use mrguard_policy::admission::model::Operation;
 use mrguard_policy::cluster::composition::{self, XrSchemas};
 use mrguard_policy::cluster::Cluster;
 
-use super::live::{LiveFinding, LiveOutput, LiveResult};
+use super::live::{CheckFinding, CheckOutput, CheckResult};
 use super::manifests::{self, Manifest, ManifestError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -315,7 +315,7 @@ fn check_one(
     m: &Manifest,
     out: &mut dyn Write,
     err: &mut dyn Write,
-) -> Result<LiveResult, CheckError> {
+) -> Result<CheckResult, CheckError> {
     let op = inputs.op;
     let doc = &m.object;
     let old = old_of(inputs, m)?;
@@ -354,7 +354,7 @@ fn check_one(
         judged.denial = None;
         notes.extend(c.notes.iter().cloned());
     }
-    let text = args.live.output == LiveOutput::Text;
+    let text = args.live.output == CheckOutput::Text;
     if text && args.patch {
         let p = judged.patch.clone().unwrap_or_else(|| json!([]));
         let _ = writeln!(
@@ -376,14 +376,14 @@ fn check_one(
         None => judged
             .findings
             .iter()
-            .map(|f| LiveFinding::at(f, m))
+            .map(|f| CheckFinding::at(f, m))
             .collect(),
     };
     let denied = judged.denial.is_some() || findings.iter().any(|f| f.action == "Deny");
     if text {
         print_verdict(&judged, &notes, &findings, m, err);
     }
-    Ok(LiveResult {
+    Ok(CheckResult {
         file: m.file.clone(),
         document: m.doc,
         line: m.lines.start,
@@ -410,7 +410,7 @@ fn check_one(
 fn print_verdict(
     judged: &Judged,
     notes: &[String],
-    findings: &[LiveFinding],
+    findings: &[CheckFinding],
     m: &Manifest,
     err: &mut dyn Write,
 ) {
@@ -450,14 +450,14 @@ fn print_verdict(
 }
 
 /// The JSON or SARIF output of every result; text was printed as it went.
-fn print_results(output: LiveOutput, results: &[LiveResult], out: &mut dyn Write) {
+fn print_results(output: CheckOutput, results: &[CheckResult], out: &mut dyn Write) {
     match output {
-        LiveOutput::Text => {}
-        LiveOutput::Json => {
+        CheckOutput::Text => {}
+        CheckOutput::Json => {
             let s = serde_json::to_string_pretty(results).unwrap_or_default();
             let _ = writeln!(out, "{s}");
         }
-        LiveOutput::Sarif => {
+        CheckOutput::Sarif => {
             let log = mrguard_policy::commands::sarif::log(
                 &mrguard_policy::commands::check::annotations(results),
             );

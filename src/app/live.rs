@@ -24,7 +24,7 @@ use mrguard_policy::cluster::identity::IdentityIndex;
 use mrguard_policy::commands::check::{
     annotations, judge_manifest, rejected, render_text, skipped, Applier,
 };
-pub(crate) use mrguard_policy::commands::check::{JudgeError, LiveFinding, LiveResult};
+pub(crate) use mrguard_policy::commands::check::{CheckError, CheckFinding, CheckResult};
 use mrguard_policy::commands::sarif;
 
 /// How the new object is computed from the manifest and the live object.
@@ -40,7 +40,7 @@ pub(crate) enum MergeMode {
 
 /// Output formats of `check`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum LiveOutput {
+pub(crate) enum CheckOutput {
     /// One block per manifest, for people.
     Text,
     /// A JSON array of results.
@@ -86,7 +86,7 @@ pub(crate) struct LiveArgs {
     /// objects on stdout and findings on stderr), or a JSON array of
     /// results, or SARIF, on stdout.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
-    pub(crate) output: LiveOutput,
+    pub(crate) output: CheckOutput,
     /// No progress on stderr (shown only when stderr is a terminal).
     #[arg(long, requires = "live")]
     pub(crate) quiet: bool,
@@ -113,7 +113,7 @@ pub(crate) enum LiveError {
     Cluster(#[from] ClusterError),
     /// A manifest could not be judged.
     #[error(transparent)]
-    Judge(#[from] JudgeError),
+    Judge(#[from] CheckError),
 }
 
 /// What `check --live` reads from the flags of `check`.
@@ -129,7 +129,7 @@ pub(crate) struct LiveCheck<'a> {
 async fn check_all(
     args: &LiveCheck<'_>,
     manifests: Vec<Manifest>,
-) -> Result<Vec<LiveResult>, LiveError> {
+) -> Result<Vec<CheckResult>, LiveError> {
     let live = args.live;
     let client = cluster::client(live.kubeconfig.as_deref(), live.context.as_deref()).await?;
     let config = ConfigSource::from_flags(args.config, live.config_from_cluster.as_ref())
@@ -304,7 +304,7 @@ async fn composition(
     client: &kube::Client,
     activations: &mut super::activations::Lazy,
     m: &Manifest,
-) -> LiveResult {
+) -> CheckResult {
     let mut r = skipped(
         m,
         "a Composition: its patches are checked offline (mrguard check without --live)",
@@ -343,12 +343,12 @@ pub(crate) fn run(args: &LiveCheck<'_>) -> i32 {
     };
     let mut out = std::io::stdout().lock();
     let written = match args.live.output {
-        LiveOutput::Text => write!(out, "{}", render_text(&results)),
-        LiveOutput::Json => match serde_json::to_string_pretty(&results) {
+        CheckOutput::Text => write!(out, "{}", render_text(&results)),
+        CheckOutput::Json => match serde_json::to_string_pretty(&results) {
             Ok(s) => writeln!(out, "{s}"),
             Err(e) => writeln!(err, "mrguard check: failed to encode the results: {e}"),
         },
-        LiveOutput::Sarif => {
+        CheckOutput::Sarif => {
             match serde_json::to_string_pretty(&sarif::log(&annotations(&results))) {
                 Ok(s) => writeln!(out, "{s}"),
                 Err(e) => writeln!(err, "mrguard check: failed to encode the results: {e}"),

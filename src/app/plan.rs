@@ -18,7 +18,7 @@ use mrguard_policy::admission::crd::Crds;
 use mrguard_policy::admission::mr::is_managed;
 use mrguard_policy::cluster::identity::report::entry_of;
 use mrguard_policy::cluster::identity::IdentityIndex;
-use mrguard_policy::commands::check::JudgeError;
+use mrguard_policy::commands::check::CheckError;
 use mrguard_policy::commands::plan::{
     prune_candidates, render_markdown, render_text, Entry, Plan, Planner, Selector, SelectorError,
 };
@@ -122,7 +122,7 @@ pub(crate) enum PlanError {
     #[error(transparent)]
     Cluster(#[from] ClusterError),
     #[error(transparent)]
-    Judge(#[from] JudgeError),
+    Judge(#[from] CheckError),
     #[error(transparent)]
     Selector(#[from] SelectorError),
     #[error("{0}")]

@@ -13,7 +13,7 @@ use crate::admission::review::{self, RequestBuilder};
 
 /// Why a manifest could not be judged.
 #[derive(Debug, thiserror::Error)]
-pub enum JudgeError {
+pub enum ChainError {
     /// The mutating webhook's patch did not encode as JSON.
     #[error("failed to encode the mutating webhook's patch: {0}")]
     Patch(#[source] serde_json::Error),
@@ -163,7 +163,7 @@ impl Decider<'_> {
         old: Option<&Value>,
         username: &str,
         crd: Option<&CrdVersion>,
-    ) -> Result<Judged, JudgeError> {
+    ) -> Result<Judged, ChainError> {
         let label = label(object);
         // The API server does not validate objects being deleted.
         let crd = crd.filter(|_| op != Operation::Delete);
@@ -183,7 +183,7 @@ impl Decider<'_> {
             if let Some(m) = d.mutated {
                 patch = Some(
                     serde_json::to_value(decider::patch::build(object, &m))
-                        .map_err(JudgeError::Patch)?,
+                        .map_err(ChainError::Patch)?,
                 );
                 current = defaulted(&m);
             }
@@ -242,7 +242,7 @@ mod tests {
         username: &str,
         config: &Config,
         crd: Option<&CrdVersion>,
-    ) -> Result<Judged, JudgeError> {
+    ) -> Result<Judged, ChainError> {
         Decider::offline(config, jiff::Timestamp::now()).judge(op, object, old, username, crd)
     }
 

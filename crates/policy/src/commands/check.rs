@@ -21,7 +21,7 @@ use crate::commands::sarif::Annotation;
 /// Why a manifest could not be judged.
 #[derive(Debug, thiserror::Error)]
 #[error("{object}: {reason}")]
-pub struct JudgeError {
+pub struct CheckError {
     /// `Kind/name` of the manifest.
     pub object: String,
     /// What failed (the merge, or the offline pipeline).
@@ -31,7 +31,7 @@ pub struct JudgeError {
 /// What became of one manifest.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LiveResult {
+pub struct CheckResult {
     /// The file.
     pub file: String,
     /// 1-based document number.
@@ -46,7 +46,7 @@ pub struct LiveResult {
     /// `unchanged` or `skipped` (not a managed resource).
     pub verdict: String,
     /// Rule findings, each with the line it points at.
-    pub findings: Vec<LiveFinding>,
+    pub findings: Vec<CheckFinding>,
     /// Every warning the API server would pass on (mutation and validation).
     pub warnings: Vec<String>,
     /// Why the API server itself would refuse it.
@@ -61,7 +61,7 @@ pub struct LiveResult {
 /// One rule finding of a live check.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LiveFinding {
+pub struct CheckFinding {
     /// The rule.
     pub rule: String,
     /// `Deny`, `Warn`, or `Info` (a Composition finding the XRD makes harmless).
@@ -102,7 +102,7 @@ pub fn judge_manifest(
     config: &Config,
     crds: Option<&Crds>,
     live_mrs: Option<&dyn Fn(&IdentityIndex)>,
-) -> Result<LiveResult, JudgeError> {
+) -> Result<CheckResult, CheckError> {
     let report = |obj: &Value, index: &IdentityIndex| {
         if let Some(fill) = live_mrs {
             fill(index);
@@ -122,7 +122,7 @@ pub fn judge_manifest(
         ),
         (None, None) => (Operation::Create, merge::with_last_applied(&m.object)),
         (Some(live), None) => {
-            let applied = merge::client_side_apply(live, &m.object).map_err(|e| JudgeError {
+            let applied = merge::client_side_apply(live, &m.object).map_err(|e| CheckError {
                 object: label.clone(),
                 reason: e.to_string(),
             })?;
@@ -133,7 +133,7 @@ pub fn judge_manifest(
                 ));
             }
             if applied.patch.is_none() {
-                return Ok(LiveResult {
+                return Ok(CheckResult {
                     file: m.file.clone(),
                     document: m.doc,
                     line: m.lines.start,
@@ -172,14 +172,14 @@ pub fn judge_manifest(
     let identity = report(&new, cluster.identities());
     let judged = crate::admission::decider::Decider::new(config, &cluster, by.now)
         .judge(op, &new, live, by.username, crd)
-        .map_err(|e| JudgeError {
+        .map_err(|e| CheckError {
             object: label.clone(),
             reason: e.to_string(),
         })?;
-    let findings: Vec<LiveFinding> = judged
+    let findings: Vec<CheckFinding> = judged
         .findings
         .iter()
-        .map(|f| LiveFinding::at(f, m))
+        .map(|f| CheckFinding::at(f, m))
         .collect();
     // Why an allowed UPDATE would be denied once the MR exists.
     notes.extend(judged.notes.iter().cloned());
@@ -190,7 +190,7 @@ pub fn judge_manifest(
     } else {
         "allowed"
     };
-    Ok(LiveResult {
+    Ok(CheckResult {
         file: m.file.clone(),
         document: m.doc,
         line: m.lines.start,
@@ -205,11 +205,11 @@ pub fn judge_manifest(
     })
 }
 
-impl LiveFinding {
+impl CheckFinding {
     /// A rule finding on manifest `m`, at the line of the field it names.
     pub fn at(f: &crate::admission::model::Finding, m: &Manifest) -> Self {
         let path = crate::commands::sarif::finding_path(&f.rule, &f.message);
-        LiveFinding {
+        CheckFinding {
             rule: f.rule.to_string(),
             action: f.action.as_str().to_string(),
             message: match &f.fix {
@@ -228,8 +228,8 @@ impl LiveFinding {
 }
 
 /// A manifest not judged, and why.
-pub fn skipped(m: &Manifest, why: &str) -> LiveResult {
-    LiveResult {
+pub fn skipped(m: &Manifest, why: &str) -> CheckResult {
+    CheckResult {
         file: m.file.clone(),
         document: m.doc,
         line: m.lines.start,
@@ -245,8 +245,8 @@ pub fn skipped(m: &Manifest, why: &str) -> LiveResult {
 }
 
 /// A manifest the API server refused in the server-side-apply dry run.
-pub fn rejected(m: &Manifest, op: Operation, message: String) -> LiveResult {
-    LiveResult {
+pub fn rejected(m: &Manifest, op: Operation, message: String) -> CheckResult {
+    CheckResult {
         file: m.file.clone(),
         document: m.doc,
         line: m.lines.start,
@@ -262,7 +262,7 @@ pub fn rejected(m: &Manifest, op: Operation, message: String) -> LiveResult {
 }
 
 /// The text output: one block per manifest.
-pub fn render_text(results: &[LiveResult]) -> String {
+pub fn render_text(results: &[CheckResult]) -> String {
     let mut s = String::new();
     for r in results {
         let op = if r.operation == "NONE" {
@@ -305,7 +305,7 @@ pub fn render_text(results: &[LiveResult]) -> String {
 }
 
 /// The SARIF annotations of the results.
-pub fn annotations(results: &[LiveResult]) -> Vec<Annotation> {
+pub fn annotations(results: &[CheckResult]) -> Vec<Annotation> {
     let mut out = Vec::new();
     for r in results {
         for f in &r.findings {
@@ -345,7 +345,7 @@ pub const INFO: &str = "Info";
 /// What `check` reports for one Composition.
 pub struct CompositionReport {
     /// Findings in Composition order, with their lines.
-    pub findings: Vec<LiveFinding>,
+    pub findings: Vec<CheckFinding>,
     /// What was skipped.
     pub notes: Vec<String>,
 }
@@ -406,7 +406,7 @@ pub fn composition_report(
             };
             let mut at = f.location.clone();
             at.push("toFieldPath".into());
-            Some(LiveFinding {
+            Some(CheckFinding {
                 rule: composition::RULE.into(),
                 action: action.into(),
                 message: format!("{}. Fix: {}", f.message(), f.fix()),

@@ -15,7 +15,7 @@ use crate::commands::managed_fields::{self, ManagedEntry, Step};
 
 use super::{
     Creation, CreationState, Deletion, DocumentedMark, ExceptionSummary, ExplainError, Explanation,
-    Fact, FieldExplanation, FindingSummary, Options, Policies, SetBy, VALUE_WIDTH,
+    Fact, FieldExplanation, FindingSummary, ManagementPolicies, Options, SetBy, VALUE_WIDTH,
 };
 
 /// What [`Decider::explain`] says of `object`.
@@ -456,16 +456,16 @@ fn paused(m: &Mr<'_>) -> Fact {
     }
 }
 
-fn policies(m: &Mr<'_>) -> Policies {
+fn policies(m: &Mr<'_>) -> ManagementPolicies {
     let defaulted = m.spec("managementPolicies").is_none();
     match m.policies() {
-        Ok(set) => Policies {
+        Ok(set) => ManagementPolicies {
             set: set.to_string(),
             defaulted,
             valid: true,
             late_initialize: set.can_late_initialize(),
         },
-        Err(e) => Policies {
+        Err(e) => ManagementPolicies {
             set: e.to_string(),
             defaulted,
             valid: false,

@@ -87,7 +87,7 @@ pub struct Explanation {
     /// Whether reconciliation is paused, and by what.
     pub paused: Fact,
     /// The effective management-policy set.
-    pub policies: Policies,
+    pub policies: ManagementPolicies,
     /// What a delete would do to the external resource now.
     pub deletion: Deletion,
     /// Rules that would deny any UPDATE now, whatever it changes.
@@ -154,7 +154,7 @@ pub struct Creation {
 /// The effective management-policy set.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Policies {
+pub struct ManagementPolicies {
     /// The set as mrguard reads it, e.g. `[Observe, Create]`, or the error.
     pub set: String,
     /// Whether `spec.managementPolicies` is absent (the default `[*]`).

@@ -11,14 +11,14 @@ use crate::admission::decider::Decider;
 use crate::admission::model::Operation;
 use crate::admission::mr::{self, DeletionOutcome, Mr, PolicyAction, PolicySet};
 use crate::cluster::identity::IdentityIndex;
-use crate::commands::check::{judge_manifest, Applier, JudgeError, LiveFinding, LiveResult};
+use crate::commands::check::{judge_manifest, Applier, CheckError, CheckFinding, CheckResult};
 use crate::commands::explain::{display_path, DEFAULT_PROVIDER_MANAGERS};
 use crate::commands::managed_fields;
 use crate::commands::manifest::Manifest;
 use crate::commands::merge;
 
 use super::fields::{drift, Marks, Then};
-use super::{Action, Entry, Mark};
+use super::{Entry, Mark, PlanAction};
 
 /// Plans manifests and deletions with one configuration.
 pub struct Planner<'a> {
@@ -33,7 +33,7 @@ pub struct Planner<'a> {
 }
 
 /// An entry's identity fields, from an object.
-fn blank(object: &Value, action: Action, verdict: &str) -> Entry {
+fn blank(object: &Value, action: PlanAction, verdict: &str) -> Entry {
     let (api_version, kind, namespace, name) = identity(object);
     Entry {
         object: label(object),
@@ -53,7 +53,7 @@ fn blank(object: &Value, action: Action, verdict: &str) -> Entry {
     }
 }
 
-fn from_result(m: &Manifest, r: LiveResult, action: Action) -> Entry {
+fn from_result(m: &Manifest, r: CheckResult, action: PlanAction) -> Entry {
     let mut e = blank(&m.object, action, &r.verdict);
     if r.verdict == "unchanged" {
         e.verdict = "allowed".into();
@@ -138,7 +138,7 @@ impl<'a> Planner<'a> {
 
     /// The entry of manifest `m` applied over `live` (kubectl's
     /// client-side apply), or created when there is no live object.
-    pub fn apply(&self, m: &Manifest, live: Option<&Value>) -> Result<Entry, JudgeError> {
+    pub fn apply(&self, m: &Manifest, live: Option<&Value>) -> Result<Entry, CheckError> {
         let result = judge_manifest(
             m,
             live,
@@ -155,7 +155,7 @@ impl<'a> Planner<'a> {
         let new = match live {
             Some(l) => {
                 merge::client_side_apply(l, &m.object)
-                    .map_err(|e| JudgeError {
+                    .map_err(|e| CheckError {
                         object: label(&m.object),
                         reason: e.to_string(),
                     })?
@@ -203,26 +203,26 @@ impl<'a> Planner<'a> {
             marks.changes(live.unwrap_or(&empty), &new)
         };
         let action = match live {
-            None if adopts(&m.object, set, self.config) => Action::Adopt,
-            None => Action::Create,
+            None if adopts(&m.object, set, self.config) => PlanAction::Adopt,
+            None => PlanAction::Create,
             // Only kubectl's bookkeeping, or nothing the provider reads.
-            Some(_) if unchanged || fields.is_empty() => Action::NoChange,
-            Some(_) if ignore_for_provider.is_some() => Action::Ignored,
+            Some(_) if unchanged || fields.is_empty() => PlanAction::NoChange,
+            Some(_) if ignore_for_provider.is_some() => PlanAction::Ignored,
             Some(_)
                 if !fields.is_empty()
                     && fields
                         .iter()
                         .all(|f| matches!(f.mark, Mark::Ignored { .. })) =>
             {
-                Action::Ignored
+                PlanAction::Ignored
             }
             Some(_) => match fields.iter().find_map(|f| match &f.mark {
                 Mark::ForcesReplacement { .. } => Some(result.verdict == "denied"),
                 _ => None,
             }) {
-                Some(true) => Action::ReplaceDenied,
-                Some(false) => Action::ReplaceWarned,
-                None => Action::UpdateInPlace,
+                Some(true) => PlanAction::ReplaceDenied,
+                Some(false) => PlanAction::ReplaceWarned,
+                None => PlanAction::UpdateInPlace,
             },
         };
         if let Some(l) = live {
@@ -273,12 +273,12 @@ impl<'a> Planner<'a> {
 
     /// The entry of deleting `live`; `because` says why it is deleted
     /// (`--delete`, or the prune that chose it).
-    pub fn delete(&self, live: &Value, because: &str) -> Result<Entry, JudgeError> {
+    pub fn delete(&self, live: &Value, because: &str) -> Result<Entry, CheckError> {
         let m = Mr(live);
         let outcome = m.deletion_outcome();
         let action = match outcome {
-            DeletionOutcome::Delete => Action::DeleteExternal,
-            DeletionOutcome::Orphan => Action::OrphanExternal,
+            DeletionOutcome::Delete => PlanAction::DeleteExternal,
+            DeletionOutcome::Orphan => PlanAction::OrphanExternal,
         };
         let (api_version, kind, _, _) = identity(live);
         let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
@@ -288,7 +288,7 @@ impl<'a> Planner<'a> {
             .unwrap_or_default();
         let judged = Decider::new(self.config, &cluster, self.now)
             .judge(Operation::Delete, live, None, self.username, None)
-            .map_err(|e| JudgeError {
+            .map_err(|e| CheckError {
                 object: label(live),
                 reason: e.to_string(),
             })?;
@@ -303,7 +303,7 @@ impl<'a> Planner<'a> {
             .iter()
             .map(|f| {
                 let path = crate::commands::sarif::finding_path(&f.rule, &f.message);
-                LiveFinding {
+                CheckFinding {
                     rule: f.rule.to_string(),
                     action: f.action.as_str().to_string(),
                     message: match &f.fix {
@@ -340,7 +340,7 @@ impl<'a> Planner<'a> {
 
     /// The entry of a manifest that is not planned, and why.
     pub fn skipped(m: &Manifest, why: &str) -> Entry {
-        let mut e = blank(&m.object, Action::Skipped, "skipped");
+        let mut e = blank(&m.object, PlanAction::Skipped, "skipped");
         e.file = Some(m.file.clone());
         e.line = Some(m.lines.start);
         e.notes.push(why.to_string());
@@ -350,7 +350,7 @@ impl<'a> Planner<'a> {
     /// The entry of a manifest the API server would refuse before any
     /// webhook (e.g. a kind it does not serve): planned as a create.
     pub fn rejected(m: &Manifest, reason: String) -> Entry {
-        let mut e = blank(&m.object, Action::Create, "invalid");
+        let mut e = blank(&m.object, PlanAction::Create, "invalid");
         e.file = Some(m.file.clone());
         e.line = Some(m.lines.start);
         e.invalid = Some(reason);

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use crate::admission::crd::NodeShape;
-use crate::commands::check::LiveFinding;
+use crate::commands::check::CheckFinding;
 use crate::commands::explain::display_path;
 use crate::commands::managed_fields::{ManagedEntry, Step};
 use crate::commands::merge::LAST_APPLIED;
@@ -92,7 +92,7 @@ pub(super) struct Marks<'a> {
     /// Whether a field manager is the provider.
     pub(super) is_provider: &'a dyn Fn(&str) -> bool,
     /// The findings of the judgement.
-    pub(super) findings: &'a [LiveFinding],
+    pub(super) findings: &'a [CheckFinding],
     /// Why the provider writes no `spec.forProvider` change, if it does not.
     pub(super) ignore_for_provider: Option<String>,
     /// Why the provider writes no `spec.initProvider` change, if it does not.

@@ -1,7 +1,7 @@
 //! `mrguard plan`: what applying manifests (and deleting objects) will do
 //! to the external resources, before anyone applies them (docs/plan.md).
 //!
-//! For each MR one [`Entry`]: an [`Action`] in the words Terraform users
+//! For each MR one [`Entry`]: an [`PlanAction`] in the words Terraform users
 //! read, the field-level diff of `spec.forProvider`, `spec.initProvider`,
 //! the annotations and the policies, each field with a [`Mark`] saying what
 //! the change meets, and the findings as `check --live` gives them.
@@ -31,14 +31,14 @@ pub use action::Planner;
 pub use render::{render_markdown, render_text, summary_line};
 pub use select::{prune_candidates, Selector, SelectorError};
 
-use crate::commands::check::LiveFinding;
+use crate::commands::check::CheckFinding;
 
 /// The schema identifier of `plan -o json` (docs/plan.schema.json).
 pub const SCHEMA: &str = "mrguard.io/plan/v1";
 
 /// What applying (or deleting) does to one MR and its external resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Action {
+pub enum PlanAction {
     /// No live object: the provider creates the external resource.
     #[serde(rename = "create")]
     Create,
@@ -71,38 +71,38 @@ pub enum Action {
     Skipped,
 }
 
-impl Action {
+impl PlanAction {
     /// The words of the action, as printed.
     pub fn as_str(self) -> &'static str {
         match self {
-            Action::Create => "create",
-            Action::UpdateInPlace => "update in place",
-            Action::NoChange => "no change",
-            Action::ReplaceDenied => "replace required (denied)",
-            Action::ReplaceWarned => "replace required (documented, warned)",
-            Action::Ignored => "ignored (management policies)",
-            Action::DeleteExternal => "delete external",
-            Action::OrphanExternal => "orphan external",
-            Action::Adopt => "adopt",
-            Action::Skipped => "skipped",
+            PlanAction::Create => "create",
+            PlanAction::UpdateInPlace => "update in place",
+            PlanAction::NoChange => "no change",
+            PlanAction::ReplaceDenied => "replace required (denied)",
+            PlanAction::ReplaceWarned => "replace required (documented, warned)",
+            PlanAction::Ignored => "ignored (management policies)",
+            PlanAction::DeleteExternal => "delete external",
+            PlanAction::OrphanExternal => "orphan external",
+            PlanAction::Adopt => "adopt",
+            PlanAction::Skipped => "skipped",
         }
     }
 
     /// The Terraform-like sign of the action.
     pub fn sign(self) -> &'static str {
         match self {
-            Action::Create | Action::Adopt => "+",
-            Action::UpdateInPlace => "~",
-            Action::ReplaceDenied | Action::ReplaceWarned => "-/+",
-            Action::DeleteExternal => "-",
-            Action::OrphanExternal => "-(orphan)",
-            Action::NoChange | Action::Ignored | Action::Skipped => " ",
+            PlanAction::Create | PlanAction::Adopt => "+",
+            PlanAction::UpdateInPlace => "~",
+            PlanAction::ReplaceDenied | PlanAction::ReplaceWarned => "-/+",
+            PlanAction::DeleteExternal => "-",
+            PlanAction::OrphanExternal => "-(orphan)",
+            PlanAction::NoChange | PlanAction::Ignored | PlanAction::Skipped => " ",
         }
     }
 
     /// Whether the action changes anything (for `--detailed-exitcode`).
     pub fn is_change(self) -> bool {
-        !matches!(self, Action::NoChange | Action::Skipped)
+        !matches!(self, PlanAction::NoChange | PlanAction::Skipped)
     }
 }
 
@@ -189,14 +189,14 @@ pub struct Entry {
     /// The line the manifest's object starts on.
     pub line: Option<usize>,
     /// What happens.
-    pub action: Action,
+    pub action: PlanAction,
     /// `allowed`, `denied`, `invalid` (the API server would refuse it) or
     /// `skipped`.
     pub verdict: String,
     /// The field-level diff.
     pub fields: Vec<FieldChange>,
     /// mrguard's findings, as `check --live` gives them.
-    pub findings: Vec<LiveFinding>,
+    pub findings: Vec<CheckFinding>,
     /// Warnings the API server would pass on.
     pub warnings: Vec<String>,
     /// Why the API server would refuse it.
@@ -258,15 +258,15 @@ impl Plan {
         let mut s = Summary::default();
         for e in &entries {
             match e.action {
-                Action::Create => s.create += 1,
-                Action::Adopt => s.adopt += 1,
-                Action::UpdateInPlace => s.update += 1,
-                Action::ReplaceDenied | Action::ReplaceWarned => s.replace += 1,
-                Action::DeleteExternal => s.delete += 1,
-                Action::OrphanExternal => s.orphan += 1,
-                Action::Ignored => s.ignored += 1,
-                Action::NoChange => s.no_change += 1,
-                Action::Skipped => s.skipped += 1,
+                PlanAction::Create => s.create += 1,
+                PlanAction::Adopt => s.adopt += 1,
+                PlanAction::UpdateInPlace => s.update += 1,
+                PlanAction::ReplaceDenied | PlanAction::ReplaceWarned => s.replace += 1,
+                PlanAction::DeleteExternal => s.delete += 1,
+                PlanAction::OrphanExternal => s.orphan += 1,
+                PlanAction::Ignored => s.ignored += 1,
+                PlanAction::NoChange => s.no_change += 1,
+                PlanAction::Skipped => s.skipped += 1,
             }
             s.denied += usize::from(e.is_denied());
             s.changes += usize::from(e.action.is_change());

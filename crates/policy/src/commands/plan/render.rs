@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{Action, FieldChange, Mark, Plan};
+use super::{FieldChange, Mark, Plan, PlanAction};
 
 /// Values longer than this many characters are shortened.
 const WIDTH: usize = 60;
@@ -42,13 +42,15 @@ impl Paint {
             s.to_string()
         }
     }
-    fn action(&self, a: Action, s: &str) -> String {
+    fn action(&self, a: PlanAction, s: &str) -> String {
         let code = match a {
-            Action::Create | Action::Adopt => "32",
-            Action::UpdateInPlace => "33",
-            Action::ReplaceDenied | Action::ReplaceWarned | Action::DeleteExternal => "31",
-            Action::OrphanExternal => "36",
-            Action::NoChange | Action::Ignored | Action::Skipped => "2",
+            PlanAction::Create | PlanAction::Adopt => "32",
+            PlanAction::UpdateInPlace => "33",
+            PlanAction::ReplaceDenied | PlanAction::ReplaceWarned | PlanAction::DeleteExternal => {
+                "31"
+            }
+            PlanAction::OrphanExternal => "36",
+            PlanAction::NoChange | PlanAction::Ignored | PlanAction::Skipped => "2",
         };
         self.wrap(code, s)
     }
@@ -157,7 +159,7 @@ fn html(s: &str) -> String {
 pub fn render_markdown(plan: &Plan) -> String {
     let mut s = String::from("## mrguard plan\n\n");
     s.push_str(&format!("**Plan:** {}.\n\n", summary_line(plan)));
-    s.push_str("| Object | Action | Verdict | Fields | Findings | Manifest |\n");
+    s.push_str("| Object | PlanAction | Verdict | Fields | Findings | Manifest |\n");
     s.push_str("|---|---|---|---|---|---|\n");
     for e in &plan.entries {
         let manifest = match (&e.file, e.line) {

@@ -60,7 +60,7 @@ fn no_live_object_is_a_create_with_every_field_in_place() {
         let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&m, None)
             .unwrap();
-        assert_eq!(e.action, Action::Create, "{av}");
+        assert_eq!(e.action, PlanAction::Create, "{av}");
         assert_eq!(e.verdict, "allowed", "{av}: {:?}", e.findings);
         assert_eq!(field(&e, "spec.forProvider.region").mark, Mark::InPlace);
         assert_eq!(field(&e, "spec.forProvider.region").old, None);
@@ -77,14 +77,14 @@ fn an_external_name_or_observe_only_policies_adopt() {
         let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&o), None)
             .unwrap();
-        assert_eq!(e.action, Action::Adopt, "{av}");
+        assert_eq!(e.action, PlanAction::Adopt, "{av}");
         assert!(e.findings.iter().any(|f| f.rule == "adoption"), "{av}");
         let mut o = object(av, ns, fp());
         o["spec"]["managementPolicies"] = json!(["Observe"]);
         let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&o), None)
             .unwrap();
-        assert_eq!(e.action, Action::Adopt, "{av}");
+        assert_eq!(e.action, PlanAction::Adopt, "{av}");
         assert!(matches!(
             &field(&e, "spec.forProvider.region").mark,
             Mark::Ignored { reason } if reason.contains("lack Create")
@@ -102,7 +102,7 @@ fn a_change_to_a_mutable_field_is_an_update_in_place() {
         let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&object(av, ns, new)), Some(&l))
             .unwrap();
-        assert_eq!(e.action, Action::UpdateInPlace, "{av}");
+        assert_eq!(e.action, PlanAction::UpdateInPlace, "{av}");
         assert_eq!(e.verdict, "allowed");
         let f = field(&e, "spec.forProvider.instanceClass");
         assert_eq!(
@@ -125,7 +125,7 @@ fn the_same_manifest_is_no_change() {
         let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&o), Some(&live(&o)))
             .unwrap();
-        assert_eq!(e.action, Action::NoChange, "{av}");
+        assert_eq!(e.action, PlanAction::NoChange, "{av}");
         assert!(e.fields.is_empty());
         assert!(!e.action.is_change());
     }
@@ -141,7 +141,7 @@ fn a_curated_immutable_change_is_a_denied_replacement() {
         let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&object(av, ns, new)), Some(&l))
             .unwrap();
-        assert_eq!(e.action, Action::ReplaceDenied, "{av}");
+        assert_eq!(e.action, PlanAction::ReplaceDenied, "{av}");
         assert_eq!(e.verdict, "denied");
         assert!(e.is_denied());
         assert_eq!(
@@ -191,7 +191,12 @@ fn a_documented_immutable_change_is_a_warned_replacement() {
             .crds(Some(&crds))
             .apply(&manifest(&object(av, ns, new)), Some(&l))
             .unwrap();
-        assert_eq!(e.action, Action::ReplaceWarned, "{av}: {:?}", e.findings);
+        assert_eq!(
+            e.action,
+            PlanAction::ReplaceWarned,
+            "{av}: {:?}",
+            e.findings
+        );
         assert_eq!(e.verdict, "allowed");
         assert_eq!(
             field(&e, "spec.forProvider.engine").mark,
@@ -217,7 +222,7 @@ fn before_creation_an_immutable_change_is_in_place() {
     let e = Planner::new(&cfg, jiff::Timestamp::now())
         .apply(&manifest(&object(av, ns, new)), Some(&l))
         .unwrap();
-    assert_eq!(e.action, Action::UpdateInPlace);
+    assert_eq!(e.action, PlanAction::UpdateInPlace);
     assert_eq!(field(&e, "spec.forProvider.region").mark, Mark::InPlace);
     assert!(e.notes.iter().any(|n| n.contains("not created yet")));
 }
@@ -239,7 +244,7 @@ fn a_field_the_provider_late_initialized_names_its_field_manager() {
         let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&object(av, ns, new)), Some(&l))
             .unwrap();
-        assert_eq!(e.action, Action::UpdateInPlace, "{av}");
+        assert_eq!(e.action, PlanAction::UpdateInPlace, "{av}");
         let f = field(&e, "spec.forProvider.engineVersion");
         assert_eq!(
             f.mark,
@@ -274,7 +279,7 @@ fn without_update_in_the_policies_changes_are_ignored() {
         let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&o), Some(&l))
             .unwrap();
-        assert_eq!(e.action, Action::Ignored, "{av}");
+        assert_eq!(e.action, PlanAction::Ignored, "{av}");
         assert!(matches!(
             &field(&e, "spec.forProvider.instanceClass").mark,
             Mark::Ignored { reason } if reason.contains("lack Update")
@@ -297,7 +302,7 @@ fn init_provider_changes_of_a_created_mr_are_ignored() {
         let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&o), Some(&l))
             .unwrap();
-        assert_eq!(e.action, Action::Ignored, "{av}");
+        assert_eq!(e.action, PlanAction::Ignored, "{av}");
         assert!(matches!(
             &field(&e, "spec.initProvider.storage").mark,
             Mark::Ignored { reason } if reason.contains("only when")
@@ -321,7 +326,7 @@ fn drift_says_what_the_cloud_has_and_what_the_provider_does() {
             let e = Planner::new(&cfg, jiff::Timestamp::now())
                 .apply(&manifest(&o), Some(&l))
                 .unwrap();
-            assert_eq!(e.action, Action::NoChange, "{av}");
+            assert_eq!(e.action, PlanAction::NoChange, "{av}");
             assert_eq!(e.fields.len(), 1, "{:?}", e.fields);
             let f = field(&e, "spec.forProvider.instanceClass");
             assert!(
@@ -364,7 +369,7 @@ fn a_key_only_the_cloud_has_in_a_map_the_spec_sets_is_drift() {
             let e = Planner::new(&cfg, jiff::Timestamp::now())
                 .apply(&manifest(&o), Some(&l))
                 .unwrap();
-            assert_eq!(e.action, Action::NoChange, "{av}");
+            assert_eq!(e.action, PlanAction::NoChange, "{av}");
             assert_eq!(e.fields.len(), 1, "{av}: {:?}", e.fields);
             let f = field(&e, "spec.forProvider.tags.owner");
             assert!(
@@ -437,7 +442,7 @@ fn annotations_and_policies_are_diffed_without_kubectls_bookkeeping() {
         let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&new), Some(&l))
             .unwrap();
-        assert_eq!(e.action, Action::UpdateInPlace, "{av}");
+        assert_eq!(e.action, PlanAction::UpdateInPlace, "{av}");
         assert_eq!(field(&e, "metadata.annotations.team").mark, Mark::InPlace);
         assert_eq!(
             field(&e, "spec.managementPolicies").old,
@@ -453,21 +458,21 @@ fn deletion_outcomes_follow_the_policies() {
     let cfg = Config::builtin();
     let cases = [
         // (scope index, deletionPolicy, managementPolicies, action)
-        (0, Some("Delete"), None, Action::DeleteExternal),
-        (0, Some("Orphan"), None, Action::OrphanExternal),
+        (0, Some("Delete"), None, PlanAction::DeleteExternal),
+        (0, Some("Orphan"), None, PlanAction::OrphanExternal),
         (
             0,
             Some("Orphan"),
             Some(json!(["Observe", "Create", "Update", "Delete"])),
-            Action::DeleteExternal,
+            PlanAction::DeleteExternal,
         ),
         // `.m.`: no deletionPolicy, the policies alone decide.
-        (1, None, None, Action::DeleteExternal),
+        (1, None, None, PlanAction::DeleteExternal),
         (
             1,
             None,
             Some(json!(["Observe", "Create", "Update", "LateInitialize"])),
-            Action::OrphanExternal,
+            PlanAction::OrphanExternal,
         ),
     ];
     for (scope, policy, policies, want) in cases {
@@ -498,7 +503,7 @@ fn a_protected_deletion_is_denied() {
         let e = Planner::new(&cfg, jiff::Timestamp::now())
             .delete(&o, "pruned")
             .unwrap();
-        assert_eq!(e.action, Action::DeleteExternal);
+        assert_eq!(e.action, PlanAction::DeleteExternal);
         assert_eq!(e.verdict, "denied", "{av}: {:?}", e.findings);
         assert!(e
             .findings
@@ -511,7 +516,10 @@ fn a_protected_deletion_is_denied() {
 fn skipped_and_rejected_manifests_say_why() {
     let m = manifest(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}));
     let e = Planner::skipped(&m, "not a managed resource");
-    assert_eq!((e.action, e.verdict.as_str()), (Action::Skipped, "skipped"));
+    assert_eq!(
+        (e.action, e.verdict.as_str()),
+        (PlanAction::Skipped, "skipped")
+    );
     let e = Planner::rejected(&m, "no matches for kind".into());
     assert!(e.is_denied());
     assert_eq!(e.invalid.as_deref(), Some("no matches for kind"));
@@ -589,7 +597,7 @@ fn text_is_coloured_only_when_asked() {
 fn markdown_has_a_table_row_and_a_section_per_entry() {
     let md = render_markdown(&example_plan());
     assert!(md.contains(
-        "| Object | Action | Verdict | Fields | Findings | Manifest |\n|---|---|---|---|---|---|\n"
+        "| Object | PlanAction | Verdict | Fields | Findings | Manifest |\n|---|---|---|---|---|---|\n"
     ));
     assert!(md.contains("| `Instance/db` | replace required (denied) | **denied** | 2 | 1 | `gitops/db.yaml:1` |"), "{md}");
     assert_eq!(md.matches("<details>").count(), 4);
@@ -612,7 +620,7 @@ fn only_kubectls_bookkeeping_is_no_change() {
         let e = Planner::new(&cfg, jiff::Timestamp::now())
             .apply(&manifest(&o), Some(&l))
             .unwrap();
-        assert_eq!(e.action, Action::NoChange, "{av}: {:?}", e.fields);
+        assert_eq!(e.action, PlanAction::NoChange, "{av}: {:?}", e.fields);
         assert!(e
             .notes
             .iter()
