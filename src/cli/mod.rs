@@ -16,7 +16,7 @@ pub use crate::app::explain::ExplainArgs;
 pub use crate::app::parse::parse_duration;
 pub use crate::app::plan::PlanArgs;
 pub use crate::app::serve::ServeArgs;
-pub use crate::app::suite::TestArgs;
+pub use crate::app::test::TestArgs;
 
 /// A flag given twice takes its last value (`args_override_self`), as
 /// kubectl and most Kubernetes components do: the chart's `extraArgs` come
@@ -232,7 +232,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Audit(args) => app::audit::run(*args),
         Command::Plan(args) => app::plan::run(*args),
         Command::Explain(args) => app::explain::run(*args),
-        Command::Test(args) => app::suite::run(*args),
+        Command::Test(args) => app::test::run(*args),
         Command::Certs(cmd) => app::certs::run(cmd),
         Command::Completion(args) => {
             completion::completion(&args, <Cli as clap::CommandFactory>::command())

@@ -11,8 +11,8 @@
 use kube::api::{Api, DynamicObject};
 use serde_json::{json, Value};
 
+use crate::check_live::{mrguard, text};
 use crate::compositions::crossplane_crd;
-use crate::preflight::{mrguard, text};
 use crate::support::{self, api, resource, wait_for, Options, WAIT};
 
 /// The oldest API server these tests need: custom resources, Crossplane's

@@ -169,9 +169,9 @@ fn summary(results: &[Value]) -> Vec<(String, String, String)> {
 /// modes agree; the findings point at the manifest's lines; nothing is
 /// written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn preflight_judges_manifests_against_the_live_objects() {
+async fn check_live_judges_manifests_against_the_live_objects() {
     let Some(cluster) =
-        support::require_cluster("preflight_judges_manifests_against_the_live_objects").await
+        support::require_cluster("check_live_judges_manifests_against_the_live_objects").await
     else {
         return;
     };
@@ -370,9 +370,9 @@ async fn grant(client: &kube::Client, name: &str, sa_ns: &str, sa: &str, verbs: 
 /// naming the object and the verb; with `get` only, the client merge works
 /// and the server-side dry run names `patch`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn preflight_names_the_object_and_verb_the_credentials_lack() {
+async fn check_live_names_the_object_and_verb_the_credentials_lack() {
     let Some(cluster) =
-        support::require_cluster("preflight_names_the_object_and_verb_the_credentials_lack").await
+        support::require_cluster("check_live_names_the_object_and_verb_the_credentials_lack").await
     else {
         return;
     };

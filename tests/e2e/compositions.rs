@@ -237,7 +237,7 @@ async fn a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr() {
         cluster.admin_kubeconfig().display().to_string(),
     );
     let explain = |target: &str| {
-        let out = crate::preflight::mrguard(&[
+        let out = crate::check_live::mrguard(&[
             "explain",
             target,
             "--kubeconfig",
@@ -251,7 +251,7 @@ async fn a_composition_is_warned_about_and_a_composed_mr_denial_names_its_xr() {
             out.status.code(),
             Some(0),
             "{}",
-            crate::preflight::text(&out.stderr)
+            crate::check_live::text(&out.stderr)
         );
         serde_json::from_slice::<Value>(&out.stdout).unwrap()
     };

@@ -7,7 +7,7 @@
 use kube::api::{Api, DynamicObject};
 use serde_json::{json, Value};
 
-use crate::preflight::{
+use crate::check_live::{
     ensure_namespace, kubectl_apply_create, mrguard, provider_patch, text, KUBECTL, PROVIDER,
 };
 use crate::support::{self, resource};

@@ -8,7 +8,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
-use crate::preflight::{mrguard, text};
+use crate::check_live::{mrguard, text};
 use crate::support::{self, api, wait_for, Options, WAIT};
 
 /// A stand-in for Crossplane v2's namespaced Bucket, written here

@@ -13,7 +13,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
-use crate::preflight::{ensure_namespace, kubectl_apply_create, mrguard_in, provider_patch, text};
+use crate::check_live::{ensure_namespace, kubectl_apply_create, mrguard_in, provider_patch, text};
 use crate::support::{self, Cluster};
 
 /// The oldest API server the plan needs: every supported one.
@@ -186,7 +186,7 @@ async fn plan_says_what_applying_does_to_each_mr() {
             "spec": {"forProvider": {"engineVersion": "16.1"}}});
         api.patch(
             "late-init",
-            &PatchParams::apply(crate::preflight::PROVIDER),
+            &PatchParams::apply(crate::check_live::PROVIDER),
             &Patch::Apply(&patch),
         )
         .await

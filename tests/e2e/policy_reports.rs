@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
-use crate::preflight::{ensure_namespace, kubectl_apply_create};
+use crate::check_live::{ensure_namespace, kubectl_apply_create};
 use crate::support::{self, cluster::create_crd, resource, wait_for, Options, WAIT};
 use mrguard::controller::leader::reports::ReportWriter;
 use mrguard_policy::admission::model::Action;

@@ -5,7 +5,7 @@
 
 use std::process::{Command, Output};
 
-use crate::preflight::text;
+use crate::check_live::text;
 use crate::support;
 
 /// Runs the built binary with `args`; with `tty`, under `script`, so that

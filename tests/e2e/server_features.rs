@@ -14,7 +14,7 @@
 
 use serde_json::{json, Value};
 
-use crate::preflight::{mrguard, text};
+use crate::check_live::{mrguard, text};
 use crate::support::{self, api, needs, Options};
 
 const PROVIDER: &str = "system:serviceaccount:crossplane-system:provider-aws-s3";

@@ -17,7 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
-use crate::preflight::{mrguard_in, text};
+use crate::check_live::{mrguard_in, text};
 use crate::support::crossplane::running::{self, RECONCILE};
 use crate::support::crossplane::{Crossplane, CrossplaneOptions, ObjectKinds};
 use crate::support::{self, cluster::ClusterOptions, wait_for, Cluster, Options, Release};

@@ -1,6 +1,6 @@
 //! `mrguard check --live` without a cluster: flags, input errors, and
 //! what happens when the API server cannot be reached. Against a real API
-//! server: tests/e2e/preflight.rs.
+//! server: tests/e2e/check_live.rs.
 
 use std::process::{Command, Output};
 

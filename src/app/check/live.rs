@@ -13,10 +13,10 @@ use kube::api::{Patch, PatchParams};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::claimants::Families;
-use super::cluster::{self, api_error, ClusterError, ConfigSource, Discovery};
-use super::manifests::{self, Manifest, ManifestError};
-use super::progress::Progress;
+use super::super::claimants::Families;
+use super::super::cluster::{self, api_error, ClusterError, ConfigSource, Discovery};
+use super::super::manifests::{self, Manifest, ManifestError};
+use super::super::progress::Progress;
 use mrguard_policy::admission::api_server::identity;
 use mrguard_policy::admission::crd::Crds;
 use mrguard_policy::admission::model::Operation;
@@ -145,7 +145,7 @@ async fn check_all(
     let mut crd_tried: std::collections::HashMap<String, Option<String>> =
         std::collections::HashMap::new();
     let mut families = Families::default();
-    let mut activations = super::activations::Lazy::default();
+    let mut activations = super::super::activations::Lazy::default();
     // Every manifest is judged as applied by the user, at one instant.
     let by = Applier {
         username: args.username,
@@ -302,7 +302,7 @@ async fn check_all(
 /// composed kind that no MRAP activates is a warning.
 async fn composition(
     client: &kube::Client,
-    activations: &mut super::activations::Lazy,
+    activations: &mut super::super::activations::Lazy,
     m: &Manifest,
 ) -> CheckResult {
     let mut r = skipped(
@@ -331,7 +331,7 @@ pub(crate) fn run(args: &LiveCheck<'_>) -> i32 {
             return 2;
         }
     };
-    let Some(runtime) = super::cluster::runtime("check") else {
+    let Some(runtime) = super::super::cluster::runtime("check") else {
         return 2;
     };
     let results = match runtime.block_on(check_all(args, manifests)) {

@@ -2,6 +2,8 @@
 //! multi-document YAML file. Each document is wrapped in the AdmissionReview
 //! the API server would send and judged by the same pure functions.
 
+pub mod live;
+
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -20,8 +22,8 @@ use mrguard_policy::admission::model::Operation;
 use mrguard_policy::cluster::composition::{self, XrSchemas};
 use mrguard_policy::cluster::Cluster;
 
-use super::live::{CheckFinding, CheckOutput, CheckResult};
 use super::manifests::{self, Manifest, ManifestError};
+use live::{CheckFinding, CheckOutput, CheckResult};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "UPPER")]
@@ -82,7 +84,7 @@ pub struct CheckArgs {
     #[arg(long, value_name = "N", default_value_t = manifests::MAX_DOCUMENTS)]
     pub(crate) max_documents: usize,
     #[command(flatten)]
-    pub(crate) live: super::live::LiveArgs,
+    pub(crate) live: live::LiveArgs,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -488,7 +490,7 @@ pub(crate) fn run(mut args: CheckArgs) -> i32 {
     let positional = std::mem::take(&mut args.files);
     args.file.extend(positional);
     if args.live.live {
-        return super::live::run(&super::live::LiveCheck {
+        return live::run(&live::LiveCheck {
             files: &args.file,
             config: args.config.as_ref(),
             username: &args.username,
