@@ -186,12 +186,6 @@ pub enum ConfigFileError {
     },
 }
 
-fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
-    std::str::from_utf8(bytes)
-        .map_err(|e| ConfigError::Parse(format!("the file is not UTF-8: {e}")))
-        .and_then(Config::from_yaml)
-}
-
 /// Reads and validates a configuration file; returns it with the bytes read.
 pub fn load_file(path: &Path) -> Result<(Config, Vec<u8>), ConfigFileError> {
     let bytes = std::fs::read(path).map_err(|source| ConfigFileError::Read {
@@ -199,16 +193,13 @@ pub fn load_file(path: &Path) -> Result<(Config, Vec<u8>), ConfigFileError> {
         source,
     })?;
     let shown = path.display().to_string();
-    let config = parse(&bytes).map_err(|source| ConfigFileError::Invalid {
-        // The parser's snippets say "<input>"; name the file instead.
-        source: match source {
-            ConfigError::Parse(m) => {
-                ConfigError::Parse(m.replace("--> <input>:", &format!("--> {shown}:")))
+    let config =
+        mrguard_policy::admission::config::parse_file(&shown, &bytes).map_err(|source| {
+            ConfigFileError::Invalid {
+                path: shown.clone(),
+                source,
             }
-            other => other,
-        },
-        path: shown.clone(),
-    })?;
+        })?;
     Ok((config, bytes))
 }
 
@@ -232,7 +223,10 @@ pub(crate) async fn watch(
                 tracing::warn!(path = %path.display(), error = %e, "failed to read the config file, keeping the last good config");
                 store.failed();
             }
-            Polled::Changed(contents) => match parse(&contents[0]) {
+            Polled::Changed(contents) => match mrguard_policy::admission::config::parse_file(
+                &path.display().to_string(),
+                &contents[0],
+            ) {
                 Ok(config) => {
                     for w in config.privileged_exemptions() {
                         tracing::warn!(path = %path.display(), "{w}");

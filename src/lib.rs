@@ -6,6 +6,7 @@
 //! ([`app`], one function per subcommand, over [`server`], [`controller`]
 //! and the rest) → `mrguard_policy`; no module uses one that uses it back,
 //! parents and children included (`tests/it/architecture.rs` checks both).
+//! docs/architecture.md maps every module.
 //!
 //! Data flow of one admission request:
 //!

@@ -6,6 +6,7 @@
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::Api;
 use mrguard_policy::cluster::activation::{self, Activations};
+use serde_json::Value;
 
 use super::cluster::{api_error, ClusterError};
 
@@ -22,6 +23,16 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
 /// Every MRD and MRAP of the cluster; empty where the API does not exist.
 pub(crate) async fn list(client: &kube::Client) -> Result<Activations, ClusterError> {
     let mut known = Activations::default();
+    for o in list_objects(client).await? {
+        known.add(&o);
+    }
+    Ok(known)
+}
+
+/// The MRD and MRAP objects of the cluster, as read; none where the API
+/// does not exist.
+pub(crate) async fn list_objects(client: &kube::Client) -> Result<Vec<Value>, ClusterError> {
+    let mut out = Vec::new();
     for (kind, plural) in [
         (activation::MRD_KIND, activation::MRD_PLURAL),
         (activation::MRAP_KIND, activation::MRAP_PLURAL),
@@ -35,7 +46,7 @@ pub(crate) async fn list(client: &kube::Client) -> Result<Activations, ClusterEr
                     v["apiVersion"] =
                         format!("{}/{}", activation::GROUP, activation::VERSION).into();
                     v["kind"] = kind.into();
-                    known.add(&v);
+                    out.push(v);
                 }
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -48,26 +59,5 @@ pub(crate) async fn list(client: &kube::Client) -> Result<Activations, ClusterEr
             }
         }
     }
-    Ok(known)
-}
-
-/// [`list`], asked at most once, for a command that may need it for
-/// several manifests.
-#[derive(Default)]
-pub(crate) struct Lazy {
-    known: Option<Result<Activations, String>>,
-}
-
-impl Lazy {
-    /// The MRDs and MRAPs, or why they could not be read.
-    pub(crate) async fn get(&mut self, client: &kube::Client) -> Result<&Activations, &str> {
-        if self.known.is_none() {
-            self.known = Some(list(client).await.map_err(|e| e.to_string()));
-        }
-        match self.known.as_ref() {
-            Some(Ok(a)) => Ok(a),
-            Some(Err(e)) => Err(e),
-            None => Err("not read"),
-        }
-    }
+    Ok(out)
 }

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+use super::cluster::{ClusterContext, ConfigOrigin};
 use super::progress::Progress;
 use crate::controller::leader::audit::{discover, index_identities, pass, AuditFinding, PassEvent};
-use mrguard_policy::admission::config::Config;
 use mrguard_policy::cluster::Cluster;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -95,22 +95,14 @@ fn sort(findings: &mut [AuditFinding]) {
 /// Exit code: 0 when nothing is denied, 1 when a finding's action is Deny,
 /// 2 when the cluster or the configuration could not be read.
 pub(crate) fn run(args: AuditArgs) -> i32 {
-    let config = match &args.config {
-        None => Config::builtin(),
-        Some(path) => match crate::config::load_file(path) {
-            Ok((c, _)) => c,
-            Err(e) => {
-                eprintln!("mrguard audit: {e}");
-                return 2;
-            }
-        },
-    };
     let Some(runtime) = super::cluster::runtime("audit") else {
         return 2;
     };
     runtime.block_on(async move {
-        let client = match args.cluster.client().await {
-            Ok(c) => c,
+        let origin = ConfigOrigin::from_flags(args.config.as_ref(), None);
+        let connected = ClusterContext::connect(&args.cluster, None, &origin).await;
+        let (client, config) = match connected.and_then(|ctx| Ok((ctx.config()?, ctx))) {
+            Ok((config, ctx)) => (ctx.client, config),
             Err(e) => {
                 eprintln!("mrguard audit: {e}");
                 return 2;

@@ -8,8 +8,6 @@
 //! and keeps only the index entries (`mrguard_policy::cluster::identity::report`
 //! computes them as the replicas' watches do).
 
-use std::collections::HashMap;
-
 use futures::TryStreamExt;
 use kube::api::ListParams;
 use kube::core::{ApiResource, GroupVersionKind};
@@ -57,27 +55,16 @@ impl Family {
         group: &str,
         kind: &str,
     ) -> Result<Self, ClaimantsError> {
+        let folded = fold_group(group);
+        let kinds = list_kinds(client, |g| fold_group(g) == folded, kind).await?;
         let mut family = Family::default();
-        for ar in colliding_kinds(client, group, kind).await? {
-            let resource = format!("{}.{}", ar.plural, ar.group);
-            let pages = list_values(client.clone(), &ar, ListParams::default().limit(PAGE));
-            let mut pages = std::pin::pin!(pages);
-            while let Some(items) =
-                pages
-                    .try_next()
-                    .await
-                    .map_err(|source| ClaimantsError::List {
-                        resource: resource.clone(),
-                        source,
-                    })?
-            {
-                family.entries.extend(
-                    items
-                        .iter()
-                        .filter_map(|v| entry_of(v, &ar.group, &ar.kind, config)),
-                );
-            }
-            family.resources.push(resource);
+        for k in kinds {
+            family.entries.extend(
+                k.objects
+                    .iter()
+                    .filter_map(|v| entry_of(v, &k.group, &k.kind, config)),
+            );
+            family.resources.push(k.resource);
         }
         family.resources.sort();
         Ok(family)
@@ -91,24 +78,64 @@ impl Family {
     }
 }
 
-/// The served kinds named `kind` whose group folds to `group`'s: the
+/// The MRs of one served kind, listed in every namespace.
+pub(crate) struct ListedKind {
+    /// `plural.group`.
+    pub(crate) resource: String,
+    /// The kind's group.
+    pub(crate) group: String,
+    /// The kind.
+    pub(crate) kind: String,
+    /// Every object.
+    pub(crate) objects: Vec<serde_json::Value>,
+}
+
+/// Lists every object of the served kinds named `kind` in the groups
+/// `in_family` accepts.
+pub(crate) async fn list_kinds(
+    client: &kube::Client,
+    in_family: impl Fn(&str) -> bool,
+    kind: &str,
+) -> Result<Vec<ListedKind>, ClaimantsError> {
+    let mut out = Vec::new();
+    for ar in colliding_kinds(client, in_family, kind).await? {
+        let resource = format!("{}.{}", ar.plural, ar.group);
+        let pages = list_values(client.clone(), &ar, ListParams::default().limit(PAGE));
+        let mut pages = std::pin::pin!(pages);
+        let mut objects = Vec::new();
+        while let Some(items) = pages
+            .try_next()
+            .await
+            .map_err(|source| ClaimantsError::List {
+                resource: resource.clone(),
+                source,
+            })?
+        {
+            objects.extend(items);
+        }
+        out.push(ListedKind {
+            resource,
+            group: ar.group,
+            kind: ar.kind,
+            objects,
+        });
+    }
+    Ok(out)
+}
+
+/// The served kinds named `kind` in the groups `in_family` accepts: the
 /// legacy and the `.m.` namespaced kind of one provider family.
 pub(crate) async fn colliding_kinds(
     client: &kube::Client,
-    group: &str,
+    in_family: impl Fn(&str) -> bool,
     kind: &str,
 ) -> Result<Vec<ApiResource>, ClaimantsError> {
-    let folded = fold_group(group);
     let groups = client
         .list_api_groups()
         .await
         .map_err(ClaimantsError::Discovery)?;
     let mut out = Vec::new();
-    for g in groups
-        .groups
-        .iter()
-        .filter(|g| fold_group(&g.name) == folded)
-    {
+    for g in groups.groups.iter().filter(|g| in_family(&g.name)) {
         let Some(gv) = g
             .preferred_version
             .as_ref()
@@ -134,32 +161,4 @@ pub(crate) async fn colliding_kinds(
         }
     }
     Ok(out)
-}
-
-/// The families listed so far, by folded group and kind, so that many
-/// manifests of one kind list it once; a failure is kept as its message.
-#[derive(Debug, Default)]
-pub(crate) struct Families(HashMap<(String, String), Result<Family, String>>);
-
-impl Families {
-    /// The family of `group`/`kind`, listed on first use.
-    pub(crate) async fn get(
-        &mut self,
-        client: &kube::Client,
-        config: &Config,
-        group: &str,
-        kind: &str,
-    ) -> Result<&Family, &str> {
-        let key = (fold_group(group), kind.to_string());
-        if !self.0.contains_key(&key) {
-            let listed = Family::list(client, config, group, kind)
-                .await
-                .map_err(|e| e.to_string());
-            self.0.insert(key.clone(), listed);
-        }
-        match &self.0[&key] {
-            Ok(f) => Ok(f),
-            Err(e) => Err(e.as_str()),
-        }
-    }
 }

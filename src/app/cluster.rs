@@ -12,7 +12,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::Scope;
 use kube::Api;
 
-use mrguard_policy::admission::config::Config;
+use mrguard_policy::admission::config::{Config, ConfigSource, SourceError};
 
 /// The key of the chart's ConfigMap that holds the configuration.
 pub(crate) const CONFIG_KEY: &str = "config.yaml";
@@ -44,6 +44,9 @@ pub(crate) enum ClusterError {
     /// The configuration file named by `--config` is unreadable or invalid.
     #[error(transparent)]
     ConfigFile(#[from] crate::config::ConfigFileError),
+    /// The configuration read is not valid.
+    #[error(transparent)]
+    Config(#[from] SourceError),
     /// `--config-from-cluster` without a cluster to read it from.
     #[error("failed to load the configuration from ConfigMap {0}: --config-from-cluster needs a cluster to read it from")]
     NoCluster(String),
@@ -126,9 +129,9 @@ pub(crate) async fn client(
         .map_err(|e| ClusterError::Client(e.to_string()))
 }
 
-/// Where the configuration comes from.
+/// Where the configuration comes from, as the flags say.
 #[derive(Debug, Clone)]
-pub(crate) enum ConfigSource {
+pub(crate) enum ConfigOrigin {
     /// The built-in default.
     Builtin,
     /// A file.
@@ -137,35 +140,46 @@ pub(crate) enum ConfigSource {
     Cluster(String),
 }
 
-impl ConfigSource {
+impl ConfigOrigin {
     /// From `--config` and `--config-from-cluster` (clap keeps them apart).
     pub(crate) fn from_flags(file: Option<&PathBuf>, cluster: Option<&String>) -> Self {
         match (file, cluster) {
-            (Some(f), _) => ConfigSource::File(f.clone()),
-            (None, Some(c)) => ConfigSource::Cluster(c.clone()),
-            (None, None) => ConfigSource::Builtin,
+            (Some(f), _) => ConfigOrigin::File(f.clone()),
+            (None, Some(c)) => ConfigOrigin::Cluster(c.clone()),
+            (None, None) => ConfigOrigin::Builtin,
         }
     }
 
-    /// Loads it; the cluster is only asked for a ConfigMap source.
-    pub(crate) async fn load(&self, client: Option<&kube::Client>) -> Result<Config, ClusterError> {
+    /// Reads it without a cluster: a file's bytes, or the built-in one.
+    pub(crate) fn read_local(&self) -> Result<ConfigSource, ClusterError> {
         Ok(match self {
-            ConfigSource::Builtin => Config::builtin(),
-            ConfigSource::File(p) => crate::config::load_file(p)?.0,
-            ConfigSource::Cluster(at) => match client {
-                Some(c) => config_from_cluster(c, at).await?,
-                None => return Err(ClusterError::NoCluster(at.clone())),
+            ConfigOrigin::Builtin => ConfigSource::Builtin,
+            ConfigOrigin::File(p) => ConfigSource::File {
+                path: p.display().to_string(),
+                bytes: std::fs::read(p).map_err(|source| crate::config::ConfigFileError::Read {
+                    path: p.display().to_string(),
+                    source,
+                })?,
             },
+            ConfigOrigin::Cluster(at) => return Err(ClusterError::NoCluster(at.clone())),
         })
+    }
+
+    /// Reads it; the cluster is only asked for a ConfigMap source.
+    pub(crate) async fn read(
+        &self,
+        client: Option<&kube::Client>,
+    ) -> Result<ConfigSource, ClusterError> {
+        match (self, client) {
+            (ConfigOrigin::Cluster(at), Some(c)) => config_map_text(c, at).await,
+            _ => self.read_local(),
+        }
     }
 }
 
-/// The configuration in the ConfigMap `namespace/name` (key `config.yaml`,
-/// as the chart renders it).
-pub(crate) async fn config_from_cluster(
-    client: &kube::Client,
-    at: &str,
-) -> Result<Config, ClusterError> {
+/// The `config.yaml` key of the ConfigMap `namespace/name`, as the chart
+/// renders it.
+async fn config_map_text(client: &kube::Client, at: &str) -> Result<ConfigSource, ClusterError> {
     let bad = |reason: String| ClusterError::ConfigMap {
         at: at.to_string(),
         reason,
@@ -183,14 +197,58 @@ pub(crate) async fn config_from_cluster(
         .get(name)
         .await
         .map_err(|e| api_error("get", format!("configmaps {name:?} in namespace {ns:?}"), e))?;
-    let data = cm.data.unwrap_or_default();
-    let Some(text) = data.get(CONFIG_KEY) else {
+    let mut data = cm.data.unwrap_or_default();
+    let Some(text) = data.remove(CONFIG_KEY) else {
         let keys: Vec<&String> = data.keys().collect();
         return Err(bad(format!(
             "it has no key {CONFIG_KEY:?} (keys: {keys:?})"
         )));
     };
-    Config::from_yaml(text).map_err(|e| bad(e.to_string()))
+    Ok(ConfigSource::ConfigMap {
+        at: at.to_string(),
+        text,
+    })
+}
+
+/// What every command that reads a cluster starts from: the client, the
+/// configuration as read, the namespace of objects that name none, and
+/// discovery, so that `check --live`, `plan`, `explain` and `audit` set
+/// up one way.
+pub(crate) struct ClusterContext {
+    /// The client the flags name.
+    pub(crate) client: kube::Client,
+    /// The configuration as read, not yet parsed.
+    pub(crate) config: ConfigSource,
+    /// `-n`, else the kubeconfig context's namespace.
+    pub(crate) default_namespace: String,
+    /// Kinds resolved so far.
+    pub(crate) discovery: Discovery,
+}
+
+impl ClusterContext {
+    /// Connects as `args` say and reads the configuration.
+    pub(crate) async fn connect(
+        args: &ClusterArgs,
+        namespace: Option<&str>,
+        config: &ConfigOrigin,
+    ) -> Result<Self, ClusterError> {
+        let client = args.client().await?;
+        let config = config.read(Some(&client)).await?;
+        let default_namespace = namespace
+            .map(str::to_string)
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        Ok(ClusterContext {
+            client,
+            config,
+            default_namespace,
+            discovery: Discovery::default(),
+        })
+    }
+
+    /// The configuration, parsed.
+    pub(crate) fn config(&self) -> Result<Config, ClusterError> {
+        Ok(self.config.load()?)
+    }
 }
 
 /// A resource the cluster serves.

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::cluster::{self, api_error, ConfigSource, Resource};
+use super::cluster::{self, api_error, ClusterContext, ConfigOrigin, Resource};
 use super::manifests;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use mrguard_policy::admission::crd::Crds;
@@ -102,14 +102,18 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
             args.provider_managers.clone()
         },
     };
-    let source = ConfigSource::from_flags(args.config.as_ref(), args.config_from_cluster.as_ref());
+    let origin = ConfigOrigin::from_flags(args.config.as_ref(), args.config_from_cluster.as_ref());
     let needs_cluster = args.file.is_none() || args.config_from_cluster.is_some();
-    let client = if needs_cluster {
-        Some(args.cluster.client().await?)
+    let ctx = if needs_cluster {
+        Some(ClusterContext::connect(&args.cluster, args.namespace.as_deref(), &origin).await?)
     } else {
         None
     };
-    let config = source.load(client.as_ref()).await?;
+    let config = match &ctx {
+        Some(c) => c.config()?,
+        None => origin.read_local()?.load()?,
+    };
+    let client = ctx.as_ref().map(|c| c.client.clone());
     let mut facts = match &args.crd {
         Some(p) => Some(load_crds(p)?.cluster()),
         None => None,
@@ -140,10 +144,10 @@ async fn execute(args: &ExplainArgs) -> anyhow::Result<Vec<Explained>> {
                 }
                 Err(e) => return Err(e.into()),
             };
-            let ns = args
-                .namespace
-                .clone()
-                .unwrap_or_else(|| client.default_namespace().to_string());
+            let ns = ctx
+                .as_ref()
+                .map(|c| c.default_namespace.clone())
+                .unwrap_or_default();
             let what = resource.object(&ns, &name);
             let obj = resource
                 .api(client, &ns)

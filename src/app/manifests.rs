@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 pub(crate) use mrguard_policy::commands::manifest::{
-    parse, Manifest, ManifestError, MAX_DOCUMENTS,
+    parse_all, Manifest, ManifestError, Source, MAX_DOCUMENTS,
 };
 
 /// `path` itself, or every `.yaml`, `.yml` and `.json` file under the folder
@@ -58,19 +58,26 @@ pub(crate) fn read_text(path: &Path) -> Result<String, ManifestError> {
     })
 }
 
+/// The text of every file under `paths`, in order.
+pub(crate) fn read_sources(paths: &[PathBuf]) -> Result<Vec<Source>, ManifestError> {
+    let mut all = Vec::new();
+    for p in paths {
+        for f in files(p)? {
+            all.push(Source {
+                text: read_text(&f)?,
+                file: f.display().to_string(),
+            });
+        }
+    }
+    Ok(all)
+}
+
 /// Every object of every file under `paths`, in order.
 pub(crate) fn read(
     paths: &[PathBuf],
     max_documents: usize,
 ) -> Result<Vec<Manifest>, ManifestError> {
-    let mut all = Vec::new();
-    for p in paths {
-        for f in files(p)? {
-            let text = read_text(&f)?;
-            all.extend(parse(&f.display().to_string(), &text, max_documents)?);
-        }
-    }
-    Ok(all)
+    parse_all(&read_sources(paths)?, max_documents)
 }
 
 #[cfg(test)]

@@ -1,15 +1,16 @@
 //! What each subcommand does, as library functions: the command line
 //! ([`crate::cli`]) parses arguments into the typed options defined here
-//! and calls one function per subcommand (`serve::run`, `check::run`, which
-//! hands `--live` to `live::run`, `audit::run`, `explain::run`, ...).
+//! and calls one `run` function per subcommand. The modules are mapped in
+//! docs/architecture.md ("Source layout").
 //!
-//! Pure decisions stay in `mrguard_policy`; these modules read files, ask
-//! the cluster, and print. `check --live`, followed as data: `cli` parses
-//! the flags into [`check::CheckArgs`]; `live::run` reads the files
-//! (`manifests`), builds the client and configuration (`cluster`),
-//! fetches each live object, and hands manifest, live object and CRDs down
-//! once to `mrguard_policy::commands::check::judge_manifest` (which runs the offline
-//! pipeline); the results come back up once and are printed.
+//! Data flow of a one-shot command, `check --live` for one: `cli` parses
+//! the flags into [`check::CheckArgs`]; `check::run` reads the files
+//! (`manifests`) and connects (`cluster::ClusterContext`: client,
+//! configuration as read, default namespace, discovery); the pure
+//! `Request::parse` says what judging the manifests needs; `check::live`
+//! fetches exactly that; `mrguard_policy::commands::check::judge::judge`
+//! decides once, and the results are printed. Nothing here decides what
+//! it read.
 //!
 //! A new subcommand is a module here with its options (a `clap::Args`
 //! struct) and one `run` function, and one line in `cli`'s `Command`:
@@ -21,7 +22,6 @@ pub mod certs;
 pub mod check;
 pub(crate) mod claimants;
 pub(crate) mod cluster;
-pub(crate) mod compositions;
 pub mod config;
 pub mod controller_args;
 pub mod crd;

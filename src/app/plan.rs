@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::{ArgGroup, Args, ValueEnum};
 use futures::TryStreamExt;
 use kube::api::ListParams;
 use serde_json::Value;
@@ -19,11 +19,12 @@ use mrguard_policy::admission::mr::is_managed;
 use mrguard_policy::cluster::identity::report::entry_of;
 use mrguard_policy::cluster::identity::IdentityIndex;
 use mrguard_policy::commands::check::CheckError;
+use mrguard_policy::commands::manifest::scope;
 use mrguard_policy::commands::plan::{
     prune_candidates, render_markdown, render_text, Entry, Plan, Planner, Selector, SelectorError,
 };
 
-use super::cluster::{self, ClusterError, ConfigSource, Discovery, Resource};
+use super::cluster::{self, ClusterArgs, ClusterContext, ClusterError, ConfigOrigin, Resource};
 use super::manifests::{self, Manifest, ManifestError};
 use crate::controller::kube::api::list_values;
 
@@ -43,6 +44,12 @@ pub(crate) enum PlanOutput {
 
 /// Arguments of `mrguard plan`.
 #[derive(Debug, Clone, Args)]
+#[command(group(
+    ArgGroup::new("cluster_flags")
+        .args(["kubeconfig", "context"])
+        .multiple(true)
+        .requires("live")
+))]
 pub struct PlanArgs {
     /// Manifest file (multi-document YAML), or folder (read recursively);
     /// "-" reads standard input. Repeatable; optional with --delete, to
@@ -99,12 +106,8 @@ pub struct PlanArgs {
     /// [default: provider, provider-*, crossplane-*-provider].
     #[arg(long = "provider-manager", value_name = "GLOB")]
     pub(crate) provider_managers: Vec<String>,
-    /// Kubeconfig [default: $KUBECONFIG or ~/.kube/config, else in-cluster].
-    #[arg(long, requires = "live")]
-    pub(crate) kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context [default: the current context].
-    #[arg(long, requires = "live")]
-    pub(crate) context: Option<String>,
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
     /// Namespace of manifests that name none [default: the context's, or
     /// "default" offline].
     #[arg(short = 'n', long)]
@@ -125,8 +128,6 @@ pub(crate) enum PlanError {
     Judge(#[from] CheckError),
     #[error(transparent)]
     Selector(#[from] SelectorError),
-    #[error("{0}")]
-    Config(#[from] crate::config::ConfigFileError),
     #[error(transparent)]
     Check(#[from] super::check::CheckError),
     #[error("failed to plan {path}, {at}: metadata.name is missing")]
@@ -199,23 +200,6 @@ fn names(t: &DeleteTarget, object: &Value, default_ns: &str) -> bool {
     kind_ok && group_ok && ns_ok && name == t.name
 }
 
-/// The manifests' namespaces as they will be applied (cluster-scoped
-/// objects are left without one by `set_namespace`).
-fn set_namespace(m: &mut Manifest, namespaced: bool, default_ns: &str) {
-    if namespaced {
-        let missing = m
-            .object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty);
-        if missing {
-            m.object["metadata"]["namespace"] = Value::String(default_ns.to_string());
-        }
-    } else if let Some(meta) = m.object["metadata"].as_object_mut() {
-        meta.remove("namespace");
-    }
-}
-
 fn visited_namespaces(manifests: &[Manifest]) -> Vec<String> {
     let mut v: Vec<String> = manifests
         .iter()
@@ -228,10 +212,10 @@ fn visited_namespaces(manifests: &[Manifest]) -> Vec<String> {
 }
 
 fn config_of(args: &PlanArgs) -> Result<Config, PlanError> {
-    Ok(match &args.config {
-        Some(p) => crate::config::load_file(p)?.0,
-        None => Config::builtin(),
-    })
+    Ok(ConfigOrigin::from_flags(args.config.as_ref(), None)
+        .read_local()?
+        .load()
+        .map_err(ClusterError::from)?)
 }
 
 /// Offline: against `--old` files (or nothing: every MR is a create).
@@ -268,7 +252,7 @@ fn plan_offline(args: &PlanArgs, mut docs: Vec<Manifest>) -> Result<Plan, PlanEr
                 !ns.is_empty() && group_of(&a) == group_of(&b) && k == l && n == p
             });
         if namespaced {
-            set_namespace(m, true, &default_ns);
+            scope(&mut m.object, true, &default_ns);
         }
     }
     for m in &docs {
@@ -398,15 +382,11 @@ impl Listed {
 
 /// With `--live`: every kind listed once, then planned.
 async fn plan_live(args: &PlanArgs, mut docs: Vec<Manifest>) -> Result<Plan, PlanError> {
-    let client = cluster::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-    let config = ConfigSource::from_flags(args.config.as_ref(), args.config_from_cluster.as_ref())
-        .load(Some(&client))
-        .await?;
-    let default_ns = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let mut discovery = Discovery::default();
+    let origin = ConfigOrigin::from_flags(args.config.as_ref(), args.config_from_cluster.as_ref());
+    let mut ctx =
+        ClusterContext::connect(&args.cluster, args.namespace.as_deref(), &origin).await?;
+    let config = ctx.config()?;
+    let (client, default_ns) = (ctx.client.clone(), ctx.default_namespace.clone());
     let mut listed = Listed::default();
     // Per manifest: its resource, or why the cluster does not serve it.
     let mut resources: Vec<Option<Result<Resource, String>>> = Vec::new();
@@ -422,9 +402,9 @@ async fn plan_live(args: &PlanArgs, mut docs: Vec<Manifest>) -> Result<Plan, Pla
                 at: m.at.clone(),
             });
         }
-        match discovery.resolve(&client, &api_version, &kind).await {
+        match ctx.discovery.resolve(&client, &api_version, &kind).await {
             Ok(r) => {
-                set_namespace(m, r.namespaced, &default_ns);
+                scope(&mut m.object, r.namespaced, &default_ns);
                 listed.ensure(&client, &r).await?;
                 resources.push(Some(Ok(r)));
             }

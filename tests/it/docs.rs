@@ -658,7 +658,7 @@ fn names_repo_path(span: &str, names: &BTreeSet<String>) -> bool {
 /// path is read relative to the repository root, to the file's folder, to
 /// a folder its section's heading names (`## \`it/\` modules`), or to a
 /// folder named before it in the same paragraph, table row or list item
-/// (`\`crates/policy/src/commands/check.rs\`, \`sarif.rs\``); one with a `/` also
+/// (`\`crates/policy/src/commands/test.rs\`, \`sarif.rs\``); one with a `/` also
 /// as a module path under a crate's `src/` (`\`controller/mod.rs\``). Code
 /// spans in a link's text are the link's business.
 fn misplaced_doc_paths(file: &Path, text: &str, names: &BTreeSet<String>) -> (usize, Vec<String>) {
@@ -755,7 +755,7 @@ fn a_doc_path_must_exist_where_it_is_named() {
         0
     );
     assert_eq!(
-        check("| `crates/policy/src/commands/check.rs`, `sarif.rs` | x |\n|-|-|\n"),
+        check("| `crates/policy/src/commands/test.rs`, `sarif.rs` | x |\n|-|-|\n"),
         0
     );
     assert_eq!(check("`admission/review/prune.rs`\n"), 0);
@@ -764,9 +764,9 @@ fn a_doc_path_must_exist_where_it_is_named() {
         0
     );
     // A file of that name elsewhere is not enough.
-    assert_eq!(check("| `src/app/` | `live.rs`, `sarif.rs` |\n|-|-|\n"), 1);
+    assert_eq!(check("| `src/app/` | `plan.rs`, `sarif.rs` |\n|-|-|\n"), 1);
     assert_eq!(check("`sarif.rs`\n"), 1);
-    assert_eq!(check("`src/sarif.rs`\n"), 1);
+    assert_eq!(check("`check/live.rs`\n"), 1);
     // The folder named in one paragraph does not carry to the next.
     assert_eq!(check("`crates/policy/src/commands/`\n\n`sarif.rs`\n"), 1);
     // Not a repository path: no file of the repository has that name.
@@ -988,5 +988,127 @@ fn the_benchmarks_page_stays_under_400_lines() {
     assert!(
         lines <= 400,
         "BENCHMARKS.md has {lines} lines (at most 400)"
+    );
+}
+
+/// The paths docs/architecture.md's "Source layout" tables name: in each
+/// row, the first cell's folder, and every code span after it, read
+/// relative to that folder or to a folder named before it in the row.
+fn source_layout_paths(text: &str) -> BTreeSet<PathBuf> {
+    let root = root();
+    let text = format!("\n{text}");
+    let start = text
+        .find("\n## Source layout")
+        .expect("docs/architecture.md has a \"Source layout\" section");
+    let section = &text[start + 1..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let mut covered = BTreeSet::new();
+    let mut row: Vec<PathBuf> = Vec::new();
+    for (event, _) in Parser::new_ext(section, Options::ENABLE_TABLES).into_offset_iter() {
+        match event {
+            Event::Start(Tag::TableRow | Tag::TableHead) => row.clear(),
+            Event::Code(c) => {
+                let c = c.trim_end_matches('/');
+                let found = std::iter::once(root.clone())
+                    .chain(row.iter().cloned())
+                    .filter_map(|b| resolve(&b, c))
+                    .find(|p| p.exists());
+                if let Some(p) = found {
+                    if p.is_dir() {
+                        row.push(p.clone());
+                    }
+                    covered.insert(p);
+                }
+            }
+            _ => {}
+        }
+    }
+    covered
+}
+
+/// The modules the map must name: every file and folder under `src/`,
+/// the policy crate's tiers and what each holds, and every test module
+/// and harness file of `tests/it` and `tests/e2e` (a crate root and a
+/// `mod.rs` are their folder's).
+fn modules_to_map() -> Vec<PathBuf> {
+    let root = root();
+    let mut out = Vec::new();
+    let add_entries = |dir: &Path, recurse: bool, out: &mut Vec<PathBuf>| {
+        fn walk(dir: &Path, recurse: bool, out: &mut Vec<PathBuf>) {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            entries.sort();
+            for p in entries {
+                let name = p.file_name().unwrap().to_string_lossy().to_string();
+                if p.is_dir() {
+                    out.push(p.clone());
+                    if recurse {
+                        walk(&p, recurse, out);
+                    }
+                } else if name.ends_with(".rs")
+                    && !matches!(name.as_str(), "mod.rs" | "lib.rs" | "main.rs")
+                {
+                    out.push(p);
+                }
+            }
+        }
+        walk(dir, recurse, out);
+    };
+    add_entries(&root.join("src"), true, &mut out);
+    for tier in ["admission", "cluster", "commands"] {
+        let dir = root.join("crates/policy/src").join(tier);
+        out.push(dir.clone());
+        add_entries(&dir, false, &mut out);
+    }
+    add_entries(&root.join("tests/it"), false, &mut out);
+    add_entries(&root.join("tests/e2e"), false, &mut out);
+    out
+}
+
+#[test]
+fn the_architecture_page_maps_every_module() {
+    let text = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    let covered = source_layout_paths(&text);
+    let missing: Vec<String> = modules_to_map()
+        .iter()
+        .filter(|m| !covered.contains(*m))
+        .map(|m| rel(m))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's source layout does not name these modules (add each to the row of its folder): {missing:#?}"
+    );
+}
+
+#[test]
+fn the_layout_reader_reads_a_row_relative_to_its_folders() {
+    let text = "# x\n\n## Source layout\n\n| folder | modules |\n|---|---|\n| `src/app/` | `check/` (`live.rs`), `plan.rs` |\n\n## Next\n\n| `src/tls.rs` |\n|---|\n";
+    let covered = source_layout_paths(text);
+    let root = root();
+    for p in [
+        "src/app",
+        "src/app/check",
+        "src/app/check/live.rs",
+        "src/app/plan.rs",
+    ] {
+        assert!(covered.contains(&root.join(p)), "{p}: {covered:?}");
+    }
+    // Outside the section, nothing counts; nor does a name elsewhere.
+    assert!(!covered.contains(&root.join("src/tls.rs")));
+    assert!(
+        !source_layout_paths("## Source layout\n\n| `src/` | `live.rs` |\n|-|-|\n")
+            .contains(&root.join("src/app/check/live.rs"))
+    );
+}
+
+/// The one map: no other page keeps a table of the source.
+#[test]
+fn only_the_architecture_page_maps_the_source() {
+    let readme = std::fs::read_to_string(root().join("docs/README.md")).unwrap();
+    assert!(
+        !readme.contains("| `src/app/` |") && !readme.contains("| `crates/policy/"),
+        "docs/README.md keeps a source table; the map is docs/architecture.md"
     );
 }

@@ -1,31 +1,21 @@
-//! `mrguard check --live`: a preflight of manifests against the cluster
-//! they are headed for. Each MR manifest is merged with its live object the
-//! way the API server would (kubectl's client-side three-way merge, or a
-//! server-side-apply dry run) and judged as that UPDATE, or as a CREATE when
-//! there is no live object, by the same `offline::judge` as `check`. It
-//! never writes: client mode only reads, server mode sends `dryRun=All`.
+//! `mrguard check --live`, the reads: what the request's
+//! [`Needs`] name, asked of the cluster and handed back as it answered
+//! (`mrguard_policy::commands::check::judge` decides). Each MR manifest's
+//! kind is resolved, its live object read and, in server merge mode, a
+//! server-side-apply dry run sent (`dryRun=All`); nothing is written.
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 
-use clap::{Args, ValueEnum};
+use clap::{ArgGroup, Args, ValueEnum};
 use kube::api::{Patch, PatchParams};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::super::claimants::Families;
-use super::super::cluster::{self, api_error, ClusterError, ConfigSource, Discovery};
-use super::super::manifests::{self, Manifest, ManifestError};
+use super::super::claimants;
+use super::super::cluster::{api_error, ClusterArgs, ClusterContext, ClusterError};
 use super::super::progress::Progress;
-use mrguard_policy::admission::api_server::identity;
-use mrguard_policy::admission::crd::Crds;
-use mrguard_policy::admission::model::Operation;
-use mrguard_policy::cluster::identity::IdentityIndex;
-use mrguard_policy::commands::check::{
-    annotations, judge_manifest, rejected, render_text, skipped, Applier,
-};
-pub(crate) use mrguard_policy::commands::check::{CheckError, CheckFinding, CheckResult};
-use mrguard_policy::commands::sarif;
+use mrguard_policy::commands::check::judge::{Listed, Live, Merged, Served};
+use mrguard_policy::commands::check::request::Needs;
 
 /// How the new object is computed from the manifest and the live object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -51,17 +41,19 @@ pub(crate) enum CheckOutput {
 
 /// The flags of `check --live` (flattened into `check`).
 #[derive(Debug, Clone, Args)]
+#[command(group(
+    ArgGroup::new("cluster_flags")
+        .args(["kubeconfig", "context"])
+        .multiple(true)
+        .requires("live")
+))]
 pub(crate) struct LiveArgs {
     /// Judge the manifests against the live objects of a cluster: each as
     /// the UPDATE (or CREATE) applying it would send. Never writes.
     #[arg(long, conflicts_with_all = ["old", "operation", "patch", "crd"])]
     pub(crate) live: bool,
-    /// Kubeconfig [default: $KUBECONFIG or ~/.kube/config, else in-cluster].
-    #[arg(long, requires = "live")]
-    pub(crate) kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context [default: the current context].
-    #[arg(long, requires = "live")]
-    pub(crate) context: Option<String>,
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
     /// Namespace of manifests that name none [default: the context's].
     #[arg(short = 'n', long, requires = "live")]
     pub(crate) namespace: Option<String>,
@@ -92,87 +84,30 @@ pub(crate) struct LiveArgs {
     pub(crate) quiet: bool,
 }
 
-/// Why a live check could not run.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum LiveError {
-    /// A manifest could not be read.
-    #[error(transparent)]
-    Manifest(#[from] ManifestError),
-    /// A manifest cannot be judged against the cluster.
-    #[error("failed to judge {path}, document {doc}: {reason}")]
-    Document {
-        /// The file.
-        path: String,
-        /// 1-based document number.
-        doc: usize,
-        /// Why.
-        reason: String,
-    },
-    /// The cluster could not be asked.
-    #[error(transparent)]
-    Cluster(#[from] ClusterError),
-    /// A manifest could not be judged.
-    #[error(transparent)]
-    Judge(#[from] CheckError),
-}
-
-/// What `check --live` reads from the flags of `check`.
-pub(crate) struct LiveCheck<'a> {
-    pub(crate) files: &'a [PathBuf],
-    pub(crate) config: Option<&'a PathBuf>,
-    pub(crate) username: &'a str,
-    pub(crate) max_documents: usize,
-    pub(crate) live: &'a LiveArgs,
-}
-
-/// Everything the live check does with the cluster, in order.
-async fn check_all(
-    args: &LiveCheck<'_>,
-    manifests: Vec<Manifest>,
-) -> Result<Vec<CheckResult>, LiveError> {
-    let live = args.live;
-    let client = cluster::client(live.kubeconfig.as_deref(), live.context.as_deref()).await?;
-    let config = ConfigSource::from_flags(args.config, live.config_from_cluster.as_ref())
-        .load(Some(&client))
-        .await?;
-    let default_ns = live
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let mut discovery = Discovery::default();
-    let mut crds = Crds::default();
-    // Per CRD name: why it could not be used, if it could not.
-    let mut crd_tried: std::collections::HashMap<String, Option<String>> =
-        std::collections::HashMap::new();
-    let mut families = Families::default();
-    let mut activations = super::super::activations::Lazy::default();
-    // Every manifest is judged as applied by the user, at one instant.
-    let by = Applier {
-        username: args.username,
-        now: jiff::Timestamp::now(),
-    };
-    let mut out = Vec::new();
-    let progress = Progress::new(manifests.len() as u64, "manifests", live.quiet);
-    for mut m in manifests {
+/// Asks the cluster what `needs` names: each wanted object's kind, live
+/// object, CRD (client merge) or dry-run answer (server merge), the MRs of
+/// each family, and the MRDs and MRAPs when a Composition or a kind the
+/// cluster does not serve asks for them.
+pub(crate) async fn fetch(
+    ctx: &mut ClusterContext,
+    live: &LiveArgs,
+    needs: &Needs,
+) -> Result<Live, ClusterError> {
+    let progress = Progress::new(needs.objects.len() as u64, "manifests", live.quiet);
+    let mut objects = Vec::with_capacity(needs.objects.len());
+    let mut crds: BTreeMap<String, Result<Value, String>> = BTreeMap::new();
+    let mut activations = needs.activations;
+    for wanted in &needs.objects {
         let _done = progress.item();
-        if mrguard_policy::commands::check::is_composition(&m.object) {
-            out.push(composition(&client, &mut activations, &m).await);
+        let Some(w) = wanted else {
+            objects.push(None);
             continue;
-        }
-        if !mrguard_policy::admission::mr::is_managed(&m.object) {
-            out.push(skipped(&m, "not a managed resource (spec.forProvider is not an object): mrguard does not judge it"));
-            continue;
-        }
-        let (api_version, kind, _, name) = identity(&m.object);
-        if name.is_empty() {
-            return Err(LiveError::Document {
-                path: m.file.clone(),
-                doc: m.doc,
-                reason: "metadata.name is missing; a live check needs the name to find the object"
-                    .into(),
-            });
-        }
-        let resource = match discovery.resolve(&client, &api_version, &kind).await {
+        };
+        let resource = match ctx
+            .discovery
+            .resolve(&ctx.client, &w.api_version, &w.kind)
+            .await
+        {
             Ok(r) => r,
             Err(ClusterError::Discovery {
                 reason,
@@ -180,198 +115,110 @@ async fn check_all(
                 ..
             }) => {
                 // Crossplane v2 serves a kind only once an MRAP activates
-                // its MRD: say which MRD, rather than only "not served".
-                let reason = match activations.get(&client).await {
-                    Ok(a) => a.state_of(&api_version, &kind).problem().unwrap_or(reason),
-                    Err(_) => reason,
-                };
-                out.push(rejected(
-                    &m,
-                    Operation::Create,
-                    format!("no matches for kind {kind:?} in version {api_version:?}: {reason}"),
-                ));
+                // its MRD: the MRDs name which.
+                activations = true;
+                objects.push(Some(Served::NotServed { reason }));
                 continue;
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
-        // Scope as the API server and kubectl see it.
-        let ns = if resource.namespaced {
-            let ns = m
-                .object
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .unwrap_or(&default_ns)
-                .to_string();
-            m.object["metadata"]["namespace"] = Value::String(ns.clone());
-            ns
+        let (ns, body) = if resource.namespaced {
+            (w.namespace.as_str(), &w.namespaced)
         } else {
-            if let Some(meta) = m.object["metadata"].as_object_mut() {
-                meta.remove("namespace");
-            }
-            String::new()
+            ("", &w.cluster_scoped)
         };
-        let api = resource.api(&client, &ns);
-        let what = resource.object(&ns, &name);
+        let api = resource.api(&ctx.client, ns);
+        let what = resource.object(ns, &w.name);
         let live_obj = api
-            .get_opt(&name)
+            .get_opt(&w.name)
             .await
             .map_err(|e| api_error("get", what.clone(), e))?
             .map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
-        if live.merge == MergeMode::Client && !crd_tried.contains_key(&resource.display()) {
+        let name = resource.display();
+        if live.merge == MergeMode::Client && !crds.contains_key(&name) {
             // The CRD gives defaults and schema checks, as the API server
             // applies them; without read access to CRDs, judge without and
             // say so.
-            let crd_api: kube::Api<
-                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-            > = kube::Api::all(client.clone());
-            let name = resource.display();
-            let problem = match crd_api.get_opt(&name).await {
-                Ok(Some(crd)) => serde_json::to_value(&crd)
-                    .map_err(|e| e.to_string())
-                    .and_then(|v| crds.add(&name, &v).map_err(|e| e.to_string()))
-                    .err(),
-                Ok(None) => Some("it does not exist".to_string()),
-                Err(e) => Some(e.to_string()),
-            };
-            crd_tried.insert(name, problem);
+            crds.insert(name.clone(), read_crd(&ctx.client, &name).await);
         }
         let merged = match live.merge {
             MergeMode::Client => None,
             MergeMode::Server => {
                 let pp = PatchParams::apply(&live.field_manager).force().dry_run();
-                match api.patch(&name, &pp, &Patch::Apply(&m.object)).await {
-                    Ok(o) => Some(serde_json::to_value(o).unwrap_or(Value::Null)),
+                match api.patch(&w.name, &pp, &Patch::Apply(body)).await {
+                    Ok(o) => Some(Merged::Object(
+                        serde_json::to_value(o).unwrap_or(Value::Null),
+                    )),
                     Err(kube::Error::Api(s)) if s.code != 403 && s.code != 401 => {
-                        let op = if live_obj.is_some() {
-                            Operation::Update
-                        } else {
-                            Operation::Create
-                        };
-                        out.push(rejected(&m, op, format!("{} ({})", s.message, s.code)));
-                        continue;
+                        Some(Merged::Refused {
+                            code: s.code,
+                            message: s.message,
+                        })
                     }
                     Err(e) => {
                         return Err(api_error(
                             "patch",
                             format!("{what} (server-side apply, dry run)"),
                             e,
-                        )
-                        .into())
+                        ))
                     }
                 }
             }
         };
-        // The live MRs of the kinds its identity can meet (the legacy and
-        // the `.m.` kind of its family), listed once per family.
-        let family = families
-            .get(&client, &config, &resource.api.group, &resource.api.kind)
-            .await;
-        let fill = |index: &IdentityIndex| {
-            if let Ok(f) = &family {
-                f.fill(index)
-            }
-        };
-        let mut result = judge_manifest(
-            &m,
-            live_obj.as_ref(),
+        objects.push(Some(Served::Found {
+            namespaced: resource.namespaced,
+            resource: name,
+            live: live_obj,
             merged,
-            by,
-            &config,
-            (!crds.is_empty()).then_some(&crds),
-            family.is_ok().then_some(&fill as &dyn Fn(&IdentityIndex)),
-        )?;
-        if let Err(e) = &family {
-            result
-                .notes
-                .push(format!("other claimants of its identity unknown: {e}"));
-        }
-        if let Some(Some(why)) = crd_tried.get(&resource.display()) {
-            result.notes.push(format!(
-                "judged without the CRD's defaults and schema: failed to read customresourcedefinitions.apiextensions.k8s.io {:?}: {why}",
-                resource.display()
-            ));
-        }
-        out.push(result);
+        }));
     }
-    progress.finish();
-    Ok(out)
-}
-
-/// A Composition against the cluster: not judged as an MR, but each
-/// composed kind that no MRAP activates is a warning.
-async fn composition(
-    client: &kube::Client,
-    activations: &mut super::super::activations::Lazy,
-    m: &Manifest,
-) -> CheckResult {
-    let mut r = skipped(
-        m,
-        "a Composition: its patches are checked offline (mrguard check without --live)",
-    );
-    match activations.get(client).await {
-        Ok(a) => r.warnings = mrguard_policy::commands::check::inactive_composed(m, a),
-        Err(e) => r
-            .notes
-            .push(format!("composed kinds not checked for activation: {e}")),
+    // The live MRs of the kinds an identity can meet (the legacy and the
+    // `.m.` kind of a family), listed once per family.
+    let mut families = Vec::with_capacity(needs.families.len());
+    for f in &needs.families {
+        let listed =
+            claimants::list_kinds(&ctx.client, |g| f.groups.iter().any(|x| x == g), &f.kind)
+                .await
+                .map(|kinds| {
+                    kinds
+                        .into_iter()
+                        .map(|k| Listed {
+                            group: k.group,
+                            kind: k.kind,
+                            objects: k.objects,
+                        })
+                        .collect()
+                })
+                .map_err(|e| e.to_string());
+        families.push(listed);
     }
-    r
-}
-
-/// Runs `check --live`; 0 allowed, 1 denied or invalid, 2 unreadable input
-/// or an unreachable or forbidden cluster.
-pub(crate) fn run(args: &LiveCheck<'_>) -> i32 {
-    // Not locked for the whole run: the progress bar's ticker thread
-    // writes to stderr while the check runs (holding the lock deadlocked).
-    let mut err = std::io::stderr();
-    let manifests = match manifests::read(args.files, args.max_documents) {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = writeln!(err, "mrguard check: {e}");
-            return 2;
-        }
-    };
-    let Some(runtime) = super::super::cluster::runtime("check") else {
-        return 2;
-    };
-    let results = match runtime.block_on(check_all(args, manifests)) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = writeln!(err, "mrguard check: {e}");
-            return 2;
-        }
-    };
-    let mut out = std::io::stdout().lock();
-    let written = match args.live.output {
-        CheckOutput::Text => write!(out, "{}", render_text(&results)),
-        CheckOutput::Json => match serde_json::to_string_pretty(&results) {
-            Ok(s) => writeln!(out, "{s}"),
-            Err(e) => writeln!(err, "mrguard check: failed to encode the results: {e}"),
-        },
-        CheckOutput::Sarif => {
-            match serde_json::to_string_pretty(&sarif::log(&annotations(&results))) {
-                Ok(s) => writeln!(out, "{s}"),
-                Err(e) => writeln!(err, "mrguard check: failed to encode the results: {e}"),
-            }
-        }
-    };
-    if written.is_err() {
-        return 2;
-    }
-    let count = |v: &str| results.iter().filter(|r| r.verdict == v).count();
-    let _ = writeln!(
-        err,
-        "{} manifest(s): {} denied, {} invalid, {} allowed, {} unchanged, {} skipped",
-        results.len(),
-        count("denied"),
-        count("invalid"),
-        count("allowed"),
-        count("unchanged"),
-        count("skipped")
-    );
-    if count("denied") + count("invalid") > 0 {
-        1
+    let activations = if activations {
+        Some(
+            super::super::activations::list_objects(&ctx.client)
+                .await
+                .map_err(|e| e.to_string()),
+        )
     } else {
-        0
+        None
+    };
+    progress.finish();
+    Ok(Live {
+        config: ctx.config.clone(),
+        objects,
+        crds,
+        families,
+        activations,
+    })
+}
+
+/// The CRD `name`, or why it cannot be read.
+async fn read_crd(client: &kube::Client, name: &str) -> Result<Value, String> {
+    let crd_api: kube::Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = kube::Api::all(client.clone());
+    match crd_api.get_opt(name).await {
+        Ok(Some(crd)) => serde_json::to_value(&crd).map_err(|e| e.to_string()),
+        Ok(None) => Err("it does not exist".to_string()),
+        Err(e) => Err(e.to_string()),
     }
 }

@@ -1,6 +1,8 @@
-//! `mrguard check`: the webhooks' mutation and validation, offline, over a
-//! multi-document YAML file. Each document is wrapped in the AdmissionReview
-//! the API server would send and judged by the same pure functions.
+//! `mrguard check`: the webhooks' mutation and validation over manifest
+//! files, offline or against a cluster (`--live`). The command reads what
+//! it was given, asks `mrguard_policy::commands::check` what more judging
+//! it needs, fetches exactly that (the `--crd` files, or the cluster's
+//! answers: [`live::fetch`]), judges once, and prints.
 
 pub mod live;
 
@@ -9,21 +11,19 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use serde_json::{json, Value};
 
-use mrguard_policy::admission::api_server::{identity, label, Judged};
-use mrguard_policy::admission::config::Config;
-use mrguard_policy::admission::crd::{
-    builtin_group, schema_for, CrdError, CrdVersion, Crds, SchemaFor,
-};
-use mrguard_policy::admission::decider::Decider;
+use mrguard_policy::admission::crd::Crds;
 use mrguard_policy::admission::kube_version::KubeVersion;
 use mrguard_policy::admission::model::Operation;
-use mrguard_policy::cluster::composition::{self, XrSchemas};
-use mrguard_policy::cluster::Cluster;
+use mrguard_policy::commands::check::judge::{judge, Fetched, Judgement};
+use mrguard_policy::commands::check::offline::crds_from;
+use mrguard_policy::commands::check::request::{Options, Request};
+use mrguard_policy::commands::check::{annotations, render_text, CheckResult};
+use mrguard_policy::commands::sarif;
 
-use super::manifests::{self, Manifest, ManifestError};
-use live::{CheckFinding, CheckOutput, CheckResult};
+use super::cluster::{ClusterContext, ClusterError, ConfigOrigin};
+use super::manifests::{self, ManifestError, Source};
+use live::CheckOutput;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "UPPER")]
@@ -87,29 +87,21 @@ pub struct CheckArgs {
     pub(crate) live: live::LiveArgs,
 }
 
+/// Why `check` could not judge its input.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CheckError {
+    /// A file could not be read.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
-    #[error("failed to judge {path}, {at}: {reason}")]
-    Document {
-        path: String,
-        at: String,
-        reason: String,
-    },
-    #[error("{0}")]
-    Config(#[from] crate::config::ConfigFileError),
-    #[error("{0}")]
-    Crd(#[from] CrdError),
-    #[error("failed to find a CustomResourceDefinition in {0}")]
-    NoCrd(String),
-    #[error("failed to match {what} ({at} of {path}) in {old}: no object with that kind, namespace and name")]
-    NoOld {
-        what: String,
-        at: String,
-        path: String,
-        old: String,
-    },
+    /// The cluster could not be asked.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// What was read cannot be judged.
+    #[error(transparent)]
+    Judge(#[from] mrguard_policy::commands::check::CheckError),
+    /// No async runtime for the cluster's client.
+    #[error("failed to start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
 }
 
 impl From<CheckOperation> for Operation {
@@ -122,389 +114,152 @@ impl From<CheckOperation> for Operation {
     }
 }
 
-/// Reads a CRD file, or every `.yaml`, `.yml` and `.json` file under a
-/// folder; documents that are not CRDs are ignored. With `groups`, a file
-/// whose text names none of them is not parsed: a CRD of group G holds the
-/// text G, so nothing the manifests need is skipped, and checking a few
-/// kinds against a provider family's 2,000 CRDs parses only their files.
+/// The CRDs in a CRD file, or in every `.yaml`, `.yml` and `.json` file
+/// under a folder; with `groups`, only the files that name one of them
+/// are parsed (`mrguard_policy::commands::check::offline::crds_from`).
 pub(crate) fn load_crds(
     path: &Path,
     groups: Option<&BTreeSet<String>>,
     kube: KubeVersion,
 ) -> Result<Crds, CheckError> {
-    let mut crds = Crds::judged_as(kube);
-    let mut any = false;
-    for f in manifests::files(path)? {
-        let text = manifests::read_text(&f)?;
-        if let Some(groups) = groups {
-            // An MRAP names no group, only patterns; a provider config
-            // CRD names its family's group (`aws.m.upbound.io`), not the
-            // MRs' (`ec2.aws.m.upbound.io`), and provider-config-kind
-            // needs it.
-            let mrap = text.contains(mrguard_policy::cluster::activation::MRAP_KIND);
-            let provider_config = text.contains("providerconfig");
-            if !mrap && !provider_config && !groups.iter().any(|g| text.contains(g.as_str())) {
-                any |= text.contains("CustomResourceDefinition");
-                continue;
-            }
-        }
-        crds.add_yaml(&f.display().to_string(), &text)?;
+    let files = manifests::read_sources(&[path.to_path_buf()])?;
+    Ok(crds_from(
+        &path.display().to_string(),
+        &files,
+        groups,
+        kube,
+    )?)
+}
+
+/// How the flags ask to judge; `live` is the namespace of manifests that
+/// name none, for a live check.
+fn options(args: &CheckArgs, live: Option<String>) -> Options {
+    Options {
+        operation: args.operation.map(Operation::from),
+        username: args.username.clone(),
+        require_crd: args.require_crd,
+        kube_version: args.kube_version,
+        max_documents: args.max_documents,
+        text: args.live.output == CheckOutput::Text,
+        patch: args.patch,
+        live,
     }
-    if crds.is_empty() && !any {
-        return Err(CheckError::NoCrd(path.display().to_string()));
-    }
-    Ok(crds)
 }
 
-/// The API groups of `docs` that need a CRD (built-in groups do not),
-/// and those of the kinds their Compositions compose (their MRDs say
-/// whether they are active).
-fn crd_groups(docs: &[Manifest]) -> BTreeSet<String> {
-    let composed = docs
-        .iter()
-        .flat_map(|m| composition::composed(&m.object))
-        .map(|c| c.api_version);
-    docs.iter()
-        .filter_map(|m| m.object.get("apiVersion").and_then(|v| v.as_str()))
-        .map(str::to_string)
-        .chain(composed)
-        .filter_map(|a| a.rsplit_once('/').map(|(g, _)| g.to_string()))
-        .filter(|g| !builtin_group(g))
-        .collect()
-}
-
-/// What every document is judged with: the configuration, the manifests
-/// and their old versions, and the CRDs and XRDs given.
-struct Inputs {
-    config: Config,
-    xrs: XrSchemas,
-    docs: Vec<Manifest>,
-    /// `--old`: its path and its documents.
-    olds: Option<(PathBuf, Vec<Manifest>)>,
-    crds: Option<Crds>,
-    op: CheckOperation,
-    /// `--crd` as given, for messages.
-    crd_path: String,
-    /// What a cluster with these CRDs would know (documented immutable
-    /// fields).
-    cluster: Cluster,
-    /// When every document is judged: one instant for the whole command.
-    now: jiff::Timestamp,
-}
-
-/// Reads the configuration, the manifests, `--old` and the CRDs; a note
-/// goes to `err` when the release asked for is newer than mrguard knows.
-fn read_inputs(args: &CheckArgs, err: &mut dyn Write) -> Result<Inputs, CheckError> {
-    let config = match &args.config {
-        Some(p) => crate::config::load_file(p)?.0,
-        None => Config::builtin(),
-    };
-    let mut xrs = match &args.crd {
-        Some(p) => super::compositions::xr_schemas_in(p, args.max_documents)?,
-        None => Default::default(),
-    };
-    let read = |p: &PathBuf| manifests::read(std::slice::from_ref(p), args.max_documents);
-    let docs = manifests::read(&args.file, args.max_documents)?;
-    let olds = match &args.old {
-        Some(p) => Some((p.clone(), read(p)?)),
+/// Reads what the command was given, asks the pure side what judging it
+/// needs, fetches exactly that, and judges once.
+fn fetch_then_judge(args: &CheckArgs) -> Result<Judgement, CheckError> {
+    let manifests = manifests::read_sources(&args.file)?;
+    let old = match &args.old {
+        Some(p) => Some((
+            p.display().to_string(),
+            manifests::read_sources(std::slice::from_ref(p))?,
+        )),
         None => None,
     };
-    let (kube, newer) = args.kube_version.judged_as();
-    if let (Some(n), Some(_)) = (newer, &args.crd) {
+    let origin =
+        ConfigOrigin::from_flags(args.config.as_ref(), args.live.config_from_cluster.as_ref());
+    let cluster = if args.live.live {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(CheckError::Runtime)?;
+        let live = &args.live;
+        let ctx = runtime.block_on(ClusterContext::connect(
+            &live.cluster,
+            live.namespace.as_deref(),
+            &origin,
+        ))?;
+        Some((runtime, ctx))
+    } else {
+        None
+    };
+    let default_namespace = cluster.as_ref().map(|(_, c)| c.default_namespace.clone());
+    let request = Request::parse(&manifests, old, options(args, default_namespace))?;
+    let fetched = match cluster {
+        Some((runtime, mut ctx)) => {
+            Fetched::Live(runtime.block_on(live::fetch(&mut ctx, &args.live, &request.needs))?)
+        }
+        None => Fetched::Offline {
+            config: origin.read_local()?,
+            crds: match &args.crd {
+                Some(p) => Some((p.display().to_string(), crd_files(p)?)),
+                None => None,
+            },
+        },
+    };
+    Ok(judge(&request, fetched, jiff::Timestamp::now()))
+}
+
+/// Every file under `--crd`, read.
+fn crd_files(path: &Path) -> Result<Vec<Source>, CheckError> {
+    Ok(manifests::read_sources(&[path.to_path_buf()])?)
+}
+
+/// Prints the judgement; 0 allowed, 1 denied or invalid, 2 when judging
+/// stopped.
+fn report(args: &CheckArgs, judgement: Judgement) -> i32 {
+    let mut out = std::io::stdout().lock();
+    let mut err = std::io::stderr().lock();
+    for n in &judgement.notes {
         let _ = writeln!(err, "mrguard check: note: {n}");
     }
-    // Read after the manifests, to parse only the CRDs of their groups.
-    let crds = match &args.crd {
-        // XRDs alone are enough to judge Compositions.
-        Some(p) => match load_crds(p, Some(&crd_groups(&docs)), kube) {
-            Err(CheckError::NoCrd(_)) if !xrs.is_empty() => Some(Crds::judged_as(kube)),
-            other => Some(other?),
-        },
-        None => None,
-    };
-    let op = args.operation.unwrap_or(if olds.is_some() {
-        CheckOperation::Update
-    } else {
-        CheckOperation::Create
-    });
-    let crd_path = args
-        .crd
-        .as_deref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    let cluster = crds.as_ref().map(Crds::cluster).unwrap_or_default();
-    for d in &docs {
-        xrs.add(&d.object);
+    // Offline text: each object on stdout and its verdict on stderr, in
+    // the order judged, up to where judging stopped.
+    for o in &judgement.outcomes {
+        let _ = write!(out, "{}", o.object_text);
+        let _ = write!(err, "{}", o.verdict_text);
     }
-    Ok(Inputs {
-        config,
-        xrs,
-        docs,
-        olds,
-        crds,
-        op,
-        crd_path,
-        cluster,
-        now: jiff::Timestamp::now(),
-    })
-}
-
-/// The old version of `m` for an UPDATE: the document of `--old` with its
-/// kind, namespace and name.
-fn old_of<'a>(inputs: &'a Inputs, m: &Manifest) -> Result<Option<&'a Value>, CheckError> {
-    let (Some((path, olds)), CheckOperation::Update) = (&inputs.olds, inputs.op) else {
-        return Ok(None);
-    };
-    let id = identity(&m.object);
-    let found = olds.iter().find(|o| identity(&o.object) == id);
-    let old = found.ok_or_else(|| CheckError::NoOld {
-        what: label(&m.object),
-        at: m.at.clone(),
-        path: m.file.clone(),
-        old: path.display().to_string(),
-    })?;
-    Ok(Some(&old.object))
-}
-
-/// The CRD version that judges `doc`, or why there is none: `missing` when
-/// an API server would refuse the kind, a note when it is judged unchecked.
-fn crd_of<'a>(
-    args: &CheckArgs,
-    inputs: &'a Inputs,
-    doc: &Value,
-    notes: &mut Vec<String>,
-) -> Result<(Option<&'a CrdVersion>, Option<String>), CheckError> {
-    let Some(crds) = &inputs.crds else {
-        return Ok((None, None));
-    };
-    let (api_version, kind, _, _) = identity(doc);
-    let deleting = inputs.op == CheckOperation::Delete;
-    Ok(
-        match schema_for(
-            crds,
-            &api_version,
-            &kind,
-            deleting,
-            args.require_crd,
-            &inputs.crd_path,
-        )? {
-            SchemaFor::Found(v) => (Some(v), None),
-            SchemaFor::NoMatch(why) => (None, Some(why)),
-            SchemaFor::Unchecked(note) => {
-                notes.push(note);
-                (None, None)
+    if let Some(e) = &judgement.error {
+        let _ = writeln!(err, "mrguard check: {e}");
+        return 2;
+    }
+    let results: Vec<CheckResult> = judgement.outcomes.into_iter().map(|o| o.result).collect();
+    let written = match args.live.output {
+        CheckOutput::Text if args.live.live => write!(out, "{}", render_text(&results)),
+        CheckOutput::Text => Ok(()),
+        CheckOutput::Json => match serde_json::to_string_pretty(&results) {
+            Ok(s) => writeln!(out, "{s}"),
+            Err(e) => writeln!(err, "mrguard check: failed to encode the results: {e}"),
+        },
+        CheckOutput::Sarif => {
+            match serde_json::to_string_pretty(&sarif::log(&annotations(&results))) {
+                Ok(s) => writeln!(out, "{s}"),
+                Err(e) => writeln!(err, "mrguard check: failed to encode the results: {e}"),
             }
-            SchemaFor::None => (None, None),
-        },
-    )
-}
-
-/// Why `doc`'s kind cannot be created yet, when the MRDs and MRAPs given
-/// say it is not activated.
-fn activation_problem(
-    doc: &Value,
-    activations: &mrguard_policy::cluster::activation::Activations,
-) -> Option<String> {
-    let (api_version, kind, _, _) = identity(doc);
-    activations.state_of(&api_version, &kind).problem()
-}
-
-/// Judges one document; the object (or its patch) goes to `out` in text
-/// output, and the verdict's lines to `err`.
-fn check_one(
-    args: &CheckArgs,
-    inputs: &Inputs,
-    m: &Manifest,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> Result<CheckResult, CheckError> {
-    let op = inputs.op;
-    let doc = &m.object;
-    let old = old_of(inputs, m)?;
-    let mut notes = Vec::new();
-    let (crd, missing) = crd_of(args, inputs, doc, &mut notes)?;
-    let mut judged = Decider::new(&inputs.config, &inputs.cluster, inputs.now)
-        .judge(op.into(), doc, old, &args.username, crd)
-        .map_err(|e| e.to_string())
-        .map_err(|reason| CheckError::Document {
-            path: m.file.clone(),
-            at: m.at.clone(),
-            reason,
-        })?;
-    let activations = inputs.cluster.activations().snapshot();
-    judged
-        .warnings
-        .extend(activation_problem(doc, &activations));
-    judged
-        .warnings
-        .extend(mrguard_policy::commands::check::inactive_composed(
-            m,
-            &activations,
-        ));
-    let composition = mrguard_policy::commands::check::composition_report(
-        m,
-        &inputs.config,
-        &inputs.xrs,
-        inputs.now,
-    );
-    if let Some(c) = &composition {
-        // The report replaces the webhook's view: it knows the lines
-        // and the XRDs given.
-        judged
-            .warnings
-            .retain(|w| !w.starts_with(&format!("{}: ", composition::RULE)));
-        judged.denial = None;
-        notes.extend(c.notes.iter().cloned());
-    }
-    let text = args.live.output == CheckOutput::Text;
-    if text && args.patch {
-        let p = judged.patch.clone().unwrap_or_else(|| json!([]));
-        let _ = writeln!(
-            out,
-            "# {}\n{}",
-            judged.label,
-            serde_json::to_string_pretty(&p).unwrap_or_default()
-        );
-    } else if text && op != CheckOperation::Delete {
-        let yaml = serde_saphyr::to_string(&judged.object).unwrap_or_default();
-        let _ = write!(out, "---\n{yaml}");
-    }
-    notes.extend(judged.notes.iter().cloned());
-    if missing.is_some() {
-        judged.invalid = missing;
-    }
-    let findings = match composition {
-        Some(c) => c.findings,
-        None => judged
-            .findings
-            .iter()
-            .map(|f| CheckFinding::at(f, m))
-            .collect(),
-    };
-    let denied = judged.denial.is_some() || findings.iter().any(|f| f.action == "Deny");
-    if text {
-        print_verdict(&judged, &notes, &findings, m, err);
-    }
-    Ok(CheckResult {
-        file: m.file.clone(),
-        document: m.doc,
-        line: m.lines.start,
-        object: judged.label,
-        operation: Operation::from(op).as_str().into(),
-        verdict: if judged.invalid.is_some() {
-            "invalid"
-        } else if denied {
-            "denied"
-        } else {
-            "allowed"
         }
-        .into(),
-        findings,
-        warnings: judged.warnings,
-        invalid: judged.invalid,
-        notes,
-        identity: None,
-    })
-}
-
-/// The text output's lines for one document: notes, warnings, audit
-/// findings, the composition report, then the denial and invalidity.
-fn print_verdict(
-    judged: &Judged,
-    notes: &[String],
-    findings: &[CheckFinding],
-    m: &Manifest,
-    err: &mut dyn Write,
-) {
-    for n in notes {
-        let _ = writeln!(err, "{}: note: {n}", judged.label);
+    };
+    if written.is_err() {
+        return 2;
     }
-    for w in &judged.warnings {
-        let _ = writeln!(err, "{}: warning: {w}", judged.label);
-    }
-    // Audit findings change nothing for the request; say them anyway,
-    // so a check shows what an Audit rule would deny once enforced.
-    for f in judged
-        .findings
-        .iter()
-        .filter(|f| f.action == mrguard_policy::admission::model::Action::Audit)
-    {
-        let _ = writeln!(err, "{}: audit: {}: {}", judged.label, f.rule, f.message);
-    }
-    for f in findings.iter().filter(|f| f.rule == composition::RULE) {
-        let level = match f.action.as_str() {
-            "Deny" => "denied",
-            "Warn" => "warning",
-            _ => "note",
-        };
+    let count = |v: &str| results.iter().filter(|r| r.verdict == v).count();
+    if args.live.live {
         let _ = writeln!(
             err,
-            "{}: {level}: {}:{}: {}: {}",
-            judged.label, m.file, f.line, f.rule, f.message
+            "{} manifest(s): {} denied, {} invalid, {} allowed, {} unchanged, {} skipped",
+            results.len(),
+            count("denied"),
+            count("invalid"),
+            count("allowed"),
+            count("unchanged"),
+            count("skipped")
         );
-    }
-    if let Some(d) = &judged.denial {
-        let _ = writeln!(err, "{}: denied: {d}", judged.label);
-    }
-    if let Some(i) = &judged.invalid {
-        let _ = writeln!(err, "{}: invalid: {i}", judged.label);
+        i32::from(count("denied") + count("invalid") > 0)
+    } else {
+        i32::from(results.iter().any(|r| r.verdict != "allowed"))
     }
 }
 
-/// The JSON or SARIF output of every result; text was printed as it went.
-fn print_results(output: CheckOutput, results: &[CheckResult], out: &mut dyn Write) {
-    match output {
-        CheckOutput::Text => {}
-        CheckOutput::Json => {
-            let s = serde_json::to_string_pretty(results).unwrap_or_default();
-            let _ = writeln!(out, "{s}");
-        }
-        CheckOutput::Sarif => {
-            let log = mrguard_policy::commands::sarif::log(
-                &mrguard_policy::commands::check::annotations(results),
-            );
-            let _ = writeln!(
-                out,
-                "{}",
-                serde_json::to_string_pretty(&log).unwrap_or_default()
-            );
-        }
-    }
-}
-
-/// Judges every document; `Ok(true)` when any is denied or invalid.
-fn execute(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<bool, CheckError> {
-    let inputs = read_inputs(args, err)?;
-    let mut results = Vec::new();
-    for m in &inputs.docs {
-        results.push(check_one(args, &inputs, m, out, err)?);
-    }
-    let any_denied = results.iter().any(|r| r.verdict != "allowed");
-    print_results(args.live.output, &results, out);
-    Ok(any_denied)
-}
-
-/// Runs the check; 0 allowed, 1 denied or invalid, 2 unreadable input
-/// (or a CRD rule mrguard cannot evaluate).
+/// Runs the check; 0 allowed, 1 denied or invalid, 2 unreadable input,
+/// an unreachable or forbidden cluster, or a CRD rule mrguard cannot
+/// evaluate.
 pub(crate) fn run(mut args: CheckArgs) -> i32 {
     let positional = std::mem::take(&mut args.files);
     args.file.extend(positional);
-    if args.live.live {
-        return live::run(&live::LiveCheck {
-            files: &args.file,
-            config: args.config.as_ref(),
-            username: &args.username,
-            max_documents: args.max_documents,
-            live: &args.live,
-        });
-    }
-    let mut out = std::io::stdout().lock();
-    let mut err = std::io::stderr().lock();
-    match execute(&args, &mut out, &mut err) {
-        Ok(false) => 0,
-        Ok(true) => 1,
+    match fetch_then_judge(&args) {
+        Ok(judgement) => report(&args, judgement),
         Err(e) => {
-            let _ = writeln!(err, "mrguard check: {e}");
+            let _ = writeln!(std::io::stderr(), "mrguard check: {e}");
             2
         }
     }
@@ -519,7 +274,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(matches!(
             load_crds(dir.path(), None, KubeVersion::NEWEST),
-            Err(CheckError::NoCrd(_))
+            Err(CheckError::Judge(
+                mrguard_policy::commands::check::CheckError::NoCrd(_)
+            ))
         ));
         std::fs::write(dir.path().join("bad.yaml"), "a: [").unwrap();
         let e = load_crds(dir.path(), None, KubeVersion::NEWEST)

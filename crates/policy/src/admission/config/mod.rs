@@ -38,6 +38,88 @@ pub enum ConfigError {
     },
 }
 
+/// A configuration as read, before it is parsed: what a command fetched
+/// (a file's bytes, a ConfigMap's key), so that reading and judging stay
+/// apart.
+#[derive(Debug, Clone)]
+pub enum ConfigSource {
+    /// No configuration given: the built-in one.
+    Builtin,
+    /// A file's bytes.
+    File {
+        /// The file, for messages.
+        path: String,
+        /// What it holds.
+        bytes: Vec<u8>,
+    },
+    /// The `config.yaml` key of the installed release's ConfigMap.
+    ConfigMap {
+        /// `namespace/name`.
+        at: String,
+        /// The key's text.
+        text: String,
+    },
+}
+
+/// Why a configuration that was read is not valid, naming where it came
+/// from.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// A file that is not a valid configuration.
+    #[error("failed to load config file {path}: {source}")]
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        #[source]
+        source: ConfigError,
+    },
+    /// A ConfigMap whose key is not a valid configuration.
+    #[error("failed to load the configuration from ConfigMap {at}: {source}")]
+    ConfigMap {
+        /// `namespace/name`.
+        at: String,
+        /// What is wrong with it.
+        #[source]
+        source: ConfigError,
+    },
+}
+
+impl ConfigSource {
+    /// The configuration it holds.
+    pub fn load(&self) -> Result<Config, SourceError> {
+        match self {
+            ConfigSource::Builtin => Ok(Config::builtin()),
+            ConfigSource::File { path, bytes } => {
+                parse_file(path, bytes).map_err(|source| SourceError::File {
+                    path: path.clone(),
+                    source,
+                })
+            }
+            ConfigSource::ConfigMap { at, text } => {
+                Config::from_yaml(text).map_err(|source| SourceError::ConfigMap {
+                    at: at.clone(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// A configuration file's bytes, parsed; the parser's snippets name the
+/// file instead of "<input>".
+pub fn parse_file(path: &str, bytes: &[u8]) -> Result<Config, ConfigError> {
+    std::str::from_utf8(bytes)
+        .map_err(|e| ConfigError::Parse(format!("the file is not UTF-8: {e}")))
+        .and_then(Config::from_yaml)
+        .map_err(|e| match e {
+            ConfigError::Parse(m) => {
+                ConfigError::Parse(m.replace("--> <input>:", &format!("--> {path}:")))
+            }
+            other => other,
+        })
+}
+
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.into(),

@@ -1,8 +1,17 @@
-//! `mrguard check --live`, the decision: one manifest judged against its
-//! live object as the UPDATE (or CREATE) applying it would send, with each
-//! finding at the line of its field, and the text and SARIF renderings of
-//! the results; also `check`'s report on a Composition, at its lines. The
-//! runtime fetches the live objects and CRDs; everything here is pure.
+//! `mrguard check`, the decision, in two steps around the runtime's reads:
+//! [`request::Request::parse`] turns the files' text into manifests and
+//! says what must be read to judge them ([`request::Needs`]); the runtime
+//! reads exactly that ([`judge::Fetched`]: CRD files, or the live objects,
+//! CRDs, claimants and activations of a cluster); [`judge::judge`] decides
+//! every manifest. Here too: one manifest judged against its live object as
+//! the UPDATE (or CREATE) applying it would send, each finding at the line
+//! of its field, the text and SARIF renderings of the results, and
+//! `check`'s report on a Composition, at its lines.
+
+pub mod judge;
+mod live;
+pub mod offline;
+pub mod request;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -18,14 +27,59 @@ use crate::commands::manifest::Manifest;
 use crate::commands::merge;
 use crate::commands::sarif::Annotation;
 
-/// Why a manifest could not be judged.
+/// Why `check` could not judge its input.
 #[derive(Debug, thiserror::Error)]
-#[error("{object}: {reason}")]
-pub struct CheckError {
-    /// `Kind/name` of the manifest.
-    pub object: String,
-    /// What failed (the merge, or the offline pipeline).
-    pub reason: String,
+pub enum CheckError {
+    /// One manifest could not be judged against its live object.
+    #[error("{object}: {reason}")]
+    Judge {
+        /// `Kind/name` of the manifest.
+        object: String,
+        /// What failed (the merge, or the API server's chain).
+        reason: String,
+    },
+    /// A manifest file does not parse.
+    #[error(transparent)]
+    Manifest(#[from] crate::commands::manifest::ManifestError),
+    /// A document cannot be judged offline.
+    #[error("failed to judge {path}, {at}: {reason}")]
+    Document {
+        /// The file.
+        path: String,
+        /// "document 2".
+        at: String,
+        /// Why.
+        reason: String,
+    },
+    /// The configuration read is not valid.
+    #[error(transparent)]
+    Config(#[from] crate::admission::config::SourceError),
+    /// A CRD given cannot be used.
+    #[error("{0}")]
+    Crd(#[from] crate::admission::crd::CrdError),
+    /// `--crd` names no CRD.
+    #[error("failed to find a CustomResourceDefinition in {0}")]
+    NoCrd(String),
+    /// An UPDATE's document has no old version in `--old`.
+    #[error("failed to match {what} ({at} of {path}) in {old}: no object with that kind, namespace and name")]
+    NoOld {
+        /// `Kind/name`.
+        what: String,
+        /// "document 2".
+        at: String,
+        /// The manifest file.
+        path: String,
+        /// The `--old` file.
+        old: String,
+    },
+    /// A manifest to judge against the cluster has no name to find it by.
+    #[error("failed to judge {path}, document {doc}: metadata.name is missing; a live check needs the name to find the object")]
+    NoName {
+        /// The file.
+        path: String,
+        /// 1-based document number.
+        doc: usize,
+    },
 }
 
 /// What became of one manifest.
@@ -122,10 +176,11 @@ pub fn judge_manifest(
         ),
         (None, None) => (Operation::Create, merge::with_last_applied(&m.object)),
         (Some(live), None) => {
-            let applied = merge::client_side_apply(live, &m.object).map_err(|e| CheckError {
-                object: label.clone(),
-                reason: e.to_string(),
-            })?;
+            let applied =
+                merge::client_side_apply(live, &m.object).map_err(|e| CheckError::Judge {
+                    object: label.clone(),
+                    reason: e.to_string(),
+                })?;
             if !applied.had_last_applied {
                 notes.push(format!(
                     "the live object has no {} annotation: kubectl would delete no field and add the annotation",
@@ -172,7 +227,7 @@ pub fn judge_manifest(
     let identity = report(&new, cluster.identities());
     let judged = crate::admission::decider::Decider::new(config, &cluster, by.now)
         .judge(op, &new, live, by.username, crd)
-        .map_err(|e| CheckError {
+        .map_err(|e| CheckError::Judge {
             object: label.clone(),
             reason: e.to_string(),
         })?;

@@ -74,6 +74,42 @@ pub enum ManifestError {
     },
 }
 
+/// One file's text, as the runtime read it.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The file ("-" for standard input).
+    pub file: String,
+    /// What it holds.
+    pub text: String,
+}
+
+/// The objects of every source, in order.
+pub fn parse_all(sources: &[Source], max_documents: usize) -> Result<Vec<Manifest>, ManifestError> {
+    let mut all = Vec::new();
+    for s in sources {
+        all.extend(parse(&s.file, &s.text, max_documents)?);
+    }
+    Ok(all)
+}
+
+/// `object` scoped as the API server and kubectl scope it: a namespaced
+/// kind's object without a namespace gets `default_namespace` (the
+/// context's, or `-n`), and a cluster-scoped kind's object loses any
+/// namespace it names.
+pub fn scope(object: &mut Value, namespaced: bool, default_namespace: &str) {
+    if namespaced {
+        let missing = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty);
+        if missing {
+            object["metadata"]["namespace"] = Value::String(default_namespace.to_string());
+        }
+    } else if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("namespace");
+    }
+}
+
 /// The objects of one file's text. A file with none is an error, as for
 /// `kubectl apply`.
 pub fn parse(file: &str, text: &str, max_documents: usize) -> Result<Vec<Manifest>, ManifestError> {
@@ -240,5 +276,20 @@ mod tests {
         let many = "---\napiVersion: v1\nkind: A\n".repeat(3);
         let e = parse("x.yaml", &many, 2).unwrap_err().to_string();
         assert!(e.contains("more than 2 YAML documents"), "{e}");
+    }
+
+    #[test]
+    fn scope_defaults_a_namespaced_object_and_clears_a_cluster_scoped_one() {
+        let mut o = serde_json::json!({"metadata": {"name": "b"}});
+        scope(&mut o, true, "team-a");
+        assert_eq!(o["metadata"]["namespace"], "team-a");
+        let mut o = serde_json::json!({"metadata": {"name": "b", "namespace": "mine"}});
+        scope(&mut o, true, "team-a");
+        assert_eq!(o["metadata"]["namespace"], "mine");
+        let mut o = serde_json::json!({"metadata": {"name": "b", "namespace": ""}});
+        scope(&mut o, true, "team-a");
+        assert_eq!(o["metadata"]["namespace"], "team-a");
+        scope(&mut o, false, "team-a");
+        assert!(o["metadata"].get("namespace").is_none(), "{o}");
     }
 }

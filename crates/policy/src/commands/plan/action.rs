@@ -155,7 +155,7 @@ impl<'a> Planner<'a> {
         let new = match live {
             Some(l) => {
                 merge::client_side_apply(l, &m.object)
-                    .map_err(|e| CheckError {
+                    .map_err(|e| CheckError::Judge {
                         object: label(&m.object),
                         reason: e.to_string(),
                     })?
@@ -288,7 +288,7 @@ impl<'a> Planner<'a> {
             .unwrap_or_default();
         let judged = Decider::new(self.config, &cluster, self.now)
             .judge(Operation::Delete, live, None, self.username, None)
-            .map_err(|e| CheckError {
+            .map_err(|e| CheckError::Judge {
                 object: label(live),
                 reason: e.to_string(),
             })?;

@@ -1,7 +1,7 @@
 //! `mrguard plan`: what applying manifests (and deleting objects) will do
 //! to the external resources, before anyone applies them (docs/plan.md).
 //!
-//! For each MR one [`Entry`]: an [`PlanAction`] in the words Terraform users
+//! For each MR one [`Entry`]: a [`PlanAction`] in the words Terraform users
 //! read, the field-level diff of `spec.forProvider`, `spec.initProvider`,
 //! the annotations and the policies, each field with a [`Mark`] saying what
 //! the change meets, and the findings as `check --live` gives them.

@@ -159,7 +159,7 @@ fn html(s: &str) -> String {
 pub fn render_markdown(plan: &Plan) -> String {
     let mut s = String::from("## mrguard plan\n\n");
     s.push_str(&format!("**Plan:** {}.\n\n", summary_line(plan)));
-    s.push_str("| Object | PlanAction | Verdict | Fields | Findings | Manifest |\n");
+    s.push_str("| Object | Action | Verdict | Fields | Findings | Manifest |\n");
     s.push_str("|---|---|---|---|---|---|\n");
     for e in &plan.entries {
         let manifest = match (&e.file, e.line) {

@@ -597,7 +597,7 @@ fn text_is_coloured_only_when_asked() {
 fn markdown_has_a_table_row_and_a_section_per_entry() {
     let md = render_markdown(&example_plan());
     assert!(md.contains(
-        "| Object | PlanAction | Verdict | Fields | Findings | Manifest |\n|---|---|---|---|---|---|\n"
+        "| Object | Action | Verdict | Fields | Findings | Manifest |\n|---|---|---|---|---|---|\n"
     ));
     assert!(md.contains("| `Instance/db` | replace required (denied) | **denied** | 2 | 1 | `gitops/db.yaml:1` |"), "{md}");
     assert_eq!(md.matches("<details>").count(), 4);
