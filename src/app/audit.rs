@@ -98,11 +98,19 @@ pub(crate) fn run(args: AuditArgs) -> i32 {
     let Some(runtime) = super::cluster::runtime("audit") else {
         return 2;
     };
+    // The configuration is judged before the cluster is asked: a wrong
+    // file says so whatever the cluster's state.
+    let origin = ConfigOrigin::from_flags(args.config.as_ref(), None);
+    let config = match origin.read_local().and_then(|c| Ok(c.load()?)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mrguard audit: {e}");
+            return 2;
+        }
+    };
     runtime.block_on(async move {
-        let origin = ConfigOrigin::from_flags(args.config.as_ref(), None);
-        let connected = ClusterContext::connect(&args.cluster, None, &origin).await;
-        let (client, config) = match connected.and_then(|ctx| Ok((ctx.config()?, ctx))) {
-            Ok((config, ctx)) => (ctx.client, config),
+        let client = match ClusterContext::connect(&args.cluster, None, &origin).await {
+            Ok(ctx) => ctx.client,
             Err(e) => {
                 eprintln!("mrguard audit: {e}");
                 return 2;
