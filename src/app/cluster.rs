@@ -108,6 +108,29 @@ pub(crate) struct ClusterArgs {
     pub(crate) context: Option<String>,
 }
 
+/// The cluster flags of a command that works offline too: `--kubeconfig`
+/// and `--context` need `--live`.
+pub(crate) fn live_only() -> clap::ArgGroup {
+    clap::ArgGroup::new("cluster_flags")
+        .args(["kubeconfig", "context"])
+        .multiple(true)
+        .requires("live")
+}
+
+/// `--config-from-cluster`, for a command with `--live` and `--config`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ConfigFromCluster {
+    /// With --live: read the configuration from the installed release's
+    /// ConfigMap (key config.yaml) instead of --config.
+    #[arg(
+        long,
+        value_name = "NAMESPACE/NAME",
+        conflicts_with = "config",
+        requires = "live"
+    )]
+    pub(crate) config_from_cluster: Option<String>,
+}
+
 impl ClusterArgs {
     /// The client these flags name.
     pub(crate) async fn client(&self) -> Result<kube::Client, ClusterError> {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
-use clap::{ArgGroup, Args, ValueEnum};
+use clap::{Args, ValueEnum};
 use futures::TryStreamExt;
 use kube::api::ListParams;
 use serde_json::Value;
@@ -24,7 +24,10 @@ use mrguard_policy::commands::plan::{
     prune_candidates, render_markdown, render_text, Entry, Plan, Planner, Selector, SelectorError,
 };
 
-use super::cluster::{self, ClusterArgs, ClusterContext, ClusterError, ConfigOrigin, Resource};
+use super::cluster::{
+    self, live_only, ClusterArgs, ClusterContext, ClusterError, ConfigFromCluster, ConfigOrigin,
+    Resource,
+};
 use super::manifests::{self, Manifest, ManifestError};
 use crate::controller::kube::api::list_values;
 
@@ -44,12 +47,7 @@ pub(crate) enum PlanOutput {
 
 /// Arguments of `mrguard plan`.
 #[derive(Debug, Clone, Args)]
-#[command(group(
-    ArgGroup::new("cluster_flags")
-        .args(["kubeconfig", "context"])
-        .multiple(true)
-        .requires("live")
-))]
+#[command(group(live_only()))]
 pub struct PlanArgs {
     /// Manifest file (multi-document YAML), or folder (read recursively);
     /// "-" reads standard input. Repeatable; optional with --delete, to
@@ -86,15 +84,8 @@ pub struct PlanArgs {
     /// Configuration file; the built-in default when absent.
     #[arg(long)]
     pub(crate) config: Option<PathBuf>,
-    /// With --live: read the configuration from the installed release's
-    /// ConfigMap (key config.yaml) instead of --config.
-    #[arg(
-        long,
-        value_name = "NAMESPACE/NAME",
-        conflicts_with = "config",
-        requires = "live"
-    )]
-    pub(crate) config_from_cluster: Option<String>,
+    #[command(flatten)]
+    pub(crate) config_from_cluster: ConfigFromCluster,
     /// Offline: CRD file or folder, for defaults, schema checks and the
     /// fields the CRDs document as immutable.
     #[arg(long, value_name = "PATH")]
@@ -382,7 +373,10 @@ impl Listed {
 
 /// With `--live`: every kind listed once, then planned.
 async fn plan_live(args: &PlanArgs, mut docs: Vec<Manifest>) -> Result<Plan, PlanError> {
-    let origin = ConfigOrigin::from_flags(args.config.as_ref(), args.config_from_cluster.as_ref());
+    let origin = ConfigOrigin::from_flags(
+        args.config.as_ref(),
+        args.config_from_cluster.config_from_cluster.as_ref(),
+    );
     let mut ctx =
         ClusterContext::connect(&args.cluster, args.namespace.as_deref(), &origin).await?;
     let config = ctx.config()?;

@@ -102,7 +102,12 @@ fn bad_input_and_flags_are_exit_2() {
         );
     }
     // --live's own flags need --live (-o also serves offline checks).
-    for extra in [["--merge", "server"], ["--field-manager", "x"]] {
+    for extra in [
+        ["--merge", "server"],
+        ["--field-manager", "x"],
+        ["--kubeconfig", "x"],
+        ["--context", "x"],
+    ] {
         let mut args = vec!["check", "-f", &b];
         args.extend_from_slice(&extra);
         let out = mrguard(&args);

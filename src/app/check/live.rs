@@ -6,13 +6,15 @@
 
 use std::collections::BTreeMap;
 
-use clap::{ArgGroup, Args, ValueEnum};
+use clap::{Args, ValueEnum};
 use kube::api::{Patch, PatchParams};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::super::claimants;
-use super::super::cluster::{api_error, ClusterArgs, ClusterContext, ClusterError};
+use super::super::cluster::{
+    api_error, live_only, ClusterArgs, ClusterContext, ClusterError, ConfigFromCluster,
+};
 use super::super::progress::Progress;
 use mrguard_policy::commands::check::judge::{Listed, Live, Merged, Served};
 use mrguard_policy::commands::check::request::Needs;
@@ -41,12 +43,7 @@ pub(crate) enum CheckOutput {
 
 /// The flags of `check --live` (flattened into `check`).
 #[derive(Debug, Clone, Args)]
-#[command(group(
-    ArgGroup::new("cluster_flags")
-        .args(["kubeconfig", "context"])
-        .multiple(true)
-        .requires("live")
-))]
+#[command(group(live_only()))]
 pub(crate) struct LiveArgs {
     /// Judge the manifests against the live objects of a cluster: each as
     /// the UPDATE (or CREATE) applying it would send. Never writes.
@@ -65,15 +62,8 @@ pub(crate) struct LiveArgs {
     /// tool's to see what its apply would remove.
     #[arg(long, default_value = "mrguard-check", requires = "live")]
     pub(crate) field_manager: String,
-    /// Read the configuration from the installed release's ConfigMap
-    /// (key config.yaml) instead of --config.
-    #[arg(
-        long,
-        value_name = "NAMESPACE/NAME",
-        conflicts_with = "config",
-        requires = "live"
-    )]
-    pub(crate) config_from_cluster: Option<String>,
+    #[command(flatten)]
+    pub(crate) config_from_cluster: ConfigFromCluster,
     /// Output format: text (with --live one block per manifest; offline,
     /// objects on stdout and findings on stderr), or a JSON array of
     /// results, or SARIF, on stdout.

@@ -157,8 +157,10 @@ fn fetch_then_judge(args: &CheckArgs) -> Result<Judgement, CheckError> {
         )),
         None => None,
     };
-    let origin =
-        ConfigOrigin::from_flags(args.config.as_ref(), args.live.config_from_cluster.as_ref());
+    let origin = ConfigOrigin::from_flags(
+        args.config.as_ref(),
+        args.live.config_from_cluster.config_from_cluster.as_ref(),
+    );
     let cluster = if args.live.live {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
