@@ -19,12 +19,12 @@
 //!    body above the limit (413), a body that does not arrive in time (408).
 //! 3. The handler decodes the AdmissionReview (400 naming the problem when
 //!    it cannot), asks `mrguard_policy` for a decision against the
-//!    [`config::ConfigStore`] snapshot in force, and encodes the answer. A
+//!    [`live_config::ConfigStore`] snapshot in force, and encodes the answer. A
 //!    panic in a decision is answered by failure policy, never with a 500.
 //! 4. [`metrics`] counts every request, refused ones included.
 //!
 //! Alongside the server:
-//! - [`config`] and [`tls`] reload the configuration file and the
+//! - [`live_config`] and [`tls`] reload the configuration file and the
 //!   certificate files when their contents change, through one file poller;
 //!   [`pki`] issues, parses, matches and rotates the certificates;
 //! - [`controller`] (with `serve --controller`) runs on every replica a
@@ -49,8 +49,8 @@
 #![deny(missing_docs)]
 pub mod app;
 pub mod cli;
-pub mod config;
 pub mod controller;
+pub mod live_config;
 pub mod metrics;
 pub mod pki;
 mod poll;

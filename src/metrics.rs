@@ -301,7 +301,7 @@ pub fn catalogue() -> prometheus::Result<Vec<MetricInfo>> {
         ("admission", AdmissionMetrics::register(&r)?.collectors()),
         (
             "configuration",
-            crate::config::ConfigMetrics::register(&r)?.collectors(),
+            crate::live_config::ConfigMetrics::register(&r)?.collectors(),
         ),
         ("TLS", crate::tls::TlsMetrics::register(&r)?.collectors()),
         (

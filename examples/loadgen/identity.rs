@@ -74,7 +74,7 @@ pub(crate) fn serve(
         .build()?;
     runtime.block_on(async move {
         let loaded = match config {
-            Some(p) => mrguard::config::load_file(p)?.0,
+            Some(p) => mrguard::live_config::load_file(p)?.0,
             None => Config::builtin(),
         };
         let cluster = filled(n, &loaded);
@@ -104,7 +104,7 @@ pub(crate) fn inproc(
     let off = config_off(on.as_deref(), dir.path())?;
     let router = |config: Option<&Path>| -> anyhow::Result<axum::Router> {
         let loaded = match config {
-            Some(p) => mrguard::config::load_file(p)?.0,
+            Some(p) => mrguard::live_config::load_file(p)?.0,
             None => Config::builtin(),
         };
         super::mrguard_router(config, filled(ids, &loaded))

@@ -258,11 +258,11 @@ pub(crate) fn mrguard_router(
     use std::sync::atomic::AtomicBool;
     let registry = mrguard::metrics::registry();
     let config = match config {
-        Some(p) => mrguard::config::load_file(p)?.0,
+        Some(p) => mrguard::live_config::load_file(p)?.0,
         None => mrguard_policy::admission::config::Config::builtin(),
     };
     let state = mrguard::server::AppState {
-        config: mrguard::config::ConfigStore::new(config, None),
+        config: mrguard::live_config::ConfigStore::new(config, None),
         cluster,
         metrics: Some(Arc::new(mrguard::metrics::AdmissionMetrics::register(
             &registry,

@@ -43,7 +43,7 @@ pub(crate) enum ClusterError {
     },
     /// The configuration file named by `--config` is unreadable or invalid.
     #[error(transparent)]
-    ConfigFile(#[from] crate::config::ConfigFileError),
+    ConfigFile(#[from] crate::live_config::ConfigFileError),
     /// The configuration read is not valid.
     #[error(transparent)]
     Config(#[from] SourceError),
@@ -179,9 +179,11 @@ impl ConfigOrigin {
             ConfigOrigin::Builtin => ConfigSource::Builtin,
             ConfigOrigin::File(p) => ConfigSource::File {
                 path: p.display().to_string(),
-                bytes: std::fs::read(p).map_err(|source| crate::config::ConfigFileError::Read {
-                    path: p.display().to_string(),
-                    source,
+                bytes: std::fs::read(p).map_err(|source| {
+                    crate::live_config::ConfigFileError::Read {
+                        path: p.display().to_string(),
+                        source,
+                    }
                 })?,
             },
             ConfigOrigin::Cluster(at) => return Err(ClusterError::NoCluster(at.clone())),

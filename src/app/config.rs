@@ -1,13 +1,12 @@
-//! `mrguard config` and `mrguard export`: a configuration file checked,
-//! the built-in one printed, the configuration exported as
-//! ValidatingAdmissionPolicies or a MutatingAdmissionPolicy.
+//! `mrguard config`: a configuration file checked, the built-in one
+//! printed.
 
 use std::path::Path;
 
 /// `mrguard config check`: 0 when the file is valid (warnings and notes on
 /// stderr), 1 when it is not.
 pub fn check(file: &Path) -> i32 {
-    match crate::config::load_file(file) {
+    match crate::live_config::load_file(file) {
         Ok((config, bytes)) => {
             for w in config_warnings(&config, &bytes) {
                 eprintln!("{}: warning: {w}", file.display());
@@ -28,69 +27,6 @@ pub fn check(file: &Path) -> i32 {
 /// `mrguard config default`: the built-in configuration on stdout.
 pub fn print_default() -> i32 {
     print!("{}", mrguard_policy::admission::config::BUILTIN_YAML);
-    0
-}
-
-/// `mrguard export vap`: the policies on stdout as YAML documents, what
-/// was left out on stderr.
-pub fn export_vap(config: Option<&Path>) -> i32 {
-    let Some(config) = export_config(config) else {
-        return 1;
-    };
-    let export = mrguard_policy::commands::export::vap::export(&config, jiff::Timestamp::now());
-    write_export(&export.objects, &export.skipped)
-}
-
-/// `mrguard export map`: the MutatingAdmissionPolicy and its binding on
-/// stdout as YAML documents, what a policy cannot express on stderr.
-pub fn export_map(config: Option<&Path>) -> i32 {
-    let Some(config) = export_config(config) else {
-        return 1;
-    };
-    match mrguard_policy::commands::export::map::export(&config) {
-        Ok(export) => write_export(&export.objects, &export.skipped),
-        Err(e) => {
-            eprintln!("{e}");
-            1
-        }
-    }
-}
-
-/// The configuration to export: the file, else the built-in one; `None`
-/// after saying why the file is not valid.
-fn export_config(config: Option<&Path>) -> Option<mrguard_policy::admission::config::Config> {
-    match config {
-        Some(p) => match crate::config::load_file(p) {
-            Ok((c, _)) => Some(c),
-            Err(e) => {
-                eprintln!("{e}");
-                None
-            }
-        },
-        None => Some(mrguard_policy::admission::config::Config::builtin()),
-    }
-}
-
-/// `objects` as YAML documents on stdout, `skipped` as `not exported:`
-/// lines on stderr.
-fn write_export(objects: &[serde_json::Value], skipped: &[String]) -> i32 {
-    let mut out = String::new();
-    for o in objects {
-        match serde_saphyr::to_string(o) {
-            Ok(y) => {
-                out.push_str("---\n");
-                out.push_str(&y);
-            }
-            Err(e) => {
-                eprintln!("failed to write a policy as YAML: {e}");
-                return 1;
-            }
-        }
-    }
-    print!("{out}");
-    for s in skipped {
-        eprintln!("not exported: {s}");
-    }
     0
 }
 

@@ -27,6 +27,7 @@ pub mod controller_args;
 pub mod crd;
 pub mod explain;
 pub(crate) mod explain_composition;
+pub mod export;
 pub(crate) mod manifests;
 pub mod parse;
 pub mod plan;

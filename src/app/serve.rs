@@ -15,8 +15,8 @@ use tracing::Instrument;
 
 use super::controller_args::ControllerArgs;
 use super::parse::parse_duration;
-use crate::config::{ConfigMetrics, ConfigStore};
 use crate::controller::metrics::ControllerMetrics;
+use crate::live_config::{ConfigMetrics, ConfigStore};
 use crate::metrics::AdmissionMetrics;
 use crate::pki::{self, PemPair};
 use crate::server::{ConnLimits, HttpsServer, RouteLimits};
@@ -133,7 +133,7 @@ fn load_config(
 ) -> anyhow::Result<(Arc<ConfigStore>, Vec<u8>)> {
     let (config, bytes) = match &args.config {
         None => (Config::builtin(), Vec::new()),
-        Some(path) => crate::config::load_file(path)?,
+        Some(path) => crate::live_config::load_file(path)?,
     };
     for w in config.privileged_exemptions() {
         tracing::warn!("{w}");
@@ -260,7 +260,7 @@ fn spawn_reloads(
 ) {
     if let Some(path) = &args.config {
         tasks.spawn(
-            crate::config::watch(
+            crate::live_config::watch(
                 path.clone(),
                 args.reload_interval,
                 config.0.clone(),

@@ -241,10 +241,10 @@ pub fn run(cli: Cli) -> i32 {
         Command::Crd(cmd) => app::crd::run(cmd),
         Command::Config(ConfigCommand::Check { file }) => app::config::check(&file),
         Command::Export(ExportCommand::Vap { config }) => {
-            app::config::export_vap(config.as_deref())
+            app::export::export_vap(config.as_deref())
         }
         Command::Export(ExportCommand::Map { config }) => {
-            app::config::export_map(config.as_deref())
+            app::export::export_map(config.as_deref())
         }
         Command::Config(ConfigCommand::Default) => app::config::print_default(),
     }

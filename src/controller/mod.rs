@@ -57,7 +57,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::Instrument;
 
-use crate::config::ConfigStore;
+use crate::live_config::ConfigStore;
 use crate::shutdown::Signal;
 use crate::tls::CertStore;
 use kube::api::Clock;

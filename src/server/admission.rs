@@ -34,7 +34,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 
-use crate::config::ConfigStore;
+use crate::live_config::ConfigStore;
 use crate::metrics::{AdmissionMetrics, RejectReason, RequestLabels};
 use mrguard_policy::admission::decider::{Decider, Decision, Outcome, Webhook};
 use mrguard_policy::admission::review::{self, DecodeError};

@@ -13,7 +13,7 @@ use axum::Router;
 use tokio::sync::Semaphore;
 
 use super::admission::{self, json_error, BodyBudget, Endpoint};
-use crate::config::ConfigStore;
+use crate::live_config::ConfigStore;
 use crate::metrics::AdmissionMetrics;
 use mrguard_policy::admission::decider::Webhook;
 

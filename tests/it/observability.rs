@@ -146,12 +146,12 @@ fn registered_metrics() -> &'static str {
         let registry = mrguard::metrics::registry();
         let admission = AdmissionMetrics::register(&registry).expect("admission metrics");
         // A configuration with an expired exception, as a reload sets it.
-        let _store = mrguard::config::ConfigStore::new(
+        let _store = mrguard::live_config::ConfigStore::new(
             mrguard_policy::admission::config::Config::from_yaml(
                 "exceptions:\n  - {name: old, rules: [immutable-field], reason: r, expires: '2020-01-01T00:00:00Z'}\n",
             )
             .expect("config with an exception"),
-            Some(mrguard::config::ConfigMetrics::register(&registry).expect("config metrics")),
+            Some(mrguard::live_config::ConfigMetrics::register(&registry).expect("config metrics")),
         );
         mrguard::tls::TlsMetrics::register(&registry).expect("TLS metrics");
         let controller =

@@ -14,7 +14,6 @@ use kube::Api;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::ConfigStore;
 use crate::controller::changes::Stamp;
 use crate::controller::kube::api::{api_err, list_pages, list_values, ControllerError};
 use crate::controller::metrics::ControllerMetrics;
@@ -22,6 +21,7 @@ use crate::controller::replica::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
 use crate::controller::replica::crds::{Crds, ServedCrd};
 use crate::controller::replica::identity::{watched_whole, IdentityView, MrView};
 use crate::controller::replica::mr_states::MrStates;
+use crate::live_config::ConfigStore;
 use mrguard_policy::admission::config::Config;
 use mrguard_policy::admission::model::Action;
 use mrguard_policy::admission::review::RequestBuilder;
