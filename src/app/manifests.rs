@@ -72,6 +72,19 @@ pub(crate) fn read_sources(paths: &[PathBuf]) -> Result<Vec<Source>, ManifestErr
     Ok(all)
 }
 
+/// The files under `path`, each read when the iterator reaches it, so
+/// that a large folder is never held in memory whole.
+pub(crate) fn read_lazily(
+    path: &Path,
+) -> Result<impl Iterator<Item = Result<Source, ManifestError>> + 'static, ManifestError> {
+    Ok(files(path)?.into_iter().map(|f| {
+        Ok(Source {
+            text: read_text(&f)?,
+            file: f.display().to_string(),
+        })
+    }))
+}
+
 /// Every object of every file under `paths`, in order.
 pub(crate) fn read(
     paths: &[PathBuf],

@@ -15,14 +15,14 @@ use clap::{Args, ValueEnum};
 use mrguard_policy::admission::crd::Crds;
 use mrguard_policy::admission::kube_version::KubeVersion;
 use mrguard_policy::admission::model::Operation;
-use mrguard_policy::commands::check::judge::{judge, Fetched, Judgement};
+use mrguard_policy::commands::check::judge::{judge, CrdFiles, Fetched, Judgement};
 use mrguard_policy::commands::check::offline::crds_from;
 use mrguard_policy::commands::check::request::{Options, Request};
 use mrguard_policy::commands::check::{annotations, render_text, CheckResult};
 use mrguard_policy::commands::sarif;
 
 use super::cluster::{ClusterContext, ClusterError, ConfigOrigin};
-use super::manifests::{self, ManifestError, Source};
+use super::manifests::{self, ManifestError};
 use live::CheckOutput;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -122,13 +122,8 @@ pub(crate) fn load_crds(
     groups: Option<&BTreeSet<String>>,
     kube: KubeVersion,
 ) -> Result<Crds, CheckError> {
-    let files = manifests::read_sources(&[path.to_path_buf()])?;
-    Ok(crds_from(
-        &path.display().to_string(),
-        &files,
-        groups,
-        kube,
-    )?)
+    let files = manifests::read_lazily(path)?;
+    Ok(crds_from(&path.display().to_string(), files, groups, kube)?)
 }
 
 /// How the flags ask to judge; `live` is the namespace of manifests that
@@ -185,17 +180,15 @@ fn fetch_then_judge(args: &CheckArgs) -> Result<Judgement, CheckError> {
         None => Fetched::Offline {
             config: origin.read_local()?,
             crds: match &args.crd {
-                Some(p) => Some((p.display().to_string(), crd_files(p)?)),
+                Some(p) => Some(CrdFiles {
+                    path: p.display().to_string(),
+                    files: Box::new(manifests::read_lazily(p)?),
+                }),
                 None => None,
             },
         },
     };
     Ok(judge(&request, fetched, jiff::Timestamp::now()))
-}
-
-/// Every file under `--crd`, read.
-fn crd_files(path: &Path) -> Result<Vec<Source>, CheckError> {
-    Ok(manifests::read_sources(&[path.to_path_buf()])?)
 }
 
 /// Prints the judgement; 0 allowed, 1 denied or invalid, 2 when judging

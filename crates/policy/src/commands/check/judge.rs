@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::request::Request;
 use super::{CheckError, CheckResult};
 use crate::admission::config::ConfigSource;
-use crate::commands::manifest::Source;
+use crate::commands::manifest::{ManifestError, Source};
 
 /// What the runtime read for a request.
 #[derive(Debug)]
@@ -20,11 +20,29 @@ pub enum Fetched {
     Offline {
         /// The configuration as read.
         config: ConfigSource,
-        /// `--crd`: its path as given, and the text of every file under it.
-        crds: Option<(String, Vec<Source>)>,
+        /// `--crd`: the files under it, read one at a time.
+        crds: Option<CrdFiles>,
     },
     /// Against a cluster.
     Live(Live),
+}
+
+/// The files of `--crd`, read as they are consumed: a provider family's
+/// CRDs are a hundred megabytes of text, of which a check keeps only the
+/// files that name its manifests' groups.
+pub struct CrdFiles {
+    /// `--crd` as given, for messages.
+    pub path: String,
+    /// Each file's text, or why it could not be read.
+    pub files: Box<dyn Iterator<Item = Result<Source, ManifestError>>>,
+}
+
+impl std::fmt::Debug for CrdFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CrdFiles")
+            .field("path", &self.path)
+            .finish()
+    }
 }
 
 /// What the cluster answered for a live check.

@@ -8,9 +8,11 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use super::judge::{Judgement, Outcome};
+use super::judge::{CrdFiles, Judgement, Outcome};
 use super::request::Request;
-use super::{composition_report, inactive_composed, CheckError, CheckFinding, CheckResult};
+use super::{
+    composition_report, inactive_composed, is_composition, CheckError, CheckFinding, CheckResult,
+};
 use crate::admission::api_server::{identity, label, Judged};
 use crate::admission::config::{Config, ConfigSource};
 use crate::admission::crd::{builtin_group, schema_for, CrdVersion, Crds, SchemaFor};
@@ -20,7 +22,7 @@ use crate::admission::model::{Action, Operation};
 use crate::cluster::activation::{Activations, MRAP_KIND};
 use crate::cluster::composition::{self, XrSchemas};
 use crate::cluster::Cluster;
-use crate::commands::manifest::{self, Manifest, Source};
+use crate::commands::manifest::{self, Manifest, ManifestError, Source};
 
 /// What every document is judged with.
 struct Inputs<'a> {
@@ -41,7 +43,7 @@ struct Inputs<'a> {
 pub(super) fn judge(
     request: &Request,
     config: &ConfigSource,
-    crds: Option<(String, Vec<Source>)>,
+    crds: Option<CrdFiles>,
     now: jiff::Timestamp,
 ) -> Judgement {
     let mut judgement = Judgement::default();
@@ -67,7 +69,7 @@ pub(super) fn judge(
 fn inputs<'a>(
     request: &'a Request,
     config: &ConfigSource,
-    crds: Option<(String, Vec<Source>)>,
+    crds: Option<CrdFiles>,
     now: jiff::Timestamp,
     notes: &mut Vec<String>,
 ) -> Result<Inputs<'a>, CheckError> {
@@ -78,11 +80,20 @@ fn inputs<'a>(
         notes.push(n);
     }
     let (mut xrs, crd_path, crds) = match crds {
-        Some((path, files)) => {
-            let xrs = xr_schemas(&files, options.max_documents);
+        Some(CrdFiles { path, files }) => {
+            // XR schemas serve only the report on a Composition: without
+            // one, no file is parsed for them.
+            let compositions = request.manifests.iter().any(|m| is_composition(&m.object));
+            let mut xrs = XrSchemas::default();
             let groups = crd_groups(&request.manifests);
+            let files = files.inspect(|f| {
+                if let (true, Ok(f)) = (compositions, f) {
+                    add_xr_schemas(&mut xrs, f, options.max_documents);
+                }
+            });
+            let crds = crds_from(&path, files, Some(&groups), kube);
             // XRDs alone are enough to judge Compositions.
-            let crds = match crds_from(&path, &files, Some(&groups), kube) {
+            let crds = match crds {
                 Err(CheckError::NoCrd(_)) if !xrs.is_empty() => Crds::judged_as(kube),
                 other => other?,
             };
@@ -118,13 +129,14 @@ fn inputs<'a>(
 /// family's 2,000 CRDs parses only their files.
 pub fn crds_from(
     path: &str,
-    files: &[Source],
+    files: impl IntoIterator<Item = Result<Source, ManifestError>>,
     groups: Option<&BTreeSet<String>>,
     kube: KubeVersion,
 ) -> Result<Crds, CheckError> {
     let mut crds = Crds::judged_as(kube);
     let mut any = false;
     for f in files {
+        let f = f?;
         if let Some(groups) = groups {
             // An MRAP names no group, only patterns; a provider config
             // CRD names its family's group (`aws.m.upbound.io`), not the
@@ -145,18 +157,14 @@ pub fn crds_from(
     Ok(crds)
 }
 
-/// The XR schemas in `files`: XRDs, and the CRDs Crossplane generates
+/// The XR schemas in one file: XRDs, and the CRDs Crossplane generates
 /// from them. Files without objects are the CRD loader's to report.
-fn xr_schemas(files: &[Source], max_documents: usize) -> XrSchemas {
-    let mut xrs = XrSchemas::default();
-    for f in files {
-        if let Ok(docs) = manifest::parse(&f.file, &f.text, max_documents) {
-            for d in docs {
-                xrs.add(&d.object);
-            }
+fn add_xr_schemas(xrs: &mut XrSchemas, f: &Source, max_documents: usize) {
+    if let Ok(docs) = manifest::parse(&f.file, &f.text, max_documents) {
+        for d in docs {
+            xrs.add(&d.object);
         }
     }
-    xrs
 }
 
 /// The API groups of `docs` that need a CRD (built-in groups do not),
