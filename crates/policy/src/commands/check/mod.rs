@@ -263,6 +263,17 @@ pub fn judge_manifest(
 impl CheckFinding {
     /// A rule finding on manifest `m`, at the line of the field it names.
     pub fn at(f: &crate::admission::model::Finding, m: &Manifest) -> Self {
+        let mut finding = CheckFinding::unplaced(f);
+        let path = crate::commands::sarif::finding_path(&f.rule, &f.message);
+        finding.line = path
+            .as_ref()
+            .map(|p| m.lines.line_of(p))
+            .unwrap_or(m.lines.start);
+        finding
+    }
+
+    /// A rule finding on an object without a file (line 0).
+    pub fn unplaced(f: &crate::admission::model::Finding) -> Self {
         let path = crate::commands::sarif::finding_path(&f.rule, &f.message);
         CheckFinding {
             rule: f.rule.to_string(),
@@ -274,10 +285,7 @@ impl CheckFinding {
             field: path
                 .as_ref()
                 .map(|p| crate::commands::explain::display_path(p)),
-            line: path
-                .as_ref()
-                .map(|p| m.lines.line_of(p))
-                .unwrap_or(m.lines.start),
+            line: 0,
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::admission::model::Operation;
 use crate::admission::mr::{self, DeletionOutcome, Mr, PolicyAction, PolicySet};
 use crate::cluster::identity::IdentityIndex;
 use crate::commands::check::{judge_manifest, Applier, CheckError, CheckFinding, CheckResult};
-use crate::commands::explain::{display_path, DEFAULT_PROVIDER_MANAGERS};
+use crate::commands::explain::DEFAULT_PROVIDER_MANAGERS;
 use crate::commands::managed_fields;
 use crate::commands::manifest::Manifest;
 use crate::commands::merge;
@@ -298,23 +298,7 @@ impl<'a> Planner<'a> {
             "allowed"
         };
         let mut e = blank(live, action, verdict);
-        e.findings = judged
-            .findings
-            .iter()
-            .map(|f| {
-                let path = crate::commands::sarif::finding_path(&f.rule, &f.message);
-                CheckFinding {
-                    rule: f.rule.to_string(),
-                    action: f.action.as_str().to_string(),
-                    message: match &f.fix {
-                        Some(fix) => format!("{}. Fix: {fix}", f.message),
-                        None => f.message.clone(),
-                    },
-                    field: path.as_ref().map(|p| display_path(p)),
-                    line: 0,
-                }
-            })
-            .collect();
+        e.findings = judged.findings.iter().map(CheckFinding::unplaced).collect();
         e.warnings = judged.warnings;
         let policy = match m.deletion_policy().and_then(Value::as_str) {
             Some(p) => format!("deletionPolicy {p}"),
