@@ -3,7 +3,7 @@
 #
 #   docker build -t mrguard:dev .
 #
-# The chart (charts/mrguard) runs /usr/local/bin/mrguard serve; tests/it/chart.rs
+# The chart (charts/mrguard) runs /usr/local/bin/mrguard serve; tests/it/chart/
 # checks that this file and the chart agree.
 
 # Base images are pinned by digest, so a rebuild gets the same bases; the
