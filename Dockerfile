@@ -3,8 +3,8 @@
 #
 #   docker build -t mrguard:dev .
 #
-# The chart (charts/mrguard) runs /usr/local/bin/mrguard serve; tests/it/chart.rs
-# checks that this file and the chart agree.
+# The chart (charts/mrguard) runs /usr/local/bin/mrguard serve;
+# tests/it/chart/dockerfile.rs checks that this file and the chart agree.
 
 # Base images are pinned by digest, so a rebuild gets the same bases; the
 # tag beside each digest says what it was resolved from. To refresh, resolve

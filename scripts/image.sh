@@ -12,15 +12,15 @@
 # and 8080, and org.opencontainers.image.* labels. Base images cannot be
 # pulled here (only package registries are reachable), so the files come
 # from this Debian machine instead of gcr.io/distroless/cc-debian12;
-# tests/it/chart.rs checks that this script and the Dockerfile agree on
-# user, entrypoint and ports.
+# tests/it/chart/dockerfile.rs checks that this script and the Dockerfile
+# agree on user, entrypoint and ports.
 #
 # buildah runs with vfs storage and chroot isolation under target/image/,
 # so nothing is written to the machine's own container storage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Kept in step with the Dockerfile (tests/it/chart.rs).
+# Kept in step with the Dockerfile (tests/it/chart/dockerfile.rs).
 IMAGE_USER="65532:65532"
 IMAGE_ENTRYPOINT='["/usr/local/bin/mrguard", "serve"]'
 IMAGE_PORTS="9443 8080"

@@ -22,7 +22,7 @@ if [[ -z "${MRGUARD_FIXTURES:-}" && -d ../shared/fixtures ]]; then
   export MRGUARD_FIXTURES
 fi
 
-# helm for tests/it/chart.rs and tests/e2e, and promtool for the alert unit
+# helm for tests/it/chart/ and tests/e2e, and promtool for the alert unit
 # tests (tests/alerts/), built from their Go modules into .tools/bin
 # (idempotent).
 scripts/install-tools.sh

@@ -46,8 +46,8 @@ pub struct AdmissionMetrics {
     findings: CounterVec,
     exceptions: IntCounterVec,
     cel_rules: HistogramsVec,
-    /// Feeds `cel_rules` ([`Self::cel_observer`]).
-    cel_observer: mrguard_policy::admission::cel::Observer,
+    /// `cel_rules`' series, found once per thread ([`Self::cel_rules`]).
+    cel_series: RuleHistograms,
     known: Arc<KnownKinds>,
 }
 
@@ -118,11 +118,7 @@ impl AdmissionMetrics {
                 &["rule"],
             )
         })?;
-        let children = RuleHistograms::new(cel_rules.clone());
-        let cel_observer: mrguard_policy::admission::cel::Observer =
-            Arc::new(move |rule: &str, took: std::time::Duration| {
-                children.observe(rule, took.as_secs_f64())
-            });
+        let cel_series = RuleHistograms::new(cel_rules.clone());
         // Every series exists from the start, so a rate over it is 0, not absent.
         for webhook in [Webhook::Mutate, Webhook::Validate] {
             for reason in RejectReason::ALL {
@@ -136,7 +132,7 @@ impl AdmissionMetrics {
             findings,
             exceptions,
             cel_rules,
-            cel_observer,
+            cel_series,
             known: Arc::default(),
         };
         m.collectors()
@@ -157,11 +153,13 @@ impl AdmissionMetrics {
         ]
     }
 
-    /// What times each configured CEL rule of a decision into
-    /// `mrguard_cel_rule_duration_seconds` (see
-    /// [`mrguard_policy::admission::cel::with_observer`]).
-    pub fn cel_observer(&self) -> &mrguard_policy::admission::cel::Observer {
-        &self.cel_observer
+    /// Records how long each configured CEL rule of a decision took
+    /// ([`mrguard_policy::admission::decider::Decision::cel_timings`]) in
+    /// `mrguard_cel_rule_duration_seconds`.
+    pub fn cel_rules(&self, timings: &[mrguard_policy::admission::cel::CelTiming]) {
+        for t in timings {
+            self.cel_series.observe(&t.rule, t.took.as_secs_f64());
+        }
     }
 
     /// Shares the controller's covered kinds with these metrics.
@@ -426,7 +424,7 @@ mod tests {
             .sum()
     }
 
-    /// Each registry's observer times into its own series, though the
+    /// Each registry's timings go into its own series, though the
     /// series are cached per thread.
     #[test]
     fn cached_series_stay_with_their_registry() {

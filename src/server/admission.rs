@@ -187,6 +187,12 @@ async fn answer(State(endpoint): State<Arc<Endpoint>>, arrived: Arrived, req: Re
     // Built per request from this snapshot of the configuration and the
     // replica's cluster view, judging at the time the request is decided.
     let decider = Decider::new(&config, &endpoint.cluster, jiff::Timestamp::now());
+    // Each configured CEL rule is timed for the metrics' histogram: the
+    // timings come back in the decision.
+    let decider = match &endpoint.metrics {
+        Some(_) => decider.timed(&std::time::Instant::now),
+        None => decider,
+    };
     let decoded = decider.decode(&body).map_err(Rejection::Undecodable);
     // The raw bytes are not needed once parsed.
     drop(body);
@@ -194,12 +200,7 @@ async fn answer(State(endpoint): State<Arc<Endpoint>>, arrived: Arrived, req: Re
         Ok(r) => r,
         Err(rejection) => return endpoint.refuse(rejection, arrived),
     };
-    let decide = || decide(endpoint.webhook, &request, &decider);
-    // Each configured CEL rule is timed into the metrics' histogram.
-    let decision = match &endpoint.metrics {
-        Some(m) => mrguard_policy::admission::cel::with_observer(m.cel_observer(), decide),
-        None => decide(),
-    };
+    let decision = decide(endpoint.webhook, &request, &decider);
     endpoint.observe(&request, &decision, arrived, &config);
     drop(request);
     let response = (
@@ -267,6 +268,7 @@ fn decide(webhook: Webhook, request: &review::Request, decider: &Decider<'_>) ->
             outcome: Outcome::Error,
             findings: Vec::new(),
             mutated: None,
+            cel_timings: Vec::new(),
         }
     });
     // Debug, not info: the user sees the denial through the API server and
@@ -303,6 +305,7 @@ impl Endpoint {
                 arrived.elapsed(),
                 &decision.findings,
             );
+            m.cel_rules(&decision.cel_timings);
         }
     }
 

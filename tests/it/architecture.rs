@@ -254,44 +254,130 @@ fn the_checker_finds_a_cycle() {
     assert!(cycle(&g).is_none());
 }
 
-/// What reads the wall clock.
-const CLOCKS: [&str; 3] = ["Timestamp::now()", "Zoned::now()", "SystemTime::now()"];
+/// What reads a clock: the wall clock, or the monotonic one.
+const CLOCKS: [&str; 4] = [
+    "Timestamp::now()",
+    "Zoned::now()",
+    "SystemTime::now()",
+    "Instant::now()",
+];
 
-/// The lines of `files` that read the wall clock, comments left out.
-fn clock_reads(files: &[(PathBuf, String)]) -> Vec<String> {
+/// The lines of `files` that name one of `needles`, comments left out.
+fn lines_naming<'f>(files: &'f [(PathBuf, String)], needles: &[&str]) -> Vec<(&'f Path, String)> {
     let mut found = Vec::new();
     for (path, code) in files {
         for line in code.lines().map(str::trim) {
-            if !line.starts_with("//") && CLOCKS.iter().any(|c| line.contains(c)) {
-                found.push(format!("{}: {line}", path.display()));
+            if !line.starts_with("//") && needles.iter().any(|c| line.contains(c)) {
+                found.push((path.as_path(), line.to_string()));
             }
         }
     }
     found
 }
 
-/// The policy crate is pure: the instant it judges at (staged rules,
-/// exception expiry) comes from its caller, so a what-if tool or a test
-/// judges at a chosen time. Its tests may read the clock.
-#[test]
-fn the_policy_crate_reads_no_clock() {
+/// The lines of `files` that read a clock, comments left out.
+fn clock_reads(files: &[(PathBuf, String)]) -> Vec<String> {
+    lines_naming(files, &CLOCKS)
+        .into_iter()
+        .map(|(path, line)| format!("{}: {line}", path.display()))
+        .collect()
+}
+
+/// Where the policy crate's non-test code may keep state per thread or
+/// read the monotonic clock, and why: one CEL evaluation is metered from
+/// inside `cel`'s function overloads, which are plain `fn`s with no
+/// argument to carry a meter or a clock in. Each entry must still be
+/// needed, so the list cannot outlive what it excuses.
+const PER_THREAD: [(&str, &str); 2] = [
+    (
+        "admission/cel/budget.rs",
+        "the cost meter of one evaluation and its time backstop (TIME_LIMIT)",
+    ),
+    (
+        "admission/cel/env.rs",
+        "compiled regular expressions, a cache: the same answers without it",
+    ),
+];
+
+/// The policy crate's non-test source, with what it must hold to be read.
+fn policy_sources() -> Vec<(PathBuf, String)> {
     let mut files = Vec::new();
     sources(&root().join("crates/policy/src"), &mut files);
-    assert!(files.iter().any(|(p, _)| p.ends_with("admission/mod.rs")));
-    let found = clock_reads(&files);
+    assert!(files
+        .iter()
+        .any(|(p, _)| p.ends_with("admission/decider/mod.rs")));
+    files
+}
+
+/// Whether `path` is one of [`PER_THREAD`]'s files.
+fn excused(path: &Path) -> bool {
+    PER_THREAD.iter().any(|(file, _)| path.ends_with(file))
+}
+
+/// The policy crate is pure: the instant it judges at (staged rules,
+/// exception expiry) and the clock that times its CEL rules
+/// (`cel::Clock`) come from its caller, so a what-if tool or a test
+/// judges at a chosen time. Its tests may read the clock; the CEL
+/// evaluation's time backstop ([`PER_THREAD`]) reads the monotonic one.
+#[test]
+fn the_policy_crate_reads_no_clock() {
+    let files = policy_sources();
+    let found: Vec<String> = lines_naming(&files, &CLOCKS)
+        .into_iter()
+        .filter(|(path, line)| !(line.contains("Instant::now()") && excused(path)))
+        .map(|(path, line)| format!("{}: {line}", path.display()))
+        .collect();
     assert!(
         found.is_empty(),
-        "mrguard-policy reads the clock; take the instant from the caller: {found:#?}"
+        "mrguard-policy reads the clock; take the instant or the clock from the caller: {found:#?}"
     );
 }
 
+/// The policy crate keeps no state per thread, so nothing reaches a
+/// decision or leaves it except through its arguments and what it
+/// returns (the CEL rules' timings are in the decision). The exceptions
+/// are [`PER_THREAD`].
 #[test]
-fn the_clock_checker_skips_comments_and_tests() {
+fn the_policy_crate_keeps_no_per_thread_state() {
+    let files = policy_sources();
+    let found = lines_naming(&files, &["thread_local!"]);
+    let unexcused: Vec<String> = found
+        .iter()
+        .filter(|(path, _)| !excused(path))
+        .map(|(path, line)| format!("{}: {line}", path.display()))
+        .collect();
+    assert!(
+        unexcused.is_empty(),
+        "mrguard-policy keeps state per thread; pass it in and return it: {unexcused:#?}"
+    );
+    for (file, why) in PER_THREAD {
+        assert!(
+            found.iter().any(|(path, _)| path.ends_with(file)),
+            "{file} no longer keeps state per thread ({why}): take it off PER_THREAD"
+        );
+    }
+}
+
+#[test]
+fn the_clock_and_thread_checkers_skip_comments_and_tests() {
     let (code, _) = strip_tests(
         "/// Not `Timestamp::now()`: the caller's.\nfn f(now: Timestamp) {}\nfn g() { std::time::SystemTime::now(); }\n#[cfg(test)]\nmod tests {\n    fn h() { jiff::Timestamp::now(); }\n}\n",
     );
     let found = clock_reads(&[(PathBuf::from("a.rs"), code)]);
     assert_eq!(found, ["a.rs: fn g() { std::time::SystemTime::now(); }"]);
+    let (code, _) = strip_tests(
+        "fn t() { let t = Instant::now(); }\n// thread_local! { static X: u8 = 0; }\nthread_local! { static Y: u8 = 0; }\n#[cfg(test)]\nmod tests {\n    thread_local! { static Z: u8 = 0; }\n}\n",
+    );
+    let files = [(PathBuf::from("b.rs"), code)];
+    assert_eq!(
+        clock_reads(&files),
+        ["b.rs: fn t() { let t = Instant::now(); }"]
+    );
+    let per_thread: Vec<String> = lines_naming(&files, &["thread_local!"])
+        .into_iter()
+        .map(|(_, line)| line)
+        .collect();
+    assert_eq!(per_thread, ["thread_local! { static Y: u8 = 0; }"]);
 }
 
 // ------------------------------------------------- the runtime, per file

@@ -28,9 +28,9 @@ mod mutation;
 mod reads;
 pub mod typecheck;
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::OnceCell;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cel::common::ast::IdedExpr;
 use cel::common::types::{CelBool, CelNull, CelOptional, CelString};
@@ -604,33 +604,20 @@ pub fn check_configured<'v>(rule: &'v CelRule, at: &RuleScope<'v>) -> Option<Vio
     }
 }
 
-/// Receives how long each configured rule's evaluation took, by rule name
-/// (`cel:<name>`): the server's histogram.
-pub type Observer = Arc<dyn Fn(&str, Duration) + Send + Sync>;
+/// The caller's monotonic clock, read around each configured rule to time
+/// it (`admission::Decider::timed`): the crate reads no clock of its own,
+/// and a test can time with a clock it controls.
+pub type Clock<'a> = &'a (dyn Fn() -> Instant + Sync);
 
-thread_local! {
-    /// Set by [`with_observer`] for one decision on this thread: each
-    /// server (and test server) times its own requests only.
-    static OBSERVER: RefCell<Option<Observer>> = const { RefCell::new(None) };
-}
-
-/// Runs `f` (a decision) with `observer` timing each configured rule it
-/// evaluates on this thread. Without one, rules are not timed at all.
-pub fn with_observer<R>(observer: &Observer, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Observer>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let previous = self.0.take();
-            OBSERVER.with(|o| *o.borrow_mut() = previous);
-        }
-    }
-    let _restore = Restore(OBSERVER.with(|o| o.borrow_mut().replace(observer.clone())));
-    f()
-}
-
-/// The [`Observer`] of this decision, if any: read once per request.
-pub(crate) fn observer() -> Option<Observer> {
-    OBSERVER.with(|o| o.borrow().clone())
+/// How long one configured rule's evaluation took in one decision, for
+/// the server's `mrguard_cel_rule_duration_seconds`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CelTiming {
+    /// The rule's finding name, `cel:<name>`: the metric's `rule` label.
+    pub rule: String,
+    /// From the end of the previous rule evaluated (or the first clock
+    /// read) to the end of this one.
+    pub took: Duration,
 }
 
 /// How the compiled path fared on one evaluation, in [`differential`].

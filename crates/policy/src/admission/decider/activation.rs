@@ -67,6 +67,7 @@ pub(crate) fn decide(req: &Request, cluster: &Cluster) -> Decision {
         outcome,
         findings: vec![],
         mutated: None,
+        cel_timings: Vec::new(),
     }
 }
 

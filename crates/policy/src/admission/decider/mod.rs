@@ -24,6 +24,7 @@ pub use teardown::{ALLOW_TEARDOWN, TEARDOWN};
 use kube_core::admission::AdmissionResponse;
 use serde_json::Value;
 
+use crate::admission::cel::{CelTiming, Clock};
 use crate::admission::config::{Config, Subject};
 use crate::admission::fieldpath::{FieldPath, Segment};
 use crate::admission::judging::Judging;
@@ -90,18 +91,24 @@ pub struct Decision {
     pub findings: Vec<Finding>,
     /// The mutated object, when the mutating webhook changed it.
     pub mutated: Option<Value>,
+    /// How long each configured CEL rule took, for
+    /// `mrguard_cel_rule_duration_seconds`: filled when the decider was
+    /// given a clock ([`Decider::timed`]), empty otherwise.
+    pub cel_timings: Vec<CelTiming>,
 }
 
 /// Decides admission requests for one configuration and what the runtime
 /// knows of the cluster, at one instant. Building one is two references
-/// and a timestamp, so the server builds one per request from its
-/// configuration snapshot; every webhook, `check`, `explain` and the audit
-/// answer through it.
+/// and a timestamp (and, to time CEL rules, the caller's clock), so the
+/// server builds one per request from its configuration snapshot; every
+/// webhook, `check`, `explain` and the audit answer through it.
 #[derive(Clone, Copy)]
 pub struct Decider<'a> {
     config: &'a Config,
     cluster: &'a Cluster,
     now: jiff::Timestamp,
+    /// Times the configured CEL rules into [`Decision::cel_timings`].
+    clock: Option<Clock<'a>>,
 }
 
 impl<'a> Decider<'a> {
@@ -114,6 +121,18 @@ impl<'a> Decider<'a> {
             config,
             cluster,
             now,
+            clock: None,
+        }
+    }
+
+    /// As this decider, timing each configured CEL rule it evaluates with
+    /// `clock` into [`Decision::cel_timings`]. The server passes the
+    /// monotonic clock for its histogram; the other callers have no use
+    /// for the timings and give none, so no clock is read.
+    pub fn timed(self, clock: Clock<'a>) -> Self {
+        Self {
+            clock: Some(clock),
+            ..self
         }
     }
 
@@ -195,13 +214,16 @@ impl<'a> Decider<'a> {
 
     /// The MR rules on one request.
     fn mr(&self, ctx: &RuleContext<'_>) -> Decision {
-        let findings = rules::evaluate(ctx);
+        let evaluated = rules::evaluate(ctx, self.clock);
         let target = Target {
             name: crate::admission::mr::Mr(ctx.object).name(),
             composed: Some(ctx.object),
             fix_in_warnings: false,
         };
-        respond(ctx.request, &target, findings)
+        Decision {
+            cel_timings: evaluated.cel_timings,
+            ..respond(ctx.request, &target, evaluated.findings)
+        }
     }
 
     /// A Composition CREATE or UPDATE: its patches into immutable fields
@@ -370,6 +392,7 @@ fn mutate_with(req: &Request, config: &Config, cluster: &Cluster, want_object: b
             outcome: Outcome::Allowed,
             findings: vec![],
             mutated: None,
+            cel_timings: Vec::new(),
         },
         Some(p) => {
             // The patch was built against copies of these very values, so
@@ -390,6 +413,7 @@ fn mutate_with(req: &Request, config: &Config, cluster: &Cluster, want_object: b
                     outcome: Outcome::Patched,
                     findings: vec![],
                     mutated,
+                    cel_timings: Vec::new(),
                 },
                 Err(e) => patch_failed(response, format!("failed to serialise the patch: {e}")),
             }
@@ -409,6 +433,7 @@ fn patch_failed(mut response: AdmissionResponse, why: String) -> Decision {
         outcome: Outcome::Error,
         findings: vec![],
         mutated: None,
+        cel_timings: Vec::new(),
     }
 }
 

@@ -18,6 +18,7 @@ pub(crate) fn allow(req: &Request) -> Decision {
         outcome: Outcome::Allowed,
         findings: vec![],
         mutated: None,
+        cel_timings: Vec::new(),
     }
 }
 
@@ -71,6 +72,7 @@ pub(crate) fn respond(req: &Request, target: &Target<'_>, findings: Vec<Finding>
         outcome,
         findings,
         mutated: None,
+        cel_timings: Vec::new(),
     }
 }
 

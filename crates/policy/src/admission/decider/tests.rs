@@ -428,3 +428,51 @@ fn a_staged_deny_is_judged_at_the_callers_instant() {
         after.response.result.message
     );
 }
+
+/// With the caller's clock, each configured CEL rule evaluated is timed,
+/// in order, by the clock's readings alone; a rule of another operation is
+/// not. Without a clock nothing is timed.
+#[test]
+fn configured_cel_rules_are_timed_by_the_callers_clock() {
+    let cfg = Config::from_yaml(
+        "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - {name: a, expression: 'true'}\n      - {name: on-update, expression: 'true', operations: [UPDATE]}\n      - {name: b, expression: \"self.spec.forProvider.region == 'x'\", action: Warn}\n",
+    )
+    .unwrap();
+    let req = crate::admission::review::RequestBuilder::create(serde_json::json!({
+        "apiVersion": "s3.aws.upbound.io/v1beta1",
+        "kind": "Bucket",
+        "metadata": {"name": "logs"},
+        "spec": {"forProvider": {"region": "eu-west-1"}},
+    }))
+    .build();
+    // The k-th reading is k² ms after the first: 0, 1, 4.
+    let start = std::time::Instant::now();
+    let readings = std::sync::atomic::AtomicU64::new(0);
+    let clock = || {
+        let k = readings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        start + std::time::Duration::from_millis(k * k)
+    };
+    let decider = Decider::offline(&cfg, jiff::Timestamp::now());
+    let timed = decider.timed(&clock).validate(&req);
+    let ms = std::time::Duration::from_millis;
+    assert_eq!(
+        timed.cel_timings,
+        [
+            crate::admission::cel::CelTiming {
+                rule: "cel:a".into(),
+                took: ms(1)
+            },
+            crate::admission::cel::CelTiming {
+                rule: "cel:b".into(),
+                took: ms(3)
+            },
+        ]
+    );
+    assert_eq!(readings.load(std::sync::atomic::Ordering::Relaxed), 3);
+    let w = timed.response.warnings.clone().unwrap_or_default();
+    assert!(w.iter().any(|w| w.starts_with("cel:b: ")), "{w:?}");
+
+    let untimed = decider.validate(&req);
+    assert!(untimed.cel_timings.is_empty());
+    assert_eq!(untimed.response.warnings, timed.response.warnings);
+}

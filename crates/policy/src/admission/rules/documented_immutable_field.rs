@@ -184,7 +184,8 @@ mod tests {
         let c = cluster();
         let req = case.request();
         let ctx = RuleContext::new(&req, &case.config, &c, jiff::Timestamp::now()).unwrap();
-        crate::admission::rules::evaluate(&ctx)
+        crate::admission::rules::evaluate(&ctx, None)
+            .findings
             .into_iter()
             .filter(|f| f.rule == "documented-immutable-field")
             .collect()
