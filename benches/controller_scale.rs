@@ -107,7 +107,7 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
 const RELEASE: &str = "scale";
 
 /// mrguard's collection reads in flight per replica
-/// (`src/controller/kube/list_limit.rs`, `COLLECTION_READS`).
+/// (`src/kube/list_limit.rs`, `COLLECTION_READS`).
 const COLLECTION_READS: usize = 8;
 
 fn main() -> anyhow::Result<()> {

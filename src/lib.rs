@@ -50,6 +50,7 @@
 pub mod app;
 pub mod cli;
 pub mod controller;
+pub mod kube;
 pub mod live_config;
 pub mod metrics;
 pub mod pki;

@@ -15,7 +15,7 @@ use mrguard_policy::admission::config::Config;
 use mrguard_policy::cluster::identity::report::entry_of;
 use mrguard_policy::cluster::identity::{fold_group, IdentityIndex, IndexedMr};
 
-use crate::controller::kube::api::list_values;
+use crate::kube::api::list_values;
 
 /// Page size of the lists, as the audit's.
 const PAGE: u32 = 500;

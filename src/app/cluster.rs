@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::controller::ControllerError;
+use crate::kube::api::KubeError;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::Scope;
@@ -27,7 +27,7 @@ pub(crate) enum ClusterError {
     /// An API call failed: the controller's error type, with the API
     /// status kept and an RBAC denial explained.
     #[error(transparent)]
-    Api(#[from] ControllerError),
+    Api(#[from] KubeError),
     /// The kind could not be found: not served, or discovery failed.
     #[error("failed to find kind {kind} of {api_version} on the cluster: {reason}")]
     Discovery {
@@ -74,7 +74,7 @@ impl ClusterError {
 /// Wraps a kube error with the verb and object it was for; an RBAC denial
 /// says which permission is missing.
 pub(crate) fn api_error(verb: &'static str, what: String, e: kube::Error) -> ClusterError {
-    ClusterError::Api(ControllerError::Api {
+    ClusterError::Api(KubeError::Api {
         verb,
         resource: what.into(),
         object: String::new(),
@@ -147,7 +147,7 @@ pub(crate) async fn client(
     // 0: kube's HTTP/1.1 client. A command makes a few requests and holds
     // no watch, so multiplexing would only add an h2-only TLS offer that a
     // proxy in front of the API server might refuse.
-    crate::controller::client(kubeconfig, context, 0)
+    crate::kube::connections::client(kubeconfig, context, 0)
         .await
         .map_err(|e| ClusterError::Client(e.to_string()))
 }

@@ -8,7 +8,8 @@ use clap::{Args, ValueEnum};
 
 use super::parse::{parse_duration, parse_fraction};
 use crate::controller::leader::webhooks;
-use crate::controller::{lease_holder_id, resolve_namespace, ControllerError, Settings};
+use crate::controller::{lease_holder_id, resolve_namespace, Settings};
+use crate::kube::api::KubeError;
 use crate::pki::{self, rotation};
 use mrguard_policy::commands::reports::Flavor;
 
@@ -88,7 +89,7 @@ pub struct ControllerArgs {
     /// another connection opens when every one is full. Keep it below the
     /// API server's --http2-max-streams-per-connection (250 by default).
     /// 0 speaks HTTP/1.1: one connection per request in flight.
-    #[arg(long, env = "MRGUARD_API_STREAMS_PER_CONNECTION", default_value_t = crate::controller::kube::connections::DEFAULT_STREAMS_PER_CONNECTION)]
+    #[arg(long, env = "MRGUARD_API_STREAMS_PER_CONNECTION", default_value_t = crate::kube::connections::DEFAULT_STREAMS_PER_CONNECTION)]
     pub api_streams_per_connection: usize,
 }
 
@@ -145,12 +146,12 @@ impl ControllerArgs {
 
     /// Whether the controller runs. In a cluster it is on by default, unless
     /// certificates come from files or --self-signed.
-    pub(crate) fn enabled(&self, has_cert_source: bool) -> Result<bool, ControllerError> {
+    pub(crate) fn enabled(&self, has_cert_source: bool) -> Result<bool, KubeError> {
         if self.no_controller {
             return Ok(false);
         }
         if self.controller && has_cert_source {
-            return Err(ControllerError::Setup(
+            return Err(KubeError::Setup(
                 "--controller manages the certificate in a Secret; drop --tls-cert-file/--self-signed, \
                  or pass --no-controller"
                     .into(),

@@ -29,7 +29,7 @@ use super::cluster::{
     Resource,
 };
 use super::manifests::{self, Manifest, ManifestError};
-use crate::controller::kube::api::list_values;
+use crate::kube::api::list_values;
 
 /// Page size of the lists, as the audit's.
 const PAGE: u32 = 500;

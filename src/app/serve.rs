@@ -147,7 +147,7 @@ async fn controller_client(
     args: &ServeArgs,
     registry: &prometheus::Registry,
 ) -> anyhow::Result<(kube::Client, Arc<ControllerMetrics>)> {
-    let client = crate::controller::client(
+    let client = crate::kube::connections::client(
         args.controller.kubeconfig.as_deref(),
         None,
         args.controller.api_streams_per_connection,
@@ -339,7 +339,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             config,
             ready: ready.clone(),
             metrics,
-            clock: Arc::new(crate::controller::kube::api::SystemClock),
+            clock: Arc::new(crate::kube::api::SystemClock),
             cluster,
         };
         tasks.spawn(

@@ -1,8 +1,9 @@
 //! The companion controller (docs/controller.md), run inside `mrguard serve`.
 //!
-//! In three layers, each a folder; every import points down
-//! (`tests/it/architecture.rs`): this module → `leader` → `replica` →
-//! `kube`, and `metrics` and `changes` beside this module serve them all.
+//! In layers whose imports point down (`tests/it/architecture.rs`): this
+//! module → `leader` → `replica` → the runtime's Kubernetes layer
+//! (`crate::kube`), and `metrics` and `changes` beside this module serve
+//! them all. docs/architecture.md maps the files.
 //!
 //! Every replica (`replica`):
 //! - watches the TLS Secret and swaps the server's certificate
@@ -16,7 +17,7 @@
 //!   `Cluster` (`documented`), for the `documented-immutable-field` rule;
 //! - keeps the external-identity index admission reads (`identity`);
 //!   `/readyz` waits for its first full list;
-//! - competes for a `coordination.k8s.io` Lease (`kube::lease`).
+//! - competes for a `coordination.k8s.io` Lease (`crate::kube::lease`).
 //!
 //! Only the Lease holder writes to the cluster. While it leads it runs:
 //! - `leader::certs`: the CA and serving certificate in the Secret, with a
@@ -36,11 +37,10 @@
 //! again after a backoff, so a leader never holds the Lease doing nothing.
 //!
 //! This module only wires the tasks together; what they share to talk to
-//! the API server is in `kube`. The command line resolves its flags into
+//! the API server is in `crate::kube`. The command line resolves its flags into
 //! `Settings`.
 
 mod changes;
-pub mod kube;
 pub mod leader;
 pub(crate) mod metrics;
 pub mod replica;
@@ -57,14 +57,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::Instrument;
 
+use crate::kube::api::Clock;
 use crate::live_config::ConfigStore;
 use crate::shutdown::Signal;
 use crate::tls::CertStore;
-use kube::api::Clock;
 pub use metrics::ControllerMetrics;
-
-pub use kube::api::ControllerError;
-pub use kube::connections::client;
 
 /// Where Kubernetes mounts the service account's namespace in a pod.
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -262,7 +259,7 @@ impl Election {
     fn start(ctl: &Controller, shutdown: &Signal) -> Self {
         let settings = &ctl.settings;
         let (leading_tx, leading) = watch::channel(false);
-        let elector = kube::lease::LeaderElector::new(
+        let elector = crate::kube::lease::LeaderElector::new(
             ::kube::Api::namespaced(ctl.client.clone(), &settings.namespace),
             &settings.lease,
             &settings.identity,
@@ -447,7 +444,8 @@ impl LeaderContext {
     /// tasks keep dying, and resets once a task set ran for a while.
     async fn lead_while_elected(&self, election: &mut Election, shutdown: &Signal) {
         let hook = TestHook::from_env();
-        let mut sit_out = kube::api::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+        let mut sit_out =
+            crate::kube::api::Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
         while election.elected(shutdown).await {
             let started = tokio::time::Instant::now();
             match self.lead_once(election, shutdown, &hook).await {
@@ -572,7 +570,7 @@ impl LeaderContext {
         // relists).
         spawn(
             "audit",
-            kube::list_limit::in_background(
+            crate::kube::list_limit::in_background(
                 leader::audit::Auditor::new(
                     self.client.clone(),
                     self.config.clone(),
@@ -606,12 +604,12 @@ mod tests {
     /// on shutdown it releases the Lease.
     #[tokio::test]
     async fn a_leader_bootstraps_certificates_and_webhooks() {
-        use crate::controller::kube::mock::{self, list, status, Reply};
         use crate::controller::leader::webhooks::{tests_support::config_json, ConfigKind};
         use crate::controller::replica::coverage::tests::fixture_crds;
         use crate::controller::replica::coverage::{
             Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS,
         };
+        use crate::kube::mock::{self, list, status, Reply};
         use serde_json::{json, Value};
         use std::collections::BTreeMap;
         use std::sync::atomic::Ordering;
@@ -765,7 +763,7 @@ mod tests {
             config: ConfigStore::new(mrguard_policy::admission::config::Config::builtin(), None),
             ready: ready.clone(),
             metrics: metrics.clone(),
-            clock: Arc::new(kube::api::SystemClock),
+            clock: Arc::new(crate::kube::api::SystemClock),
             cluster: Default::default(),
         };
         let (trigger, signal) = crate::shutdown::channel();

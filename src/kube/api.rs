@@ -22,7 +22,7 @@ pub(crate) const FIELD_MANAGER: &str = "mrguard";
 
 /// Every failure of the controller: one type, with the API status kept.
 #[derive(Debug, thiserror::Error)]
-pub enum ControllerError {
+pub enum KubeError {
     /// An API call the API server answered with an error, or could not be made.
     #[error("failed to {verb} {resource}{}: {}", object_suffix(.object), reason(.verb, .source))]
     Api {
@@ -92,14 +92,14 @@ fn object_suffix(object: &str) -> String {
     }
 }
 
-impl ControllerError {
+impl KubeError {
     /// A failed watch of `resource`, with the API status kept.
     pub(crate) fn watch(
         resource: &'static str,
         object: impl Into<String>,
         e: watcher::Error,
     ) -> Self {
-        ControllerError::Api {
+        KubeError::Api {
             verb: "watch",
             resource: resource.into(),
             object: object.into(),
@@ -110,7 +110,7 @@ impl ControllerError {
     /// The HTTP status of a failed API call, when the API server answered.
     pub(crate) fn status_code(&self) -> Option<u16> {
         match self {
-            ControllerError::Api { source, .. } => match &**source {
+            KubeError::Api { source, .. } => match &**source {
                 kube::Error::Api(status) => Some(status.code),
                 _ => None,
             },
@@ -135,8 +135,8 @@ impl ControllerError {
     /// Counts a failed API call in `mrguard_controller_api_errors_total`.
     pub(crate) fn count(&self, metrics: Option<&ControllerMetrics>) {
         match (metrics, self) {
-            (Some(m), ControllerError::Api { verb, resource, .. })
-            | (Some(m), ControllerError::Timeout { verb, resource, .. }) => {
+            (Some(m), KubeError::Api { verb, resource, .. })
+            | (Some(m), KubeError::Timeout { verb, resource, .. }) => {
                 m.api_error(verb, resource, self.status_code());
             }
             _ => {}
@@ -147,7 +147,7 @@ impl ControllerError {
     /// an RBAC denial.
     pub(crate) fn log(&self, metrics: Option<&ControllerMetrics>, what: &str) {
         self.count(metrics);
-        if let ControllerError::Api {
+        if let KubeError::Api {
             verb,
             resource,
             object,
@@ -174,9 +174,9 @@ pub(crate) fn api_err(
     verb: &'static str,
     resource: &'static str,
     object: impl Into<String>,
-) -> impl FnOnce(kube::Error) -> ControllerError {
+) -> impl FnOnce(kube::Error) -> KubeError {
     let object = object.into();
-    move |source| ControllerError::Api {
+    move |source| KubeError::Api {
         verb,
         resource: resource.into(),
         object,
@@ -200,10 +200,10 @@ pub(crate) async fn with_timeout<T>(
     verb: &'static str,
     resource: &'static str,
     object: &str,
-    call: impl std::future::Future<Output = Result<T, ControllerError>>,
-) -> Result<T, ControllerError> {
+    call: impl std::future::Future<Output = Result<T, KubeError>>,
+) -> Result<T, KubeError> {
     tokio::time::timeout(after, call).await.unwrap_or_else(|_| {
-        Err(ControllerError::Timeout {
+        Err(KubeError::Timeout {
             verb,
             resource: resource.into(),
             object: object.to_string(),
@@ -395,7 +395,7 @@ mod tests {
     #[test]
     fn an_undecodable_watch_event_is_named_as_such() {
         let status: kube::core::Status = serde_json::from_value(serde_json::json!({})).unwrap();
-        let e = ControllerError::watch(
+        let e = KubeError::watch(
             "managed resources",
             "vpcs",
             watcher::Error::WatchFailed(kube::Error::Api(Box::new(status))),

@@ -32,7 +32,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{Body, ConfigExt};
 use tower::{BoxError, ServiceBuilder};
 
-use super::api::ControllerError;
+use super::api::KubeError;
 
 /// The default of `--api-streams-per-connection`: well under
 /// kube-apiserver's 250 (`--http2-max-streams-per-connection`, Go's
@@ -46,19 +46,19 @@ const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 
-fn setup(e: impl std::fmt::Display) -> ControllerError {
-    ControllerError::Client(e.to_string())
+fn setup(e: impl std::fmt::Display) -> KubeError {
+    KubeError::Client(e.to_string())
 }
 
 /// Builds the Kubernetes client: an explicit kubeconfig (and context), else
 /// $KUBECONFIG or ~/.kube/config, else in-cluster; over HTTP/2 with
 /// `streams_per_connection` requests per connection, or HTTP/1.1 for 0
 /// (see the module's documentation).
-pub async fn client(
+pub(crate) async fn client(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
     streams_per_connection: usize,
-) -> Result<kube::Client, ControllerError> {
+) -> Result<kube::Client, KubeError> {
     let options = kube::config::KubeConfigOptions {
         context: context.map(String::from),
         ..Default::default()
@@ -66,17 +66,17 @@ pub async fn client(
     let config = match (kubeconfig, context) {
         (Some(path), _) => {
             let kc = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| ControllerError::Client(format!("{}: {e}", path.display())))?;
+                .map_err(|e| KubeError::Client(format!("{}: {e}", path.display())))?;
             kube::Config::from_custom_kubeconfig(kc, &options)
                 .await
-                .map_err(|e| ControllerError::Client(format!("{}: {e}", path.display())))?
+                .map_err(|e| KubeError::Client(format!("{}: {e}", path.display())))?
         }
         (None, Some(_)) => kube::Config::from_kubeconfig(&options)
             .await
-            .map_err(|e| ControllerError::Client(e.to_string()))?,
+            .map_err(|e| KubeError::Client(e.to_string()))?,
         (None, None) => kube::Config::infer()
             .await
-            .map_err(|e| ControllerError::Client(e.to_string()))?,
+            .map_err(|e| KubeError::Client(e.to_string()))?,
     };
     http2_client(config, streams_per_connection)
 }
@@ -88,7 +88,7 @@ pub async fn client(
 fn http2_client(
     config: kube::Config,
     streams_per_connection: usize,
-) -> Result<kube::Client, ControllerError> {
+) -> Result<kube::Client, KubeError> {
     let https = config.cluster_url.scheme_str() == Some("https");
     if streams_per_connection == 0 || !https || config.proxy_url.is_some() {
         return Ok(kube::client::ClientBuilder::try_from(config)
@@ -125,7 +125,7 @@ fn http2_client(
 /// certificate, server name), offering only `h2`: every kube-apiserver
 /// speaks it (Go's net/http), and the client then never races HTTP/1.1
 /// connections while the first handshake is under way.
-fn connector(config: &kube::Config) -> Result<Connector, ControllerError> {
+fn connector(config: &kube::Config) -> Result<Connector, KubeError> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);

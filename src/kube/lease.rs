@@ -29,7 +29,7 @@ use kube::api::PostParams;
 use kube::Api;
 use tokio::sync::watch;
 
-use super::api::{api_err, with_timeout, Clock, ControllerError};
+use super::api::{api_err, with_timeout, Clock, KubeError};
 use crate::controller::metrics::ControllerMetrics;
 use crate::shutdown::Signal;
 
@@ -85,7 +85,7 @@ impl LeaderElector {
         &self,
         verb: &'static str,
         call: impl std::future::Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, ControllerError> {
+    ) -> Result<T, KubeError> {
         let r = with_timeout(self.call_timeout(), verb, RESOURCE, &self.name, async {
             call.await.map_err(api_err(verb, RESOURCE, &self.name))
         })
@@ -104,7 +104,7 @@ impl LeaderElector {
 
     /// One round: acquire, renew, or observe. Ok(true) means this replica
     /// holds the Lease now.
-    pub(crate) async fn try_acquire_or_renew(&mut self) -> Result<bool, ControllerError> {
+    pub(crate) async fn try_acquire_or_renew(&mut self) -> Result<bool, KubeError> {
         let now = self.clock.now();
         let existing = self.call("get", self.api.get_opt(&self.name)).await?;
         let Some(mut lease) = existing else {
@@ -174,7 +174,7 @@ impl LeaderElector {
     }
 
     /// Gives the Lease up so another replica can take over at once.
-    pub(crate) async fn release(&self) -> Result<(), ControllerError> {
+    pub(crate) async fn release(&self) -> Result<(), KubeError> {
         let Some(mut lease) = self.call("get", self.api.get_opt(&self.name)).await? else {
             return Ok(());
         };
@@ -265,7 +265,7 @@ impl LeaderElector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::kube::mock::{self, status, ManualClock, Reply};
+    use crate::kube::mock::{self, status, ManualClock, Reply};
     use serde_json::{json, Value};
     use std::sync::Mutex;
 

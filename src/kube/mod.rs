@@ -1,8 +1,12 @@
-//! The bottom layer: talking to the API server. The client and its
-//! connections, the limit on concurrent collection reads, watch retries and
-//! their backoff, reflector stores, and the Lease every replica competes
-//! for. Nothing here knows what mrguard watches or writes; the layers above
-//! (`replica`, `leader`) do.
+//! The runtime's Kubernetes layer: talking to the API server, for the
+//! controller and the one-shot commands alike. The client and its
+//! connections, the one error type of an API call ([`api::KubeError`]:
+//! the status, the verb and the object), the limit on concurrent
+//! collection reads, watch retries and their backoff, reflector stores,
+//! and the Lease every replica competes for. Nothing here knows what
+//! mrguard watches or writes; the controller's layers (`replica`,
+//! `leader`) and `app` do. It counts what it does in the controller's
+//! metrics, the one thing it uses from above.
 
 pub(crate) mod api;
 pub(crate) mod connections;

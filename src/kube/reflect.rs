@@ -10,7 +10,7 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{Lookup, Store};
 use kube::runtime::watcher;
 
-use super::api::ControllerError;
+use super::api::KubeError;
 use super::retry::{watcher_progress, ErrorOnce};
 use crate::controller::metrics::ControllerMetrics;
 
@@ -96,7 +96,7 @@ where
                 }
             }
             Err(e) => {
-                let e = ControllerError::watch(self.resource, String::new(), e);
+                let e = KubeError::watch(self.resource, String::new(), e);
                 if self.missing == Missing::Empty && e.is_not_found() {
                     // Not installed: expected, so said once at INFO.
                     if !std::mem::replace(&mut self.absent_logged, true) {

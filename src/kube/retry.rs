@@ -19,7 +19,7 @@ use futures::{Stream, StreamExt};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 
-use super::api::{self, ControllerError};
+use super::api::{self, KubeError};
 use crate::controller::metrics::ControllerMetrics;
 
 /// Whether a watcher item shows that the API server answered a list or a
@@ -175,11 +175,11 @@ impl ErrorOnce {
     /// Records a failure. Returns whether it was logged.
     pub(crate) fn failed(
         &mut self,
-        e: &ControllerError,
+        e: &KubeError,
         metrics: Option<&ControllerMetrics>,
         what: &str,
     ) -> bool {
-        if let (true, ControllerError::Api { resource, .. }) = (e.is_expired(), e) {
+        if let (true, KubeError::Api { resource, .. }) = (e.is_expired(), e) {
             // The watch's resourceVersion fell out of the API server's
             // window (410 Gone): the watcher lists again. Expected, so
             // counted apart and not a failure streak.
@@ -218,7 +218,7 @@ impl ErrorOnce {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::kube::mock::{self, list, status, Reply};
+    use crate::kube::mock::{self, list, status, Reply};
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::Api;
     use std::sync::{Arc, Mutex};
@@ -296,7 +296,7 @@ mod tests {
         while let Some(item) = s.next().await {
             match &item {
                 Err(_) => {
-                    let e = ControllerError::Setup("forbidden".into());
+                    let e = KubeError::Setup("forbidden".into());
                     logged += usize::from(latch.failed(&e, None, "watch"));
                 }
                 Ok(_) if watcher_progress(&item) => {
@@ -397,7 +397,7 @@ mod tests {
     fn an_expired_watch_is_counted_not_logged() {
         let registry = prometheus::Registry::new();
         let m = ControllerMetrics::register(&registry).unwrap();
-        let gone = ControllerError::Api {
+        let gone = KubeError::Api {
             verb: "watch",
             resource: "secrets".into(),
             object: "x".into(),
@@ -420,7 +420,7 @@ mod tests {
     #[test]
     fn error_once_logs_once_per_streak() {
         let mut l = ErrorOnce::default();
-        let e = ControllerError::Setup("x".into());
+        let e = KubeError::Setup("x".into());
         assert!(l.failed(&e, None, "w"));
         assert!(!l.failed(&e, None, "w"));
         assert!(l.failing());

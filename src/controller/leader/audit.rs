@@ -15,12 +15,12 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::controller::changes::Stamp;
-use crate::controller::kube::api::{api_err, list_pages, list_values, ControllerError};
 use crate::controller::metrics::ControllerMetrics;
 use crate::controller::replica::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
 use crate::controller::replica::crds::{Crds, ServedCrd};
 use crate::controller::replica::identity::{watched_whole, IdentityView, MrView};
 use crate::controller::replica::mr_states::MrStates;
+use crate::kube::api::{api_err, list_pages, list_values, KubeError};
 use crate::live_config::ConfigStore;
 use mrguard_policy::admission::config::Config;
 use mrguard_policy::admission::model::Action;
@@ -137,7 +137,7 @@ pub(crate) async fn audit_kind(
     client: &kube::Client,
     kind: &MrKind,
     config: &Config,
-) -> Result<KindReport, ControllerError> {
+) -> Result<KindReport, KubeError> {
     audit_kind_in(
         client,
         kind,
@@ -156,7 +156,7 @@ pub(crate) async fn audit_kind_in(
     config: &Config,
     cluster: &Cluster,
     now: jiff::Timestamp,
-) -> Result<KindReport, ControllerError> {
+) -> Result<KindReport, KubeError> {
     let mut report = KindReport::default();
     let pages = list_values(
         client.clone(),
@@ -196,7 +196,7 @@ pub(crate) enum PassEvent<'a> {
     /// `kind`'s turn: its report follows.
     Listing(&'a MrKind),
     /// `kind`'s report, or why its MRs could not be listed.
-    Done(&'a MrKind, Result<KindReport, ControllerError>),
+    Done(&'a MrKind, Result<KindReport, KubeError>),
 }
 
 /// Kinds an audit pass lists at once: the process's collection-read
@@ -204,7 +204,7 @@ pub(crate) enum PassEvent<'a> {
 /// waits. One at a time, a pass over 1,008 kinds took 30 s, nearly all of
 /// it waiting for one small list after another; each kind's pages still
 /// come one at a time, so at most this many pages are in memory.
-const KINDS_IN_FLIGHT: usize = crate::controller::kube::list_limit::COLLECTION_READS;
+const KINDS_IN_FLIGHT: usize = crate::kube::list_limit::COLLECTION_READS;
 
 /// The one audit loop, shared by the controller's passes and `mrguard
 /// audit`: each of `kinds`, listed page by page and judged against
@@ -226,7 +226,7 @@ pub(crate) async fn pass<'k>(
         config: &'a Config,
         cluster: &'a Cluster,
         now: jiff::Timestamp,
-    ) -> (&'a MrKind, Result<KindReport, ControllerError>) {
+    ) -> (&'a MrKind, Result<KindReport, KubeError>) {
         (
             kind,
             audit_kind_in(client, kind, config, cluster, now).await,
@@ -295,7 +295,7 @@ async fn claims<V: MrView>(
 /// The MR kinds the cluster serves now: those whose CRDs are
 /// `Established`. Another CRD's kind answers 404 (a name conflict keeps it
 /// so for good), which would fail the command.
-pub(crate) async fn discover(client: &kube::Client) -> Result<Coverage, ControllerError> {
+pub(crate) async fn discover(client: &kube::Client) -> Result<Coverage, KubeError> {
     let crds: Vec<ServedCrd> = list_pages(
         Api::all(client.clone()),
         ListParams::default().limit(CRD_PAGE_SIZE),
@@ -737,7 +737,7 @@ impl Auditor {
             ..
         } = self;
         // Each kind's outcome: a listing's, or an empty kind's report.
-        let mut done = |kind: &MrKind, result: Result<KindReport, ControllerError>| {
+        let mut done = |kind: &MrKind, result: Result<KindReport, KubeError>| {
             let key = kind.key();
             // What is kept until the kind's stamp moves or its refresh
             // comes: its report, or `None` when RBAC forbade the list.
@@ -886,8 +886,8 @@ impl Auditor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::kube::mock::{self, list, status, Reply};
     use crate::controller::replica::coverage::tests::{fixture_crds, summaries};
+    use crate::kube::mock::{self, list, status, Reply};
     use serde_json::json;
 
     fn bucket_kind() -> MrKind {

@@ -21,11 +21,11 @@ use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::sync::watch;
 
 use super::webhooks::WebhookApi;
-use crate::controller::kube::api::{api_err, Backoff, Clock, ControllerError};
 use crate::controller::metrics::ControllerMetrics;
 use crate::controller::replica::secret::{
     data, tls_pair, SecretView, CA_CRT, CA_KEY, TLS_CRT, TLS_KEY,
 };
+use crate::kube::api::{api_err, Backoff, Clock, KubeError};
 use crate::pki::rotation::{execute, plan, CertPlan, CertSettings, NewContents, SecretContents};
 use crate::pki::{self, chain_verifies, parse_bundle};
 use crate::tls::CertStore;
@@ -55,7 +55,7 @@ pub(crate) trait ServingProbe: Send + Sync {
     fn all_serve<'a>(
         &'a self,
         ca: &'a CertificateDer<'static>,
-    ) -> BoxFuture<'a, Result<bool, ControllerError>>;
+    ) -> BoxFuture<'a, Result<bool, KubeError>>;
 }
 
 /// Probes this replica's own store and every ready endpoint of the Service
@@ -72,7 +72,7 @@ impl ServingProbe for EndpointProbe {
     fn all_serve<'a>(
         &'a self,
         ca: &'a CertificateDer<'static>,
-    ) -> BoxFuture<'a, Result<bool, ControllerError>> {
+    ) -> BoxFuture<'a, Result<bool, KubeError>> {
         Box::pin(async move {
             let names = [self.server_name.clone()];
             if !chain_verifies(&self.local.current().cert, ca, &names, Timestamp::now()) {
@@ -149,7 +149,7 @@ pub(crate) struct CertReconciler {
 
 impl CertReconciler {
     /// One pass: read, decide, write at most once. Returns when to look again.
-    pub(crate) async fn reconcile(&self) -> Result<Duration, ControllerError> {
+    pub(crate) async fn reconcile(&self) -> Result<Duration, KubeError> {
         let now = self.clock.now();
         let existing = self
             .secrets
@@ -159,7 +159,7 @@ impl CertReconciler {
         // The chart creates the Secret; without `create` on Secrets the
         // controller can only fill and rotate an existing one.
         let Some(existing) = existing else {
-            return Err(ControllerError::SecretMissing {
+            return Err(KubeError::SecretMissing {
                 namespace: self.secrets.namespace().unwrap_or_default().to_string(),
                 name: self.name.clone(),
             });
@@ -204,7 +204,7 @@ impl CertReconciler {
         })
     }
 
-    async fn write(&self, mut secret: Secret, new: &NewContents) -> Result<(), ControllerError> {
+    async fn write(&self, mut secret: Secret, new: &NewContents) -> Result<(), KubeError> {
         let data: BTreeMap<String, ByteString> = [
             (CA_CRT, new.bundle.concat().into_bytes()),
             (CA_KEY, new.ca_key.clone().into_bytes()),
@@ -244,7 +244,7 @@ impl CertReconciler {
                     missing_reported = false;
                     d
                 }
-                Err(e @ ControllerError::SecretMissing { .. }) => {
+                Err(e @ KubeError::SecretMissing { .. }) => {
                     if !std::mem::replace(&mut missing_reported, true) {
                         tracing::error!(error = %e, "cannot issue the serving certificate");
                     }
@@ -285,7 +285,7 @@ fn rotation_annotations(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::kube::mock::{self, status, ManualClock, Reply};
+    use crate::kube::mock::{self, status, ManualClock, Reply};
     use serde_json::{json, Value};
 
     fn settings() -> CertSettings {
@@ -347,7 +347,7 @@ mod tests {
         fn all_serve<'a>(
             &'a self,
             _ca: &'a CertificateDer<'static>,
-        ) -> BoxFuture<'a, Result<bool, ControllerError>> {
+        ) -> BoxFuture<'a, Result<bool, KubeError>> {
             Box::pin(async move { Ok(self.0) })
         }
     }
@@ -426,7 +426,7 @@ mod tests {
         });
         let r = reconciler(client, Arc::new(ManualClock::new(Timestamp::now())), true);
         let e = r.reconcile().await.unwrap_err();
-        assert!(matches!(e, ControllerError::SecretMissing { .. }), "{e:?}");
+        assert!(matches!(e, KubeError::SecretMissing { .. }), "{e:?}");
         let m = e.to_string();
         assert!(
             m.starts_with(

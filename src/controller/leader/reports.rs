@@ -10,8 +10,8 @@ use kube::core::{ApiResource, DynamicObject};
 use kube::Api;
 use serde_json::Value;
 
-use crate::controller::kube::api::{api_err, list_values, ControllerError, FIELD_MANAGER};
 use crate::controller::metrics::ControllerMetrics;
+use crate::kube::api::{api_err, list_values, KubeError, FIELD_MANAGER};
 use mrguard_policy::commands::reports::{
     self, Flavor, PassInput, MANAGED_BY, MANAGED_BY_LABEL, MAX_REPORT_BYTES,
 };
@@ -80,7 +80,7 @@ impl ReportWriter {
     }
 
     /// Every report mrguard wrote, of both scopes.
-    async fn existing(&self) -> Result<Vec<Value>, ControllerError> {
+    async fn existing(&self) -> Result<Vec<Value>, KubeError> {
         let mut out = Vec::new();
         for namespaced in [true, false] {
             let ar = self.api_resource(namespaced);
@@ -98,7 +98,7 @@ impl ReportWriter {
     }
 
     /// Brings the reports in line with one audit pass.
-    pub async fn sync(&self, input: &PassInput) -> Result<SyncStats, ControllerError> {
+    pub async fn sync(&self, input: &PassInput) -> Result<SyncStats, KubeError> {
         let existing = self.existing().await?;
         let plan = reports::plan(
             self.flavor,
@@ -216,11 +216,11 @@ fn object(ns: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::kube::mock::{self, list, status, Reply};
     use crate::controller::leader::audit::{AuditFinding, KindReport, PassCollector};
     use crate::controller::replica::coverage::tests::{fixture_crds, summaries};
     use crate::controller::replica::coverage::Coverage;
     use crate::controller::replica::coverage::MrKind;
+    use crate::kube::mock::{self, list, status, Reply};
     use std::collections::BTreeMap;
     use std::sync::{Arc, Mutex};
 

@@ -30,11 +30,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::controller::kube::api::{api_err, until_due, Backoff, ControllerError, FIELD_MANAGER};
-use crate::controller::kube::retry::{backoff_on_failure, ErrorOnce};
 use crate::controller::metrics::ControllerMetrics;
 use crate::controller::replica::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
 use crate::controller::replica::secret::SecretView;
+use crate::kube::api::{api_err, until_due, Backoff, KubeError, FIELD_MANAGER};
+use crate::kube::retry::{backoff_on_failure, ErrorOnce};
 
 /// The webhook inside the MutatingWebhookConfiguration whose rules we keep.
 pub(crate) const MUTATE_WEBHOOK: &str = "mutate.mrguard.io";
@@ -257,10 +257,7 @@ impl WebhookApi {
         Api::all_with(self.client.clone(), &kind.api_resource())
     }
 
-    pub(crate) async fn get(
-        &self,
-        kind: ConfigKind,
-    ) -> Result<Option<ObservedConfig>, ControllerError> {
+    pub(crate) async fn get(&self, kind: ConfigKind) -> Result<Option<ObservedConfig>, KubeError> {
         let name = self.name(kind);
         let found =
             self.api(kind)
@@ -274,7 +271,7 @@ impl WebhookApi {
         &self,
         kind: ConfigKind,
         body: &Value,
-    ) -> Result<ObservedConfig, ControllerError> {
+    ) -> Result<ObservedConfig, KubeError> {
         let name = self.name(kind);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let applied = self
@@ -304,7 +301,7 @@ impl WebhookApi {
     pub(crate) async fn bundle_published(
         &self,
         cas: &[CertificateDer<'static>],
-    ) -> Result<bool, ControllerError> {
+    ) -> Result<bool, KubeError> {
         for kind in ConfigKind::ALL {
             let Some(observed) = self.get(kind).await? else {
                 continue;
@@ -327,7 +324,7 @@ pub(crate) async fn reconcile(
     observed: Option<&ObservedConfig>,
     bundle: &[u8],
     coverage: &Coverage,
-) -> Result<Option<ObservedConfig>, ControllerError> {
+) -> Result<Option<ObservedConfig>, KubeError> {
     let Some(observed) = observed else {
         // Deleted or never installed: the emergency exit. Never recreate.
         return Ok(None);
@@ -393,7 +390,7 @@ pub(crate) async fn run(
                 Some(Update::Failed(kind, e)) => {
                     // The watch lists again: what it delivers next is current.
                     writer.written.remove(&kind);
-                    let e = ControllerError::watch(kind.resource(), api.name(kind).to_string(), e);
+                    let e = KubeError::watch(kind.resource(), api.name(kind).to_string(), e);
                     watch_errors.entry(kind).or_default().failed(
                         &e,
                         Some(&metrics),
@@ -582,8 +579,8 @@ pub(crate) mod tests_support {
 mod tests {
     use super::tests_support::config_json;
     use super::*;
-    use crate::controller::kube::mock::{self, list, status, Reply};
     use crate::controller::replica::coverage::tests::{fixture_crds, summaries};
+    use crate::kube::mock::{self, list, status, Reply};
     use std::time::Duration;
 
     fn b64(b: &[u8]) -> String {

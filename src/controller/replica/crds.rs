@@ -29,9 +29,9 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::controller::kube::reflect::{Missing, Reflected};
-use crate::controller::kube::retry::{backoff_watcher, watch_config};
 use crate::controller::metrics::ControllerMetrics;
+use crate::kube::reflect::{Missing, Reflected};
+use crate::kube::retry::{backoff_watcher, watch_config};
 
 /// The category Crossplane gives every MR CRD.
 pub(crate) const MANAGED_CATEGORY: &str = "managed";
@@ -318,7 +318,7 @@ impl Changes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::kube::mock::{self, list, Reply};
+    use crate::kube::mock::{self, list, Reply};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 

@@ -128,7 +128,7 @@ mod tests {
     /// same kind wins.
     #[tokio::test]
     async fn mrd_kinds_without_a_crd_are_added() {
-        use crate::controller::kube::mock::{self, crds_reply, Reply};
+        use crate::kube::mock::{self, crds_reply, Reply};
         let (client, _api) = mock::client(|r| {
             crds_reply(r, &[]).unwrap_or(Reply::Json(404, mock::status(404, "NotFound", "")))
         });

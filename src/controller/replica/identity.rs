@@ -37,9 +37,9 @@ use super::coverage::{Coverage, CrdSummary, MrKind};
 use super::crds::Crds;
 use super::mr_states::{MrStates, ObjState, QUIET_NOT_FOUND};
 use crate::controller::changes::Changes;
-use crate::controller::kube::api::ControllerError;
-use crate::controller::kube::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
 use crate::controller::metrics::ControllerMetrics;
+use crate::kube::api::KubeError;
+use crate::kube::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
 use crate::live_config::ConfigStore;
 use mrguard_policy::admission::config::Config;
 use mrguard_policy::admission::mr::EXTERNAL_NAME;
@@ -613,7 +613,7 @@ async fn watch_kind_as<V: MrView>(
                 states.changes().kind(&kind.group, &kind.kind);
             }
             Err(e) => {
-                let e = ControllerError::watch("managed resources", kind.key(), e);
+                let e = KubeError::watch("managed resources", kind.key(), e);
                 // A kind this replica may not list, or not yet served, must
                 // not keep the replica unready: it counts as listed (with
                 // nothing) and is retried. A forbidden kind is reported in
@@ -704,7 +704,7 @@ async fn watch_provider_configs(
                 }
             }
             Err(e) => {
-                let e = ControllerError::watch("provider configs", kind.key(), e);
+                let e = KubeError::watch("provider configs", kind.key(), e);
                 if matches!(e.status_code(), Some(403 | 404)) {
                     let _ = done.send(key.clone());
                 }
@@ -912,8 +912,8 @@ mod tests {
     /// 404s (then backs off up to 30 s once it is served).
     #[tokio::test]
     async fn a_kind_is_watched_once_its_crd_is_established() {
-        use crate::controller::kube::mock::{self, list, Reply};
         use crate::controller::replica::coverage::tests::fixture_crds;
+        use crate::kube::mock::{self, list, Reply};
         let vpc_crd = fixture_crds()
             .into_iter()
             .find(|c| c["spec"]["names"]["kind"] == "VPC")
@@ -1049,8 +1049,8 @@ mod tests {
     /// so it keeps its watcher and resumes.
     #[tokio::test]
     async fn a_relist_comes_from_the_cache_once_the_kind_is_known_small() {
-        use crate::controller::kube::mock::{self, list, status, Reply};
         use crate::controller::replica::mr_states::tests::{objects, vpc_kind};
+        use crate::kube::mock::{self, list, status, Reply};
         let watches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (client, api) = mock::client({
             let watches = watches.clone();
@@ -1131,8 +1131,8 @@ mod tests {
     /// list works.
     #[tokio::test]
     async fn one_watch_feeds_the_index_and_the_states() {
-        use crate::controller::kube::mock::{self, list, status, Reply};
         use crate::controller::replica::mr_states::tests::objects;
+        use crate::kube::mock::{self, list, status, Reply};
         use std::sync::atomic::{AtomicBool, Ordering};
         let allowed = Arc::new(AtomicBool::new(false));
         let a = allowed.clone();
@@ -1189,8 +1189,8 @@ mod tests {
     /// With a CEL rule that reads status, every update does.
     #[tokio::test]
     async fn only_what_the_audit_judges_moves_the_kinds_stamp() {
-        use crate::controller::kube::mock::{self, list, Reply};
         use crate::controller::replica::mr_states::tests::vpc;
+        use crate::kube::mock::{self, list, Reply};
         let status_rule = Config::from_yaml(
             "resources:\n  - apiGroups: ['*']\n    kinds: ['*']\n    celRules:\n      - {name: ready, expression: 'has(self.status)', message: m}\n",
         )

@@ -32,9 +32,9 @@ use kube::Api;
 use mrguard_policy::cluster::providers::{self, MrCrd, Revision, RuntimeConfig, PKG_GROUP};
 use mrguard_policy::cluster::Cluster;
 
-use crate::controller::kube::reflect::{Missing, Reflected};
-use crate::controller::kube::retry::{backoff_watcher, watch_config};
 use crate::controller::metrics::ControllerMetrics;
+use crate::kube::reflect::{Missing, Reflected};
+use crate::kube::retry::{backoff_watcher, watch_config};
 use crate::shutdown::Signal;
 use coverage::{CrdSummary, MANAGED_CATEGORY};
 use crds::Crds;
@@ -208,7 +208,7 @@ pub(crate) async fn run_provider_watch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::kube::mock::{self, list, Reply};
+    use crate::kube::mock::{self, list, Reply};
     use serde_json::json;
     use std::time::Duration;
 

@@ -39,8 +39,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::coverage::MrKind;
-use crate::controller::kube::api::{api_err, until_due, Backoff, ControllerError};
 use crate::controller::metrics::ControllerMetrics;
+use crate::kube::api::{api_err, until_due, Backoff, KubeError};
 use mrguard_policy::admission::mr::{Mr, CREATE_PENDING};
 
 pub(crate) const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
@@ -457,7 +457,7 @@ impl EventRecorder {
     /// Remembers the incomplete creations that existing `PossiblyLeaked`
     /// Events already report, so a new leader does not repeat its
     /// predecessor's.
-    pub(crate) async fn seed(&self) -> Result<usize, ControllerError> {
+    pub(crate) async fn seed(&self) -> Result<usize, KubeError> {
         let api: Api<Event> = Api::all(self.client.clone());
         let lp = ListParams::default().fields(&format!("reason={POSSIBLY_LEAKED}"));
         let list = api
@@ -485,7 +485,7 @@ impl EventRecorder {
         &self,
         obj: &ObjRef,
         pending: &str,
-    ) -> Result<bool, ControllerError> {
+    ) -> Result<bool, KubeError> {
         let key = event_key(&obj.uid, pending);
         if self.dedup.contains(&key) {
             return Ok(false);
@@ -589,9 +589,9 @@ pub(crate) async fn report_leaks(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::controller::kube::mock::{self, list, status, Reply};
     use crate::controller::replica::coverage::tests::{fixture_crds, summaries};
     use crate::controller::replica::coverage::Coverage;
+    use crate::kube::mock::{self, list, status, Reply};
 
     pub(crate) fn vpc_kind() -> MrKind {
         Coverage::from_crds(&summaries(&fixture_crds()))

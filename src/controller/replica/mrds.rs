@@ -25,9 +25,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::controller::kube::reflect::{Missing, Reflected};
-use crate::controller::kube::retry::{backoff_watcher, watch_config};
 use crate::controller::metrics::ControllerMetrics;
+use crate::kube::reflect::{Missing, Reflected};
+use crate::kube::retry::{backoff_watcher, watch_config};
 
 /// MRDs carry a CRD's schemas: list them in pages as small as CRDs'.
 const PAGE_SIZE: u32 = super::crds::CRD_PAGE_SIZE;
@@ -192,7 +192,7 @@ pub(crate) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::kube::mock::{self, list, Reply};
+    use crate::kube::mock::{self, list, Reply};
     use std::time::Duration;
 
     fn mrd(state: &str) -> Value {

@@ -9,9 +9,9 @@ use kube::runtime::watcher;
 use kube::Api;
 use tokio::sync::watch;
 
-use crate::controller::kube::api::ControllerError;
-use crate::controller::kube::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
 use crate::controller::metrics::ControllerMetrics;
+use crate::kube::api::KubeError;
+use crate::kube::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
 use crate::pki::PemPair;
 use crate::shutdown::Signal;
 use crate::tls::CertStore;
@@ -113,7 +113,7 @@ pub(crate) async fn run_loader(
                 continue;
             }
             Err(e) => {
-                let e = ControllerError::watch("secrets", name.clone(), e);
+                let e = KubeError::watch("secrets", name.clone(), e);
                 watch_error.failed(
                     &e,
                     metrics.as_deref(),
@@ -169,7 +169,7 @@ fn publish(tx: &watch::Sender<SecretView>, v: SecretView) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::kube::mock::{self, Reply};
+    use crate::kube::mock::{self, Reply};
     use crate::pki;
     use serde_json::{json, Value};
     use std::sync::atomic::{AtomicBool, Ordering};

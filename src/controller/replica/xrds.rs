@@ -13,8 +13,8 @@ use kube::Api;
 use mrguard_policy::cluster::composition::XrSchemas;
 use mrguard_policy::cluster::Cluster;
 
-use crate::controller::kube::reflect::{Missing, Reflected};
-use crate::controller::kube::retry::{backoff_watcher, watch_config};
+use crate::kube::reflect::{Missing, Reflected};
+use crate::kube::retry::{backoff_watcher, watch_config};
 
 fn resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
