@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 pub(crate) use mrguard_policy::commands::manifest::{
-    parse_all, Manifest, ManifestError, Source, MAX_DOCUMENTS,
+    parse_all, FileText, Manifest, ManifestError, MAX_DOCUMENTS,
 };
 
 /// `path` itself, or every `.yaml`, `.yml` and `.json` file under the folder
@@ -59,11 +59,11 @@ pub(crate) fn read_text(path: &Path) -> Result<String, ManifestError> {
 }
 
 /// The text of every file under `paths`, in order.
-pub(crate) fn read_sources(paths: &[PathBuf]) -> Result<Vec<Source>, ManifestError> {
+pub(crate) fn read_sources(paths: &[PathBuf]) -> Result<Vec<FileText>, ManifestError> {
     let mut all = Vec::new();
     for p in paths {
         for f in files(p)? {
-            all.push(Source {
+            all.push(FileText {
                 text: read_text(&f)?,
                 file: f.display().to_string(),
             });
@@ -76,9 +76,9 @@ pub(crate) fn read_sources(paths: &[PathBuf]) -> Result<Vec<Source>, ManifestErr
 /// that a large folder is never held in memory whole.
 pub(crate) fn read_lazily(
     path: &Path,
-) -> Result<impl Iterator<Item = Result<Source, ManifestError>> + 'static, ManifestError> {
+) -> Result<impl Iterator<Item = Result<FileText, ManifestError>> + 'static, ManifestError> {
     Ok(files(path)?.into_iter().map(|f| {
-        Ok(Source {
+        Ok(FileText {
             text: read_text(&f)?,
             file: f.display().to_string(),
         })

@@ -7,7 +7,7 @@
 //! the flags into [`check::CheckArgs`]; `check::run` reads the files
 //! (`manifests`) and connects (`cluster::ClusterContext`: client,
 //! configuration as read, default namespace, discovery); the pure
-//! `Request::parse` says what judging the manifests needs; `check::live`
+//! `CheckRequest::parse` says what judging the manifests needs; `check::live`
 //! fetches exactly that; `mrguard_policy::commands::check::judge::judge`
 //! decides once, and the results are printed. Nothing here decides what
 //! it read.

@@ -120,7 +120,7 @@ pub(crate) enum PlanError {
     #[error(transparent)]
     Selector(#[from] SelectorError),
     #[error(transparent)]
-    Check(#[from] super::check::CheckError),
+    Check(#[from] super::check::CheckCommandError),
     #[error("failed to plan {path}, {at}: metadata.name is missing")]
     NoName { path: String, at: String },
     #[error(

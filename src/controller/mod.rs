@@ -158,7 +158,7 @@ impl Controller {
 /// What every replica's watches keep for the leader's tasks.
 struct ReplicaState {
     secret: watch::Receiver<replica::secret::SecretView>,
-    crds: replica::crds::Crds,
+    crds: replica::crds::CrdStore,
     states: replica::mr_states::MrStates,
 }
 
@@ -191,7 +191,7 @@ impl ReplicaState {
         );
         // One CRD watch and store for every reader below (and the leader's
         // coverage).
-        let (crds, crd_watch) = replica::crds::Crds::watch(client.clone(), metrics.clone());
+        let (crds, crd_watch) = replica::crds::CrdStore::watch(client.clone(), metrics.clone());
         tasks.spawn(crd_watch);
         tasks.spawn(
             replica::run_provider_watch(
@@ -419,7 +419,7 @@ pub(crate) struct LeaderContext {
     /// Shared with admission; the audit reads the identity index.
     pub(crate) cluster: Arc<Cluster>,
     /// The replica's CRD store, which the coverage reads.
-    pub(crate) crds: replica::crds::Crds,
+    pub(crate) crds: replica::crds::CrdStore,
 }
 
 impl LeaderContext {

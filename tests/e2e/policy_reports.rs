@@ -13,7 +13,7 @@ use crate::check_live::{ensure_namespace, kubectl_apply_create};
 use crate::support::{self, cluster::create_crd, resource, wait_for, Options, WAIT};
 use mrguard::controller::leader::reports::ReportWriter;
 use mrguard_policy::admission::model::Action;
-use mrguard_policy::commands::reports::{Flavor, PassInput, ReportFinding, Subject};
+use mrguard_policy::commands::reports::{Flavor, PassInput, ReportFinding, ReportedMr};
 
 /// Held by each test whose release writes policy reports: every release
 /// audits every namespace, so two at once would rewrite each other's
@@ -331,7 +331,7 @@ async fn policy_reports_appear_change_and_disappear_and_an_unchanged_pass_writes
 
 fn finding(ns: &str, i: usize) -> ReportFinding {
     ReportFinding {
-        subject: Subject {
+        subject: ReportedMr {
             api_version: "ec2.aws.m.upbound.io/v1beta1".into(),
             kind: "VPC".into(),
             namespace: ns.into(),

@@ -15,9 +15,9 @@ use clap::{Args, ValueEnum};
 use mrguard_policy::admission::crd::Crds;
 use mrguard_policy::admission::kube_version::KubeVersion;
 use mrguard_policy::admission::model::Operation;
-use mrguard_policy::commands::check::judge::{judge, CrdFiles, Fetched, Judgement};
+use mrguard_policy::commands::check::judge::{judge, CheckReport, CrdFiles, Fetched};
 use mrguard_policy::commands::check::offline::crds_from;
-use mrguard_policy::commands::check::request::{Options, Request};
+use mrguard_policy::commands::check::request::{CheckOptions, CheckRequest};
 use mrguard_policy::commands::check::{annotations, render_text, CheckResult};
 use mrguard_policy::commands::sarif;
 
@@ -89,7 +89,7 @@ pub struct CheckArgs {
 
 /// Why `check` could not judge its input.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum CheckError {
+pub(crate) enum CheckCommandError {
     /// A file could not be read.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
@@ -121,15 +121,15 @@ pub(crate) fn load_crds(
     path: &Path,
     groups: Option<&BTreeSet<String>>,
     kube: KubeVersion,
-) -> Result<Crds, CheckError> {
+) -> Result<Crds, CheckCommandError> {
     let files = manifests::read_lazily(path)?;
     Ok(crds_from(&path.display().to_string(), files, groups, kube)?)
 }
 
 /// How the flags ask to judge; `live` is the namespace of manifests that
 /// name none, for a live check.
-fn options(args: &CheckArgs, live: Option<String>) -> Options {
-    Options {
+fn options(args: &CheckArgs, live: Option<String>) -> CheckOptions {
+    CheckOptions {
         operation: args.operation.map(Operation::from),
         username: args.username.clone(),
         require_crd: args.require_crd,
@@ -143,7 +143,7 @@ fn options(args: &CheckArgs, live: Option<String>) -> Options {
 
 /// Reads what the command was given, asks the pure side what judging it
 /// needs, fetches exactly that, and judges once.
-fn fetch_then_judge(args: &CheckArgs) -> Result<Judgement, CheckError> {
+fn fetch_then_judge(args: &CheckArgs) -> Result<CheckReport, CheckCommandError> {
     let manifests = manifests::read_sources(&args.file)?;
     let old = match &args.old {
         Some(p) => Some((
@@ -160,7 +160,7 @@ fn fetch_then_judge(args: &CheckArgs) -> Result<Judgement, CheckError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(CheckError::Runtime)?;
+            .map_err(CheckCommandError::Runtime)?;
         let live = &args.live;
         let ctx = runtime.block_on(ClusterContext::connect(
             &live.cluster,
@@ -172,7 +172,7 @@ fn fetch_then_judge(args: &CheckArgs) -> Result<Judgement, CheckError> {
         None
     };
     let default_namespace = cluster.as_ref().map(|(_, c)| c.default_namespace.clone());
-    let request = Request::parse(&manifests, old, options(args, default_namespace))?;
+    let request = CheckRequest::parse(&manifests, old, options(args, default_namespace))?;
     let fetched = match cluster {
         Some((runtime, mut ctx)) => {
             Fetched::Live(runtime.block_on(live::fetch(&mut ctx, &args.live, &request.needs))?)
@@ -193,7 +193,7 @@ fn fetch_then_judge(args: &CheckArgs) -> Result<Judgement, CheckError> {
 
 /// Prints the judgement; 0 allowed, 1 denied or invalid, 2 when judging
 /// stopped.
-fn report(args: &CheckArgs, judgement: Judgement) -> i32 {
+fn report(args: &CheckArgs, judgement: CheckReport) -> i32 {
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();
     for n in &judgement.notes {
@@ -269,7 +269,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(matches!(
             load_crds(dir.path(), None, KubeVersion::NEWEST),
-            Err(CheckError::Judge(
+            Err(CheckCommandError::Judge(
                 mrguard_policy::commands::check::CheckError::NoCrd(_)
             ))
         ));
@@ -280,7 +280,7 @@ mod tests {
         assert!(e.contains("bad.yaml"), "{e}");
         assert!(matches!(
             load_crds(&dir.path().join("nope"), None, KubeVersion::NEWEST),
-            Err(CheckError::Manifest(ManifestError::Read { .. }))
+            Err(CheckCommandError::Manifest(ManifestError::Read { .. }))
         ));
     }
 }

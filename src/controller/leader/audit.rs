@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::controller::changes::Stamp;
 use crate::controller::metrics::ControllerMetrics;
 use crate::controller::replica::coverage::{Coverage, MrKind, CRD_PAGE_SIZE};
-use crate::controller::replica::crds::{Crds, ServedCrd};
+use crate::controller::replica::crds::{CrdStore, ServedCrd};
 use crate::controller::replica::identity::{watched_whole, IdentityView, MrView};
 use crate::controller::replica::mr_states::MrStates;
 use crate::kube::api::{api_err, list_pages, list_values, KubeError};
@@ -26,7 +26,7 @@ use mrguard_policy::admission::config::Config;
 use mrguard_policy::admission::model::Action;
 use mrguard_policy::admission::review::RequestBuilder;
 use mrguard_policy::cluster::Cluster;
-use mrguard_policy::commands::reports::{PassInput, ReportFinding, Subject};
+use mrguard_policy::commands::reports::{PassInput, ReportFinding, ReportedMr};
 
 /// Objects per list page.
 const PAGE_SIZE: u32 = 250;
@@ -329,7 +329,7 @@ impl PassCollector {
         let api_version = format!("{}/{}", kind.group, kind.read_version);
         for f in findings {
             self.input.findings.push(ReportFinding {
-                subject: Subject {
+                subject: ReportedMr {
                     api_version: api_version.clone(),
                     kind: f.kind.clone(),
                     namespace: f.namespace.clone(),
@@ -871,7 +871,7 @@ impl Auditor {
     /// Kinds whose CRDs are not `Established` yet are left for a later pass:
     /// listing them was a 404 that marked the pass incomplete (installing
     /// 1,000 CRDs: 293 such lists, and no successful pass for minutes).
-    pub(crate) async fn run(mut self, crds: Crds, interval: Duration) {
+    pub(crate) async fn run(mut self, crds: CrdStore, interval: Duration) {
         if crds.subscribe().next().await.is_none() {
             return;
         }
@@ -1308,7 +1308,7 @@ mod tests {
             )
         });
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, crd_watch) = Crds::watch(client.clone(), metrics.clone());
+        let (crds, crd_watch) = CrdStore::watch(client.clone(), metrics.clone());
         let crd_task = tokio::spawn(crd_watch);
         let states = MrStates::new(metrics.clone());
         // As the leader does.

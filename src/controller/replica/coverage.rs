@@ -149,7 +149,7 @@ impl Coverage {
 /// Reads the shared CRD store (`crds`) and publishes the coverage after
 /// the first full list and after every change to the set of MR kinds.
 pub(crate) async fn run_crd_watch(
-    crds: super::crds::Crds,
+    crds: super::crds::CrdStore,
     tx: watch::Sender<Option<Arc<Coverage>>>,
     metrics: Arc<ControllerMetrics>,
 ) {

@@ -9,7 +9,7 @@
 //! CRDs, the documented immutable fields derived from its schema. The
 //! schema itself (most of a provider CRD's size) is dropped right away.
 //!
-//! Readers wait on [`Changes`]: it fires after the first complete list and
+//! Readers wait on [`CrdChanges`]: it fires after the first complete list and
 //! after every change; changes that arrive while a reader is busy
 //! coalesce into one wake-up, and the reader then reads the whole store.
 
@@ -47,7 +47,7 @@ pub(crate) const CRD_PAGE_SIZE: u32 = 50;
 /// kube's `DynamicObject`: those keep each CRD's schemas, most of a
 /// provider CRD's size (1,539 Azure CRDs are 79 MB of YAML; the facts the
 /// controller derives from them take 3.9 MiB, BENCHMARKS.md), and every
-/// replica holds every CRD in its store. Nor kube's `Object<P, U>`: [`Crd`]
+/// replica holds every CRD in its store. Nor kube's `Object<P, U>`: [`StoredCrd`]
 /// derives its documented fields from the schema while decoding and keeps
 /// fields that are neither spec nor status.
 macro_rules! crd_resource {
@@ -127,7 +127,7 @@ const RESOURCE: &str = "customresourcedefinitions.apiextensions.k8s.io";
 /// One CRD as the readers need it.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(from = "RawCrd")]
-pub(crate) struct Crd {
+pub(crate) struct StoredCrd {
     /// Names, group, scope, versions and owners; no schema.
     pub(crate) summary: CrdSummary,
     /// For an MR CRD, the immutable fields its schema documents.
@@ -153,7 +153,7 @@ struct RawCrd {
 /// The annotation kubectl fills with a whole copy of the object.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-impl From<RawCrd> for Crd {
+impl From<RawCrd> for StoredCrd {
     fn from(raw: RawCrd) -> Self {
         let RawCrd {
             mut metadata,
@@ -182,7 +182,7 @@ impl From<RawCrd> for Crd {
             })
             .flatten()
             .map(Arc::new);
-        Crd {
+        StoredCrd {
             summary: CrdSummary {
                 metadata,
                 spec: spec_summary,
@@ -193,7 +193,7 @@ impl From<RawCrd> for Crd {
     }
 }
 
-crd_resource!(Crd, summary.metadata);
+crd_resource!(StoredCrd, summary.metadata);
 
 /// Whether a CRD's `status` has `Established=True`.
 fn is_established(status: &Value) -> bool {
@@ -204,7 +204,7 @@ fn is_established(status: &Value) -> bool {
 }
 
 /// A CRD's summary and whether it is established, without the documented
-/// fields [`Crd`] derives from the schema: for one-shot readers such as
+/// fields [`StoredCrd`] derives from the schema: for one-shot readers such as
 /// the `audit` command, which need only the kinds the cluster serves.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(from = "RawServedCrd")]
@@ -240,25 +240,25 @@ crd_resource!(ServedCrd, summary.metadata);
 
 /// The shared CRD store and its change signal. Cheap to clone.
 #[derive(Clone)]
-pub(crate) struct Crds {
-    store: Store<Crd>,
+pub(crate) struct CrdStore {
+    store: Store<StoredCrd>,
     /// `None` until the first list is complete, then a change counter.
     changes: watch::Receiver<Option<u64>>,
 }
 
-impl Crds {
+impl CrdStore {
     /// The store and the watch that fills it, for the caller to spawn; the
     /// watch runs until its task is aborted.
     pub(crate) fn watch(
         client: kube::Client,
         metrics: Arc<ControllerMetrics>,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let mut reflected: Reflected<Crd> =
+        let mut reflected: Reflected<StoredCrd> =
             Reflected::new((), RESOURCE, "CRD watch", Missing::Wait);
         let store = reflected.store.clone();
         let (tx, rx) = watch::channel(None);
         let task = async move {
-            let api: Api<Crd> = Api::all(client);
+            let api: Api<StoredCrd> = Api::all(client);
             let mut stream =
                 backoff_watcher(watcher(api, watch_config().page_size(CRD_PAGE_SIZE))).boxed();
             let mut generation = 0u64;
@@ -279,30 +279,30 @@ impl Crds {
 
     /// A new reader's wake-ups; the first comes as soon as a list is
     /// complete (at once if it already is).
-    pub(crate) fn subscribe(&self) -> Changes {
+    pub(crate) fn subscribe(&self) -> CrdChanges {
         let mut rx = self.changes.clone();
         rx.mark_changed();
-        Changes(rx)
+        CrdChanges(rx)
     }
 
     /// Every CRD of the last complete list, with the changes since.
-    pub(crate) fn snapshot(&self) -> Vec<Arc<Crd>> {
+    pub(crate) fn snapshot(&self) -> Vec<Arc<StoredCrd>> {
         self.store.state()
     }
 
     /// The CRDs whose kinds the API server serves (`Established`): what is
     /// worth listing. Before that a list is a 404.
-    pub(crate) fn served(&self) -> Vec<Arc<Crd>> {
+    pub(crate) fn served(&self) -> Vec<Arc<StoredCrd>> {
         let mut crds = self.snapshot();
         crds.retain(|c| c.established);
         crds
     }
 }
 
-/// One reader's wake-ups from [`Crds`].
-pub(crate) struct Changes(watch::Receiver<Option<u64>>);
+/// One reader's wake-ups from [`CrdStore`].
+pub(crate) struct CrdChanges(watch::Receiver<Option<u64>>);
 
-impl Changes {
+impl CrdChanges {
     /// Waits until the store changed after its first complete list.
     /// `None` once the watch task is gone. Cancel-safe.
     pub(crate) async fn next(&mut self) -> Option<()> {
@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn a_crd_is_decoded_into_its_summary_and_documented_fields_only() {
-        let c: Crd = serde_json::from_value(crd(
+        let c: StoredCrd = serde_json::from_value(crd(
             "accounts.storage.azure.upbound.io",
             json!(["crossplane", "managed"]),
         ))
@@ -352,7 +352,7 @@ mod tests {
         let d = c.documented.unwrap();
         assert_eq!(d.fields[0].path.as_str(), "spec.forProvider.accountTier");
         // Not an MR CRD: no schema read.
-        let other: Crd = serde_json::from_value(crd(
+        let other: StoredCrd = serde_json::from_value(crd(
             "accounts.storage.azure.upbound.io",
             json!(["crossplane"]),
         ))
@@ -365,19 +365,23 @@ mod tests {
         let mut created = crd("accounts.storage.azure.upbound.io", json!(["managed"]));
         created["status"] = json!({"conditions": null, "storedVersions": null,
                                    "acceptedNames": {"kind": "", "plural": ""}});
-        let created: Crd = serde_json::from_value(created).unwrap();
+        let created: StoredCrd = serde_json::from_value(created).unwrap();
         assert!(!created.established && created.documented.is_some());
         let mut served = crate::controller::replica::coverage::tests::established(crd(
             "accounts.storage.azure.upbound.io",
             json!(["managed"]),
         ));
         assert!(
-            serde_json::from_value::<Crd>(served.clone())
+            serde_json::from_value::<StoredCrd>(served.clone())
                 .unwrap()
                 .established
         );
         served["status"]["conditions"][1]["status"] = json!("False");
-        assert!(!serde_json::from_value::<Crd>(served).unwrap().established);
+        assert!(
+            !serde_json::from_value::<StoredCrd>(served)
+                .unwrap()
+                .established
+        );
     }
 
     /// The audit command's read of a CRD: the same summary and the same
@@ -394,7 +398,7 @@ mod tests {
         refused["status"]["conditions"][1]["status"] = json!("False");
         for (v, want) in [(created, false), (served, true), (refused, false)] {
             let s: ServedCrd = serde_json::from_value(v.clone()).unwrap();
-            let c: Crd = serde_json::from_value(v).unwrap();
+            let c: StoredCrd = serde_json::from_value(v).unwrap();
             assert_eq!((s.established, c.established), (want, want));
             assert_eq!(s.summary.spec.names.kind, "Account");
             assert_eq!(s.summary.spec.versions[0].name, "v1beta1");
@@ -427,9 +431,9 @@ mod tests {
             )
         });
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, watch) = Crds::watch(client, metrics);
+        let (crds, watch) = CrdStore::watch(client, metrics);
         let task = tokio::spawn(watch);
-        let mut readers: Vec<Changes> = (0..3).map(|_| crds.subscribe()).collect();
+        let mut readers: Vec<CrdChanges> = (0..3).map(|_| crds.subscribe()).collect();
         for r in &mut readers {
             tokio::time::timeout(Duration::from_secs(5), r.next())
                 .await

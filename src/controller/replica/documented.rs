@@ -16,10 +16,10 @@ use mrguard_policy::cluster::documented::KindFields;
 use mrguard_policy::cluster::Cluster;
 use tokio::sync::watch;
 
-use super::crds::Crds;
+use super::crds::CrdStore;
 
 /// The CRDs' fields, then those of MRDs whose kind no CRD defines.
-fn kinds(crds: &Crds, cluster: &Cluster) -> Vec<Arc<KindFields>> {
+fn kinds(crds: &CrdStore, cluster: &Cluster) -> Vec<Arc<KindFields>> {
     let from_crds: Vec<Arc<KindFields>> = crds
         .snapshot()
         .iter()
@@ -44,7 +44,7 @@ fn kinds(crds: &Crds, cluster: &Cluster) -> Vec<Arc<KindFields>> {
 }
 
 /// Runs until aborted (or until the CRD watch is gone).
-pub(crate) async fn run(crds: Crds, cluster: Arc<Cluster>, mrds: watch::Receiver<u64>) {
+pub(crate) async fn run(crds: CrdStore, cluster: Arc<Cluster>, mrds: watch::Receiver<u64>) {
     let store = cluster.documented();
     let mut changes = crds.subscribe();
     let mut first = true;
@@ -91,10 +91,10 @@ pub(crate) async fn run(crds: Crds, cluster: Arc<Cluster>, mrds: watch::Receiver
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::replica::crds::Crd;
+    use crate::controller::replica::crds::StoredCrd;
     use serde_json::{json, Value};
 
-    fn crd(cats: Value) -> Crd {
+    fn crd(cats: Value) -> StoredCrd {
         serde_json::from_value(
             json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": "accounts.storage.azure.upbound.io"},
@@ -136,7 +136,7 @@ mod tests {
             crate::controller::metrics::ControllerMetrics::register(&prometheus::Registry::new())
                 .unwrap(),
         );
-        let (crds, crd_watch) = Crds::watch(client, metrics);
+        let (crds, crd_watch) = CrdStore::watch(client, metrics);
         let crd_task = tokio::spawn(crd_watch);
         let cluster = Arc::new(Cluster::default());
         let (tx, rx) = watch::channel(0);

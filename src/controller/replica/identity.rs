@@ -34,7 +34,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::coverage::{Coverage, CrdSummary, MrKind};
-use super::crds::Crds;
+use super::crds::CrdStore;
 use super::mr_states::{MrStates, ObjState, QUIET_NOT_FOUND};
 use crate::controller::changes::Changes;
 use crate::controller::metrics::ControllerMetrics;
@@ -316,7 +316,7 @@ pub(crate) fn watched_whole(kind: &MrKind, config: &Config) -> bool {
 /// until the task is aborted.
 pub(crate) async fn run(
     client: kube::Client,
-    crds: Crds,
+    crds: CrdStore,
     config: Arc<ConfigStore>,
     cluster: Arc<Cluster>,
     states: MrStates,
@@ -929,7 +929,7 @@ mod tests {
             Reply::Json(200, list("VPCList", "ec2.aws.upbound.io/v1beta1", vec![]))
         });
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, crd_watch) = Crds::watch(client.clone(), metrics.clone());
+        let (crds, crd_watch) = CrdStore::watch(client.clone(), metrics.clone());
         let crd_task = tokio::spawn(crd_watch);
         let cluster = Arc::new(Cluster::default());
         let config = ConfigStore::new(Config::builtin(), None);

@@ -37,7 +37,7 @@ use crate::kube::reflect::{Missing, Reflected};
 use crate::kube::retry::{backoff_watcher, watch_config};
 use crate::shutdown::Signal;
 use coverage::{CrdSummary, MANAGED_CATEGORY};
-use crds::Crds;
+use crds::CrdStore;
 
 /// `/readyz` turns true once every part is in place.
 #[derive(Debug)]
@@ -130,7 +130,7 @@ fn by_name<T>(
 /// providers' pods.
 pub(crate) async fn run_provider_watch(
     client: kube::Client,
-    crds: Crds,
+    crds: CrdStore,
     namespace: String,
     cluster: Arc<Cluster>,
     gate: Arc<ReadyGate>,
@@ -292,7 +292,7 @@ mod tests {
         );
         let (trigger, signal) = crate::shutdown::channel();
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, crd_watch) = Crds::watch(client.clone(), metrics.clone());
+        let (crds, crd_watch) = CrdStore::watch(client.clone(), metrics.clone());
         let crd_task = tokio::spawn(crd_watch);
         let task = tokio::spawn(run_provider_watch(
             client,
@@ -377,7 +377,7 @@ mod tests {
         gate.cert_loaded();
         let (trigger, signal) = crate::shutdown::channel();
         let metrics = Arc::new(ControllerMetrics::register(&prometheus::Registry::new()).unwrap());
-        let (crds, crd_watch) = Crds::watch(client.clone(), metrics.clone());
+        let (crds, crd_watch) = CrdStore::watch(client.clone(), metrics.clone());
         let crd_task = tokio::spawn(crd_watch);
         let task = tokio::spawn(run_provider_watch(
             client,

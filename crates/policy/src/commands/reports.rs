@@ -87,7 +87,7 @@ impl Flavor {
 
 /// The MR a finding is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Subject {
+pub struct ReportedMr {
     /// `group/version`.
     pub api_version: String,
     /// The kind.
@@ -104,7 +104,7 @@ pub struct Subject {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReportFinding {
     /// The MR.
-    pub subject: Subject,
+    pub subject: ReportedMr,
     /// The rule's name.
     pub rule: String,
     /// Audit, Warn or Deny.
@@ -146,7 +146,7 @@ pub struct ReportRef {
 
 /// What to write after a pass.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Plan {
+pub struct ReportWrites {
     /// Reports to create or replace (server-side apply), whole.
     pub apply: Vec<Value>,
     /// Reports mrguard wrote before that should go.
@@ -341,7 +341,7 @@ pub fn plan(
     existing: &[Value],
     now: jiff::Timestamp,
     max_bytes: usize,
-) -> Plan {
+) -> ReportWrites {
     // Timestamps of results already reported, and results to carry over
     // for kinds this pass could not list.
     let mut stamps: HashMap<String, Value> = HashMap::new();
@@ -381,7 +381,7 @@ pub fn plan(
     // (kinds not listed this pass) must stay.
     let mut scopes = input.scopes.clone();
     scopes.extend(results.keys().cloned());
-    let mut plan = Plan::default();
+    let mut plan = ReportWrites::default();
     let mut wanted = BTreeSet::new();
     for ns in &scopes {
         let mut rs = results.remove(ns).unwrap_or_default();
@@ -419,7 +419,7 @@ mod tests {
 
     fn finding(ns: &str, name: &str, rule: &str, action: Action) -> ReportFinding {
         ReportFinding {
-            subject: Subject {
+            subject: ReportedMr {
                 api_version: if ns.is_empty() {
                     "s3.aws.upbound.io/v1beta2".into()
                 } else {

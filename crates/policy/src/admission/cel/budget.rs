@@ -41,30 +41,32 @@ pub const COST_FN: &str = "@mrguard_cost";
 struct Meter {
     remaining: u64,
     charges: u32,
-    clock: Clock,
+    clock: RuleClock,
     exceeded: Option<Exceeded>,
 }
 
 /// The time backstop's state: not started until the clock is first read.
 #[derive(Clone, Copy)]
-enum Clock {
+enum RuleClock {
     Unread(Duration),
     Until(Instant),
     /// The limit does not fit in an `Instant`.
     Never,
 }
 
-impl Clock {
+impl RuleClock {
     /// Whether the time is up, starting it on the first call.
     fn late(&mut self) -> bool {
         let now = Instant::now();
         match *self {
-            Clock::Unread(time) => {
-                *self = now.checked_add(time).map_or(Clock::Never, Clock::Until);
+            RuleClock::Unread(time) => {
+                *self = now
+                    .checked_add(time)
+                    .map_or(RuleClock::Never, RuleClock::Until);
                 false
             }
-            Clock::Until(deadline) => now > deadline,
-            Clock::Never => false,
+            RuleClock::Until(deadline) => now > deadline,
+            RuleClock::Never => false,
         }
     }
 }
@@ -93,7 +95,7 @@ impl Guard {
         let meter = Meter {
             remaining: limit,
             charges: 0,
-            clock: Clock::Unread(time),
+            clock: RuleClock::Unread(time),
             exceeded: None,
         };
         Guard {

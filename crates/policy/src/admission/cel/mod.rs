@@ -607,7 +607,7 @@ pub fn check_configured<'v>(rule: &'v CelRule, at: &RuleScope<'v>) -> Option<Vio
 /// The caller's monotonic clock, read around each configured rule to time
 /// it (`admission::Decider::timed`): the crate reads no clock of its own,
 /// and a test can time with a clock it controls.
-pub type Clock<'a> = &'a (dyn Fn() -> Instant + Sync);
+pub type RuleClock<'a> = &'a (dyn Fn() -> Instant + Sync);
 
 /// How long one configured rule's evaluation took in one decision, for
 /// the server's `mrguard_cel_rule_duration_seconds`.

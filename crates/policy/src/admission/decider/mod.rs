@@ -24,7 +24,7 @@ pub use teardown::{ALLOW_TEARDOWN, TEARDOWN};
 use kube_core::admission::AdmissionResponse;
 use serde_json::Value;
 
-use crate::admission::cel::{CelTiming, Clock};
+use crate::admission::cel::{CelTiming, RuleClock};
 use crate::admission::config::{Config, Subject};
 use crate::admission::fieldpath::{FieldPath, Segment};
 use crate::admission::judging::Judging;
@@ -108,7 +108,7 @@ pub struct Decider<'a> {
     cluster: &'a Cluster,
     now: jiff::Timestamp,
     /// Times the configured CEL rules into [`Decision::cel_timings`].
-    clock: Option<Clock<'a>>,
+    clock: Option<RuleClock<'a>>,
 }
 
 impl<'a> Decider<'a> {
@@ -129,7 +129,7 @@ impl<'a> Decider<'a> {
     /// `clock` into [`Decision::cel_timings`]. The server passes the
     /// monotonic clock for its histogram; the other callers have no use
     /// for the timings and give none, so no clock is read.
-    pub fn timed(self, clock: Clock<'a>) -> Self {
+    pub fn timed(self, clock: RuleClock<'a>) -> Self {
         Self {
             clock: Some(clock),
             ..self

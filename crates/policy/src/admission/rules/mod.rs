@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use crate::admission::cel::{CelTiming, Clock};
+use crate::admission::cel::{CelTiming, RuleClock};
 use crate::admission::config::Subject;
 use crate::admission::config::{Config, ResourceConfig};
 use crate::admission::judging::Judging;
@@ -203,7 +203,7 @@ pub struct Evaluated {
 /// Runs every built-in rule and every configured CEL rule; returns all
 /// findings whose action is not Off and, given the caller's `clock`, how
 /// long each CEL rule took.
-pub fn evaluate(ctx: &RuleContext<'_>, clock: Option<Clock<'_>>) -> Evaluated {
+pub fn evaluate(ctx: &RuleContext<'_>, clock: Option<RuleClock<'_>>) -> Evaluated {
     let mut findings = Vec::new();
     let judging = ctx.judging();
     let exempt = ctx.config.is_exempt(ctx.username)

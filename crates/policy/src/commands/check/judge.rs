@@ -1,4 +1,4 @@
-//! The one judgement of `check`: a [`Request`] and what the runtime read
+//! The one judgement of `check`: a [`CheckRequest`] and what the runtime read
 //! for it ([`Fetched`]) in, every manifest's result out. Offline the reads
 //! are the configuration and the `--crd` files; against a cluster they are
 //! the configuration and what the request's [`Needs`](super::request::Needs)
@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::request::Request;
+use super::request::CheckRequest;
 use super::{CheckError, CheckResult};
 use crate::admission::config::ConfigSource;
-use crate::commands::manifest::{ManifestError, Source};
+use crate::commands::manifest::{FileText, ManifestError};
 
 /// What the runtime read for a request.
 #[derive(Debug)]
@@ -34,7 +34,7 @@ pub struct CrdFiles {
     /// `--crd` as given, for messages.
     pub path: String,
     /// Each file's text, or why it could not be read.
-    pub files: Box<dyn Iterator<Item = Result<Source, ManifestError>>>,
+    pub files: Box<dyn Iterator<Item = Result<FileText, ManifestError>>>,
 }
 
 impl std::fmt::Debug for CrdFiles {
@@ -112,18 +112,18 @@ pub struct Listed {
 
 /// What `check` came to.
 #[derive(Debug, Default)]
-pub struct Judgement {
+pub struct CheckReport {
     /// Lines said before any result (a release newer than mrguard knows).
     pub notes: Vec<String>,
     /// One per manifest judged, in order.
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: Vec<DocumentResult>,
     /// Why judging stopped before the end, if it did.
     pub error: Option<CheckError>,
 }
 
 /// One manifest's result, and its text output.
 #[derive(Debug)]
-pub struct Outcome {
+pub struct DocumentResult {
     /// The result (JSON, SARIF, exit code).
     pub result: CheckResult,
     /// Text output, offline: the object (or its patch) for stdout.
@@ -134,7 +134,7 @@ pub struct Outcome {
 
 /// Judges every manifest of `request` with what was read for it, at
 /// `now`.
-pub fn judge(request: &Request, fetched: Fetched, now: jiff::Timestamp) -> Judgement {
+pub fn judge(request: &CheckRequest, fetched: Fetched, now: jiff::Timestamp) -> CheckReport {
     match fetched {
         Fetched::Offline { config, crds } => super::offline::judge(request, &config, crds, now),
         Fetched::Live(live) => super::live::judge(request, live, now),

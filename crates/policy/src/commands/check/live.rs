@@ -9,13 +9,13 @@ use crate::cluster::activation::Activations;
 use crate::cluster::identity::report::entry_of;
 use crate::cluster::identity::IdentityIndex;
 
-use super::judge::{Judgement, Listed, Live, Merged, Outcome, Served};
-use super::request::Request;
+use super::judge::{CheckReport, DocumentResult, Listed, Live, Merged, Served};
+use super::request::CheckRequest;
 use super::{inactive_composed, is_composition, judge_manifest, rejected, skipped, Applier};
 
 /// Judges every manifest of `request` with what the cluster answered.
-pub(super) fn judge(request: &Request, live: Live, now: jiff::Timestamp) -> Judgement {
-    let mut judgement = Judgement::default();
+pub(super) fn judge(request: &CheckRequest, live: Live, now: jiff::Timestamp) -> CheckReport {
+    let mut judgement = CheckReport::default();
     let config = match live.config.load() {
         Ok(c) => c,
         Err(e) => {
@@ -183,8 +183,8 @@ fn fill_claimants(
     }
 }
 
-fn outcome(result: super::CheckResult) -> Outcome {
-    Outcome {
+fn outcome(result: super::CheckResult) -> DocumentResult {
+    DocumentResult {
         result,
         object_text: String::new(),
         verdict_text: String::new(),
@@ -194,16 +194,16 @@ fn outcome(result: super::CheckResult) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::super::judge::{judge, Fetched};
-    use super::super::request::Options;
+    use super::super::request::CheckOptions;
     use super::*;
     use crate::admission::config::ConfigSource;
     use crate::admission::kube_version::KubeVersion;
-    use crate::commands::manifest::Source;
+    use crate::commands::manifest::FileText;
 
     const BUCKET: &str = "apiVersion: s3.aws.upbound.io/v1beta1\nkind: Bucket\nmetadata:\n  name: b\nspec:\n  forProvider:\n    region: us-east-1\n";
 
-    fn request() -> Request {
-        let options = Options {
+    fn request() -> CheckRequest {
+        let options = CheckOptions {
             operation: None,
             username: String::new(),
             require_crd: false,
@@ -213,11 +213,11 @@ mod tests {
             patch: false,
             live: Some("default".into()),
         };
-        let src = [Source {
+        let src = [FileText {
             file: "b.yaml".into(),
             text: BUCKET.into(),
         }];
-        Request::parse(&src, None, options).unwrap()
+        CheckRequest::parse(&src, None, options).unwrap()
     }
 
     fn live(served: Served) -> Live {

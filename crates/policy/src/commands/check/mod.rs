@@ -1,5 +1,5 @@
 //! `mrguard check`, the decision, in two steps around the runtime's reads:
-//! [`request::Request::parse`] turns the files' text into manifests and
+//! [`request::CheckRequest::parse`] turns the files' text into manifests and
 //! says what must be read to judge them ([`request::Needs`]); the runtime
 //! reads exactly that ([`judge::Fetched`]: CRD files, or the live objects,
 //! CRDs, claimants and activations of a cluster); [`judge::judge`] decides

@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use super::judge::{CrdFiles, Judgement, Outcome};
-use super::request::Request;
+use super::judge::{CheckReport, CrdFiles, DocumentResult};
+use super::request::CheckRequest;
 use super::{
     composition_report, inactive_composed, is_composition, CheckError, CheckFinding, CheckResult,
 };
@@ -22,7 +22,7 @@ use crate::admission::model::{Action, Operation};
 use crate::cluster::activation::{Activations, MRAP_KIND};
 use crate::cluster::composition::{self, XrSchemas};
 use crate::cluster::Cluster;
-use crate::commands::manifest::{self, Manifest, ManifestError, Source};
+use crate::commands::manifest::{self, FileText, Manifest, ManifestError};
 
 /// What every document is judged with.
 struct Inputs<'a> {
@@ -35,18 +35,18 @@ struct Inputs<'a> {
     /// What a cluster with these CRDs would know (documented immutable
     /// fields, activations).
     cluster: Cluster,
-    request: &'a Request,
+    request: &'a CheckRequest,
     now: jiff::Timestamp,
 }
 
 /// Judges every document of `request` offline.
 pub(super) fn judge(
-    request: &Request,
+    request: &CheckRequest,
     config: &ConfigSource,
     crds: Option<CrdFiles>,
     now: jiff::Timestamp,
-) -> Judgement {
-    let mut judgement = Judgement::default();
+) -> CheckReport {
+    let mut judgement = CheckReport::default();
     let inputs = match inputs(request, config, crds, now, &mut judgement.notes) {
         Ok(i) => i,
         Err(e) => {
@@ -67,7 +67,7 @@ pub(super) fn judge(
 }
 
 fn inputs<'a>(
-    request: &'a Request,
+    request: &'a CheckRequest,
     config: &ConfigSource,
     crds: Option<CrdFiles>,
     now: jiff::Timestamp,
@@ -129,7 +129,7 @@ fn inputs<'a>(
 /// family's 2,000 CRDs parses only their files.
 pub fn crds_from(
     path: &str,
-    files: impl IntoIterator<Item = Result<Source, ManifestError>>,
+    files: impl IntoIterator<Item = Result<FileText, ManifestError>>,
     groups: Option<&BTreeSet<String>>,
     kube: KubeVersion,
 ) -> Result<Crds, CheckError> {
@@ -159,7 +159,7 @@ pub fn crds_from(
 
 /// The XR schemas in one file: XRDs, and the CRDs Crossplane generates
 /// from them. Files without objects are the CRD loader's to report.
-fn add_xr_schemas(xrs: &mut XrSchemas, f: &Source, max_documents: usize) {
+fn add_xr_schemas(xrs: &mut XrSchemas, f: &FileText, max_documents: usize) {
     if let Ok(docs) = manifest::parse(&f.file, &f.text, max_documents) {
         for d in docs {
             xrs.add(&d.object);
@@ -241,7 +241,7 @@ fn activation_problem(doc: &Value, activations: &Activations) -> Option<String> 
 }
 
 /// Judges one document.
-fn judge_one(inputs: &Inputs<'_>, m: &Manifest) -> Result<Outcome, CheckError> {
+fn judge_one(inputs: &Inputs<'_>, m: &Manifest) -> Result<DocumentResult, CheckError> {
     let options = &inputs.request.options;
     let op = inputs.op;
     let doc = &m.object;
@@ -322,7 +322,7 @@ fn judge_one(inputs: &Inputs<'_>, m: &Manifest) -> Result<Outcome, CheckError> {
         notes,
         identity: None,
     };
-    Ok(Outcome {
+    Ok(DocumentResult {
         result,
         object_text,
         verdict_text,

@@ -11,11 +11,11 @@ use crate::admission::kube_version::KubeVersion;
 use crate::admission::model::Operation;
 use crate::admission::mr::is_managed;
 use crate::cluster::identity::fold_group;
-use crate::commands::manifest::{self, Manifest, Source};
+use crate::commands::manifest::{self, FileText, Manifest};
 
 /// How to judge.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct CheckOptions {
     /// The operation to judge offline [default: CREATE, or UPDATE with
     /// `--old`]; against a cluster, what applying would send.
     pub operation: Option<Operation>,
@@ -39,9 +39,9 @@ pub struct Options {
 
 /// The manifests, parsed, and what judging them needs.
 #[derive(Debug)]
-pub struct Request {
+pub struct CheckRequest {
     /// How to judge.
-    pub options: Options,
+    pub options: CheckOptions,
     /// Every object of the manifest files, in order.
     pub manifests: Vec<Manifest>,
     /// `--old`: its path and its objects.
@@ -58,7 +58,7 @@ pub struct Needs {
     pub objects: Vec<Option<Wanted>>,
     /// The kinds whose MRs can claim the same external resources as the
     /// wanted objects (external-identity), one entry per family.
-    pub families: Vec<Family>,
+    pub families: Vec<FamilyNeed>,
     /// The cluster's MRDs and MRAPs are needed whatever discovery says
     /// (a Composition's composed kinds); a kind the cluster does not serve
     /// needs them too.
@@ -88,20 +88,20 @@ pub struct Wanted {
 /// The kinds named `kind` in every group that folds to one group: the
 /// legacy and the `.m.` namespaced kind of one provider family.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Family {
+pub struct FamilyNeed {
     /// The kind.
     pub kind: String,
     /// Every API group whose kind of that name is in the family.
     pub groups: Vec<String>,
 }
 
-impl Request {
+impl CheckRequest {
     /// Parses the manifests and `--old`, and says what judging them needs.
     pub fn parse(
-        manifests: &[Source],
-        old: Option<(String, Vec<Source>)>,
-        options: Options,
-    ) -> Result<Request, CheckError> {
+        manifests: &[FileText],
+        old: Option<(String, Vec<FileText>)>,
+        options: CheckOptions,
+    ) -> Result<CheckRequest, CheckError> {
         let manifests = manifest::parse_all(manifests, options.max_documents)?;
         let olds = match old {
             Some((path, sources)) => {
@@ -113,7 +113,7 @@ impl Request {
             Some(default_namespace) => needs(&manifests, default_namespace)?,
             None => Needs::default(),
         };
-        Ok(Request {
+        Ok(CheckRequest {
             options,
             manifests,
             olds,
@@ -143,7 +143,7 @@ fn needs(manifests: &[Manifest], default_namespace: &str) -> Result<Needs, Check
             });
         }
         let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        let family = Family {
+        let family = FamilyNeed {
             kind: kind.clone(),
             groups: folding_to(&fold_group(group)),
         };
@@ -216,8 +216,8 @@ mod tests {
         assert_eq!(folding_to("")[0], "");
     }
 
-    fn options(live: Option<&str>) -> Options {
-        Options {
+    fn options(live: Option<&str>) -> CheckOptions {
+        CheckOptions {
             operation: None,
             username: String::new(),
             require_crd: false,
@@ -232,11 +232,11 @@ mod tests {
     #[test]
     fn a_live_request_names_each_object_to_find_scoped_both_ways() {
         let text = "apiVersion: s3.aws.m.upbound.io/v1beta1\nkind: Bucket\nmetadata:\n  name: b\nspec:\n  forProvider: {}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n";
-        let src = [Source {
+        let src = [FileText {
             file: "x.yaml".into(),
             text: text.into(),
         }];
-        let r = Request::parse(&src, None, options(Some("team-a"))).unwrap();
+        let r = CheckRequest::parse(&src, None, options(Some("team-a"))).unwrap();
         let w = r.needs.objects[0].as_ref().unwrap();
         assert_eq!(
             (w.kind.as_str(), w.name.as_str(), w.namespace.as_str()),
@@ -250,17 +250,17 @@ mod tests {
         );
         assert_eq!(r.needs.families.len(), 1);
         // Offline, nothing is fetched.
-        let r = Request::parse(&src, None, options(None)).unwrap();
+        let r = CheckRequest::parse(&src, None, options(None)).unwrap();
         assert!(r.needs.objects.is_empty());
     }
 
     #[test]
     fn a_live_manifest_without_a_name_is_refused_naming_it() {
-        let src = [Source {
+        let src = [FileText {
             file: "x.yaml".into(),
             text: "apiVersion: s3.aws.upbound.io/v1beta1\nkind: Bucket\nmetadata: {}\nspec:\n  forProvider: {}\n".into(),
         }];
-        let e = Request::parse(&src, None, options(Some("default"))).unwrap_err();
+        let e = CheckRequest::parse(&src, None, options(Some("default"))).unwrap_err();
         assert_eq!(
             e.to_string(),
             "failed to judge x.yaml, document 1: metadata.name is missing; a live check needs the name to find the object"

@@ -76,7 +76,7 @@ pub enum ManifestError {
 
 /// One file's text, as the runtime read it.
 #[derive(Debug, Clone)]
-pub struct Source {
+pub struct FileText {
     /// The file ("-" for standard input).
     pub file: String,
     /// What it holds.
@@ -84,7 +84,10 @@ pub struct Source {
 }
 
 /// The objects of every source, in order.
-pub fn parse_all(sources: &[Source], max_documents: usize) -> Result<Vec<Manifest>, ManifestError> {
+pub fn parse_all(
+    sources: &[FileText],
+    max_documents: usize,
+) -> Result<Vec<Manifest>, ManifestError> {
     let mut all = Vec::new();
     for s in sources {
         all.extend(parse(&s.file, &s.text, max_documents)?);
