@@ -19,7 +19,7 @@ fn router() -> axum::Router {
         .get_or_init(|| {
             let registry = prometheus::Registry::new();
             let state = mrguard::server::AppState {
-                config: mrguard::config::ConfigStore::new(crate::configs()[1].clone(), None),
+                config: mrguard::live_config::ConfigStore::new(crate::configs()[1].clone(), None),
                 cluster: Default::default(),
                 metrics: Some(Arc::new(
                     mrguard::metrics::AdmissionMetrics::register(&registry).expect("metrics"),

@@ -3,9 +3,9 @@
 pub mod http;
 
 use base64::Engine;
-use mrguard_policy::admission;
-use mrguard_policy::config::Config;
-use mrguard_policy::review::{self, Request};
+use mrguard_policy::admission::decider;
+use mrguard_policy::admission::config::Config;
+use mrguard_policy::admission::review::{self, Request};
 use serde_json::Value;
 
 /// A configuration that switches on every mutation step and rule kind, so
@@ -87,7 +87,7 @@ pub fn review_bytes(body: &[u8]) {
 
 pub fn review_request(request: &Request) {
     for config in configs() {
-        let decider = admission::Decider::offline(config, jiff::Timestamp::now());
+        let decider = decider::Decider::offline(config, jiff::Timestamp::now());
         let decision = decider.validate(request);
         check_encoded(&review::encode(decision.response), &request.uid);
 
@@ -149,11 +149,11 @@ pub fn patch_only_bytes(body: &[u8]) {
         return;
     };
     for config in configs() {
-        let decider = admission::Decider::offline(config, jiff::Timestamp::now());
+        let decider = decider::Decider::offline(config, jiff::Timestamp::now());
         let whole = decider.mutate(&request);
         let lean = decider.mutate_patch_only(&request);
         assert!(lean.mutated.is_none(), "patch-only built the whole object");
-        let patch = |d: &admission::Decision| {
+        let patch = |d: &decider::Decision| {
             d.response
                 .patch
                 .as_deref()
