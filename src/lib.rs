@@ -3,8 +3,8 @@
 //! cluster.
 //!
 //! Dependencies run one way: `main` → [`cli`] → the runtime modules
-//! ([`app`], one function per subcommand, over [`server`], [`controller`]
-//! and the rest) → `mrguard_policy`; no module uses one that uses it back,
+//! ([`app`], one function per subcommand, over [`server`], [`controller`],
+//! [`kube`] and the rest) → `mrguard_policy`; no module uses one that uses it back,
 //! parents and children included (`tests/it/architecture.rs` checks both).
 //! docs/architecture.md maps every module.
 //!
@@ -36,6 +36,9 @@
 //!   creation-incomplete states (one `PossiblyLeaked` Event each) and audits
 //!   them with the validation rules, optionally writing policy reports. Its
 //!   settings come from [`app::controller_args`];
+//! - [`kube`] is how the runtime talks to the API server, for the controller
+//!   and the commands that read a cluster alike: one error type for an API
+//!   call, the watch backoff, the Lease, the limit on collection reads;
 //! - [`shutdown`] carries the signal that stops every task: readiness goes
 //!   false, the listener closes, in-flight requests drain;
 //! - [`cli`] is the command line: it parses `serve`, `check` (offline

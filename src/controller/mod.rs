@@ -22,13 +22,14 @@
 //! Only the Lease holder writes to the cluster. While it leads it runs:
 //! - `leader::certs`: the CA and serving certificate in the Secret, with a
 //!   two-CA caBundle while the CA rotates;
-//! - `replica::coverage`: reads the CRD store; the `managed` category names
-//!   the MRs;
+//! - `leader::coverage`: reads the CRD store; the `managed` category names
+//!   the MRs (`replica::coverage`);
 //! - `leader::webhooks`: `caBundle` and `rules` of both webhook
 //!   configurations, repaired from a watch, never recreated once deleted;
-//! - `replica::mr_states::report_leaks`: one `PossiblyLeaked` Event per
+//! - `leader::leak_events`: one `PossiblyLeaked` Event per
 //!   creation-incomplete MR, from the states every replica's identity
-//!   watches keep (which also feed the gauges it publishes);
+//!   watches keep (`replica::mr_states`, which also feed the gauges it
+//!   publishes);
 //! - `leader::audit`: the validation rules over every existing MR.
 //!
 //! Losing the Lease stops those tasks; serving admission never stops. The
@@ -539,7 +540,7 @@ impl LeaderContext {
         );
         spawn(
             "coverage",
-            replica::coverage::run_crd_watch(self.crds.clone(), coverage_tx, self.metrics.clone())
+            leader::coverage::run(self.crds.clone(), coverage_tx, self.metrics.clone())
                 .instrument(tracing::info_span!("coverage"))
                 .boxed(),
         );
@@ -554,14 +555,14 @@ impl LeaderContext {
             .instrument(tracing::info_span!("webhooks"))
             .boxed(),
         );
-        let recorder = replica::mr_states::EventRecorder::new(
+        let recorder = leader::leak_events::EventRecorder::new(
             self.client.clone(),
             s.identity.clone(),
             self.states.dedup(),
         );
         spawn(
             "leak_events",
-            replica::mr_states::report_leaks(self.states.clone(), recorder, self.metrics.clone())
+            leader::leak_events::report_leaks(self.states.clone(), recorder, self.metrics.clone())
                 .instrument(tracing::info_span!("leak_events"))
                 .boxed(),
         );

@@ -665,6 +665,90 @@ fn the_kube_layer_uses_nothing_above_it() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
+/// The Kubernetes layer left the controller for good: no code names
+/// `controller::kube`, and the folder is gone, so nothing grows a second
+/// copy of it there.
+#[test]
+fn the_kube_layer_is_not_under_the_controller() {
+    assert!(
+        !root().join("src/controller/kube").exists(),
+        "src/controller/kube is back: the Kubernetes layer is src/kube"
+    );
+    let mut files = Vec::new();
+    for dir in ["src", "tests", "benches"] {
+        read_all(&root().join(dir), &mut files);
+    }
+    let this = root().join("tests/it/architecture.rs");
+    let naming: Vec<String> = lines_naming(&files, &["controller::kube"])
+        .into_iter()
+        .filter(|(path, _)| *path != this.as_path())
+        .map(|(path, line)| format!("{}: {line}", path.display()))
+        .collect();
+    assert!(naming.is_empty(), "use crate::kube instead: {naming:#?}");
+}
+
+/// Key words of a write to the cluster: the parameters of an `Api`'s
+/// create, replace, patch and delete, and kube's Event recorder.
+const WRITES: [&str; 4] = ["PostParams", "PatchParams", "DeleteParams", "Recorder"];
+
+/// What only the Lease holder does lives in `leader/`: nothing in
+/// `replica/`, which every replica runs, writes to the cluster, and the
+/// supervisor spawns the leader's tasks from `leader::` only (a task
+/// spawned from `replica::` there would be leader-only code in the
+/// replica's layer).
+#[test]
+fn leader_only_tasks_live_under_leader() {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    sources(&src.join("controller"), &mut files);
+    let under = |dir: &str| -> Vec<(PathBuf, String)> {
+        files
+            .iter()
+            .filter(|(p, _)| p.starts_with(src.join("controller").join(dir)))
+            .cloned()
+            .collect()
+    };
+    // The reader sees the leader's writes.
+    let leader = under("leader");
+    assert!(
+        lines_naming(&leader, &WRITES)
+            .iter()
+            .any(|(p, _)| p.ends_with("leader/leak_events.rs")),
+        "{:?}",
+        leader.iter().map(|(p, _)| p).collect::<Vec<_>>()
+    );
+    let replica = under("replica");
+    assert!(replica.len() > 5, "the reader sees replica/");
+    let writes: Vec<String> = lines_naming(&replica, &WRITES)
+        .into_iter()
+        .map(|(path, line)| format!("{}: {line}", path.display()))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "replica/ writes to the cluster; only the leader does, from leader/: {writes:#?}"
+    );
+    let supervisor = std::fs::read_to_string(src.join("controller/mod.rs")).unwrap();
+    let (code, _) = strip_tests(&supervisor);
+    let spawn_all = code
+        .split("fn spawn_all(")
+        .nth(1)
+        .and_then(|rest| rest.split("\n    }\n").next())
+        .expect("LeaderContext::spawn_all in src/controller/mod.rs");
+    assert!(
+        spawn_all.contains("leader::audit::") && spawn_all.contains("leader::leak_events::"),
+        "the reader sees the leader's tasks: {spawn_all}"
+    );
+    let from_replica: Vec<&str> = spawn_all
+        .lines()
+        .filter(|l| l.contains("replica::"))
+        .map(str::trim)
+        .collect();
+    assert!(
+        from_replica.is_empty(),
+        "the leader spawns a task from replica/; move it to leader/: {from_replica:#?}"
+    );
+}
+
 #[test]
 fn the_controller_layers_point_down() {
     let g = file_graph(&runtime_files());

@@ -1,16 +1,15 @@
 //! Which kinds are MRs: CRDs whose `spec.names.categories` include
-//! `managed`. Reads the shared CRD store (`crds`) and publishes the set,
-//! from which both webhook configurations' `rules` are computed.
+//! `managed`. Every replica derives them from the shared CRD store (`crds`)
+//! for its identity watches; the leader publishes the set
+//! (`leader::coverage`), from which both webhook configurations' `rules`
+//! are computed.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
 use kube::core::ApiResource;
-use tokio::sync::watch;
 
 pub(crate) use super::crds::{CrdSummary, CRD_PAGE_SIZE, MANAGED_CATEGORY};
-use crate::controller::metrics::ControllerMetrics;
 
 pub(crate) const MUTATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE"];
 pub(crate) const VALIDATE_OPERATIONS: &[&str] = &["CREATE", "UPDATE", "DELETE"];
@@ -143,31 +142,6 @@ impl Coverage {
                 }
             })
             .collect()
-    }
-}
-
-/// Reads the shared CRD store (`crds`) and publishes the coverage after
-/// the first full list and after every change to the set of MR kinds.
-pub(crate) async fn run_crd_watch(
-    crds: super::crds::CrdStore,
-    tx: watch::Sender<Option<Arc<Coverage>>>,
-    metrics: Arc<ControllerMetrics>,
-) {
-    let mut changes = crds.subscribe();
-    while changes.next().await.is_some() {
-        let snapshot = crds.snapshot();
-        let current = Coverage::from_crds(snapshot.iter().map(|c| &c.summary));
-        let changed = tx.borrow().as_deref() != Some(&current);
-        if changed {
-            // Debug: installing a provider family changes it once per CRD;
-            // the webhooks task logs each update it writes.
-            tracing::debug!(kinds = current.len(), "MR coverage changed");
-            metrics.covered_kinds.set(current.len() as i64);
-            metrics
-                .known_kinds
-                .replace(current.kinds().map(|k| (k.group.as_str(), k.kind.as_str())));
-            let _ = tx.send(Some(Arc::new(current)));
-        }
     }
 }
 
