@@ -7,7 +7,9 @@ use clap::{Args, ValueEnum};
 
 use super::cluster::{ClusterContext, ConfigOrigin};
 use super::progress::Progress;
-use crate::controller::leader::audit::{discover, index_identities, pass, AuditFinding, PassEvent};
+use crate::controller::leader::audit::listing::{
+    discover, index_identities, pass, AuditFinding, PassEvent,
+};
 use mrguard_policy::cluster::Cluster;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -749,12 +749,30 @@ fn leader_only_tasks_live_under_leader() {
     );
 }
 
+/// `mrguard audit` and the controller's passes judge with one copy of
+/// the audit's listing, so the command finds what the controller finds;
+/// the loop that keeps results between passes is the controller's alone.
+#[test]
+fn the_audit_command_and_the_controller_share_one_listing() {
+    let g = file_graph(&runtime_files());
+    let listing = "crate::controller::leader::audit::listing";
+    for user in ["crate::app::audit", "crate::controller::leader::audit"] {
+        assert!(g[user].contains(listing), "{user} uses {:?}", g[user]);
+    }
+    assert!(
+        !g["crate::app::audit"].contains("crate::controller::leader::audit"),
+        "mrguard audit runs the listing, not the controller's passes: {:?}",
+        g["crate::app::audit"]
+    );
+}
+
 #[test]
 fn the_controller_layers_point_down() {
     let g = file_graph(&runtime_files());
     // The reader sees the real edges across floors.
     assert!(
-        g["crate::controller::leader::audit"].contains("crate::controller::replica::identity")
+        g["crate::controller::leader::audit::listing"]
+            .contains("crate::controller::replica::identity")
             && g["crate::controller::replica::identity"]
                 .contains("crate::controller::replica::mr_states")
             && g["crate::controller::replica::crds"].contains("crate::kube::retry"),

@@ -216,7 +216,8 @@ fn object(ns: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::leader::audit::{AuditFinding, KindReport, PassCollector};
+    use crate::controller::leader::audit::listing::{AuditFinding, KindReport};
+    use crate::controller::leader::audit::PassCollector;
     use crate::controller::replica::coverage::tests::{fixture_crds, summaries};
     use crate::controller::replica::coverage::Coverage;
     use crate::controller::replica::coverage::MrKind;

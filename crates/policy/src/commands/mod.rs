@@ -9,8 +9,10 @@
 //! - [`explain`]: `mrguard explain`, one MR read with [`managed_fields`];
 //! - [`test`]: `mrguard test`, cases compared with their verdicts;
 //! - [`export`]: `mrguard export vap` and `export map`;
-//! - [`reports`]: the audit's PolicyReports.
+//! - [`reports`]: the audit's PolicyReports, and [`audit_pass`]: which
+//!   kinds an audit pass lists again and the line that sums it up.
 
+pub mod audit_pass;
 pub mod check;
 pub mod explain;
 pub mod export;
