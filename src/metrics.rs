@@ -1,6 +1,9 @@
 //! Prometheus metrics (docs/metrics.md). Each component registers its own struct on
 //! a shared [`Registry`]; this module owns the registry, the admission
-//! metrics and the `/metrics` route.
+//! metrics and the `/metrics` route. The controller's metrics, which the
+//! Kubernetes layer (`crate::kube`) counts its API errors and retries in
+//! too, are in `controller`: beside the others, so that layer needs
+//! nothing of the controller.
 
 use std::sync::Arc;
 
@@ -15,6 +18,7 @@ use prometheus::{
 use mrguard_policy::admission::decider::{Outcome, Webhook};
 use mrguard_policy::admission::model::Finding;
 
+pub(crate) mod controller;
 mod per_thread;
 
 use per_thread::PerThread;
@@ -51,7 +55,7 @@ pub struct AdmissionMetrics {
     known: Arc<KnownKinds>,
 }
 
-pub use crate::controller::metrics::KnownKinds;
+pub use crate::metrics::controller::KnownKinds;
 
 impl AdmissionMetrics {
     /// Creates the metrics and registers them in `registry`.

@@ -15,8 +15,8 @@ use tracing::Instrument;
 
 use super::controller_args::ControllerArgs;
 use super::parse::parse_duration;
-use crate::controller::metrics::ControllerMetrics;
 use crate::live_config::{ConfigMetrics, ConfigStore};
+use crate::metrics::controller::ControllerMetrics;
 use crate::metrics::AdmissionMetrics;
 use crate::pki::{self, PemPair};
 use crate::server::{ConnLimits, HttpsServer, RouteLimits};

@@ -2,8 +2,9 @@
 //!
 //! In layers whose imports point down (`tests/it/architecture.rs`): this
 //! module → `leader` → `replica` → the runtime's Kubernetes layer
-//! (`crate::kube`), and `metrics` and `changes` beside this module serve
-//! them all. docs/architecture.md maps the files.
+//! (`crate::kube`), and `changes` beside this module serves them all. The
+//! metrics they count in are `crate::metrics::controller`.
+//! docs/architecture.md maps the files.
 //!
 //! Every replica (`replica`):
 //! - watches the TLS Secret and swaps the server's certificate
@@ -43,7 +44,6 @@
 
 mod changes;
 pub mod leader;
-pub(crate) mod metrics;
 pub mod replica;
 
 use std::collections::HashMap;
@@ -60,9 +60,9 @@ use tracing::Instrument;
 
 use crate::kube::api::Clock;
 use crate::live_config::ConfigStore;
+pub use crate::metrics::controller::ControllerMetrics;
 use crate::shutdown::Signal;
 use crate::tls::CertStore;
-pub use metrics::ControllerMetrics;
 
 /// Where Kubernetes mounts the service account's namespace in a pod.
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";

@@ -15,7 +15,7 @@ use kube::Api;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::controller::metrics::ControllerMetrics;
+use crate::metrics::controller::ControllerMetrics;
 
 /// The field manager of every server-side apply, and the Event reporter.
 pub(crate) const FIELD_MANAGER: &str = "mrguard";

@@ -30,7 +30,7 @@ use kube::Api;
 use tokio::sync::watch;
 
 use super::api::{api_err, with_timeout, Clock, KubeError};
-use crate::controller::metrics::ControllerMetrics;
+use crate::metrics::controller::ControllerMetrics;
 use crate::shutdown::Signal;
 
 const RESOURCE: &str = "leases.coordination.k8s.io";

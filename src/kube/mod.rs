@@ -5,8 +5,9 @@
 //! collection reads, watch retries and their backoff, reflector stores,
 //! and the Lease every replica competes for. Nothing here knows what
 //! mrguard watches or writes; the controller's layers (`replica`,
-//! `leader`) and `app` do. It counts what it does in the controller's
-//! metrics, the one thing it uses from above.
+//! `leader`) and `app` do. It uses nothing of them, nor of the server or
+//! the command line; it counts what it does in
+//! `crate::metrics::controller`.
 
 pub(crate) mod api;
 pub(crate) mod connections;

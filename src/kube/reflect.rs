@@ -12,7 +12,7 @@ use kube::runtime::watcher;
 
 use super::api::KubeError;
 use super::retry::{watcher_progress, ErrorOnce};
-use crate::controller::metrics::ControllerMetrics;
+use crate::metrics::controller::ControllerMetrics;
 
 /// What a reflected collection does when its list is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 
 use super::api::{self, KubeError};
-use crate::controller::metrics::ControllerMetrics;
+use crate::metrics::controller::ControllerMetrics;
 
 /// Whether a watcher item shows that the API server answered a list or a
 /// watch. `Init` is only the watcher announcing a (re)list it has not made

@@ -21,11 +21,11 @@ use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::sync::watch;
 
 use super::webhooks::WebhookApi;
-use crate::controller::metrics::ControllerMetrics;
 use crate::controller::replica::secret::{
     data, tls_pair, SecretView, CA_CRT, CA_KEY, TLS_CRT, TLS_KEY,
 };
 use crate::kube::api::{api_err, Backoff, Clock, KubeError};
+use crate::metrics::controller::ControllerMetrics;
 use crate::pki::rotation::{execute, plan, CertPlan, CertSettings, NewContents, SecretContents};
 use crate::pki::{self, chain_verifies, parse_bundle};
 use crate::tls::CertStore;

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::controller::metrics::ControllerMetrics;
 use crate::controller::replica::coverage::Coverage;
 use crate::controller::replica::crds::CrdStore;
+use crate::metrics::controller::ControllerMetrics;
 
 /// Reads the shared CRD store (`crds`) and publishes the coverage after
 /// the first full list and after every change to the set of MR kinds.

@@ -21,9 +21,9 @@ use kube::runtime::utils::Backoff as _;
 use kube::Api;
 use tokio::sync::mpsc;
 
-use crate::controller::metrics::ControllerMetrics;
 use crate::controller::replica::mr_states::{event_key, EventDedup, MrStates, ObjRef, Pending};
 use crate::kube::api::{api_err, until_due, Backoff, KubeError};
+use crate::metrics::controller::ControllerMetrics;
 
 pub(crate) const POSSIBLY_LEAKED: &str = "PossiblyLeaked";
 pub(crate) const REPORTING_CONTROLLER: &str = "mrguard.io/controller";

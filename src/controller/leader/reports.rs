@@ -10,8 +10,8 @@ use kube::core::{ApiResource, DynamicObject};
 use kube::Api;
 use serde_json::Value;
 
-use crate::controller::metrics::ControllerMetrics;
 use crate::kube::api::{api_err, list_values, KubeError, FIELD_MANAGER};
+use crate::metrics::controller::ControllerMetrics;
 use mrguard_policy::commands::reports::{
     self, Flavor, PassInput, MANAGED_BY, MANAGED_BY_LABEL, MAX_REPORT_BYTES,
 };

@@ -30,11 +30,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::controller::metrics::ControllerMetrics;
 use crate::controller::replica::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
 use crate::controller::replica::secret::SecretView;
 use crate::kube::api::{api_err, until_due, Backoff, KubeError, FIELD_MANAGER};
 use crate::kube::retry::{backoff_on_failure, ErrorOnce};
+use crate::metrics::controller::ControllerMetrics;
 
 /// The webhook inside the MutatingWebhookConfiguration whose rules we keep.
 pub(crate) const MUTATE_WEBHOOK: &str = "mutate.mrguard.io";

@@ -29,9 +29,9 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::controller::metrics::ControllerMetrics;
 use crate::kube::reflect::{Missing, Reflected};
 use crate::kube::retry::{backoff_watcher, watch_config};
+use crate::metrics::controller::ControllerMetrics;
 
 /// The category Crossplane gives every MR CRD.
 pub(crate) const MANAGED_CATEGORY: &str = "managed";

@@ -133,7 +133,7 @@ mod tests {
             crds_reply(r, &[]).unwrap_or(Reply::Json(404, mock::status(404, "NotFound", "")))
         });
         let metrics = std::sync::Arc::new(
-            crate::controller::metrics::ControllerMetrics::register(&prometheus::Registry::new())
+            crate::metrics::controller::ControllerMetrics::register(&prometheus::Registry::new())
                 .unwrap(),
         );
         let (crds, crd_watch) = CrdStore::watch(client, metrics);

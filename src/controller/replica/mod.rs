@@ -32,9 +32,9 @@ use kube::Api;
 use mrguard_policy::cluster::providers::{self, MrCrd, Revision, RuntimeConfig, PKG_GROUP};
 use mrguard_policy::cluster::Cluster;
 
-use crate::controller::metrics::ControllerMetrics;
 use crate::kube::reflect::{Missing, Reflected};
 use crate::kube::retry::{backoff_watcher, watch_config};
+use crate::metrics::controller::ControllerMetrics;
 use crate::shutdown::Signal;
 use coverage::{CrdSummary, MANAGED_CATEGORY};
 use crds::CrdStore;

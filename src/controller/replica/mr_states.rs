@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::coverage::MrKind;
-use crate::controller::metrics::ControllerMetrics;
+use crate::metrics::controller::ControllerMetrics;
 use mrguard_policy::admission::mr::{Mr, CREATE_PENDING};
 
 /// 404s on a kind's watch logged at debug before one is a warning: the

@@ -25,9 +25,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::controller::metrics::ControllerMetrics;
 use crate::kube::reflect::{Missing, Reflected};
 use crate::kube::retry::{backoff_watcher, watch_config};
+use crate::metrics::controller::ControllerMetrics;
 
 /// MRDs carry a CRD's schemas: list them in pages as small as CRDs'.
 const PAGE_SIZE: u32 = super::crds::CRD_PAGE_SIZE;

@@ -9,9 +9,9 @@ use kube::runtime::watcher;
 use kube::Api;
 use tokio::sync::watch;
 
-use crate::controller::metrics::ControllerMetrics;
 use crate::kube::api::KubeError;
 use crate::kube::retry::{backoff_watcher, watch_config, watcher_progress, ErrorOnce};
+use crate::metrics::controller::ControllerMetrics;
 use crate::pki::PemPair;
 use crate::shutdown::Signal;
 use crate::tls::CertStore;

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::listing::AuditFinding;
-use crate::controller::metrics::ControllerMetrics;
 use crate::controller::replica::coverage::MrKind;
+use crate::metrics::controller::ControllerMetrics;
 use mrguard_policy::commands::audit_pass::FindingsSummary;
 
 /// The target of the per-finding debug lines, the same wherever the

@@ -17,12 +17,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::controller::changes::Stamp;
-use crate::controller::metrics::ControllerMetrics;
 use crate::controller::replica::coverage::{Coverage, MrKind};
 use crate::controller::replica::crds::CrdStore;
 use crate::controller::replica::mr_states::MrStates;
 use crate::kube::api::KubeError;
 use crate::live_config::ConfigStore;
+use crate::metrics::controller::ControllerMetrics;
 use findings::AuditState;
 use listing::{KindReport, PassEvent};
 use mrguard_policy::admission::config::Config;
