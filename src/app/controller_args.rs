@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 
 use super::parse::{parse_duration, parse_fraction};
 use crate::controller::leader::webhooks;
-use crate::controller::{lease_holder_id, resolve_namespace, Settings};
+use crate::controller::{lease_holder_id, resolve_namespace, InProcessSettings, Settings};
 use crate::kube::api::KubeError;
 use crate::pki::{self, rotation};
 use mrguard_policy::commands::reports::Flavor;
@@ -71,6 +71,18 @@ pub struct ControllerArgs {
         default_value = "off"
     )]
     pub policy_reports: PolicyReports,
+    /// Keep the rules CEL can express in the API server itself
+    /// (docs/in-process.md): auto has the leader write mrguard's
+    /// ValidatingAdmissionPolicies (Kubernetes 1.30 and later) and its
+    /// MutatingAdmissionPolicy (1.36 and later), and the webhooks skip what
+    /// those enforce; off writes none and deletes those it wrote.
+    #[arg(long, env = "MRGUARD_IN_PROCESS", value_enum, default_value = "off")]
+    pub in_process: InProcess,
+    /// The ClusterRole named in the ownerReferences of the policies written
+    /// in-process, so that deleting it (the chart does when the mode is
+    /// turned off, or on uninstall) has the garbage collector remove them.
+    #[arg(long, env = "MRGUARD_IN_PROCESS_OWNER")]
+    pub in_process_owner: Option<String>,
     /// Lifetime of a generated CA.
     #[arg(long, env = "MRGUARD_CA_LIFETIME", default_value = "8760h", value_parser = parse_duration)]
     pub ca_lifetime: Duration,
@@ -106,6 +118,16 @@ pub enum PolicyReports {
     Off,
 }
 
+/// `--in-process`: whether the leader keeps mrguard's admission policies
+/// in the API server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InProcess {
+    /// The policies the server's version serves.
+    Auto,
+    /// None; those written before are deleted.
+    Off,
+}
+
 impl PolicyReports {
     /// The flavor to write, or `None` when off.
     pub(crate) fn flavor(self) -> Option<Flavor> {
@@ -136,6 +158,8 @@ impl ControllerArgs {
             lease_duration: Duration::from_secs(15),
             audit_interval: Duration::from_secs(600),
             policy_reports: PolicyReports::Off,
+            in_process: InProcess::Off,
+            in_process_owner: None,
             ca_lifetime: Duration::from_secs(8760 * 3600),
             cert_lifetime: Duration::from_secs(2160 * 3600),
             cert_renew_fraction: 1.0 / 3.0,
@@ -186,6 +210,9 @@ impl ControllerArgs {
             lease_duration: self.lease_duration.max(Duration::from_secs(3)),
             audit_interval: self.audit_interval.max(Duration::from_secs(1)),
             policy_reports: self.policy_reports.flavor(),
+            in_process: (self.in_process == InProcess::Auto).then(|| InProcessSettings {
+                owner_role: self.in_process_owner.clone().filter(|s| !s.is_empty()),
+            }),
             identity: lease_holder_id(),
             certs: rotation::CertSettings {
                 names,

@@ -114,6 +114,9 @@ pub(crate) struct Settings {
     pub(crate) audit_interval: Duration,
     /// The report API the audit writes to, if any.
     pub(crate) policy_reports: Option<mrguard_policy::commands::reports::Flavor>,
+    /// Whether the leader keeps the admission policies in the API server
+    /// (`--in-process auto`), and how.
+    pub(crate) in_process: Option<InProcessSettings>,
     /// This replica's Lease holder identity ([`lease_holder_id`]).
     pub(crate) identity: String,
     pub(crate) certs: crate::pki::rotation::CertSettings,
@@ -121,6 +124,13 @@ pub(crate) struct Settings {
     pub(crate) serving_port: u16,
     /// Where Crossplane runs the providers' pods (their ServiceAccounts).
     pub(crate) crossplane_namespace: String,
+}
+
+/// `--in-process auto`'s settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InProcessSettings {
+    /// The ClusterRole the written policies name as their owner.
+    pub(crate) owner_role: Option<String>,
 }
 
 /// The running controller's shared pieces.
@@ -738,6 +748,7 @@ mod tests {
             lease_duration: Duration::from_secs(15),
             audit_interval: Duration::from_secs(600),
             policy_reports: None,
+            in_process: None,
             identity: lease_holder_id(),
             certs: crate::pki::rotation::CertSettings {
                 names: crate::pki::serving_names(
