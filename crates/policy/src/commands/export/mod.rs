@@ -3,7 +3,10 @@
 //! mrguard's own answers.
 //!
 //! - [`vap`]: `export vap`, ValidatingAdmissionPolicies;
-//! - [`map`]: `export map`, the MutatingAdmissionPolicy of the defaults.
+//! - [`map`]: `export map`, the MutatingAdmissionPolicy of the defaults;
+//! - [`in_process`]: both, kept in the API server by the leader
+//!   (`--in-process auto`), and what the webhooks then skip.
 
+pub mod in_process;
 pub mod map;
 pub mod vap;

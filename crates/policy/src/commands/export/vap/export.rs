@@ -18,6 +18,38 @@ pub struct Export {
     pub objects: Vec<Value>,
     /// What could not be exported, and why: one line each.
     pub skipped: Vec<String>,
+    /// Which rule each policy enforces, for which MRs, and whether it
+    /// enforces all of it.
+    pub coverage: Vec<Covered>,
+    /// The first instant after which the export says something else: a
+    /// staged action starts denying, or an exception expires.
+    pub changes_at: Option<jiff::Timestamp>,
+}
+
+/// The MRs a policy judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// Every MR.
+    All,
+    /// Those `resources[i]` selects (first match wins).
+    Entry(usize),
+    /// Those no entry selects.
+    NoEntry,
+}
+
+/// What the export wrote for one rule and one scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Covered {
+    /// The rule's name (`cel:NAME` for a CEL rule).
+    pub rule: String,
+    /// The MRs its policies judge.
+    pub scope: Scope,
+    /// The names of its policies (each with a binding of the same name).
+    pub policies: Vec<String>,
+    /// Whether the policies say all the webhook says for this rule and
+    /// scope, message included: false when a part was left out (a `[*]`
+    /// immutable field, a `messageExpression`).
+    pub complete: bool,
 }
 
 /// Rules that cannot be exported, and why.
@@ -208,12 +240,26 @@ fn not_exempt(config: &Config) -> Option<Value> {
 }
 
 impl Exporter<'_> {
+    fn changes_at(&mut self, t: jiff::Timestamp) {
+        self.out.changes_at = Some(self.out.changes_at.map_or(t, |c| c.min(t)));
+    }
+
+    fn covered(&mut self, rule: &str, scope: Scope, policy: String, complete: bool) {
+        self.out.coverage.push(Covered {
+            rule: rule.to_string(),
+            scope,
+            policies: vec![policy],
+            complete,
+        });
+    }
+
     /// The action of `rule` for `entry` at `now`; a staged action is
     /// exported as it is now, with a line saying when to export again.
     fn action(&mut self, entry: &ResourceConfig, rule: &str, default: Action) -> Action {
         let a = self.config.rule_action(entry, rule, default);
         let (action, staged) = a.at(self.now);
         if let Some(t) = staged {
+            self.changes_at(t);
             self.out.skipped.push(format!(
                 "{rule}: staged (Deny from {t}); exported as {}: export again after that date",
                 action.as_str()
@@ -227,6 +273,7 @@ impl Exporter<'_> {
     fn note_expiring_exceptions(&mut self) {
         for e in &self.config.exceptions {
             if let Some(t) = e.expires.filter(|_| !e.expired(self.now)) {
+                self.changes_at(t);
                 self.out.skipped.push(format!(
                     "exception {}: exported as match conditions without its expiry ({t}); export again after that date",
                     e.name
@@ -247,8 +294,10 @@ impl Exporter<'_> {
                 continue;
             }
             let mut validations = Vec::new();
+            let mut complete = true;
             for f in &entry.immutable_fields {
                 if !f.is_concrete() {
+                    complete = false;
                     self.out.skipped.push(format!(
                         "immutable-field: resources[{i}] {}: a [*] path compares list elements pairwise, which CEL cannot express",
                         f.as_str()
@@ -274,8 +323,10 @@ impl Exporter<'_> {
             ];
             conditions.extend(self.not_exempt.clone());
             conditions.extend(exception_conditions(config, "immutable-field", self.now));
+            let name = policy_name("immutable-field", Some(i));
+            self.covered("immutable-field", Scope::Entry(i), name.clone(), complete);
             self.out.objects.extend(policy(
-                &policy_name("immutable-field", Some(i)),
+                &name,
                 "immutable-field",
                 action,
                 &[Operation::Update],
@@ -320,8 +371,15 @@ impl Exporter<'_> {
             }
             conditions.push(condition("managed", managed(subject)));
             conditions.extend(exception_conditions(config, rule, self.now));
+            let name = policy_name(rule, i);
+            let scope = match (i, overridden || !uniform) {
+                (Some(i), _) => Scope::Entry(i),
+                (None, true) => Scope::NoEntry,
+                (None, false) => Scope::All,
+            };
+            self.covered(rule, scope, name.clone(), true);
             self.out.objects.extend(policy(
-                &policy_name(rule, i),
+                &name,
                 rule,
                 action,
                 operations,
@@ -357,8 +415,10 @@ impl Exporter<'_> {
                     continue;
                 };
                 let mut v = json!({"expression": expression, "reason": "Forbidden"});
+                let mut complete = true;
                 match (&c.message, &c.message_program) {
                     (_, Some(_)) => {
+                        complete = false;
                         self.out.skipped.push(format!(
                             "{rule}: messageExpression is not exported; the policy says message (or the expression) instead"
                         ));
@@ -374,8 +434,10 @@ impl Exporter<'_> {
                     condition("managed", managed(this)),
                 ];
                 conditions.extend(exception_conditions(config, &rule, self.now));
+                let name = policy_name(&format!("cel-{}", c.name), Some(i));
+                self.covered(&rule, Scope::Entry(i), name.clone(), complete);
                 self.out.objects.extend(policy(
-                    &policy_name(&format!("cel-{}", c.name), Some(i)),
+                    &name,
                     &rule,
                     action,
                     &c.operations,

@@ -16,4 +16,4 @@ mod export;
 
 pub use bound::PolicyCompileError;
 pub use evaluate::{evaluate, EvaluateError, Judgement, Policies};
-pub use export::{export, rewrite, Export};
+pub use export::{export, rewrite, Covered, Export, Scope};
