@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use prometheus::{Gauge, Registry};
 
 use mrguard_policy::admission::config::{Config, ConfigError};
@@ -126,6 +126,14 @@ impl ConfigMetrics {
 /// The configuration in force.
 pub struct ConfigStore {
     current: ArcSwap<Config>,
+    /// What the webhooks judge with instead, while admission policies in
+    /// the API server enforce some rules (`--in-process auto`): derived
+    /// from `current`, and dropped whenever it is replaced, so that a
+    /// reload is never judged with rules turned off for the configuration
+    /// before it.
+    admission: ArcSwapOption<Config>,
+    /// Counts replacements, for the tasks that follow the configuration.
+    changes: tokio::sync::watch::Sender<u64>,
     metrics: Option<ConfigMetrics>,
 }
 
@@ -138,6 +146,8 @@ impl ConfigStore {
         }
         Arc::new(Self {
             current: ArcSwap::from_pointee(initial),
+            admission: ArcSwapOption::empty(),
+            changes: tokio::sync::watch::Sender::new(0),
             metrics,
         })
     }
@@ -146,11 +156,42 @@ impl ConfigStore {
         self.current.load_full()
     }
 
+    /// The configuration the webhooks judge with: [`Self::load`]'s, less
+    /// the rules the API server enforces in-process.
+    pub(crate) fn load_for_admission(&self) -> Arc<Config> {
+        self.admission
+            .load_full()
+            .unwrap_or_else(|| self.current.load_full())
+    }
+
+    /// Sets what the webhooks judge with, if `base` is still the
+    /// configuration in force (a reload in between makes it stale).
+    pub(crate) fn set_admission(&self, base: &Arc<Config>, admission: Option<Config>) -> bool {
+        let admission = admission.map(Arc::new);
+        let mut stored = false;
+        self.admission.rcu(|_| {
+            stored = Arc::ptr_eq(&self.current.load(), base);
+            if stored {
+                admission.clone()
+            } else {
+                None
+            }
+        });
+        stored
+    }
+
+    /// Wakes on every replacement.
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
     pub(crate) fn replace(&self, config: Config) {
         if let Some(m) = &self.metrics {
             m.expired.set(&config);
         }
         self.current.store(Arc::new(config));
+        self.admission.store(None);
+        self.changes.send_modify(|n| *n += 1);
         if let Some(m) = &self.metrics {
             m.success();
         }

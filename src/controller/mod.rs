@@ -171,6 +171,8 @@ struct ReplicaState {
     secret: watch::Receiver<replica::secret::SecretView>,
     crds: replica::crds::CrdStore,
     states: replica::mr_states::MrStates,
+    /// The in-process policies this release's leader wrote, as last seen.
+    in_process: watch::Receiver<replica::in_process::LivePolicies>,
 }
 
 impl ReplicaState {
@@ -249,11 +251,47 @@ impl ReplicaState {
             )
             .instrument(tracing::info_span!("identity_index")),
         );
+        let (seen_tx, in_process) = watch::channel(Default::default());
+        if settings.in_process.is_some() {
+            let (client, config, metrics) = (client.clone(), ctl.config.clone(), metrics.clone());
+            let owner = settings.webhooks.validating.clone();
+            tasks.spawn(
+                async move {
+                    let server = server_version(&client).await;
+                    replica::in_process::run(client, server, owner, config, metrics, seen_tx).await
+                }
+                .instrument(tracing::info_span!("in_process_policies")),
+            );
+        }
         Self {
             secret,
             crds,
             states,
+            in_process,
         }
+    }
+}
+
+/// The API server's version, asked until it answers.
+pub(crate) async fn server_version(
+    client: &::kube::Client,
+) -> mrguard_policy::admission::kube_version::KubeVersion {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match client.apiserver_version().await {
+            Ok(info) => {
+                let text = format!("{}.{}", info.major, info.minor.trim_end_matches('+'));
+                match mrguard_policy::admission::kube_version::KubeVersion::parse(&text) {
+                    Ok(v) => return v,
+                    Err(e) => {
+                        tracing::warn!("failed to read the API server's version {text:?}: {e}")
+                    }
+                }
+            }
+            Err(e) => tracing::warn!("failed to read the API server's version: {e}"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(30));
     }
 }
 
@@ -431,6 +469,8 @@ pub(crate) struct LeaderContext {
     pub(crate) cluster: Arc<Cluster>,
     /// The replica's CRD store, which the coverage reads.
     pub(crate) crds: replica::crds::CrdStore,
+    /// The in-process policies as the replica's watch last saw them.
+    pub(crate) in_process: watch::Receiver<replica::in_process::LivePolicies>,
 }
 
 impl LeaderContext {
@@ -446,6 +486,7 @@ impl LeaderContext {
             states: replica.states,
             cluster: ctl.cluster,
             crds: replica.crds,
+            in_process: replica.in_process,
         }
     }
 
@@ -576,6 +617,51 @@ impl LeaderContext {
                 .instrument(tracing::info_span!("leak_events"))
                 .boxed(),
         );
+        let owner = s.webhooks.validating.clone();
+        match s.in_process.clone() {
+            Some(settings) => {
+                let keeper = leader::in_process::Keeper {
+                    client: self.client.clone(),
+                    server: Default::default(),
+                    owner,
+                    owner_role: settings.owner_role,
+                    config: self.config.clone(),
+                    recorder: kube::runtime::events::Recorder::new(
+                        self.client.clone(),
+                        leader::in_process::reporter(&s.identity),
+                    ),
+                };
+                let (client, seen) = (self.client.clone(), self.in_process.clone());
+                spawn(
+                    "in_process",
+                    async move {
+                        let server = server_version(&client).await;
+                        leader::in_process::Keeper { server, ..keeper }
+                            .run(seen)
+                            .await
+                    }
+                    .instrument(tracing::info_span!("in_process"))
+                    .boxed(),
+                );
+            }
+            None => {
+                let client = self.client.clone();
+                spawn(
+                    "in_process",
+                    async move {
+                        let server =
+                            tokio::time::timeout(Duration::from_secs(10), server_version(&client))
+                                .await
+                                .unwrap_or(mrguard_policy::commands::export::in_process::MAP_SINCE);
+                        leader::in_process::remove_all(client, server, owner).await;
+                        // Done; a leader task that ends counts as died.
+                        futures::future::pending::<()>().await
+                    }
+                    .instrument(tracing::info_span!("in_process"))
+                    .boxed(),
+                );
+            }
+        }
         // Its reads, and the policy reports', in the background class:
         // the watchers' reads go first (after an API-server restart, their
         // relists).

@@ -183,7 +183,7 @@ async fn answer(State(endpoint): State<Arc<Endpoint>>, arrived: Arrived, req: Re
     if declared.is_none() && permit.num_permits() > used as usize {
         drop(permit.split(permit.num_permits() - used as usize));
     }
-    let config = endpoint.config.load();
+    let config = endpoint.config.load_for_admission();
     // Built per request from this snapshot of the configuration and the
     // replica's cluster view, judging at the time the request is decided.
     let decider = Decider::new(&config, &endpoint.cluster, jiff::Timestamp::now());

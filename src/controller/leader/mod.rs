@@ -8,6 +8,7 @@
 pub(crate) mod audit;
 pub(crate) mod certs;
 pub(crate) mod coverage;
+pub(crate) mod in_process;
 pub(crate) mod leak_events;
 pub mod reports;
 pub(crate) mod webhooks;

@@ -16,6 +16,7 @@ pub mod coverage;
 pub(crate) mod crds;
 pub(crate) mod documented;
 pub(crate) mod identity;
+pub(crate) mod in_process;
 pub mod mr_states;
 pub(crate) mod mrds;
 pub(crate) mod secret;
