@@ -601,6 +601,7 @@ impl LeaderContext {
                 leader::webhooks::WebhookApi::new(self.client.clone(), s.webhooks.clone()),
                 self.secret.clone(),
                 coverage_rx,
+                self.in_process.clone(),
                 self.metrics.clone(),
             )
             .instrument(tracing::info_span!("webhooks"))

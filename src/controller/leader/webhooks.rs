@@ -18,19 +18,22 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhookConfiguration,
+    MatchCondition, MutatingWebhookConfiguration, RuleWithOperations,
+    ValidatingWebhookConfiguration,
 };
 use k8s_openapi::ByteString;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::utils::Backoff as _;
 use kube::runtime::watcher;
 use kube::Api;
+use mrguard_policy::commands::export::in_process::{self, WebhookConditions};
 use rustls_pki_types::CertificateDer;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::controller::replica::coverage::{Coverage, MUTATE_OPERATIONS, VALIDATE_OPERATIONS};
+use crate::controller::replica::in_process::LivePolicies;
 use crate::controller::replica::secret::SecretView;
 use crate::kube::api::{api_err, until_due, Backoff, KubeError, FIELD_MANAGER};
 use crate::kube::retry::{backoff_on_failure, ErrorOnce};
@@ -119,6 +122,9 @@ pub(crate) struct ObservedWebhook {
     pub(crate) name: String,
     pub(crate) ca_bundle: Vec<u8>,
     pub(crate) rules: Vec<RuleWithOperations>,
+    /// The expression of the in-process matchCondition
+    /// ([`in_process::CONDITION`]), if the webhook has one.
+    pub(crate) in_process: Option<String>,
 }
 
 /// The parts of one webhook the controller reads; the rest is skipped
@@ -131,6 +137,8 @@ struct WebhookSummary {
     client_config: ClientConfigSummary,
     #[serde(default)]
     rules: Option<Vec<RuleWithOperations>>,
+    #[serde(default)]
+    match_conditions: Option<Vec<MatchCondition>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -162,6 +170,12 @@ impl From<&DynamicObject> for ObservedConfig {
                     name: w.name,
                     ca_bundle: w.client_config.ca_bundle.map(|b| b.0).unwrap_or_default(),
                     rules: w.rules.unwrap_or_default(),
+                    in_process: w
+                        .match_conditions
+                        .unwrap_or_default()
+                        .into_iter()
+                        .find(|c| c.name == in_process::CONDITION)
+                        .map(|c| c.expression),
                 })
                 .collect(),
         }
@@ -194,18 +208,22 @@ fn canon(rules: &[RuleWithOperations]) -> Vec<CanonRule> {
 }
 
 /// The server-side apply body that brings `observed` to the desired state,
-/// or `None` when it is already there.
+/// or `None` when it is already there. `condition` is the in-process
+/// matchCondition of the MR webhook: owned by this field manager, so
+/// leaving it out of an apply removes it, and the chart's conditions stay.
 pub(crate) fn desired_patch(
     kind: ConfigKind,
     observed: &ObservedConfig,
     bundle: &[u8],
     rules: &[RuleWithOperations],
+    condition: Option<&str>,
 ) -> Option<Value> {
     let want = canon(rules);
-    let in_sync = observed
-        .webhooks
-        .iter()
-        .all(|w| w.ca_bundle == bundle && (w.name != kind.webhook() || canon(&w.rules) == want));
+    let in_sync = observed.webhooks.iter().all(|w| {
+        w.ca_bundle == bundle
+            && (w.name != kind.webhook()
+                || (canon(&w.rules) == want && w.in_process.as_deref() == condition))
+    });
     if in_sync {
         return None;
     }
@@ -218,6 +236,10 @@ pub(crate) fn desired_patch(
             let mut entry = json!({"name": w.name, "clientConfig": {"caBundle": b64}});
             if w.name == kind.webhook() {
                 entry["rules"] = json!(rules);
+                if let Some(c) = condition {
+                    entry["matchConditions"] =
+                        json!([{"name": in_process::CONDITION, "expression": c}]);
+                }
             }
             entry
         })
@@ -324,13 +346,18 @@ pub(crate) async fn reconcile(
     observed: Option<&ObservedConfig>,
     bundle: &[u8],
     coverage: &Coverage,
+    conditions: &WebhookConditions,
 ) -> Result<Option<ObservedConfig>, KubeError> {
     let Some(observed) = observed else {
         // Deleted or never installed: the emergency exit. Never recreate.
         return Ok(None);
     };
     let rules = coverage.rules(kind.operations());
-    match desired_patch(kind, observed, bundle, &rules) {
+    let condition = match kind {
+        ConfigKind::Mutating => conditions.mutating.as_deref(),
+        ConfigKind::Validating => conditions.validating.as_deref(),
+    };
+    match desired_patch(kind, observed, bundle, &rules, condition) {
         None => Ok(None),
         Some(body) => api.apply(kind, &body).await.map(Some),
     }
@@ -347,11 +374,13 @@ pub(crate) async fn run(
     api: WebhookApi,
     mut secret: watch::Receiver<SecretView>,
     mut coverage: watch::Receiver<Option<Arc<Coverage>>>,
+    mut in_process: watch::Receiver<LivePolicies>,
     metrics: Arc<ControllerMetrics>,
 ) {
     let mut updates =
         futures::stream::select_all(ConfigKind::ALL.map(|kind| api.watch(kind).boxed()));
     let mut writer = WriterState::default();
+    let mut in_process_open = true;
     let mut watch_errors: BTreeMap<ConfigKind, ErrorOnce> = BTreeMap::new();
     let mut backoff = Backoff::default();
     // When to write next: after a burst of changes, or a retry.
@@ -402,10 +431,19 @@ pub(crate) async fn run(
             },
             r = secret.changed() => if r.is_err() { return },
             r = coverage.changed() => if r.is_err() { return },
+            // Without --in-process auto nothing ever sends: closed, the
+            // conditions stay none.
+            r = in_process.changed(), if in_process_open => {
+                if r.is_err() {
+                    in_process_open = false;
+                    continue;
+                }
+            }
             _ = until_due(at) => {
                 due = None;
                 burst = None;
-                if let Err(()) = writer.write_all(&api, &secret, &coverage, &metrics).await {
+                let conditions = in_process.borrow().conditions.clone();
+                if let Err(()) = writer.write_all(&api, &secret, &coverage, &conditions, &metrics).await {
                     let at = tokio::time::Instant::now() + backoff.next_delay();
                     not_before = Some(at);
                     due = Some(at);
@@ -457,6 +495,7 @@ impl WriterState {
         api: &WebhookApi,
         secret: &watch::Receiver<SecretView>,
         coverage: &watch::Receiver<Option<Arc<Coverage>>>,
+        conditions: &WebhookConditions,
         metrics: &ControllerMetrics,
     ) -> Result<(), ()> {
         let Some(bundle) = secret.borrow().bundle.clone() else {
@@ -479,7 +518,7 @@ impl WriterState {
                     "the webhook configuration has no webhook of this name; only its caBundle is kept"
                 );
             }
-            match reconcile(api, kind, Some(observed), &bundle, &cov).await {
+            match reconcile(api, kind, Some(observed), &bundle, &cov, conditions).await {
                 Ok(Some(new)) => {
                     tracing::info!(
                         configuration = %new.name,
@@ -599,6 +638,37 @@ mod tests {
         }
     }
 
+    /// The in-process condition is added, kept, and removed by an apply
+    /// that leaves it out; the chart's own conditions are not in the body.
+    #[test]
+    fn the_in_process_condition_is_set_and_taken_back() {
+        let cov = coverage();
+        let kind = ConfigKind::Validating;
+        let rules = cov.rules(kind.operations());
+        let mut v = config_json(kind, "mrguard", b"CA", json!(rules), "1");
+        v["webhooks"][0]["matchConditions"] =
+            json!([{"name": "is-managed-resource", "expression": "true"}]);
+        let observed = |v: &Value| {
+            ObservedConfig::from(&serde_json::from_value::<DynamicObject>(v.clone()).unwrap())
+        };
+        let ops = "request.operation in ['CREATE', 'UPDATE']";
+        let p = desired_patch(kind, &observed(&v), b"CA", &rules, Some(ops)).unwrap();
+        assert_eq!(
+            p["webhooks"][0]["matchConditions"],
+            json!([{"name": in_process::CONDITION, "expression": ops}])
+        );
+        v["webhooks"][0]["matchConditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": in_process::CONDITION, "expression": ops}));
+        assert_eq!(
+            desired_patch(kind, &observed(&v), b"CA", &rules, Some(ops)),
+            None
+        );
+        let p = desired_patch(kind, &observed(&v), b"CA", &rules, None).unwrap();
+        assert!(p["webhooks"][0].get("matchConditions").is_none(), "{p}");
+    }
+
     #[test]
     fn in_sync_configurations_need_no_patch() {
         let cov = coverage();
@@ -607,13 +677,13 @@ mod tests {
             let v = config_json(kind, "mrguard", b"CA", json!(rules), "1");
             let observed =
                 ObservedConfig::from(&serde_json::from_value::<DynamicObject>(v).unwrap());
-            assert_eq!(desired_patch(kind, &observed, b"CA", &rules), None);
+            assert_eq!(desired_patch(kind, &observed, b"CA", &rules, None), None);
             // Same rules in another order are still in sync.
             let mut reversed = rules.clone();
             reversed.reverse();
-            assert_eq!(desired_patch(kind, &observed, b"CA", &reversed), None);
+            assert_eq!(desired_patch(kind, &observed, b"CA", &reversed, None), None);
             // A different bundle is drift.
-            let p = desired_patch(kind, &observed, b"NEW", &rules).unwrap();
+            let p = desired_patch(kind, &observed, b"NEW", &rules, None).unwrap();
             assert_eq!(p["webhooks"][0]["clientConfig"]["caBundle"], b64(b"NEW"));
             assert_eq!(p["metadata"]["resourceVersion"], "1");
             assert_eq!(p["kind"], kind.kind());
@@ -636,7 +706,7 @@ mod tests {
         let c: DynamicObject = serde_json::from_value(v).unwrap();
         let observed = ObservedConfig::from(&c);
         let rules = coverage().rules(VALIDATE_OPERATIONS);
-        let p = desired_patch(ConfigKind::Validating, &observed, b"CA", &rules).unwrap();
+        let p = desired_patch(ConfigKind::Validating, &observed, b"CA", &rules, None).unwrap();
         let applied: Vec<RuleWithOperations> =
             serde_json::from_value(p["webhooks"][0]["rules"].clone()).unwrap();
         assert_eq!(applied.len(), 6);
@@ -667,7 +737,7 @@ mod tests {
             .remove("caBundle");
         v["webhooks"].as_array_mut().unwrap().push(second);
         let observed = ObservedConfig::from(&serde_json::from_value::<DynamicObject>(v).unwrap());
-        let p = desired_patch(ConfigKind::Validating, &observed, b"CA", &rules).unwrap();
+        let p = desired_patch(ConfigKind::Validating, &observed, b"CA", &rules, None).unwrap();
         assert_eq!(p["webhooks"][1]["name"], "compositions.validate.mrguard.io");
         assert_eq!(p["webhooks"][1]["clientConfig"]["caBundle"], b64(b"CA"));
         assert!(p["webhooks"][1].get("rules").is_none(), "{p}");
@@ -680,7 +750,7 @@ mod tests {
         v["webhooks"].as_array_mut().unwrap().push(second);
         let observed = ObservedConfig::from(&serde_json::from_value::<DynamicObject>(v).unwrap());
         assert_eq!(
-            desired_patch(ConfigKind::Validating, &observed, b"CA", &rules),
+            desired_patch(ConfigKind::Validating, &observed, b"CA", &rules, None),
             None
         );
     }
@@ -711,7 +781,7 @@ mod tests {
             v["webhooks"].as_array_mut().unwrap().push(last);
             ObservedConfig::from(&serde_json::from_value::<DynamicObject>(v).unwrap())
         };
-        let p = desired_patch(ConfigKind::Validating, &with(None), b"CA", &rules).unwrap();
+        let p = desired_patch(ConfigKind::Validating, &with(None), b"CA", &rules, None).unwrap();
         assert_eq!(
             p["webhooks"][1]["name"],
             "activationpolicies.validate.mrguard.io"
@@ -719,7 +789,13 @@ mod tests {
         assert_eq!(p["webhooks"][1]["clientConfig"]["caBundle"], b64(b"CA"));
         assert!(p["webhooks"][1].get("rules").is_none(), "{p}");
         assert_eq!(
-            desired_patch(ConfigKind::Validating, &with(Some(b"CA")), b"CA", &rules),
+            desired_patch(
+                ConfigKind::Validating,
+                &with(Some(b"CA")),
+                b"CA",
+                &rules,
+                None
+            ),
             None
         );
     }
@@ -730,7 +806,7 @@ mod tests {
             mock::client(|_| Reply::Json(500, status(500, "InternalError", "unexpected")));
         let wh = WebhookApi::new(client, names());
         for kind in ConfigKind::ALL {
-            let r = reconcile(&wh, kind, None, b"CA", &coverage())
+            let r = reconcile(&wh, kind, None, b"CA", &coverage(), &Default::default())
                 .await
                 .unwrap();
             assert!(r.is_none());
@@ -830,6 +906,7 @@ mod tests {
             WebhookApi::new(client, names()),
             srx,
             crx,
+            watch::channel(Default::default()).1,
             metrics.clone(),
         ));
         api.wait_watch("mutatingwebhookconfigurations").await;
@@ -976,6 +1053,7 @@ mod tests {
             WebhookApi::new(client, names()),
             srx,
             crx,
+            watch::channel(Default::default()).1,
             metrics.clone(),
         ));
         let reqs = api

@@ -18,7 +18,7 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::watcher;
 use kube::Api;
 use mrguard_policy::admission::kube_version::KubeVersion;
-use mrguard_policy::commands::export::in_process::{self, LiveObject, Owner};
+use mrguard_policy::commands::export::in_process::{self, LiveObject, Owner, WebhookConditions};
 use tokio::sync::watch;
 
 use crate::kube::reflect::{Missing, Reflected};
@@ -58,12 +58,13 @@ pub(crate) fn selector(owner: &str) -> String {
 }
 
 /// What the watches last saw: this release's live policies, each with its
-/// resourceVersion.
+/// resourceVersion, and the matchConditions the webhooks get meanwhile.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LivePolicies {
     /// Every listed kind has listed once.
     pub(crate) synced: bool,
     pub(crate) objects: Vec<(LiveObject, Option<String>)>,
+    pub(crate) conditions: WebhookConditions,
 }
 
 /// Keeps the admission configuration of `config` equal to the
@@ -143,6 +144,10 @@ pub(crate) async fn run(
         let in_force = in_process::in_force(&plan, &live, &owner);
         let admission =
             (!in_force.rules.is_empty()).then(|| in_process::webhook_config(&base, &in_force));
+        let conditions = admission
+            .as_ref()
+            .map(|a| in_process::webhook_conditions(a, &in_force))
+            .unwrap_or_default();
         if config.set_admission(&base, admission) {
             tracing::debug!(
                 rules = in_force.rules.len(),
@@ -153,6 +158,7 @@ pub(crate) async fn run(
         seen.send_replace(LivePolicies {
             synced: true,
             objects,
+            conditions,
         });
     }
 }

@@ -15,9 +15,9 @@ use serde_json::{json, Value};
 
 use super::vap::{Covered, Scope};
 use super::{map, vap};
-use crate::admission::config::{Config, RuleAction};
+use crate::admission::config::{Config, ResourceConfig, RuleAction};
 use crate::admission::kube_version::KubeVersion;
-use crate::admission::model::Action;
+use crate::admission::model::{Action, Operation};
 
 /// The label naming the release whose leader wrote a policy: the name of
 /// its ValidatingWebhookConfiguration.
@@ -363,7 +363,7 @@ pub fn webhook_config(config: &Config, in_force: &InForce) -> Config {
 
 /// A rule's action when nothing configures it: a built-in rule's default,
 /// or a CEL rule's own `action`.
-fn default_action(entry: &crate::admission::config::ResourceConfig, rule: &str) -> Action {
+fn default_action(entry: &ResourceConfig, rule: &str) -> Action {
     if let Some(name) = rule.strip_prefix("cel:") {
         return entry
             .cel_rules
@@ -375,6 +375,75 @@ fn default_action(entry: &crate::admission::config::ResourceConfig, rule: &str) 
         .iter()
         .find(|r| r.name() == rule)
         .map_or(Action::Deny, |r| r.default_action())
+}
+
+/// The name of the matchCondition the leader adds to a webhook while
+/// in-process policies take over what it did.
+pub const CONDITION: &str = "mrguard-in-process";
+
+/// The matchCondition expressions the leader sets on mrguard's two MR
+/// webhooks (`None`: no condition of its own).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WebhookConditions {
+    /// `mutate.mrguard.io`: never called while the MutatingAdmissionPolicy
+    /// gives the defaults.
+    pub mutating: Option<String>,
+    /// `validate.mrguard.io`: called only for the operations some rule
+    /// left to it judges.
+    pub validating: Option<String>,
+}
+
+/// The conditions while `in_force` holds; `webhook` is
+/// [`webhook_config`]'s configuration for it.
+pub fn webhook_conditions(webhook: &Config, in_force: &InForce) -> WebhookConditions {
+    let ops = webhook_operations(webhook);
+    let validating = (ops.len() < 3).then(|| {
+        if ops.is_empty() {
+            "false".to_string()
+        } else {
+            let list: Vec<String> = ops.iter().map(|o| format!("'{}'", o.as_str())).collect();
+            format!("request.operation in [{}]", list.join(", "))
+        }
+    });
+    WebhookConditions {
+        mutating: in_force.mutating.then(|| "false".to_string()),
+        validating,
+    }
+}
+
+/// The operations on which some MR rule may still find something with
+/// `webhook`: a rule whose action is not Off for some entry, or for kinds
+/// no entry selects, brings its operations.
+pub fn webhook_operations(webhook: &Config) -> BTreeSet<Operation> {
+    let fallback = ResourceConfig::default();
+    let scopes: Vec<&ResourceConfig> = webhook
+        .resources
+        .iter()
+        .chain(std::iter::once(&fallback))
+        .collect();
+    let mut ops = BTreeSet::new();
+    for rule in crate::admission::rules::RULES {
+        if scopes.iter().any(|e| {
+            webhook
+                .rule_action(e, rule.name(), rule.default_action())
+                .action
+                != Action::Off
+        }) {
+            ops.extend(rule.operations().iter().copied());
+        }
+    }
+    for e in &webhook.resources {
+        for c in e.cel_rules.iter() {
+            if webhook
+                .rule_action(e, &format!("cel:{}", c.name), c.action)
+                .action
+                != Action::Off
+            {
+                ops.extend(c.operations.iter().copied());
+            }
+        }
+    }
+    ops
 }
 
 #[cfg(test)]

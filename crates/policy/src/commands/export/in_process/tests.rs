@@ -242,8 +242,21 @@ fn a_rule_is_in_force_only_while_its_policy_and_binding_are_there_as_written() {
     for o in &mut l {
         o.hash = Some("stale".into());
     }
-    assert_eq!(in_force(&p, &l, "mrguard"), InForce::default());
-    assert_eq!(in_force(&p, &live(&p), "mrguard-b"), InForce::default());
+    // What needs no policy (no field to check there) holds whatever is live.
+    let vacuous = InForce {
+        rules: p
+            .covered
+            .iter()
+            .filter(|c| c.policies.is_empty())
+            .map(|c| (c.rule.clone(), c.scope))
+            .collect(),
+        mutating: false,
+    };
+    assert!(vacuous
+        .rules
+        .contains(&("immutable-field".to_string(), Scope::NoEntry)));
+    assert_eq!(in_force(&p, &l, "mrguard"), vacuous);
+    assert_eq!(in_force(&p, &live(&p), "mrguard-b"), vacuous);
 }
 
 fn vpc(region: &str, labels: Value) -> Value {
@@ -305,5 +318,49 @@ fn the_webhook_skips_what_the_policies_enforce_and_together_they_deny_the_same()
     assert_eq!(
         denials(&webhook_config(&cfg, &only_cel), &req),
         ["immutable-field"]
+    );
+}
+
+/// With every exported rule in force the validating webhook is needed only
+/// for CREATE and UPDATE (the rules of DELETE are all exported), and the
+/// mutating webhook not at all; with nothing in force, no condition.
+#[test]
+fn the_webhooks_are_called_only_for_what_is_left_to_them() {
+    let cfg = Config::from_yaml(CONFIG).unwrap();
+    let p = plan(&cfg, now(), KubeVersion::new(1, 36), &owner()).unwrap();
+    let f = in_force(&p, &live(&p), "mrguard");
+    let c = webhook_conditions(&webhook_config(&cfg, &f), &f);
+    assert_eq!(c.mutating.as_deref(), Some("false"));
+    assert_eq!(
+        c.validating.as_deref(),
+        Some("request.operation in ['CREATE', 'UPDATE']")
+    );
+    assert_eq!(
+        webhook_conditions(&cfg, &InForce::default()),
+        WebhookConditions::default()
+    );
+    // A CEL rule of DELETE whose policy is not in force keeps DELETE.
+    let cfg = Config::from_yaml(
+        r#"
+resources:
+  - apiGroups: ["*"]
+    kinds: ["*"]
+    celRules:
+      - name: keep
+        expression: "!has(oldSelf.metadata.labels)"
+        messageExpression: "'keep ' + oldSelf.metadata.name"
+        operations: [DELETE]
+"#,
+    )
+    .unwrap();
+    let p = plan(&cfg, now(), KubeVersion::new(1, 36), &owner()).unwrap();
+    let f = in_force(&p, &live(&p), "mrguard");
+    assert!(
+        !f.rules.iter().any(|(r, _)| r == "cel:keep"),
+        "exported in part"
+    );
+    assert_eq!(
+        webhook_conditions(&webhook_config(&cfg, &f), &f).validating,
+        None
     );
 }

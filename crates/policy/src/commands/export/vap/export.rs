@@ -44,7 +44,8 @@ pub struct Covered {
     pub rule: String,
     /// The MRs its policies judge.
     pub scope: Scope,
-    /// The names of its policies (each with a binding of the same name).
+    /// The names of its policies (each with a binding of the same name);
+    /// none when the rule has nothing to judge there.
     pub policies: Vec<String>,
     /// Whether the policies say all the webhook says for this rule and
     /// scope, message included: false when a part was left out (a `[*]`
@@ -244,6 +245,17 @@ impl Exporter<'_> {
         self.out.changes_at = Some(self.out.changes_at.map_or(t, |c| c.min(t)));
     }
 
+    /// `rule` has nothing to judge for `scope` (no field to check, or its
+    /// action is Off): no policy is needed there.
+    fn vacuous(&mut self, rule: &str, scope: Scope) {
+        self.out.coverage.push(Covered {
+            rule: rule.to_string(),
+            scope,
+            policies: Vec::new(),
+            complete: true,
+        });
+    }
+
     fn covered(&mut self, rule: &str, scope: Scope, policy: String, complete: bool) {
         self.out.coverage.push(Covered {
             rule: rule.to_string(),
@@ -285,12 +297,16 @@ impl Exporter<'_> {
     /// immutable-field: one policy per entry with immutable fields.
     fn immutable_fields(&mut self) {
         let config = self.config;
+        // Kinds no entry selects have no immutable fields.
+        self.vacuous("immutable-field", Scope::NoEntry);
         for (i, entry) in config.resources.iter().enumerate() {
             if entry.immutable_fields.is_empty() {
+                self.vacuous("immutable-field", Scope::Entry(i));
                 continue;
             }
             let action = self.action(entry, "immutable-field", Action::Deny);
             if action == Action::Off {
+                self.vacuous("immutable-field", Scope::Entry(i));
                 continue;
             }
             let mut validations = Vec::new();
@@ -314,6 +330,12 @@ impl Exporter<'_> {
                 }));
             }
             if validations.is_empty() {
+                self.out.coverage.push(Covered {
+                    rule: "immutable-field".into(),
+                    scope: Scope::Entry(i),
+                    policies: Vec::new(),
+                    complete: false,
+                });
                 continue;
             }
             let mut conditions = vec![
@@ -357,12 +379,20 @@ impl Exporter<'_> {
         if !overridden && uniform {
             scopes = vec![(None, &fallback, None)];
         }
+        let split = overridden || !uniform;
+        let scope_of = |i: Option<usize>| match (i, split) {
+            (Some(i), _) => Scope::Entry(i),
+            (None, true) => Scope::NoEntry,
+            (None, false) => Scope::All,
+        };
         for (i, entry, selected) in scopes {
             let Some((expression, message)) = check(entry) else {
+                self.vacuous(rule, scope_of(i));
                 continue;
             };
             let action = self.action(entry, rule, default);
             if action == Action::Off {
+                self.vacuous(rule, scope_of(i));
                 continue;
             }
             let mut conditions = Vec::new();
@@ -372,12 +402,7 @@ impl Exporter<'_> {
             conditions.push(condition("managed", managed(subject)));
             conditions.extend(exception_conditions(config, rule, self.now));
             let name = policy_name(rule, i);
-            let scope = match (i, overridden || !uniform) {
-                (Some(i), _) => Scope::Entry(i),
-                (None, true) => Scope::NoEntry,
-                (None, false) => Scope::All,
-            };
-            self.covered(rule, scope, name.clone(), true);
+            self.covered(rule, scope_of(i), name.clone(), true);
             self.out.objects.extend(policy(
                 &name,
                 rule,
