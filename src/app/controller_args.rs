@@ -83,6 +83,15 @@ pub struct ControllerArgs {
     /// turned off, or on uninstall) has the garbage collector remove them.
     #[arg(long, env = "MRGUARD_IN_PROCESS_OWNER")]
     pub in_process_owner: Option<String>,
+    /// The webhooks' namespaceSelector (a JSON LabelSelector), which the
+    /// policies written in-process match too, so that they judge what the
+    /// webhooks would have been sent and nothing else.
+    #[arg(long, env = "MRGUARD_IN_PROCESS_NAMESPACE_SELECTOR", value_parser = parse_selector)]
+    pub in_process_namespace_selector: Option<serde_json::Value>,
+    /// The webhooks' objectSelector (a JSON LabelSelector); see
+    /// --in-process-namespace-selector.
+    #[arg(long, env = "MRGUARD_IN_PROCESS_OBJECT_SELECTOR", value_parser = parse_selector)]
+    pub in_process_object_selector: Option<serde_json::Value>,
     /// Lifetime of a generated CA.
     #[arg(long, env = "MRGUARD_CA_LIFETIME", default_value = "8760h", value_parser = parse_duration)]
     pub ca_lifetime: Duration,
@@ -116,6 +125,33 @@ pub enum PolicyReports {
     OpenReports,
     /// No reports.
     Off,
+}
+
+/// A Kubernetes LabelSelector given as JSON: an object whose keys are
+/// `matchLabels` (a map of strings) and `matchExpressions` (a list).
+fn parse_selector(text: &str) -> Result<serde_json::Value, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not a JSON label selector: {e}"))?;
+    let Some(map) = v.as_object() else {
+        return Err("a label selector is a JSON object".into());
+    };
+    for (k, val) in map {
+        match k.as_str() {
+            "matchLabels"
+                if val
+                    .as_object()
+                    .is_some_and(|m| m.values().all(|x| x.is_string())) => {}
+            "matchExpressions" if val.is_array() => {}
+            "matchLabels" => return Err("matchLabels is a map of strings".into()),
+            "matchExpressions" => return Err("matchExpressions is a list".into()),
+            other => {
+                return Err(format!(
+                    "unknown key {other:?} in a label selector (matchLabels, matchExpressions)"
+                ))
+            }
+        }
+    }
+    Ok(v)
 }
 
 /// `--in-process`: whether the leader keeps mrguard's admission policies
@@ -160,6 +196,8 @@ impl ControllerArgs {
             policy_reports: PolicyReports::Off,
             in_process: InProcess::Off,
             in_process_owner: None,
+            in_process_namespace_selector: None,
+            in_process_object_selector: None,
             ca_lifetime: Duration::from_secs(8760 * 3600),
             cert_lifetime: Duration::from_secs(2160 * 3600),
             cert_renew_fraction: 1.0 / 3.0,
@@ -212,6 +250,8 @@ impl ControllerArgs {
             policy_reports: self.policy_reports.flavor(),
             in_process: (self.in_process == InProcess::Auto).then(|| InProcessSettings {
                 owner_role: self.in_process_owner.clone().filter(|s| !s.is_empty()),
+                namespace_selector: self.in_process_namespace_selector.clone(),
+                object_selector: self.in_process_object_selector.clone(),
             }),
             identity: lease_holder_id(),
             certs: rotation::CertSettings {

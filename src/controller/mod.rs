@@ -131,6 +131,21 @@ pub(crate) struct Settings {
 pub(crate) struct InProcessSettings {
     /// The ClusterRole the written policies name as their owner.
     pub(crate) owner_role: Option<String>,
+    /// The webhooks' selectors, which the policies match too.
+    pub(crate) namespace_selector: Option<serde_json::Value>,
+    pub(crate) object_selector: Option<serde_json::Value>,
+}
+
+impl InProcessSettings {
+    /// The release as the plan names it: `owner` labels what is written.
+    pub(crate) fn owner(&self, owner: &str) -> mrguard_policy::commands::export::in_process::Owner {
+        mrguard_policy::commands::export::in_process::Owner {
+            name: owner.to_string(),
+            reference: None,
+            namespace_selector: self.namespace_selector.clone(),
+            object_selector: self.object_selector.clone(),
+        }
+    }
 }
 
 /// The running controller's shared pieces.
@@ -252,9 +267,9 @@ impl ReplicaState {
             .instrument(tracing::info_span!("identity_index")),
         );
         let (seen_tx, in_process) = watch::channel(Default::default());
-        if settings.in_process.is_some() {
+        if let Some(in_process) = &settings.in_process {
             let (client, config, metrics) = (client.clone(), ctl.config.clone(), metrics.clone());
-            let owner = settings.webhooks.validating.clone();
+            let owner = in_process.owner(&settings.webhooks.validating);
             tasks.spawn(
                 async move {
                     let server = server_version(&client).await;
@@ -624,7 +639,7 @@ impl LeaderContext {
                 let keeper = leader::in_process::Keeper {
                     client: self.client.clone(),
                     server: Default::default(),
-                    owner,
+                    owner: settings.owner(&owner),
                     owner_role: settings.owner_role,
                     config: self.config.clone(),
                     recorder: kube::runtime::events::Recorder::new(

@@ -22,6 +22,7 @@ mod documented;
 mod exemptions;
 mod explain;
 mod identity;
+mod in_process;
 mod observability;
 mod plan;
 mod policy_reports;

@@ -215,3 +215,16 @@ matchConditions:
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{- /*
+admission.inProcess as "auto" or "off": an unquoted `off` in a values file
+is YAML 1.1's false, which means off too.
+*/}}
+{{- define "mrguard.inProcess" -}}
+{{- $v := .Values.admission.inProcess -}}
+{{- if or (eq (toString $v) "false") (eq (toString $v) "off") -}}off
+{{- else if eq (toString $v) "auto" -}}auto
+{{- else -}}
+{{- fail (printf "admission.inProcess must be auto or off, not %v" $v) -}}
+{{- end -}}
+{{- end }}

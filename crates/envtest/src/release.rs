@@ -229,6 +229,11 @@ impl Release {
             "logFormat": "json",
             "extraArgs": args,
             "webhooks": {"objectSelector": {"matchLabels": {TEST_LABEL: name}}},
+            // The suite's tests share one API server; each judges its own
+            // objects through the webhooks (objectSelector). The in-process
+            // mode (the chart's default) is switched on by the tests of it
+            // (tests/e2e/in_process.rs), through `values`.
+            "admission": {"inProcess": "off"},
         });
         if let Some(c) = &o.config {
             let config: Value = serde_saphyr::from_str(c).map_err(|e| format!("config: {e}"))?;

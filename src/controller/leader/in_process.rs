@@ -39,8 +39,8 @@ const RETRY: Duration = Duration::from_secs(5);
 pub(crate) struct Keeper {
     pub(crate) client: kube::Client,
     pub(crate) server: KubeVersion,
-    /// [`in_process::OWNER_LABEL`]'s value.
-    pub(crate) owner: String,
+    /// The release: [`in_process::OWNER_LABEL`]'s value and its selectors.
+    pub(crate) owner: Owner,
     /// The ClusterRole the policies name as their owner (`--in-process-owner`).
     pub(crate) owner_role: Option<String>,
     pub(crate) config: Arc<ConfigStore>,
@@ -116,8 +116,8 @@ impl Keeper {
     ) -> Result<Option<jiff::Timestamp>, kube::Error> {
         let config = self.config.load();
         let owner = Owner {
-            name: self.owner.clone(),
             reference: reference.cloned(),
+            ..self.owner.clone()
         };
         let plan = match in_process::plan(&config, jiff::Timestamp::now(), self.server, &owner) {
             Ok(p) => p,
@@ -133,7 +133,7 @@ impl Keeper {
                 .find(|(l, _)| l.kind == kind && l.name == name)
                 .and_then(|(_, rv)| rv.clone())
         };
-        for step in in_process::steps(&plan, &objects, &self.owner) {
+        for step in in_process::steps(&plan, &objects, &owner.name) {
             match step {
                 Step::Create(o) => self.create(o).await?,
                 Step::Replace {
@@ -172,7 +172,7 @@ impl Keeper {
                     }
                 }
                 Step::NotOwned { kind, name } => {
-                    tracing::warn!(kind, name, "not written: a policy of this name exists without label {}={}; the webhook keeps its rule", in_process::OWNER_LABEL, self.owner);
+                    tracing::warn!(kind, name, "not written: a policy of this name exists without label {}={}; the webhook keeps its rule", in_process::OWNER_LABEL, owner.name);
                 }
             }
         }

@@ -75,7 +75,7 @@ pub(crate) struct LivePolicies {
 pub(crate) async fn run(
     client: kube::Client,
     server: KubeVersion,
-    owner: String,
+    owner: Owner,
     config: Arc<ConfigStore>,
     metrics: Arc<ControllerMetrics>,
     seen: watch::Sender<LivePolicies>,
@@ -88,7 +88,7 @@ pub(crate) async fn run(
     for (i, (kind, plural)) in kinds.iter().enumerate() {
         let ar = resource(kind, plural);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let stream = backoff_watcher(watcher(api, watch_config().labels(&selector(&owner))))
+        let stream = backoff_watcher(watcher(api, watch_config().labels(&selector(&owner.name))))
             .map(move |e| (i, e))
             .boxed();
         streams.push(stream);
@@ -124,15 +124,7 @@ pub(crate) async fn run(
             })
             .collect();
         let base = config.load();
-        let plan = match in_process::plan(
-            &base,
-            jiff::Timestamp::now(),
-            server,
-            &Owner {
-                name: owner.clone(),
-                reference: None,
-            },
-        ) {
+        let plan = match in_process::plan(&base, jiff::Timestamp::now(), server, &owner) {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!("{e}; the webhooks keep every rule");
@@ -141,7 +133,7 @@ pub(crate) async fn run(
             }
         };
         let live: Vec<LiveObject> = objects.iter().map(|(l, _)| l.clone()).collect();
-        let in_force = in_process::in_force(&plan, &live, &owner);
+        let in_force = in_process::in_force(&plan, &live, &owner.name);
         let admission =
             (!in_force.rules.is_empty()).then(|| in_process::webhook_config(&base, &in_force));
         let conditions = admission

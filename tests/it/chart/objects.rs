@@ -17,8 +17,9 @@ use crate::support::helm::{NS, RELEASE};
 fn default_install_renders_every_object_with_zero_values() {
     let m = render(&[]);
     let want: BTreeMap<String, usize> = [
-        ("ClusterRole", 2),
-        ("ClusterRoleBinding", 2),
+        // The core role, the audit's and admission.inProcess auto's.
+        ("ClusterRole", 3),
+        ("ClusterRoleBinding", 3),
         ("ConfigMap", 1),
         ("Deployment", 1),
         ("MutatingWebhookConfiguration", 1),
@@ -160,6 +161,9 @@ fn deployment_is_highly_available_hardened_and_probed() {
             "--validating-webhook-name=mrguard",
             "--lease-name=mrguard-leader",
             "--audit-interval=10m",
+            "--in-process=auto",
+            "--in-process-owner=mrguard-in-process",
+            "--in-process-namespace-selector={\"matchExpressions\":[{\"key\":\"kubernetes.io/metadata.name\",\"operator\":\"NotIn\",\"values\":[\"kube-system\",\"crossplane-system\"]}]}",
             "--config=/etc/mrguard/config.yaml",
             "--listen=0.0.0.0:9443",
             "--metrics-listen=0.0.0.0:8080",
@@ -376,7 +380,9 @@ fn webhook_configurations_have_the_agreed_shape_and_policies() {
     assert_eq!(mutating["failurePolicy"], "Ignore");
     assert_eq!(mutating["timeoutSeconds"], 2);
     assert_eq!(mutating["reinvocationPolicy"], "IfNeeded");
-    assert_eq!(validating["failurePolicy"], "Fail");
+    // admission.inProcess auto: the rules that must never be skipped run in
+    // the API server, so the webhook left with the stateful ones fails open.
+    assert_eq!(validating["failurePolicy"], "Ignore");
     assert_eq!(validating["timeoutSeconds"], 5);
     assert!(validating.get("reinvocationPolicy").is_none());
 

@@ -175,6 +175,10 @@ fn rbac_is_exactly_the_least_privilege_listed() {
     // but create goes without a resourceName.
     for kind in ["ClusterRole", "Role"] {
         for r in m.all(kind) {
+            // Its delete is tested in in_process_rbac_follows_the_mode.
+            if r["metadata"]["name"] == "mrguard-in-process" {
+                continue;
+            }
             for (groups, resources, names, verbs) in rules_of(r) {
                 assert!(!groups.contains("*"), "{kind} wildcard group");
                 for v in &verbs {
@@ -617,6 +621,108 @@ fn audit_role_covers_the_fixture_providers_without_wildcards() {
     assert!(!groups.contains("aws.upbound.io") && !groups.contains("gcp.upbound.io"));
 }
 
+/// admission.inProcess auto grants, in a ClusterRole of its own that owns
+/// what the leader writes, exactly the rights on the four policy kinds and
+/// the read of that role's own uid; off grants nothing on them anywhere.
+#[test]
+fn in_process_rbac_follows_the_mode() {
+    let kinds = [
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+        "mutatingadmissionpolicies",
+        "mutatingadmissionpolicybindings",
+    ];
+    let m = render(&[]);
+    assert_eq!(
+        rules_of(m.one("ClusterRole", "mrguard-in-process")),
+        [
+            rule(
+                &["admissionregistration.k8s.io"],
+                &kinds,
+                &[],
+                &["get", "list", "watch", "create", "update", "patch", "delete"]
+            ),
+            rule(
+                &["rbac.authorization.k8s.io"],
+                &["clusterroles"],
+                &["mrguard-in-process"],
+                &["get"]
+            ),
+        ]
+    );
+    let b = m.one("ClusterRoleBinding", "mrguard-in-process");
+    assert_eq!(b["roleRef"]["name"], "mrguard-in-process");
+    assert_eq!(b["subjects"][0]["name"], "mrguard");
+
+    // `off` unquoted in a values file is YAML 1.1's false: off too.
+    let off = render(&["--set", "admission.inProcess=false"]);
+    for kind in ["ClusterRole", "Role"] {
+        for r in off.all(kind) {
+            for (_, resources, _, _) in rules_of(r) {
+                for k in kinds {
+                    assert!(
+                        !resources.contains(k),
+                        "{kind} grants {k} with the mode off"
+                    );
+                }
+            }
+        }
+    }
+    assert!(off
+        .all("ClusterRole")
+        .iter()
+        .all(|r| r["metadata"]["name"] != "mrguard-in-process"));
+    let c = &off.one("Deployment", "mrguard")["spec"]["template"]["spec"]["containers"][0];
+    let args = strs(&c["args"]);
+    assert!(args.contains(&"--in-process=off".to_string()), "{args:?}");
+    assert!(
+        !args.iter().any(|a| a.starts_with("--in-process-")),
+        "{args:?}"
+    );
+}
+
+/// The validating webhook fails open with the mode on, closed with it off,
+/// and as set when set.
+#[test]
+fn the_validating_failure_policy_follows_the_mode_unless_set() {
+    for (args, want) in [
+        (vec![], "Ignore"),
+        (vec!["--set", "admission.inProcess=off"], "Fail"),
+        (
+            vec!["--set", "webhooks.validating.failurePolicy=Fail"],
+            "Fail",
+        ),
+        (
+            vec![
+                "--set",
+                "admission.inProcess=off",
+                "--set",
+                "webhooks.validating.failurePolicy=Ignore",
+            ],
+            "Ignore",
+        ),
+    ] {
+        let m = render(&args);
+        assert_eq!(
+            webhook(&m, "ValidatingWebhookConfiguration", "validate.mrguard.io")["failurePolicy"],
+            want,
+            "{args:?}"
+        );
+    }
+    let e = helm(&[
+        "template",
+        "mrguard",
+        chart().to_str().unwrap(),
+        "--set",
+        "admission.inProcess=on",
+    ]);
+    assert!(!e.status.success());
+    assert!(
+        String::from_utf8_lossy(&e.stderr).contains("inProcess"),
+        "{e:?}"
+    );
+}
+
 #[test]
 fn audit_modes_and_switches() {
     let m = render(&["--set", "rbac.audit.mode=crossplaneView"]);
@@ -637,8 +743,12 @@ fn audit_modes_and_switches() {
     );
 
     let m = render(&["--set", "rbac.audit.enabled=false"]);
-    assert_eq!(m.all("ClusterRole").len(), 1);
-    assert_eq!(m.all("ClusterRoleBinding").len(), 1);
+    assert_eq!(
+        m.all("ClusterRole").len(),
+        2,
+        "the core role and in-process's"
+    );
+    assert_eq!(m.all("ClusterRoleBinding").len(), 2);
 
     let m = render(&[
         "--set",

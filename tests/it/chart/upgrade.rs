@@ -249,7 +249,7 @@ fn an_upgrade_keeps_the_live_ca_bundle_and_rules() {
     assert_eq!(validating["rules"], validate_rules);
     // Only the controller's fields come from the cluster; the rest is values.
     assert_eq!(mutating["timeoutSeconds"], 2);
-    assert_eq!(validating["failurePolicy"], "Fail");
+    assert_eq!(validating["failurePolicy"], "Ignore");
     assert_eq!(validating["timeoutSeconds"], 5);
     assert_eq!(validating["clientConfig"]["service"]["path"], "/validate");
 }

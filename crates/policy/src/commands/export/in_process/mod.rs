@@ -55,6 +55,8 @@ pub struct Plan {
     pub covered: Vec<Covered>,
     /// Whether the MutatingAdmissionPolicy is among the objects.
     pub mutating: bool,
+    /// Its name, and its binding's.
+    pub mutating_name: String,
     /// When to plan again: a staged action starts denying, or an exception
     /// expires.
     pub changes_at: Option<jiff::Timestamp>,
@@ -62,8 +64,9 @@ pub struct Plan {
     pub skipped: Vec<String>,
 }
 
-/// Who owns what the leader writes.
-#[derive(Debug, Clone)]
+/// The release whose leader writes the policies: who owns them, and which
+/// requests its webhooks see.
+#[derive(Debug, Clone, Default)]
 pub struct Owner {
     /// [`OWNER_LABEL`]'s value.
     pub name: String,
@@ -71,6 +74,27 @@ pub struct Owner {
     /// chart's ClusterRole for the mode, whose deletion has the garbage
     /// collector remove them.
     pub reference: Option<Value>,
+    /// The webhooks' `namespaceSelector` and `objectSelector`: a policy
+    /// judges what the webhook it stands in for would have been sent, and
+    /// nothing else.
+    pub namespace_selector: Option<Value>,
+    /// See `namespace_selector`.
+    pub object_selector: Option<Value>,
+}
+
+impl Owner {
+    /// The name a policy of `export vap`/`export map` (`mrguard-…`) gets in
+    /// the cluster: unchanged for the release named `mrguard`, else
+    /// prefixed with the release's name instead, so that two releases'
+    /// policies never share a name.
+    pub fn policy_name(&self, exported: &str) -> String {
+        match exported.strip_prefix("mrguard-") {
+            Some(rest) if !self.name.is_empty() && self.name != "mrguard" => {
+                format!("{}-{rest}", self.name)
+            }
+            _ => exported.to_string(),
+        }
+    }
 }
 
 /// Why no plan could be made.
@@ -134,6 +158,12 @@ pub fn plan(
     for o in &mut out.objects {
         own(o, owner);
     }
+    for c in &mut out.covered {
+        for p in &mut c.policies {
+            *p = owner.policy_name(p);
+        }
+    }
+    out.mutating_name = owner.policy_name(map::POLICY_NAME);
     Ok(out)
 }
 
@@ -153,8 +183,25 @@ fn kind_of(o: &Value) -> &str {
     o["kind"].as_str().unwrap_or_default()
 }
 
-/// Labels, owner reference and spec hash of one object to write.
+/// Name, selectors, labels, owner reference and spec hash of one object to
+/// write.
 fn own(o: &mut Value, owner: &Owner) {
+    let name = owner.policy_name(name_of(o));
+    o["metadata"]["name"] = json!(name);
+    if let Some(p) = o["spec"]["policyName"].as_str() {
+        o["spec"]["policyName"] = json!(owner.policy_name(p));
+    }
+    if o["kind"].as_str().is_some_and(|k| !k.ends_with("Binding")) {
+        let constraints = &mut o["spec"]["matchConstraints"];
+        for (key, selector) in [
+            ("namespaceSelector", &owner.namespace_selector),
+            ("objectSelector", &owner.object_selector),
+        ] {
+            if let Some(s) = selector.as_ref().filter(|s| !is_empty_selector(s)) {
+                constraints[key] = s.clone();
+            }
+        }
+    }
     let hash = spec_hash(&o["spec"]);
     let meta = &mut o["metadata"];
     meta["labels"][OWNER_LABEL] = json!(owner.name);
@@ -162,6 +209,17 @@ fn own(o: &mut Value, owner: &Owner) {
     if let Some(r) = &owner.reference {
         meta["ownerReferences"] = json!([r]);
     }
+}
+
+/// A selector that selects everything: `{}`, or one without terms.
+fn is_empty_selector(s: &Value) -> bool {
+    let none = |k: &str| {
+        s.get(k).is_none_or(|v| {
+            v.as_object().is_some_and(|m| m.is_empty())
+                || v.as_array().is_some_and(|a| a.is_empty())
+        })
+    };
+    none("matchLabels") && none("matchExpressions")
 }
 
 /// FNV-1a over the spec's JSON text: stable across releases and
@@ -324,7 +382,7 @@ pub fn in_force(plan: &Plan, live: &[LiveObject], owner: &str) -> InForce {
             && both(
                 "MutatingAdmissionPolicy",
                 "MutatingAdmissionPolicyBinding",
-                map::POLICY_NAME,
+                &plan.mutating_name,
             ),
     }
 }

@@ -8,6 +8,11 @@ fn owner() -> Owner {
         name: "mrguard".into(),
         reference: Some(json!({"apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole", "name": "mrguard-in-process", "uid": "u-1"})),
+        namespace_selector: Some(
+            json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+            "operator": "NotIn", "values": ["kube-system"]}]}),
+        ),
+        object_selector: Some(json!({})),
     }
 }
 
@@ -57,6 +62,32 @@ fn the_servers_version_picks_the_kinds() {
     );
 }
 
+/// Two releases' policies never share a name; the release named mrguard
+/// writes the names `export vap` prints.
+#[test]
+fn a_release_names_its_policies_after_itself() {
+    let cfg = Config::from_yaml(CONFIG).unwrap();
+    let other = Owner {
+        name: "team-b".into(),
+        ..owner()
+    };
+    let p = plan(&cfg, now(), KubeVersion::new(1, 36), &other).unwrap();
+    let names: Vec<&str> = p.objects.iter().map(name_of).collect();
+    assert!(names.contains(&"team-b-defaults"), "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("team-b-")), "{names:?}");
+    for o in p.objects.iter().filter(|o| kind_of(o).ends_with("Binding")) {
+        assert_eq!(o["spec"]["policyName"], o["metadata"]["name"]);
+    }
+    let f = in_force(&p, &live(&p), "team-b");
+    assert!(f.mutating);
+    assert!(f.rules.contains(&("cel:team".to_string(), Scope::Entry(0))));
+    let ours = plan(&cfg, now(), KubeVersion::new(1, 36), &owner()).unwrap();
+    assert!(ours
+        .objects
+        .iter()
+        .any(|o| name_of(o) == "mrguard-defaults"));
+}
+
 #[test]
 fn every_object_is_labelled_owned_and_hashed() {
     let cfg = Config::from_yaml(CONFIG).unwrap();
@@ -67,6 +98,17 @@ fn every_object_is_labelled_owned_and_hashed() {
         assert_eq!(m["labels"]["app.kubernetes.io/managed-by"], "mrguard");
         assert_eq!(m["ownerReferences"][0]["uid"], "u-1");
         assert_eq!(m["annotations"][HASH_ANNOTATION], spec_hash(&o["spec"]));
+        if !kind_of(o).ends_with("Binding") {
+            let c = &o["spec"]["matchConstraints"];
+            assert_eq!(
+                c["namespaceSelector"]["matchExpressions"][0]["values"][0],
+                "kube-system"
+            );
+            assert!(
+                c.get("objectSelector").is_none(),
+                "an empty selector is left out"
+            );
+        }
     }
     let again = plan(&cfg, now(), KubeVersion::new(1, 36), &owner()).unwrap();
     assert_eq!(
