@@ -534,3 +534,86 @@ fn export_vap_exports_or_lists_every_rule() {
         "{stderr}"
     );
 }
+
+/// `--in-process auto`: with every policy the leader writes in force, the
+/// webhook (judging with the rules those enforce turned off) and the
+/// policies together find, on every recorded, generated and hostile
+/// review, exactly what the webhook finds alone: the same rules with the
+/// same actions (Deny, Warn and Audit alike), and no rule from both.
+#[test]
+fn in_process_mode_answers_every_review_as_the_webhook_alone() {
+    use mrguard_policy::admission::kube_version::KubeVersion;
+    use mrguard_policy::commands::export::in_process::{self, LiveObject, Owner};
+    let now = jiff::Timestamp::now();
+    let mut reqs = fixtures::recorded_reviews();
+    reqs.extend(generated());
+    let hostile = review::hostile(
+        &reqs,
+        7,
+        &[
+            &["metadata", "labels"],
+            &["status", "conditions"],
+            &["spec", "forProvider", "region"],
+        ],
+        |i| i,
+    );
+    reqs.extend(hostile);
+    let findings = |config: &Config, req: &Request| -> BTreeSet<(String, String)> {
+        mrguard_policy::admission::decider::Decider::offline(config, now)
+            .validate(req)
+            .findings
+            .iter()
+            .filter(|f| f.exception().is_none())
+            .map(|f| (f.rule.to_string(), f.action.as_str().to_string()))
+            .collect()
+    };
+    let owner = Owner {
+        name: "mrguard".into(),
+        ..Owner::default()
+    };
+    let mut disagreements = Vec::new();
+    let mut split = 0;
+    for (cname, config) in configs() {
+        let plan = in_process::plan(&config, now, KubeVersion::new(1, 36), &owner).unwrap();
+        let live: Vec<LiveObject> = plan.objects.iter().map(LiveObject::of).collect();
+        let in_force = in_process::in_force(&plan, &live, "mrguard");
+        let webhook = in_process::webhook_config(&config, &in_force);
+        let validating: Vec<Value> = plan
+            .objects
+            .iter()
+            .filter(|o| {
+                o["kind"]
+                    .as_str()
+                    .is_some_and(|k| k.starts_with("Validating"))
+            })
+            .cloned()
+            .collect();
+        let policies = vap::Policies::compile(&validating).unwrap();
+        for req in &reqs {
+            let alone = findings(&config, req);
+            let from_webhook = findings(&webhook, req);
+            let from_policies = vap_verdict(&policies, req);
+            split += usize::from(!from_webhook.is_empty() && !from_policies.is_empty());
+            let twice: Vec<&String> = from_webhook
+                .iter()
+                .filter(|(r, _)| from_policies.iter().any(|(p, _)| p == r))
+                .map(|(r, _)| r)
+                .collect();
+            let together: BTreeSet<(String, String)> =
+                from_webhook.union(&from_policies).cloned().collect();
+            if (alone != together || !twice.is_empty()) && disagreements.len() < 10 {
+                disagreements.push(format!(
+                    "{cname}: {} {} {}: alone {alone:?}, in-process {together:?}, from both {twice:?}",
+                    Operation::from(&req.operation).as_str(),
+                    req.kind.kind,
+                    req.name
+                ));
+            }
+        }
+    }
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+    assert!(
+        split > 0,
+        "some review is judged by both the webhook and the policies"
+    );
+}
