@@ -228,3 +228,12 @@ is YAML 1.1's false, which means off too.
 {{- fail (printf "admission.inProcess must be auto or off, not %v" $v) -}}
 {{- end -}}
 {{- end }}
+
+{{- /*
+The failurePolicy of validate.mrguard.io: webhooks.validating.failurePolicy
+when set; empty means by mode: Ignore with admission.inProcess auto (the
+rules that must never be skipped then run in the API server), Fail with off.
+*/}}
+{{- define "mrguard.validatingFailurePolicy" -}}
+{{- .Values.webhooks.validating.failurePolicy | default (ternary "Ignore" "Fail" (eq (include "mrguard.inProcess" .) "auto")) -}}
+{{- end }}

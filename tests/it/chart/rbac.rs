@@ -682,9 +682,30 @@ fn in_process_rbac_follows_the_mode() {
 }
 
 /// The validating webhook fails open with the mode on, closed with it off,
-/// and as set when set.
+/// and as set when set; the configuration's other entries keep their own,
+/// and the alert's description and the install notes say which applies.
 #[test]
 fn the_validating_failure_policy_follows_the_mode_unless_set() {
+    // Every entry but validate.mrguard.io, with its failurePolicy.
+    let others = |m: &Manifests| -> Vec<(String, String)> {
+        m.only("ValidatingWebhookConfiguration")["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["name"] != "validate.mrguard.io")
+            .map(|w| {
+                (
+                    w["name"].as_str().unwrap().to_string(),
+                    w["failurePolicy"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let baseline = others(&render(&["--set", "admission.inProcess=off"]));
+    assert!(
+        baseline.iter().any(|(n, _)| n == "teardown.mrguard.io"),
+        "{baseline:?}"
+    );
     for (args, want) in [
         (vec![], "Ignore"),
         (vec!["--set", "admission.inProcess=off"], "Fail"),
@@ -707,6 +728,56 @@ fn the_validating_failure_policy_follows_the_mode_unless_set() {
             webhook(&m, "ValidatingWebhookConfiguration", "validate.mrguard.io")["failurePolicy"],
             want,
             "{args:?}"
+        );
+        assert_eq!(others(&m), baseline, "{args:?}");
+
+        let with_alerts =
+            render(&[&args[..], &["--set", "metrics.prometheusRule.enabled=true"]].concat());
+        let rule = with_alerts.only("PrometheusRule")["spec"]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["rules"].as_array().unwrap())
+            .find(|r| r["alert"] == "MrguardWebhookErrors")
+            .unwrap()
+            .clone();
+        let description = rule["annotations"]["description"].as_str().unwrap();
+        let says = if want == "Fail" {
+            "the validating webhook (Fail) rejects those writes."
+        } else {
+            "the validating webhook (Ignore) admits those writes unjudged by it."
+        };
+        assert!(description.ends_with(says), "{args:?}: {description}");
+
+        // NOTES.txt, which `helm template` leaves out.
+        let notes = helm(
+            &[
+                &[
+                    "install",
+                    RELEASE,
+                    chart().to_str().unwrap(),
+                    "-n",
+                    NS,
+                    "--dry-run=client",
+                ][..],
+                &args[..],
+            ]
+            .concat(),
+        );
+        let notes = String::from_utf8_lossy(&notes.stdout).into_owned();
+        assert!(
+            notes.contains(&format!("the validating webhook has\nfailurePolicy {want}")),
+            "{args:?}: {notes}"
+        );
+        assert_eq!(
+            notes.contains("--set webhooks.validating.failurePolicy=Ignore"),
+            want == "Fail",
+            "{args:?}: the softer step is offered only when failing closed"
+        );
+        assert_eq!(
+            notes.contains("--set admission.inProcess=off"),
+            !args.contains(&"admission.inProcess=off"),
+            "{args:?}: turning the mode off is offered only when it is on"
         );
     }
     let e = helm(&[
