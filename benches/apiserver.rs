@@ -20,7 +20,14 @@
 //!   external-name annotation: a one-operation patch);
 //! - `mrguard-allset`: the same, for objects that already carry everything
 //!   mrguard would add, so no patch: the difference to `mrguard` is what
-//!   the API server spends applying a patch.
+//!   the API server spends applying a patch;
+//! - `vap` (asked for with `--setups`): no webhook, only the
+//!   ValidatingAdmissionPolicies `--in-process auto` writes for the
+//!   built-in configuration, created here from the same pure plan;
+//! - `in-process` (asked for with `--setups`): a second release with
+//!   `admission.inProcess: auto`, its leader's policies (the
+//!   MutatingAdmissionPolicy included) and its two webhooks with the
+//!   matchConditions it sets (docs/in-process.md).
 //!
 //! Both webhook servers are called by URL on 127.0.0.1, directly (no
 //! forwarder). For each concurrency and each mode (`dry-run`: `POST
@@ -106,6 +113,7 @@ const GROUP: &str = "s3.aws.upbound.io";
 const COLLECTION: &str = "/apis/s3.aws.upbound.io/v1beta1/buckets";
 const NOOP: &str = "bench-noop";
 const NONE: &str = "bench-none";
+const VAP: &str = "bench-vap";
 /// Labels every object of one run, for deleting what a create run stored.
 const RUN_LABEL: &str = "bench.mrguard.io/run";
 
@@ -164,6 +172,8 @@ struct Bench {
     baseline: Guarded,
     /// Webhook server pid and port per setup.
     servers: BTreeMap<&'static str, (u32, u16)>,
+    /// The release of the `in-process` setup, when asked for.
+    in_process: Option<Release>,
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -199,19 +209,37 @@ async fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("apiserver bench: starting the no-op baseline");
     let (baseline, baseline_port, baseline_ca) = start_baseline(&cluster.dir)?;
     noop_configurations(&release, baseline_port, &baseline_ca).await?;
+    if args.setups.iter().any(|s| s == "vap") {
+        eprintln!("apiserver bench: creating the ValidatingAdmissionPolicies of `vap`");
+        vap_policies(&client).await?;
+    }
+    let in_process = if args.setups.iter().any(|s| s == "in-process") {
+        eprintln!("apiserver bench: installing a second release with admission.inProcess auto");
+        Some(in_process_release(cluster, &args).await?)
+    } else {
+        None
+    };
+    let mut servers: BTreeMap<&'static str, (u32, u16)> = [
+        ("none", (0, 0)),
+        ("noop", (baseline.pid(), baseline_port)),
+        ("mrguard", (mrguard_pid, mrguard_port)),
+        ("mrguard-allset", (mrguard_pid, mrguard_port)),
+    ]
+    .into();
+    if let Some(r) = &in_process {
+        servers.insert(
+            "in-process",
+            (r.replicas[0].process.pid(), r.replicas[0].port),
+        );
+    }
     let bench = Bench {
-        servers: [
-            ("none", (0, 0)),
-            ("noop", (baseline.pid(), baseline_port)),
-            ("mrguard", (mrguard_pid, mrguard_port)),
-            ("mrguard-allset", (mrguard_pid, mrguard_port)),
-        ]
-        .into(),
+        servers,
         args,
         cluster,
         client,
         release,
         baseline,
+        in_process,
     };
     bench.wait_effective().await?;
 
@@ -279,6 +307,91 @@ async fn direct_urls(release: &Release, port: u16) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The `vap` setup: the ValidatingAdmissionPolicies `--in-process auto`
+/// writes for the built-in configuration on this server, scoped to objects
+/// labelled [`VAP`], with no webhook.
+async fn vap_policies(client: &kube::Client) -> anyhow::Result<()> {
+    use mrguard_policy::admission::config::Config;
+    use mrguard_policy::admission::kube_version::KubeVersion;
+    use mrguard_policy::commands::export::in_process::{self, Owner};
+    let info = client.apiserver_version().await?;
+    let server = KubeVersion::parse(&format!(
+        "{}.{}",
+        info.major,
+        info.minor.trim_end_matches('+')
+    ))?;
+    let owner = Owner {
+        name: VAP.into(),
+        object_selector: Some(json!({"matchLabels": {TEST_LABEL: VAP}})),
+        ..Owner::default()
+    };
+    let plan = in_process::plan(&Config::builtin(), jiff::Timestamp::now(), server, &owner)?;
+    for o in plan.objects.into_iter().filter(|o| {
+        o["kind"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("Validating"))
+    }) {
+        let (kind, plural) = if o["kind"] == "ValidatingAdmissionPolicy" {
+            ("ValidatingAdmissionPolicy", "validatingadmissionpolicies")
+        } else {
+            (
+                "ValidatingAdmissionPolicyBinding",
+                "validatingadmissionpolicybindings",
+            )
+        };
+        let ar = mrguard_envtest::resource("admissionregistration.k8s.io", "v1", kind, plural);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        api.create(&PostParams::default(), &serde_json::from_value(o)?)
+            .await
+            .with_context(|| format!("creating a {kind}"))?;
+    }
+    // The API server's policy informer picks them up within moments.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok(())
+}
+
+/// The `in-process` setup: a release in `admission.inProcess: auto`,
+/// called straight at its port, once its leader's policies are in force
+/// (the webhooks carry its matchCondition).
+async fn in_process_release(cluster: &'static Cluster, args: &Args) -> anyhow::Result<Release> {
+    let r = Release::install(
+        cluster,
+        "bench-ip",
+        Options {
+            binary: Some(env!("CARGO_BIN_EXE_mrguard").into()),
+            audit_interval: "24h".into(),
+            log_level: "warn".into(),
+            extra_args: args.mrguard_arg.clone(),
+            values: Some("admission: {inProcess: auto}".into()),
+            ..Options::default()
+        },
+    )
+    .await
+    .map_err(|e| anyhow!(e))?;
+    direct_urls(&r, r.replicas[0].port).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (m, v) = r
+            .configurations()
+            .await
+            .ok_or_else(|| anyhow!("the in-process release's configurations are missing"))?;
+        let has = |c: &Value| {
+            c["webhooks"][0]["matchConditions"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|c| c["name"] == "mrguard-in-process"))
+        };
+        if has(&m) && has(&v) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the in-process release's policies never came into force");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok(r)
 }
 
 /// Runs this bench binary as the no-op baseline with a fresh certificate
@@ -394,6 +507,11 @@ impl Bench {
         match setup {
             "noop" => NOOP.into(),
             "mrguard" | "mrguard-allset" => self.release.name.clone(),
+            "vap" => VAP.into(),
+            "in-process" => self
+                .in_process
+                .as_ref()
+                .map_or_else(|| NONE.into(), |r| r.name.clone()),
             _ => NONE.into(),
         }
     }
@@ -456,7 +574,11 @@ impl Bench {
         )
         .await;
         let before = self.apiserver_metrics().await?;
-        let mrguard_before = self.release.replicas[0]
+        let measured = match (setup, &self.in_process) {
+            ("in-process", Some(r)) => r,
+            _ => &self.release,
+        };
+        let mrguard_before = measured.replicas[0]
             .metrics()
             .await
             .map_err(|e| anyhow!(e))?;
@@ -484,12 +606,12 @@ impl Bench {
         let after = self.apiserver_metrics().await?;
         let webhook_conns =
             procfs::tcp_connections_to(self.cluster.apiserver_pid(), port).unwrap_or_default();
-        let mrguard_after = self.release.replicas[0]
+        let mrguard_after = measured.replicas[0]
             .metrics()
             .await
             .map_err(|e| anyhow!(e))?;
         let mut handler_mean = BTreeMap::new();
-        if setup.starts_with("mrguard") {
+        if setup.starts_with("mrguard") || setup == "in-process" {
             for webhook in ["mutate", "validate"] {
                 let l = [("webhook", webhook)];
                 let n = mrguard_after.get("mrguard_admission_duration_seconds_count", &l)
@@ -618,7 +740,9 @@ impl Bench {
 fn webhook_names(setup: &str) -> &'static [&'static str] {
     match setup {
         "noop" => &["mutate.noop.io", "validate.noop.io"],
-        "mrguard" | "mrguard-allset" => &["mutate.mrguard.io", "validate.mrguard.io"],
+        "mrguard" | "mrguard-allset" | "in-process" => {
+            &["mutate.mrguard.io", "validate.mrguard.io"]
+        }
         _ => &[],
     }
 }
@@ -725,6 +849,43 @@ fn report_runs(
             if own.is_empty() { "—".into() } else { own },
             if setup == "none" { "—".into() } else { conns },
             rs.iter().map(|r| r.failed).sum::<u64>(),
+        );
+    }
+    // mrguard's mode against the VAP-only path, round by round: the issue's
+    // targets are at most 1.1x its latency at c=1 and at least 1.0x its
+    // throughput at c=32.
+    if bench.args.setups.iter().any(|s| s == "vap")
+        && bench.args.setups.iter().any(|s| s == "in-process")
+    {
+        let ratio = |f: &dyn Fn(&RunResult) -> f64| -> Vec<f64> {
+            rounds
+                .iter()
+                .filter_map(|r| Some(f(r.get("in-process")?) / f(r.get("vap")?)))
+                .collect()
+        };
+        let _ = writeln!(
+            out,
+            "
+| in-process / vap, per round | p50 | mean | p99 | req/s |
+|---|---|---|---|---|"
+        );
+        let cells = |v: Vec<f64>| {
+            format!(
+                "{} (median **{:.2}**)",
+                v.iter()
+                    .map(|x| format!("{x:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                median(v.clone())
+            )
+        };
+        let _ = writeln!(
+            out,
+            "| ratio | {} | {} | {} | {} |",
+            cells(ratio(&|r| r.q(0.5))),
+            cells(ratio(&|r| r.mean())),
+            cells(ratio(&|r| r.q(0.99))),
+            cells(ratio(&|r| r.rate())),
         );
     }
     // Added latency: each setup minus `none` of the same round.

@@ -504,7 +504,8 @@ impl Release {
 
     /// Waits until the API server calls this release's webhooks: caBundle
     /// and rules in place, a dry-run create mutated and a dry-run create
-    /// with a duplicate policy denied by mrguard.
+    /// with a duplicate policy denied by mrguard (its webhook, or the
+    /// policy its leader wrote).
     pub async fn wait_admission(&self) -> Result<(), String> {
         wait_for(
             "caBundle and rules on both webhook configurations",
@@ -539,9 +540,16 @@ impl Release {
         let mut bad = serde_json::to_value(&probe).unwrap();
         bad["spec"]["managementPolicies"] = json!(["Observe", "Observe"]);
         let bad: DynamicObject = serde_json::from_value(bad).unwrap();
+        // With admission.inProcess auto the rule is mrguard's policy's once
+        // the leader wrote it, and the webhook is not asked at all.
+        let policy = format!("ValidatingAdmissionPolicy '{}-", self.fullname);
         wait_for("the validating webhook to answer", WAIT, || async {
             match buckets.create(&dry, &bad).await {
-                Err(kube::Error::Api(s)) if s.message.contains("validate.mrguard.io") => Some(()),
+                Err(kube::Error::Api(s))
+                    if s.message.contains("validate.mrguard.io") || s.message.contains(&policy) =>
+                {
+                    Some(())
+                }
                 _ => None,
             }
         })
