@@ -24,6 +24,8 @@
 //! - `vap` (asked for with `--setups`): no webhook, only the
 //!   ValidatingAdmissionPolicies `--in-process auto` writes for the
 //!   built-in configuration, created here from the same pure plan;
+//! - `map` (asked for with `--setups`): no webhook, only the
+//!   MutatingAdmissionPolicy of the same plan (1.36 and later);
 //! - `in-process` (asked for with `--setups`): a second release with
 //!   `admission.inProcess: auto`, its leader's policies (the
 //!   MutatingAdmissionPolicy included) and its two webhooks with the
@@ -114,6 +116,7 @@ const COLLECTION: &str = "/apis/s3.aws.upbound.io/v1beta1/buckets";
 const NOOP: &str = "bench-noop";
 const NONE: &str = "bench-none";
 const VAP: &str = "bench-vap";
+const MAP: &str = "bench-map";
 /// Labels every object of one run, for deleting what a create run stored.
 const RUN_LABEL: &str = "bench.mrguard.io/run";
 
@@ -211,7 +214,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     noop_configurations(&release, baseline_port, &baseline_ca).await?;
     if args.setups.iter().any(|s| s == "vap") {
         eprintln!("apiserver bench: creating the ValidatingAdmissionPolicies of `vap`");
-        vap_policies(&client).await?;
+        plan_policies(&client, VAP, "Validating").await?;
+    }
+    if args.setups.iter().any(|s| s == "map") {
+        eprintln!("apiserver bench: creating the MutatingAdmissionPolicy of `map`");
+        plan_policies(&client, MAP, "Mutating").await?;
     }
     let in_process = if args.setups.iter().any(|s| s == "in-process") {
         eprintln!("apiserver bench: installing a second release with admission.inProcess auto");
@@ -309,10 +316,10 @@ async fn direct_urls(release: &Release, port: u16) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The `vap` setup: the ValidatingAdmissionPolicies `--in-process auto`
-/// writes for the built-in configuration on this server, scoped to objects
-/// labelled [`VAP`], with no webhook.
-async fn vap_policies(client: &kube::Client) -> anyhow::Result<()> {
+/// The `vap` and `map` setups: the Validating (or Mutating) admission
+/// policies `--in-process auto` writes for the built-in configuration on
+/// this server, scoped to objects labelled `label`, with no webhook.
+async fn plan_policies(client: &kube::Client, label: &str, kinds: &str) -> anyhow::Result<()> {
     use mrguard_policy::admission::config::Config;
     use mrguard_policy::admission::kube_version::KubeVersion;
     use mrguard_policy::commands::export::in_process::{self, Owner};
@@ -323,25 +330,19 @@ async fn vap_policies(client: &kube::Client) -> anyhow::Result<()> {
         info.minor.trim_end_matches('+')
     ))?;
     let owner = Owner {
-        name: VAP.into(),
-        object_selector: Some(json!({"matchLabels": {TEST_LABEL: VAP}})),
+        name: label.into(),
+        object_selector: Some(json!({"matchLabels": {TEST_LABEL: label}})),
         ..Owner::default()
     };
     let plan = in_process::plan(&Config::builtin(), jiff::Timestamp::now(), server, &owner)?;
-    for o in plan.objects.into_iter().filter(|o| {
-        o["kind"]
-            .as_str()
-            .is_some_and(|k| k.starts_with("Validating"))
-    }) {
-        let (kind, plural) = if o["kind"] == "ValidatingAdmissionPolicy" {
-            ("ValidatingAdmissionPolicy", "validatingadmissionpolicies")
-        } else {
-            (
-                "ValidatingAdmissionPolicyBinding",
-                "validatingadmissionpolicybindings",
-            )
-        };
-        let ar = mrguard_envtest::resource("admissionregistration.k8s.io", "v1", kind, plural);
+    for o in plan
+        .objects
+        .into_iter()
+        .filter(|o| o["kind"].as_str().is_some_and(|k| k.starts_with(kinds)))
+    {
+        let kind = o["kind"].as_str().unwrap_or_default().to_string();
+        let plural = format!("{}s", kind.to_lowercase()).replace("policys", "policies");
+        let ar = mrguard_envtest::resource("admissionregistration.k8s.io", "v1", &kind, &plural);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         api.create(&PostParams::default(), &serde_json::from_value(o)?)
             .await
@@ -508,6 +509,7 @@ impl Bench {
             "noop" => NOOP.into(),
             "mrguard" | "mrguard-allset" => self.release.name.clone(),
             "vap" => VAP.into(),
+            "map" => MAP.into(),
             "in-process" => self
                 .in_process
                 .as_ref()
