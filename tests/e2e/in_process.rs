@@ -122,6 +122,19 @@ fn vpc(r: &Release, name: &str, region: &str) -> DynamicObject {
     }))
 }
 
+/// Name and resourceVersion of every object of this release's, sorted.
+async fn versions(r: &Release) -> Vec<(Option<String>, Option<String>)> {
+    let lp = ListParams::default().labels(&format!("mrguard.io/in-process={}", r.fullname));
+    let mut out = Vec::new();
+    for api in all_kinds(r) {
+        for o in api.list(&lp).await.unwrap() {
+            out.push((o.metadata.name, o.metadata.resource_version));
+        }
+    }
+    out.sort();
+    out
+}
+
 async fn remove_policies(r: &Release) {
     for api in all_kinds(r) {
         for name in owned(r, &api).await {
@@ -156,6 +169,17 @@ async fn with_mrguard_stopped_the_api_server_keeps_its_rules() {
             [support::release::TEST_LABEL],
         r.name,
         "the policies judge what the webhooks would have been sent"
+    );
+
+    // Settled: the leader's passes rewrite nothing (a replace of the same
+    // object stores nothing), so nothing is ever "put back".
+    let before = versions(&r).await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(versions(&r).await, before, "the policies churn");
+    assert!(
+        !r.replicas[0].log().contains("put back"),
+        "{}",
+        r.with_logs("a settled policy was taken for a hand edit".into())
     );
 
     r.kill_replica(0);
