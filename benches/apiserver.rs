@@ -340,9 +340,11 @@ async fn plan_policies(client: &kube::Client, label: &str, kinds: &str) -> anyho
         .into_iter()
         .filter(|o| o["kind"].as_str().is_some_and(|k| k.starts_with(kinds)))
     {
-        let kind = o["kind"].as_str().unwrap_or_default().to_string();
-        let plural = format!("{}s", kind.to_lowercase()).replace("policys", "policies");
-        let ar = mrguard_envtest::resource("admissionregistration.k8s.io", "v1", &kind, &plural);
+        let (kind, plural) = in_process::KINDS
+            .into_iter()
+            .find(|(k, _)| o["kind"] == *k)
+            .ok_or_else(|| anyhow!("the plan wrote a {}", o["kind"]))?;
+        let ar = mrguard_envtest::resource("admissionregistration.k8s.io", "v1", kind, plural);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         api.create(&PostParams::default(), &serde_json::from_value(o)?)
             .await

@@ -46,21 +46,10 @@ fn maps(r: &Release) -> Api<DynamicObject> {
 
 /// The four kinds the leader writes.
 fn all_kinds(r: &Release) -> Vec<Api<DynamicObject>> {
-    [
-        ("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
-        (
-            "ValidatingAdmissionPolicyBinding",
-            "validatingadmissionpolicybindings",
-        ),
-        ("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
-        (
-            "MutatingAdmissionPolicyBinding",
-            "mutatingadmissionpolicybindings",
-        ),
-    ]
-    .into_iter()
-    .map(|(k, p)| r.cluster_api(&admission(k, p)))
-    .collect()
+    mrguard_policy::commands::export::in_process::KINDS
+        .into_iter()
+        .map(|(k, p)| r.cluster_api(&admission(k, p)))
+        .collect()
 }
 
 /// The names of this release's objects of `api`.

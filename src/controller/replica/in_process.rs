@@ -59,7 +59,7 @@ pub(crate) fn selector(owner: &str) -> String {
 
 /// What the watches last saw: this release's live policies, each with its
 /// resourceVersion, and the matchConditions the webhooks get meanwhile.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct LivePolicies {
     /// Every listed kind has listed once.
     pub(crate) synced: bool,
@@ -147,10 +147,19 @@ pub(crate) async fn run(
                 "in-process policies in force"
             );
         }
-        seen.send_replace(LivePolicies {
+        // Published only when it changed: the leader's pass and the webhook
+        // writer wake on it, and a recheck that finds the same sends nothing.
+        let next = LivePolicies {
             synced: true,
             objects,
             conditions,
+        };
+        seen.send_if_modified(|current| {
+            let changed = *current != next;
+            if changed {
+                *current = next;
+            }
+            changed
         });
     }
 }
