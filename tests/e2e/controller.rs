@@ -412,19 +412,24 @@ async fn a_creation_incomplete_mr_gets_one_possibly_leaked_event() {
     let note = e.note.clone().unwrap_or_default();
     assert!(note.contains("possibly leaked external resource"), "{note}");
     assert!(note.contains("2025-06-01T00:00:00Z"), "{note}");
-    let m = replica.metrics().await.unwrap();
+    // The counter moves after the write returns, so the Event can be seen
+    // a moment before it is counted.
+    let m = wait_for("the written Event counted", WAIT, || async {
+        let m = replica.metrics().await.ok()?;
+        (m.get(
+            "mrguard_controller_events_total",
+            &[("reason", "PossiblyLeaked"), ("result", "written")],
+        ) >= 1.0)
+            .then_some(m)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
     assert_eq!(
         m.get(
             "mrguard_controller_events_total",
             &[("reason", "PossiblyLeaked"), ("result", "failed")]
         ),
         0.0
-    );
-    assert!(
-        m.get(
-            "mrguard_controller_events_total",
-            &[("reason", "PossiblyLeaked"), ("result", "written")]
-        ) >= 1.0
     );
     assert_eq!(
         m.get(
