@@ -1,6 +1,6 @@
 //! `mrguard export map`: the mutation steps of `/mutate` (docs/rules.md,
-//! SPEC §3) as one MutatingAdmissionPolicy with one JSON Patch mutation per
-//! step, in the steps' order, and its binding.
+//! SPEC §3) as one MutatingAdmissionPolicy of JSON Patch mutations, in the
+//! steps' order, and its binding.
 //!
 //! One policy, because its mutations run in order and each sees the object
 //! as the one before left it, as the steps do: the tags read the reference
@@ -29,6 +29,10 @@ pub struct Export {
 
 /// The name of the policy and of its binding.
 pub const POLICY_NAME: &str = "mrguard-defaults";
+
+/// The matchCondition that applies the policy only to objects missing a
+/// default.
+const DEFAULTS_NEEDED: &str = "defaults-needed";
 
 /// What no MutatingAdmissionPolicy can carry, one line each; the
 /// differential test names these when the two disagree.
@@ -66,18 +70,34 @@ pub fn export(config: &Config) -> Result<Export, ExportError> {
 }
 
 fn write(config: &Config) -> Export {
-    let mut mutations = vec![
-        mutation(provider_config_ref(config)),
-        mutation(external_name(config)),
-        mutation(policy_defaults()),
-    ];
+    // The first three steps add at paths none of them reads, so one
+    // expression gives what the three give in turn; each mutation costs the
+    // API server a pass of its own (three took 1.79 ms more per create than
+    // none through kube-apiserver 1.36, one 1.02 ms; BENCHMARKS.md).
+    let first = format!(
+        "({}) + ({}) + ({})",
+        provider_config_ref(config),
+        external_name(config),
+        policy_defaults()
+    );
+    let mut mutations = vec![mutation(first)];
+    // The tags read the reference the first steps may default, so each
+    // stays a mutation of its own after them.
     for (i, entry) in config.resources.iter().enumerate() {
         if let Some(field) = &entry.tags_field {
             // A tags field is concrete (the configuration checks it).
             mutations.push(mutation(tags(&entry_selected(config, i), &keys(field))));
         }
     }
-    let mut conditions = vec![condition("managed", managed("object"))];
+    let mut conditions = vec![
+        condition("managed", managed("object")),
+        // Behind `managed` again: the API server evaluates every condition,
+        // and on any other object this one would fail rather than be false.
+        condition(
+            DEFAULTS_NEEDED,
+            format!("{} && {}", managed("object"), defaults_needed(config)),
+        ),
+    ];
     let exempt = config.exempt_username_globs();
     if !exempt.is_empty() {
         conditions.push(condition(
@@ -182,8 +202,11 @@ fn provider_config_ref(config: &Config) -> String {
     // map literal whose values are a string and a dyn is refused.
     let from_string =
         format!("(({r} == '' || ({r} == 'default' && {create})) ? {d} : string({r}))");
+    // `default` on a CREATE is the CRD's default, which the namespace's own
+    // default replaces; where that is `default` too, nothing is added, so
+    // the policy's condition can tell the create needs nothing.
     let name_unset = format!(
-        "(!('name' in {r}) || type({r}['name']) != string || {r}['name'] == '' || ({r}['name'] == 'default' && {create}))"
+        "(!('name' in {r}) || type({r}['name']) != string || {r}['name'] == '' || ({r}['name'] == 'default' && {create} && {d} != 'default'))"
     );
     let kind_unset = format!("({ns} && (!('kind' in {r}) || {r}['kind'] == null))");
     let at = ["spec", "providerConfigRef"];
@@ -230,6 +253,59 @@ fn external_name(config: &Config) -> String {
         ),
         one = add(&["metadata", "annotations", EXTERNAL_NAME], &n),
     )
+}
+
+/// Whether some step may add something: a cheap test, true wherever a step
+/// adds (and sometimes where none does), for the policy's matchCondition.
+/// A policy that matches costs the API server about 0.8 ms even when its
+/// patch is empty, against 0.08 ms for one whose condition is false
+/// (kube-apiserver 1.36; BENCHMARKS.md), and most writes to a live MR, its
+/// provider's among them, have every default already. It reads only the
+/// object, so its size does not grow with the entries.
+fn defaults_needed(config: &Config) -> String {
+    let r = "object['spec']['providerConfigRef']";
+    let ns = NAMESPACED;
+    let create = "request.operation == 'CREATE'";
+    let pc = &config.provider_config;
+    // A CREATE's `default` is replaced where another default applies.
+    let replaced = if pc.default_name == "default" && pc.namespace_provider_configs.is_empty() {
+        String::new()
+    } else {
+        format!(" || ({r}['name'] == 'default' && {create})")
+    };
+    let reference = format!(
+        "(!('providerConfigRef' in object['spec']) || type({r}) != map || !('name' in {r}) || type({r}['name']) != string || {r}['name'] == ''{replaced} || ({ns} && (!('kind' in {r}) || {r}['kind'] == null)))"
+    );
+    let (has_ann, ann) = path("object", &["metadata", "annotations", EXTERNAL_NAME]);
+    let external_name = format!("({create} && !({has_ann} && {ann} != null))");
+    let unset = |f: &str| format!("(!('{f}' in object['spec']) || object['spec']['{f}'] == null)");
+    let policies = format!(
+        "((!{ns} && {}) || {})",
+        unset("deletionPolicy"),
+        unset("managementPolicies")
+    );
+    let mut any = vec![reference, external_name, policies];
+    let fields: std::collections::BTreeSet<Vec<&str>> = config
+        .resources
+        .iter()
+        .filter_map(|e| e.tags_field.as_ref().map(keys))
+        .collect();
+    for field in fields {
+        let missing: Vec<String> = [
+            "crossplane-kind",
+            "crossplane-name",
+            "crossplane-providerconfig",
+        ]
+        .iter()
+        .map(|k| {
+            let mut full = field.clone();
+            full.push(k);
+            format!("!{}", path("object", &full).0)
+        })
+        .collect();
+        any.push(format!("({})", missing.join(" || ")));
+    }
+    format!("({})", any.join(" || "))
 }
 
 /// The step policy-defaults.
@@ -387,5 +463,66 @@ mod tests {
         }
         assert_eq!(out.skipped.len(), NOT_EXPRESSIBLE.len());
         assert!(out.skipped[0].starts_with("provider accounts: "));
+    }
+
+    /// The policy is applied only where a step adds something: with its
+    /// mutations swapped for one that marks every object it runs on, the
+    /// writes that carry every default come out unmarked.
+    #[test]
+    fn the_policy_is_applied_only_to_objects_missing_a_default() {
+        let cfg = Config::from_yaml(
+            "resources:\n- apiGroups: [s3.aws.upbound.io]\n  kinds: [Bucket]\n  tagsField: spec.forProvider.tags\n",
+        )
+        .unwrap();
+        let mut objects = export(&cfg).unwrap().objects;
+        objects[0]["spec"]["mutations"] = json!([{"patchType": "JSONPatch", "jsonPatch": {
+            "expression": "[JSONPatch{op: 'add', path: '/metadata/labels', value: {'applied': 'yes'}}]"}}]);
+        let policies = Policies::compile(&objects).unwrap();
+        let applied = |req: &crate::admission::review::Request| {
+            let out = policies.mutate(req).unwrap();
+            assert!(out.ignored.is_empty(), "{:?}", out.ignored);
+            out.object.is_some()
+        };
+        let bucket = |annotations: Value, spec: Value| {
+            json!({"apiVersion": "s3.aws.upbound.io/v1beta1", "kind": "Bucket",
+                   "metadata": {"name": "b1", "annotations": annotations}, "spec": spec})
+        };
+        let full = json!({
+            "forProvider": {"tags": {"crossplane-kind": "bucket.s3.aws.upbound.io",
+                                     "crossplane-name": "b1",
+                                     "crossplane-providerconfig": "default"}},
+            "providerConfigRef": {"name": "default"},
+            "deletionPolicy": "Delete",
+            "managementPolicies": ["*"],
+        });
+        let named = json!({"crossplane.io/external-name": "b1"});
+        let complete = bucket(named.clone(), full.clone());
+        assert!(!applied(&RequestBuilder::create(complete.clone()).build()));
+        assert!(!applied(
+            &RequestBuilder::update(complete.clone(), complete.clone()).build()
+        ));
+        // Each missing default on its own brings the policy in.
+        assert!(applied(
+            &RequestBuilder::create(bucket(json!({}), full.clone())).build()
+        ));
+        let mut no_policies = full.clone();
+        no_policies
+            .as_object_mut()
+            .unwrap()
+            .remove("managementPolicies");
+        assert!(applied(
+            &RequestBuilder::create(bucket(named.clone(), no_policies)).build()
+        ));
+        let mut no_tag = full.clone();
+        no_tag["forProvider"]["tags"]
+            .as_object_mut()
+            .unwrap()
+            .remove("crossplane-name");
+        assert!(applied(
+            &RequestBuilder::update(complete.clone(), bucket(named.clone(), no_tag)).build()
+        ));
+        // Not an MR: never.
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        assert!(!applied(&RequestBuilder::create(cm).build()));
     }
 }

@@ -475,7 +475,7 @@ mod tests {
             "spec.mutations[0].applyConfiguration: required when patchType is ApplyConfiguration",
             "spec.mutations[0].jsonPatch: only allowed when patchType is JSONPatch",
             "spec.matchConstraints.resourceRules[0].operations: \"DELETE\" is not one of CREATE, UPDATE, CONNECT, *",
-            "spec.matchConditions[1].name: \"managed\" is used twice",
+            "spec.matchConditions[2].name: \"managed\" is used twice",
         ] {
             assert!(problems.iter().any(|p| p == want), "{want} not in {problems:#?}");
         }

@@ -46,10 +46,27 @@ pub(crate) fn any_glob(expr: &str, globs: &[String]) -> String {
     if globs.is_empty() {
         return "true".into();
     }
-    let alts: Vec<String> = globs
-        .iter()
-        .map(|g| format!("{expr}.matches({})", lit(&glob_regex(g))))
-        .collect();
+    // A glob without `*` or `?` is a plain name: an `in` list costs the API
+    // server far less than a regular expression per name (a
+    // MutatingAdmissionPolicy selecting 20 kinds by `matches` took 0.28 ms
+    // more per create through kube-apiserver 1.36 than by `in`;
+    // BENCHMARKS.md).
+    let (plain, patterned): (Vec<&String>, Vec<&String>) =
+        globs.iter().partition(|g| !g.contains(['*', '?']));
+    let mut alts: Vec<String> = Vec::new();
+    match plain.as_slice() {
+        [] => {}
+        [one] => alts.push(format!("{expr} == {}", lit(one))),
+        many => {
+            let names: Vec<String> = many.iter().map(|g| lit(g)).collect();
+            alts.push(format!("{expr} in [{}]", names.join(", ")));
+        }
+    }
+    alts.extend(
+        patterned
+            .iter()
+            .map(|g| format!("{expr}.matches({})", lit(&glob_regex(g)))),
+    );
     format!("({})", alts.join(" || "))
 }
 
