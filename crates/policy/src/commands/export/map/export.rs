@@ -73,7 +73,7 @@ fn write(config: &Config) -> Export {
     // The first three steps add at paths none of them reads, so one
     // expression gives what the three give in turn; each mutation costs the
     // API server a pass of its own (three took 1.79 ms more per create than
-    // none through kube-apiserver 1.36, one 1.02 ms; BENCHMARKS.md).
+    // none through kube-apiserver 1.36, one 1.02 ms; docs/benchmarks-history.md).
     let first = format!(
         "({}) + ({}) + ({})",
         provider_config_ref(config),
@@ -259,7 +259,7 @@ fn external_name(config: &Config) -> String {
 /// adds (and sometimes where none does), for the policy's matchCondition.
 /// A policy that matches costs the API server about 0.8 ms even when its
 /// patch is empty, against 0.08 ms for one whose condition is false
-/// (kube-apiserver 1.36; BENCHMARKS.md), and most writes to a live MR, its
+/// (kube-apiserver 1.36; docs/benchmarks-history.md), and most writes to a live MR, its
 /// provider's among them, have every default already. It reads only the
 /// object, so its size does not grow with the entries.
 fn defaults_needed(config: &Config) -> String {

@@ -50,7 +50,7 @@ pub(crate) fn any_glob(expr: &str, globs: &[String]) -> String {
     // server far less than a regular expression per name (a
     // MutatingAdmissionPolicy selecting 20 kinds by `matches` took 0.28 ms
     // more per create through kube-apiserver 1.36 than by `in`;
-    // BENCHMARKS.md).
+    // docs/benchmarks-history.md).
     let (plain, patterned): (Vec<&String>, Vec<&String>) =
         globs.iter().partition(|g| !g.contains(['*', '?']));
     let mut alts: Vec<String> = Vec::new();
