@@ -85,9 +85,15 @@ async fn a_broken_ca_bundle_and_emptied_rules_are_repaired() {
     }
     assert_eq!(v["webhooks"][0]["failurePolicy"], "Fail");
     assert_eq!(m["webhooks"][0]["failurePolicy"], "Ignore");
-    // Both repairs were the controller's.
-    let after = updates(&replica.metrics().await.unwrap());
-    assert!(after >= before + 2.0, "{before} -> {after}");
+    // Both repairs were the controller's. The counter moves after the
+    // write returns, so the repair can be seen a moment before it is
+    // counted.
+    wait_for("both repairs counted", WAIT, || async {
+        let after = updates(&replica.metrics().await.ok()?);
+        (after >= before + 2.0).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{}", r.with_logs(e)));
     // Admission works again.
     r.wait_admission().await.unwrap();
 }
