@@ -295,12 +295,11 @@ pub(crate) async fn server_version(
     loop {
         match client.apiserver_version().await {
             Ok(info) => {
-                let text = format!("{}.{}", info.major, info.minor.trim_end_matches('+'));
-                match mrguard_policy::admission::kube_version::KubeVersion::parse(&text) {
+                use mrguard_policy::admission::kube_version::KubeVersion;
+                match KubeVersion::of_server(&info.major, &info.minor) {
                     Ok(v) => return v,
-                    Err(e) => {
-                        tracing::warn!("failed to read the API server's version {text:?}: {e}")
-                    }
+                    // The error names the text it was given.
+                    Err(e) => tracing::warn!("failed to read the API server's version: {e}"),
                 }
             }
             Err(e) => tracing::warn!("failed to read the API server's version: {e}"),

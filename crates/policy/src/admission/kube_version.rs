@@ -155,6 +155,13 @@ impl KubeVersion {
         Ok(v)
     }
 
+    /// The version an API server reports at `/version`: its `major` and
+    /// `minor` fields, where some distributions end the minor with `+`
+    /// (GKE's `"30+"`).
+    pub fn of_server(major: &str, minor: &str) -> Result<KubeVersion, KubeVersionError> {
+        KubeVersion::parse(&format!("{major}.{}", minor.trim_end_matches('+')))
+    }
+
     /// Whether this release has what `since` introduced.
     pub fn at_least(self, since: KubeVersion) -> bool {
         self >= since
@@ -222,6 +229,24 @@ mod tests {
             );
         }
         assert_eq!(KubeVersion::parse("1.36").unwrap().to_string(), "1.36");
+    }
+
+    #[test]
+    fn reads_the_version_an_api_server_reports() {
+        assert_eq!(
+            KubeVersion::of_server("1", "36"),
+            Ok(KubeVersion::new(1, 36))
+        );
+        assert_eq!(
+            KubeVersion::of_server("1", "30+"),
+            Ok(KubeVersion::new(1, 30))
+        );
+        assert_eq!(
+            KubeVersion::of_server("1", "3x"),
+            Err(KubeVersionError::Syntax {
+                given: "1.3x".into()
+            })
+        );
     }
 
     #[test]
