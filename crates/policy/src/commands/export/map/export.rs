@@ -34,6 +34,12 @@ pub const POLICY_NAME: &str = "mrguard-defaults";
 /// default.
 const DEFAULTS_NEEDED: &str = "defaults-needed";
 
+/// The MR's provider config reference.
+const REFERENCE: &str = "object['spec']['providerConfigRef']";
+
+/// The request creates the object.
+const CREATE: &str = "request.operation == 'CREATE'";
+
 /// What no MutatingAdmissionPolicy can carry, one line each; the
 /// differential test names these when the two disagree.
 pub const NOT_EXPRESSIBLE: &[(&str, &str)] = &[
@@ -189,9 +195,9 @@ fn default_name(config: &Config) -> String {
 /// The step provider-config-ref.
 fn provider_config_ref(config: &Config) -> String {
     let d = default_name(config);
-    let r = "object['spec']['providerConfigRef']";
+    let r = REFERENCE;
     let ns = NAMESPACED;
-    let create = "request.operation == 'CREATE'";
+    let create = CREATE;
     let (old_has, old_r) = path("oldObject", &["spec", "providerConfigRef"]);
     // A live MR keeps the reference its old object had.
     let keep = format!("(request.operation == 'UPDATE' && {old_has} && {old_r} != null)");
@@ -246,7 +252,7 @@ fn external_name(config: &Config) -> String {
     let n = name();
     let annotations = format!("{meta}['annotations']");
     format!(
-        "(request.operation == 'CREATE' && {by_name} && !({has_ann} && {ann} != null) && {n} != '' && {has_meta} && type({meta}) == map) ? ((!('annotations' in {meta}) || {annotations} == null) ? {whole} : type({annotations}) == map ? {one} : []) : []",
+        "({CREATE} && {by_name} && !({has_ann} && {ann} != null) && {n} != '' && {has_meta} && type({meta}) == map) ? ((!('annotations' in {meta}) || {annotations} == null) ? {whole} : type({annotations}) == map ? {one} : []) : []",
         whole = add(
             &["metadata", "annotations"],
             &format!("{{{}: {n}}}", lit(EXTERNAL_NAME))
@@ -263,9 +269,9 @@ fn external_name(config: &Config) -> String {
 /// provider's among them, have every default already. It reads only the
 /// object, so its size does not grow with the entries.
 fn defaults_needed(config: &Config) -> String {
-    let r = "object['spec']['providerConfigRef']";
+    let r = REFERENCE;
     let ns = NAMESPACED;
-    let create = "request.operation == 'CREATE'";
+    let create = CREATE;
     let pc = &config.provider_config;
     // A CREATE's `default` is replaced where another default applies.
     let replaced = if pc.default_name == "default" && pc.namespace_provider_configs.is_empty() {
@@ -278,7 +284,6 @@ fn defaults_needed(config: &Config) -> String {
     );
     let (has_ann, ann) = path("object", &["metadata", "annotations", EXTERNAL_NAME]);
     let external_name = format!("({create} && !({has_ann} && {ann} != null))");
-    let unset = |f: &str| format!("(!('{f}' in object['spec']) || object['spec']['{f}'] == null)");
     let policies = format!(
         "((!{ns} && {}) || {})",
         unset("deletionPolicy"),
@@ -308,9 +313,13 @@ fn defaults_needed(config: &Config) -> String {
     format!("({})", any.join(" || "))
 }
 
+/// `spec.<field>` is absent or null.
+fn unset(field: &str) -> String {
+    format!("(!('{field}' in object['spec']) || object['spec']['{field}'] == null)")
+}
+
 /// The step policy-defaults.
 fn policy_defaults() -> String {
-    let unset = |f: &str| format!("(!('{f}' in object['spec']) || object['spec']['{f}'] == null)");
     format!(
         "((!{NAMESPACED} && {}) ? {} : []) + ({} ? {} : [])",
         unset("deletionPolicy"),
