@@ -63,6 +63,7 @@ use mrguard_envtest::cluster::ClusterOptions;
 use mrguard_envtest::process::Guarded;
 use mrguard_envtest::release::TEST_LABEL;
 use mrguard_envtest::{procfs, Cluster, Metrics, Options, Release};
+use mrguard_policy::commands::export::in_process;
 use serde_json::{json, Value};
 
 #[derive(Debug, Parser)]
@@ -193,15 +194,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let release = Release::install(
         cluster,
         "bench",
-        Options {
-            binary: Some(env!("CARGO_BIN_EXE_mrguard").into()),
-            // No audit pass while measuring.
-            audit_interval: "24h".into(),
-            log_level: "warn".into(),
-            extra_args: args.mrguard_arg.clone(),
-            values: args.values.clone(),
-            ..Options::default()
-        },
+        release_options(&args, args.values.clone()),
     )
     .await
     .map_err(|e| anyhow!(e))?;
@@ -322,13 +315,9 @@ async fn direct_urls(release: &Release, port: u16) -> anyhow::Result<()> {
 async fn plan_policies(client: &kube::Client, label: &str, kinds: &str) -> anyhow::Result<()> {
     use mrguard_policy::admission::config::Config;
     use mrguard_policy::admission::kube_version::KubeVersion;
-    use mrguard_policy::commands::export::in_process::{self, Owner};
+    use mrguard_policy::commands::export::in_process::Owner;
     let info = client.apiserver_version().await?;
-    let server = KubeVersion::parse(&format!(
-        "{}.{}",
-        info.major,
-        info.minor.trim_end_matches('+')
-    ))?;
+    let server = KubeVersion::of_server(&info.major, &info.minor)?;
     let owner = Owner {
         name: label.into(),
         object_selector: Some(json!({"matchLabels": {TEST_LABEL: label}})),
@@ -355,6 +344,19 @@ async fn plan_policies(client: &kube::Client, label: &str, kinds: &str) -> anyho
     Ok(())
 }
 
+/// How the bench installs a release: the release build, no audit pass
+/// while measuring, `--mrguard-arg`s, and `values`.
+fn release_options(args: &Args, values: Option<String>) -> Options {
+    Options {
+        binary: Some(env!("CARGO_BIN_EXE_mrguard").into()),
+        audit_interval: "24h".into(),
+        log_level: "warn".into(),
+        extra_args: args.mrguard_arg.clone(),
+        values,
+        ..Options::default()
+    }
+}
+
 /// The `in-process` setup: a release in `admission.inProcess: auto`,
 /// called straight at its port, once its leader's policies are in force
 /// (the webhooks carry its matchCondition).
@@ -362,37 +364,26 @@ async fn in_process_release(cluster: &'static Cluster, args: &Args) -> anyhow::R
     let r = Release::install(
         cluster,
         "bench-ip",
-        Options {
-            binary: Some(env!("CARGO_BIN_EXE_mrguard").into()),
-            audit_interval: "24h".into(),
-            log_level: "warn".into(),
-            extra_args: args.mrguard_arg.clone(),
-            values: Some("admission: {inProcess: auto}".into()),
-            ..Options::default()
-        },
+        release_options(args, Some("admission: {inProcess: auto}".into())),
     )
     .await
     .map_err(|e| anyhow!(e))?;
     direct_urls(&r, r.replicas[0].port).await?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (m, v) = r
-            .configurations()
-            .await
-            .ok_or_else(|| anyhow!("the in-process release's configurations are missing"))?;
-        let has = |c: &Value| {
-            c["webhooks"][0]["matchConditions"]
-                .as_array()
-                .is_some_and(|a| a.iter().any(|c| c["name"] == "mrguard-in-process"))
-        };
-        if has(&m) && has(&v) {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("the in-process release's policies never came into force");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let has = |c: &Value| {
+        c["webhooks"][0]["matchConditions"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|c| c["name"] == in_process::CONDITION))
+    };
+    mrguard_envtest::wait_for(
+        "the in-process release's policies in force",
+        Duration::from_secs(60),
+        || async {
+            let (m, v) = r.configurations().await?;
+            (has(&m) && has(&v)).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow!(e))?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     Ok(r)
 }

@@ -5,6 +5,7 @@
 //! nothing else. Needs kube-apiserver 1.36 (MutatingAdmissionPolicy v1).
 
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use mrguard_policy::commands::export::in_process;
 use serde_json::json;
 
 use crate::support::{self, vpc_resource, wait_for, Options, Release, WAIT};
@@ -46,16 +47,20 @@ fn maps(r: &Release) -> Api<DynamicObject> {
 
 /// The four kinds the leader writes.
 fn all_kinds(r: &Release) -> Vec<Api<DynamicObject>> {
-    mrguard_policy::commands::export::in_process::KINDS
+    in_process::KINDS
         .into_iter()
         .map(|(k, p)| r.cluster_api(&admission(k, p)))
         .collect()
 }
 
+/// Selects this release's objects.
+fn ours(r: &Release) -> ListParams {
+    ListParams::default().labels(&format!("{}={}", in_process::OWNER_LABEL, r.fullname))
+}
+
 /// The names of this release's objects of `api`.
 async fn owned(r: &Release, api: &Api<DynamicObject>) -> Vec<String> {
-    let lp = ListParams::default().labels(&format!("mrguard.io/in-process={}", r.fullname));
-    api.list(&lp)
+    api.list(&ours(r))
         .await
         .map(|l| {
             l.items
@@ -73,7 +78,7 @@ async fn in_process_condition(r: &Release, validating: bool) -> Option<String> {
     c["webhooks"][0]["matchConditions"]
         .as_array()?
         .iter()
-        .find(|c| c["name"] == "mrguard-in-process")
+        .find(|c| c["name"] == in_process::CONDITION)
         .and_then(|c| c["expression"].as_str().map(str::to_string))
 }
 
@@ -113,10 +118,9 @@ fn vpc(r: &Release, name: &str, region: &str) -> DynamicObject {
 
 /// Name and resourceVersion of every object of this release's, sorted.
 async fn versions(r: &Release) -> Vec<(Option<String>, Option<String>)> {
-    let lp = ListParams::default().labels(&format!("mrguard.io/in-process={}", r.fullname));
     let mut out = Vec::new();
     for api in all_kinds(r) {
-        for o in api.list(&lp).await.unwrap() {
+        for o in api.list(&ours(r)).await.unwrap() {
             out.push((o.metadata.name, o.metadata.resource_version));
         }
     }
