@@ -55,7 +55,7 @@ fn all_kinds(r: &Release) -> Vec<Api<DynamicObject>> {
 
 /// Selects this release's objects.
 fn ours(r: &Release) -> ListParams {
-    ListParams::default().labels(&format!("{}={}", in_process::OWNER_LABEL, r.fullname))
+    ListParams::default().labels(&in_process::selector(&r.fullname))
 }
 
 /// The names of this release's objects of `api`.

@@ -24,7 +24,7 @@ use mrguard_policy::commands::export::in_process::{self, LiveObject, Owner, Step
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::controller::replica::in_process::{resource, selector, served, LivePolicies};
+use crate::controller::replica::in_process::{resource, LivePolicies};
 use crate::live_config::ConfigStore;
 
 /// The Event reason of a hand edit put back.
@@ -248,10 +248,10 @@ fn dynamic(o: Value) -> Result<DynamicObject, kube::Error> {
 /// their owning ClusterRole.
 pub(crate) async fn remove_all(client: kube::Client, server: KubeVersion, owner: String) {
     let mut removed = 0;
-    for (kind, plural) in served(server) {
+    for (kind, plural) in in_process::served_kinds(server) {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind, plural));
         let list = match api
-            .list(&ListParams::default().labels(&selector(&owner)))
+            .list(&ListParams::default().labels(&in_process::selector(&owner)))
             .await
         {
             Ok(l) => l,

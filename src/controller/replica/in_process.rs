@@ -37,26 +37,6 @@ pub(crate) fn resource(kind: &str, plural: &str) -> ApiResource {
     }
 }
 
-/// The kinds a server at `server` serves: the validating pair from 1.30,
-/// the mutating pair from 1.36.
-pub(crate) fn served(server: KubeVersion) -> Vec<(&'static str, &'static str)> {
-    in_process::KINDS
-        .into_iter()
-        .filter(|(kind, _)| {
-            if kind.starts_with("Mutating") {
-                server >= in_process::MAP_SINCE
-            } else {
-                server >= in_process::VAP_SINCE
-            }
-        })
-        .collect()
-}
-
-/// The label selector of this release's policies.
-pub(crate) fn selector(owner: &str) -> String {
-    format!("{}={owner}", in_process::OWNER_LABEL)
-}
-
 /// What the watches last saw: this release's live policies, each with its
 /// resourceVersion, and the matchConditions the webhooks get meanwhile.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -82,15 +62,18 @@ pub(crate) async fn run(
 ) {
     const PURPOSE: &str = "mrguard's in-process admission policies";
     const RECHECK: Duration = Duration::from_secs(60);
-    let kinds = served(server);
+    let kinds = in_process::served_kinds(server);
     let mut sources: Vec<Reflected<DynamicObject>> = Vec::new();
     let mut streams: Vec<BoxStream<'static, (usize, _)>> = Vec::new();
     for (i, (kind, plural)) in kinds.iter().enumerate() {
         let ar = resource(kind, plural);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let stream = backoff_watcher(watcher(api, watch_config().labels(&selector(&owner.name))))
-            .map(move |e| (i, e))
-            .boxed();
+        let stream = backoff_watcher(watcher(
+            api,
+            watch_config().labels(&in_process::selector(&owner.name)),
+        ))
+        .map(move |e| (i, e))
+        .boxed();
         streams.push(stream);
         sources.push(Reflected::new(ar, plural, PURPOSE, Missing::Wait));
     }

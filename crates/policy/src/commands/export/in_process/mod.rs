@@ -46,6 +46,27 @@ pub const KINDS: [(&str, &str); 4] = [
     ),
 ];
 
+/// The kinds of [`KINDS`] a server at `server` serves: the validating pair
+/// from [`VAP_SINCE`], the mutating pair from [`MAP_SINCE`].
+pub fn served_kinds(server: KubeVersion) -> Vec<(&'static str, &'static str)> {
+    KINDS
+        .into_iter()
+        .filter(|(kind, _)| {
+            server
+                >= if kind.starts_with("Mutating") {
+                    MAP_SINCE
+                } else {
+                    VAP_SINCE
+                }
+        })
+        .collect()
+}
+
+/// The label selector of the policies the release `owner` wrote.
+pub fn selector(owner: &str) -> String {
+    format!("{OWNER_LABEL}={owner}")
+}
+
 /// What the leader keeps in the API server for one configuration.
 #[derive(Debug, Default)]
 pub struct Plan {

@@ -406,3 +406,23 @@ resources:
         None
     );
 }
+
+#[test]
+fn the_kinds_served_follow_the_servers_version() {
+    assert!(served_kinds(KubeVersion::new(1, 29)).is_empty());
+    let names = |v| {
+        served_kinds(v)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(KubeVersion::new(1, 30)),
+        [
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
+        ]
+    );
+    assert_eq!(names(KubeVersion::new(1, 36)).len(), 4);
+    assert_eq!(selector("mrguard"), "mrguard.io/in-process=mrguard");
+}
